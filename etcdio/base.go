@@ -1,0 +1,200 @@
+package etcdio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
+)
+
+// ErrPrefixInUse is returned when a primitive's prefix overlaps that of a
+// primitive of another kind (or a nested prefix) on the same session: the two
+// would read each other's keys as their own queue.
+var ErrPrefixInUse = errors.New("etcdio: prefix in use by another primitive")
+
+// primitive is what every service is to its session.
+type primitive interface {
+	member
+	mirrorWatcher
+}
+
+// base is what lock, rwlock and election share: a session (their own or a
+// shared one), a mirror of their prefix, subscribers, and their end.
+type base struct {
+	s      *Session
+	self   primitive
+	owned  bool   // the session is this service's own
+	name   string // "lock pfx", for errors
+	prefix string // the caller's prefix + "/"
+	events *actor.Fanout[primitives.Event]
+	done   chan struct{}
+
+	errMu     sync.Mutex
+	err       error
+	closeOnce sync.Once
+
+	// Owned by the loop.
+	m     *mirror
+	ended bool
+}
+
+// keyRev names a key this service wrote, with its CreateRevision (0: any).
+type keyRev struct {
+	key string
+	rev int64
+}
+
+func (b *base) start(kind string, cli *clientv3.Client, prefix string, opts []Option, self primitive) error {
+	fail := func(err error) error { return fmt.Errorf("etcdio: new %s %q: %w", kind, prefix, err) }
+	o, err := buildOptions(opts)
+	if err != nil {
+		return fail(err)
+	}
+	if prefix == "" {
+		return fail(fmt.Errorf("empty prefix: %w", ErrInvalidArgument))
+	}
+	if err := checkClient(cli); err != nil {
+		return fail(err)
+	}
+	s := o.session
+	if s == nil {
+		if s, err = newSession(cli, o); err != nil {
+			return fail(err)
+		}
+		b.owned = true
+	} else if s.cli != cli {
+		return fail(fmt.Errorf("WithSession: the session uses another etcd client: %w", ErrInvalidArgument))
+	}
+	b.s, b.self = s, self
+	b.name = kind + " " + prefix
+	b.prefix = prefix + "/"
+	b.events = actor.NewFanout(primitives.Coalescable)
+	b.done = make(chan struct{})
+	_, err = call(context.Background(), s, func(r actor.Reply[struct{}]) {
+		m, err := s.openMirror(b.prefix, kind, self)
+		if err == nil {
+			b.m = m
+			s.members[self] = struct{}{}
+		}
+		r.Answer(struct{}{}, err)
+	})
+	if err != nil {
+		if b.owned {
+			_ = s.Close()
+		}
+		return fail(err)
+	}
+	return nil
+}
+
+// Subscribe delivers this owner's events that happen after it returns; see
+// package primitives for the rules. The channel is closed when ctx ends or,
+// after the remaining events, when the service is done.
+func (b *base) Subscribe(ctx context.Context) <-chan primitives.Event { return b.events.Subscribe(ctx) }
+
+// Done is closed when the service's session ended or Close was called.
+func (b *base) Done() <-chan struct{} { return b.done }
+
+// Err is nil while the service is usable; then it wraps primitives.ErrLost
+// or primitives.ErrClosed.
+func (b *base) Err() error {
+	b.errMu.Lock()
+	defer b.errMu.Unlock()
+	return b.err
+}
+
+// usable returns why a new call cannot start, if it cannot.
+func (b *base) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return b.Err()
+}
+
+// callErr turns a failed RPC or loop call into what the caller should see:
+// its own context's error if that ended, the service's if it is done.
+func (b *base) callErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if e := b.Err(); e != nil {
+		return e
+	}
+	return err
+}
+
+// finish marks the service done for err. Loop only.
+func (b *base) finish(err error) {
+	if b.ended {
+		return
+	}
+	b.ended = true
+	b.errMu.Lock()
+	b.err = err
+	b.errMu.Unlock()
+	close(b.done)
+	b.events.Close()
+}
+
+// endEvent is what a hold's owner sees when the session ends: Released if
+// the session was closed, Lost otherwise.
+func endEvent(key string, token int64, err error) primitives.Event {
+	if errors.Is(err, primitives.ErrClosed) {
+		return primitives.Released{Key: key, Token: fencing.Token(token)}
+	}
+	return primitives.Lost{Key: key, Token: fencing.Token(token), Err: err}
+}
+
+// close detaches the service from its session; collect, run on the loop,
+// ends the service's holds and waits and returns their keys, which are then
+// deleted (or, with the service's own session, revoked with the lease).
+func (b *base) close(collect func() []keyRev) error {
+	first := false
+	b.closeOnce.Do(func() { first = true })
+	if !first {
+		return fmt.Errorf("etcdio: %s: already closed: %w", b.name, primitives.ErrClosed)
+	}
+	keys, err := call(context.Background(), b.s, func(r actor.Reply[[]keyRev]) {
+		if b.ended {
+			r.Answer(nil, nil)
+			return
+		}
+		keys := collect()
+		delete(b.s.members, b.self)
+		b.s.closeMirror(b.m, b.self)
+		b.finish(fmt.Errorf("etcdio: %s: %w", b.name, primitives.ErrClosed))
+		r.Answer(keys, nil)
+	})
+	if b.owned {
+		if err := b.s.Close(); err != nil && !errors.Is(err, primitives.ErrClosed) {
+			return err
+		}
+		return nil
+	}
+	if err != nil {
+		return nil // the session ended: its lease took the keys
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	var errs []error
+	for _, k := range keys {
+		txn := b.s.cli.Txn(ctx)
+		if k.rev != 0 {
+			txn = txn.If(clientv3.Compare(clientv3.CreateRevision(k.key), "=", k.rev))
+		}
+		if _, err := txn.Then(clientv3.OpDelete(k.key)).Commit(); err != nil {
+			errs = append(errs, fmt.Errorf("etcdio: %s: close: delete %s: %w", b.name, k.key, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// overlaps reports whether two key prefixes share keys.
+func overlaps(a, b string) bool { return strings.HasPrefix(a, b) || strings.HasPrefix(b, a) }

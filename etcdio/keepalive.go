@@ -1,0 +1,104 @@
+package etcdio
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/ahrtr/disco/primitives"
+)
+
+// keepalive renews the lease every TTL/3 on one keepalive stream, reopened
+// when it breaks, and posts each acknowledgement to the loop together with
+// the time its request was sent. It runs until the session ends.
+func (s *Session) keepalive() {
+	defer s.wg.Done()
+	interval := s.ttl / 3
+	retry := min(interval, 200*time.Millisecond)
+	lc := pb.NewLeaseClient(s.cli.ActiveConnection())
+	wait := time.NewTimer(0)
+	defer wait.Stop()
+	<-wait.C
+	pause := func(d time.Duration) bool {
+		wait.Reset(d)
+		select {
+		case <-wait.C:
+			return true
+		case <-s.probe:
+			return true
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+	for s.ctx.Err() == nil {
+		if !s.keepaliveStream(lc, interval, pause) {
+			return
+		}
+		if !pause(retry) {
+			return
+		}
+	}
+}
+
+// keepaliveStream runs one keepalive stream until it breaks (true) or the
+// session or lease ends (false).
+func (s *Session) keepaliveStream(lc pb.LeaseClient, interval time.Duration, pause func(time.Duration) bool) bool {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
+	defer cancel()
+	stream, err := lc.LeaseKeepAlive(ctx)
+	if err != nil {
+		s.log.Debug("keepalive stream failed to open", zap.Error(err))
+		return true
+	}
+	for {
+		sent := time.Now()
+		if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(s.lease)}); err != nil {
+			s.log.Debug("keepalive send failed", zap.Error(err))
+			return true
+		}
+		// A reply that does not come within one interval means the stream is
+		// stuck (a partition, a dead member): reopen it, perhaps elsewhere.
+		stuck := time.AfterFunc(interval, cancel)
+		resp, err := stream.Recv()
+		stuck.Stop()
+		if err != nil {
+			s.log.Debug("keepalive receive failed", zap.Error(err))
+			return true
+		}
+		ttl := resp.TTL
+		s.post(func() { s.keptAlive(sent, ttl) })
+		if ttl <= 0 {
+			return false
+		}
+		if !pause(interval) {
+			return false
+		}
+	}
+}
+
+// keptAlive records an acknowledged keepalive. The server renewed the lease
+// no earlier than sent, so the lease lives at least until sent+ttl; counting
+// from the reply's arrival could overestimate it. Loop only.
+func (s *Session) keptAlive(sent time.Time, ttl int64) {
+	if ttl <= 0 {
+		s.end(fmt.Errorf("etcdio: lease %x expired or was revoked: %w", int64(s.lease), primitives.ErrLost))
+		return
+	}
+	if d := sent.Add(time.Duration(ttl) * time.Second); d.After(s.deadline) {
+		s.deadline = d
+		s.timer.Reset(time.Until(d))
+	}
+}
+
+// probeLease asks the keepalive goroutine to renew now, so that a lease that
+// is gone is noticed at once. It never blocks.
+func (s *Session) probeLease() {
+	select {
+	case s.probe <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,66 @@
+package etcdio_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/etcdio/etcdtest"
+)
+
+func TestMain(m *testing.M) { etcdtest.Main(m) }
+
+// noLeaks fails t if goroutines started during the test outlive it. Call it
+// first, so that its check runs after every other cleanup.
+func noLeaks(t *testing.T) {
+	t.Helper()
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
+// newClient returns a client of the test server, closed when t ends.
+func newClient(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := embedded.NewClient(etcdtest.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// testCtx returns a context that ends when t does or after d.
+func testCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// prefixOf returns a prefix no other test uses.
+func prefixOf(t testing.TB) string { return "/test/" + t.Name() }
+
+// countKeys returns how many keys exist under prefix + "/".
+func countKeys(t testing.TB, cli *clientv3.Client, prefix string) int64 {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+}

@@ -1,0 +1,181 @@
+package etcdio
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// mirror is the session's copy of every key under one prefix, kept current by
+// one long-lived watch. All primitives of a session that use the prefix share
+// it, and it lives as long as any of them does. Its fields are owned by the
+// loop; its sync goroutine only posts what it reads.
+//
+// A mirror at revision rev holds exactly the keys that exist under the prefix
+// at rev, so "this key exists and no key created before it does" read off a
+// mirror is true of etcd at rev: that is what makes rev a sound fencing token.
+type mirror struct {
+	prefix   string
+	kind     string // the kind of primitive using it: lock, rwlock, election
+	ready    bool   // loaded at least once
+	rev      int64  // the revision keys reflects
+	keys     map[string]*mvccpb.KeyValue
+	watchers map[mirrorWatcher]struct{}
+	cancel   context.CancelFunc
+}
+
+// mirrorWatcher is told, on the loop, after every change of a mirror it
+// watches.
+type mirrorWatcher interface {
+	mirrorChanged(m *mirror)
+}
+
+// openMirror returns the mirror of prefix, starting it if needed, and adds w
+// to its watchers. Primitives of one kind may share a prefix; a prefix that
+// overlaps another kind's, or nests in or around another, is refused. Loop
+// only.
+func (s *Session) openMirror(prefix, kind string, w mirrorWatcher) (*mirror, error) {
+	for p, m := range s.mirrors {
+		if p == prefix && m.kind != kind || p != prefix && overlaps(p, prefix) {
+			return nil, fmt.Errorf("%s %q overlaps %s %q on this session: %w",
+				kind, strings.TrimSuffix(prefix, "/"), m.kind, strings.TrimSuffix(p, "/"), ErrPrefixInUse)
+		}
+	}
+	m := s.mirrors[prefix]
+	if m == nil {
+		ctx, cancel := context.WithCancel(s.ctx)
+		m = &mirror{prefix: prefix, kind: kind, keys: map[string]*mvccpb.KeyValue{}, watchers: map[mirrorWatcher]struct{}{}, cancel: cancel}
+		s.mirrors[prefix] = m
+		s.wg.Add(1)
+		go s.syncMirror(ctx, m)
+	}
+	m.watchers[w] = struct{}{}
+	return m, nil
+}
+
+// closeMirror removes w from m's watchers and stops m when nobody is left.
+// Loop only.
+func (s *Session) closeMirror(m *mirror, w mirrorWatcher) {
+	delete(m.watchers, w)
+	if len(m.watchers) == 0 && s.mirrors[m.prefix] == m {
+		delete(s.mirrors, m.prefix)
+		m.cancel()
+	}
+}
+
+// syncMirror loads the prefix, then follows it with a watch from the next
+// revision; whenever the watch fails (compaction, a member without a leader)
+// it loads again. It runs until ctx ends.
+func (s *Session) syncMirror(ctx context.Context, m *mirror) {
+	defer s.wg.Done()
+	const retry = 100 * time.Millisecond
+	for ctx.Err() == nil {
+		resp, err := s.cli.Get(ctx, m.prefix, clientv3.WithPrefix())
+		if err != nil {
+			s.log.Debug("mirror load failed", zap.String("prefix", m.prefix), zap.Error(err))
+			sleepCtx(ctx, retry)
+			continue
+		}
+		kvs, rev := resp.Kvs, resp.Header.Revision
+		s.post(func() { m.load(kvs, rev) })
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range s.cli.Watch(wctx, m.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if err := wr.Err(); err != nil {
+				s.log.Debug("mirror watch failed", zap.String("prefix", m.prefix), zap.Error(err))
+				break
+			}
+			if len(wr.Events) == 0 {
+				continue
+			}
+			evs := wr.Events
+			s.post(func() { m.apply(evs) })
+		}
+		cancel()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (m *mirror) load(kvs []*mvccpb.KeyValue, rev int64) {
+	if rev < m.rev {
+		return // an older read than what the watch already showed
+	}
+	clear(m.keys)
+	for _, kv := range kvs {
+		m.keys[string(kv.Key)] = kv
+	}
+	m.rev, m.ready = rev, true
+	m.notify()
+}
+
+// apply applies one watch response. Its revision is that of its last event:
+// a response's header may name a later revision whose events are still to
+// come.
+func (m *mirror) apply(evs []*clientv3.Event) {
+	for _, ev := range evs {
+		if ev.Kv.ModRevision <= m.rev {
+			continue // already in a load
+		}
+		switch ev.Type {
+		case clientv3.EventTypePut:
+			m.keys[string(ev.Kv.Key)] = ev.Kv
+		case clientv3.EventTypeDelete:
+			delete(m.keys, string(ev.Kv.Key))
+		}
+		m.rev = ev.Kv.ModRevision
+	}
+	m.notify()
+}
+
+func (m *mirror) notify() {
+	if !m.ready {
+		return
+	}
+	for w := range m.watchers {
+		w.mirrorChanged(m)
+	}
+}
+
+// has reports whether key is known to exist at the mirror's revision. A key
+// created after that revision is not known yet: callers first check that
+// m.rev has reached the key's creation.
+func (m *mirror) has(key string) bool { return m.keys[key] != nil }
+
+// first returns the key under sub (a prefix within m's) with the lowest
+// CreateRevision, or nil if there is none.
+func (m *mirror) first(sub string) *mvccpb.KeyValue {
+	var best *mvccpb.KeyValue
+	for k, kv := range m.keys {
+		if strings.HasPrefix(k, sub) && (best == nil || kv.CreateRevision < best.CreateRevision) {
+			best = kv
+		}
+	}
+	return best
+}
+
+// anyBefore reports whether a key under sub was created before rev (or, with
+// byMod, last modified before rev).
+func (m *mirror) anyBefore(sub string, rev int64, byMod bool) bool {
+	for k, kv := range m.keys {
+		r := kv.CreateRevision
+		if byMod {
+			r = kv.ModRevision
+		}
+		if r < rev && strings.HasPrefix(k, sub) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,105 @@
+// Package lock defines a distributed mutual-exclusion lock with fencing
+// tokens, independent of any backend. etcdio.NewLock provides one on etcd.
+//
+// A Service is one owner and is safe for concurrent use, like a sync.Mutex: a
+// second Lock from another goroutine of the same Service waits until the
+// first hold ends. Every Lock is a fresh acquisition with a new, strictly
+// higher fencing token, also when it follows a local Unlock. Attach the token
+// to every request made while holding the lock, and have the resource reject
+// tokens below the highest it has seen (package fencing/guard): that, not the
+// lock alone, is what makes a paused or partitioned former holder harmless.
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
+)
+
+var (
+	// ErrLockTaken is returned by TryLock when another owner holds the lock
+	// or waits ahead of this one.
+	ErrLockTaken = errors.New("lock: taken")
+	// ErrNotHeld is returned by Unlock and Release when the hold they name
+	// is not (or no longer) this Service's.
+	ErrNotHeld = errors.New("lock: not held")
+)
+
+// Service is a distributed lock held by one owner at a time.
+type Service interface {
+	// Lock blocks until this owner holds the lock and returns the grant. If
+	// ctx ends first it returns ctx.Err() and leaves nothing behind.
+	Lock(ctx context.Context) (Grant, error)
+	// TryLock acquires the lock only if nobody holds it or waits for it;
+	// otherwise it returns ErrLockTaken at once.
+	TryLock(ctx context.Context) (Grant, error)
+	// Unlock releases the current hold; ErrNotHeld if there is none.
+	Unlock(ctx context.Context) error
+	// Release releases exactly grant g, so a retried Release never frees a
+	// later hold; ErrNotHeld if g is no longer held.
+	Release(ctx context.Context, g Grant) error
+	// Subscribe delivers this owner's events (Acquired, Released, Lost) that
+	// happen after it returns. The channel is closed when ctx ends or the
+	// Service is done.
+	Subscribe(ctx context.Context) <-chan primitives.Event
+	// Done is closed when the Service can no longer be used: its session was
+	// lost or Close was called.
+	Done() <-chan struct{}
+	// Err is nil while the Service is usable; afterwards it wraps
+	// primitives.ErrLost or primitives.ErrClosed.
+	Err() error
+	// Close releases everything the Service holds or waits for, promptly,
+	// in the backend too.
+	Close() error
+}
+
+// Grant describes one hold of the lock.
+type Grant struct {
+	// FencingToken is a backend revision at which this hold's key exists and
+	// no earlier waiter's key does. It is strictly greater than every earlier
+	// holder's token.
+	FencingToken fencing.Token
+	// Key is the backend key that represents this hold.
+	Key string
+	// LeaseID is the lease the key is attached to.
+	LeaseID int64
+	// TTL is the lease's time to live.
+	TTL time.Duration
+}
+
+// Token returns the grant's fencing token.
+func (g Grant) Token() fencing.Token { return g.FencingToken }
+
+// releaseTimeout bounds the Release that Do makes after fn returns, which
+// runs even when the caller's context has ended.
+const releaseTimeout = 10 * time.Second
+
+// Do locks, runs fn with a context that is cancelled the moment ownership is
+// lost, and releases the grant after fn returns. It returns fn's error; if
+// ownership was lost while fn ran it returns errors.Join(fn's error, an error
+// wrapping primitives.ErrLost). A failed Lock is returned as is and fn is not
+// called.
+func Do(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
+	subCtx, stopSub := context.WithCancel(ctx)
+	defer stopSub()
+	events := s.Subscribe(subCtx)
+	g, err := s.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	return primitives.RunOwned(ctx, events, s.Done(), s.Err, g.Key, func(ctx context.Context) error {
+		return fn(ctx, g)
+	}, func(ctx context.Context) error {
+		if err := s.Release(ctx, g); errors.Is(err, ErrNotHeld) {
+			// The hold ended between fn's return and the release.
+			return fmt.Errorf("lock: hold %s ended before release: %w", g.Key, primitives.ErrLost)
+		} else if err != nil {
+			return fmt.Errorf("lock: release after Do: %w", err)
+		}
+		return nil
+	}, releaseTimeout)
+}
