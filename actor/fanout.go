@@ -31,13 +31,14 @@ func NewFanout[E any](coalescable func(E) bool) *Fanout[E] {
 	return &Fanout[E]{coalescable: coalescable, subs: make(map[*subscriber[E]]struct{})}
 }
 
-// Subscribe returns a channel that receives every event published after
-// Subscribe returns, in order. The channel is closed when ctx ends, or after
-// the last queued event has been received once the Fanout is closed. A
-// subscriber that stops reading must cancel ctx to free its goroutine.
-func (f *Fanout[E]) Subscribe(ctx context.Context) <-chan E {
+// Subscribe returns a channel that receives first the given events, then
+// every event published after Subscribe returns, in order. The channel is
+// closed when ctx ends, or after the last queued event has been received
+// once the Fanout is closed. A subscriber that stops reading must cancel ctx
+// to free its goroutine.
+func (f *Fanout[E]) Subscribe(ctx context.Context, first ...E) <-chan E {
 	out := make(chan E)
-	s := &subscriber[E]{wake: make(chan struct{}, 1)}
+	s := &subscriber[E]{wake: make(chan struct{}, 1), queue: append([]E(nil), first...)}
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()

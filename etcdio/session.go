@@ -244,10 +244,12 @@ func (s *Session) newKey(prefix string) string {
 
 // deleteKey deletes key, which this session wrote, outside any caller's
 // context. It is for keys whose owner gave up: a failed delete is logged and
-// left to the lease.
+// left to the lease. Once the session or the client is closed there is
+// nothing to do: the lease is gone or going.
 func (s *Session) deleteKey(key string) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, cleanupTimeout)
 	defer cancel()
+	defer context.AfterFunc(s.cli.Ctx(), cancel)()
 	if _, err := s.cli.Delete(ctx, key); err != nil {
 		s.log.Warn("could not delete abandoned key; the lease will", zap.String("key", key), zap.Error(err))
 	}

@@ -1,0 +1,111 @@
+// Package election defines leader election with fencing tokens, independent
+// of any backend. etcdio.NewElection provides one on etcd.
+//
+// A leader's fencing token is strictly greater than every earlier leader's,
+// and stays the same for its whole term (Proclaim changes the value, not the
+// term). A leader attaches its token to everything it does as leader; a
+// resource that rejects tokens below the highest it has seen (package
+// fencing/guard) then ignores a deposed leader that has not noticed yet.
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
+)
+
+var (
+	// ErrNotLeader is returned by Proclaim and Resign when this candidate
+	// does not lead.
+	ErrNotLeader = errors.New("election: not leader")
+	// ErrNoLeader is returned by Leader when nobody leads.
+	ErrNoLeader = errors.New("election: no leader")
+)
+
+// Service is one candidate in an election, and an observer of it.
+type Service interface {
+	// Campaign blocks until this candidate leads, with value as the
+	// leader's value. If ctx ends or anything fails first, the candidacy is
+	// withdrawn and nothing is left behind. A second Campaign of the same
+	// Service waits until the first term ends.
+	Campaign(ctx context.Context, value string) error
+	// Proclaim changes the leader's value without changing the term or its
+	// token; ErrNotLeader if this candidate does not lead.
+	Proclaim(ctx context.Context, value string) error
+	// Resign ends this candidate's term, so that the next candidate leads
+	// at once; ErrNotLeader if it does not lead. A Resign that fails keeps
+	// the term and may be retried.
+	Resign(ctx context.Context) error
+	// Leader returns whoever leads now, this candidate or another;
+	// ErrNoLeader if nobody does.
+	Leader(ctx context.Context) (Leadership, error)
+	// Term returns this candidate's own current term, never a later
+	// leader's, and false if it does not lead.
+	Term() (Leadership, bool)
+	// Observe delivers the current leader first, then each change. A zero
+	// Leadership (Key == "") means no leader. Leaders' tokens never go back;
+	// a slow reader may miss intermediate states but always gets the latest.
+	// The channel is closed when ctx ends or the Service is done.
+	Observe(ctx context.Context) <-chan Leadership
+	// Subscribe delivers Acquired when this candidate wins, Released when it
+	// resigns, Lost when its term ends involuntarily, and LeaderChanged for
+	// every leader it sees.
+	Subscribe(ctx context.Context) <-chan primitives.Event
+	// Done is closed when the Service can no longer be used.
+	Done() <-chan struct{}
+	// Err is nil while the Service is usable; then it wraps
+	// primitives.ErrLost or primitives.ErrClosed.
+	Err() error
+	// Close withdraws the candidacy or resigns, promptly, in the backend too.
+	Close() error
+}
+
+// Leadership is one leader's term.
+type Leadership struct {
+	// Key is the leader's key; "" means nobody leads.
+	Key string
+	// Value is what the leader proclaimed.
+	Value string
+	// FencingToken is the CreateRevision of Key: strictly greater from
+	// term to term, the same throughout a term.
+	FencingToken fencing.Token
+	// LeaseID is the lease Key is attached to.
+	LeaseID int64
+}
+
+// Token returns the term's fencing token.
+func (l Leadership) Token() fencing.Token { return l.FencingToken }
+
+const resignTimeout = 10 * time.Second
+
+// Lead campaigns, runs fn while leading with a context cancelled as soon as
+// the term is lost, and resigns after fn returns. fn gets this candidate's
+// own term. It returns fn's error; if the term was lost it returns
+// errors.Join(fn's error, an error wrapping primitives.ErrLost). A failed
+// Campaign is returned as is and fn is not called.
+func Lead(ctx context.Context, s Service, value string, fn func(ctx context.Context, l Leadership) error) error {
+	subCtx, stopSub := context.WithCancel(ctx)
+	defer stopSub()
+	events := s.Subscribe(subCtx)
+	if err := s.Campaign(ctx, value); err != nil {
+		return err
+	}
+	term, ok := s.Term()
+	if !ok {
+		return fmt.Errorf("election: term ended before it could be led: %w", primitives.ErrLost)
+	}
+	return primitives.RunOwned(ctx, events, s.Done(), s.Err, term.Key, func(ctx context.Context) error {
+		return fn(ctx, term)
+	}, func(ctx context.Context) error {
+		if err := s.Resign(ctx); errors.Is(err, ErrNotLeader) {
+			return fmt.Errorf("election: term %s ended before resigning: %w", term.Key, primitives.ErrLost)
+		} else if err != nil {
+			return fmt.Errorf("election: resign after Lead: %w", err)
+		}
+		return nil
+	}, resignTimeout)
+}
