@@ -341,4 +341,3 @@ func (e *electionService) Close() error {
 		return keys
 	})
 }
-
