@@ -184,7 +184,7 @@ func (e *electionService) mirrorChanged(m *mirror) {
 	case !c.leading && !m.has(c.key):
 		e.cand = nil
 		c.reply.Answer(struct{}{}, fmt.Errorf("%s: candidate key %s deleted by another client: %w", e.name, c.key, primitives.ErrLost))
-	case !c.leading && !m.anyBefore(e.prefix, c.createRev, false):
+	case !c.leading && !m.anyBefore(e.prefix, c.createRev):
 		e.lead()
 	}
 }

@@ -165,15 +165,15 @@ func (m *mirror) first(sub string) *mvccpb.KeyValue {
 	return best
 }
 
-// anyBefore reports whether a key under sub was created before rev (or, with
-// byMod, last modified before rev).
-func (m *mirror) anyBefore(sub string, rev int64, byMod bool) bool {
+// anyBefore reports whether a key under sub was written before rev. Queue
+// keys are written once, so their CreateRevision and ModRevision agree;
+// ModRevision is what recipes.RWMutex orders by, CreateRevision what
+// concurrency.Mutex and Election do, and for a key written once both give
+// the same order. A key that was updated (a leader's Proclaim) counts from
+// its creation.
+func (m *mirror) anyBefore(sub string, rev int64) bool {
 	for k, kv := range m.keys {
-		r := kv.CreateRevision
-		if byMod {
-			r = kv.ModRevision
-		}
-		if r < rev && strings.HasPrefix(k, sub) {
+		if kv.CreateRevision < rev && strings.HasPrefix(k, sub) {
 			return true
 		}
 	}
