@@ -67,7 +67,9 @@ func notYet(t *testing.T, ch <-chan rwlock.Grant, what string) {
 	}
 }
 
-func keysUnder(t *testing.T, cli *clientv3.Client, prefix string) int64 { return countKeys(t, cli, prefix) }
+func keysUnder(t *testing.T, cli *clientv3.Client, prefix string) int64 {
+	return countKeys(t, cli, prefix)
+}
 
 func TestRWLockReadersShareWriterExcludes(t *testing.T) {
 	noLeaks(t)
