@@ -55,6 +55,7 @@ func (s *Session) keepaliveStream(lc pb.LeaseClient, interval time.Duration, pau
 		return true
 	}
 	for {
+		s.thaw()
 		sent := time.Now()
 		if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(s.lease)}); err != nil {
 			s.log.Debug("keepalive send failed", zap.Error(err))

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/etcdio/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -42,6 +43,7 @@ type Session struct {
 	wg     sync.WaitGroup // keepalive and watch goroutines
 	probe  chan struct{}  // asks the keepalive goroutine to renew now
 	seq    atomic.Uint64  // makes this session's key names unique
+	frozen atomic.Pointer[<-chan struct{}] // set while paused by a fault test
 
 	closeOnce sync.Once
 	closeErr  error
@@ -167,6 +169,12 @@ func (s *Session) run() {
 	for {
 		select {
 		case <-s.mb.Ready():
+			if time.Now().After(s.deadline) {
+				// Messages may have waited (a pause, a slow machine); none
+				// is acted on past the lease's end.
+				s.end(s.expired())
+				return
+			}
 			batch = s.mb.Drain(batch)
 			for _, f := range batch {
 				f()
@@ -179,9 +187,34 @@ func (s *Session) run() {
 				s.timer.Reset(d)
 				continue
 			}
-			s.end(fmt.Errorf("etcdio: lease %x: no keepalive acknowledged within the TTL of %v: %w",
-				int64(s.lease), s.ttl, primitives.ErrLost))
+			s.end(s.expired())
 			return
+		}
+	}
+}
+
+func (s *Session) expired() error {
+	return fmt.Errorf("etcdio: lease %x: no keepalive acknowledged within the TTL of %v: %w",
+		int64(s.lease), s.ttl, primitives.ErrLost)
+}
+
+func init() {
+	testhook.PauseSession = func(session any, resume <-chan struct{}) {
+		s := session.(*Session)
+		s.frozen.Store(&resume)
+		s.post(func() {
+			<-resume
+			s.frozen.Store(nil)
+		})
+	}
+}
+
+// thaw blocks while the session is paused by a fault test.
+func (s *Session) thaw() {
+	if p := s.frozen.Load(); p != nil {
+		select {
+		case <-*p:
+		case <-s.ctx.Done():
 		}
 	}
 }

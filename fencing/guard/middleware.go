@@ -1,0 +1,125 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ahrtr/disco/fencing"
+)
+
+// HTTPMiddleware returns a handler that reads the token of every request
+// from the fencing.HTTPHeader header, admits it with Admit and only then
+// calls next, with r.WithContext(admitted context); done is called after
+// next returns (also if it panics). A rejected request never reaches next;
+// it gets a plain-text body that says why, and the status:
+//
+//   - 428 Precondition Required: no token header;
+//   - 400 Bad Request: a malformed token, or several token values;
+//   - 409 Conflict: a token below the mark (stale), including one that became
+//     stale while it waited to be admitted;
+//   - 503 Service Unavailable: the request's context ended while it waited
+//     for requests with lower tokens to finish (the client went away or a
+//     server timeout fired); the client may retry.
+func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, err := fencing.FromHTTP(r)
+		if err != nil {
+			code := http.StatusPreconditionRequired
+			if errors.Is(err, fencing.ErrMalformedToken) {
+				code = http.StatusBadRequest
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		ctx, done, err := g.Admit(r.Context(), t)
+		if err != nil {
+			http.Error(w, err.Error(), httpStatus(err))
+			return
+		}
+		defer done()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func httpStatus(err error) int {
+	switch {
+	case errors.Is(err, fencing.ErrTokenStale):
+		return http.StatusConflict
+	case errors.Is(err, fencing.ErrMalformedToken):
+		return http.StatusBadRequest
+	case errors.Is(err, fencing.ErrNoToken):
+		return http.StatusPreconditionRequired
+	default: // the request's context ended while waiting
+		return http.StatusServiceUnavailable
+	}
+}
+
+// UnaryInterceptor returns a gRPC server interceptor that reads the token of
+// every call from the fencing.GRPCMetadataKey metadata, admits it with Admit
+// and only then calls the handler, with the admitted context; done is called
+// after the handler returns. A rejected call never reaches the handler; its
+// status is:
+//
+//   - codes.InvalidArgument: no token, a malformed token, or several values;
+//   - codes.FailedPrecondition: a token below the mark (stale);
+//   - codes.Canceled or codes.DeadlineExceeded: the call's context ended while
+//     it waited for calls with lower tokens to finish.
+func (g *Guard) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		actx, done, err := g.admitGRPC(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		return handler(actx, req)
+	}
+}
+
+// StreamInterceptor is UnaryInterceptor for streams: the token is read and
+// the stream admitted once, when it starts; the handler sees the admitted
+// context through the stream's Context method, and done is called after the
+// handler returns. Rejections carry the codes UnaryInterceptor uses.
+func (g *Guard) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		actx, done, err := g.admitGRPC(ss.Context())
+		if err != nil {
+			return err
+		}
+		defer done()
+		return handler(srv, &admittedStream{ServerStream: ss, ctx: actx})
+	}
+}
+
+func (g *Guard) admitGRPC(ctx context.Context) (context.Context, func(), error) {
+	t, err := fencing.FromIncomingContext(ctx)
+	if err != nil {
+		return nil, noop, status.Error(codes.InvalidArgument, err.Error())
+	}
+	actx, done, err := g.Admit(ctx, t)
+	if err != nil {
+		switch {
+		case errors.Is(err, fencing.ErrTokenStale):
+			return nil, noop, status.Error(codes.FailedPrecondition, err.Error())
+		case errors.Is(err, fencing.ErrNoToken):
+			return nil, noop, status.Error(codes.InvalidArgument, err.Error())
+		case errors.Is(err, context.DeadlineExceeded):
+			return nil, noop, status.Error(codes.DeadlineExceeded, err.Error())
+		default:
+			return nil, noop, status.Error(codes.Canceled, err.Error())
+		}
+	}
+	return actx, done, nil
+}
+
+// admittedStream is a grpc.ServerStream whose Context is the admitted one.
+type admittedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *admittedStream) Context() context.Context { return s.ctx }
