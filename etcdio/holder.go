@@ -83,14 +83,17 @@ func (h *holder) acquire(ctx context.Context, q queue, try bool) (hold, error) {
 			return hold{}, h.Err()
 		}
 	}
-	g, err := h.enqueue(ctx, q, try)
-	if err != nil {
-		<-h.sem
+	g, granted, err := h.enqueue(ctx, q, try)
+	if err != nil && !granted {
+		<-h.sem // a granted hold's end frees it, on the loop
 	}
 	return g, err
 }
 
-func (h *holder) enqueue(ctx context.Context, q queue, try bool) (hold, error) {
+// enqueue writes the key and waits for the hold. granted reports whether
+// the loop made it a hold (even if its token then failed): from then on the
+// loop frees sem when the hold ends.
+func (h *holder) enqueue(ctx context.Context, q queue, try bool) (g hold, granted bool, err error) {
 	key := h.s.newKey(q.keys)
 	put := clientv3.OpPut(key, "", clientv3.WithLease(h.s.lease))
 	txn := h.s.cli.Txn(ctx)
@@ -102,27 +105,43 @@ func (h *holder) enqueue(ctx context.Context, q queue, try bool) (hold, error) {
 	resp, err := txn.Commit()
 	if err != nil {
 		h.s.deleteKey(key) // the put may have happened
-		return hold{}, h.callErr(ctx, fmt.Errorf("%s: %w", h.name, err))
+		return hold{}, false, h.callErr(ctx, fmt.Errorf("%s: %w", h.name, err))
 	}
 	if try && !resp.Succeeded {
-		return hold{}, fmt.Errorf("%s: %w", h.name, h.errTaken)
+		return hold{}, false, fmt.Errorf("%s: %w", h.name, h.errTaken)
 	}
 	rev := resp.Header.Revision
 	ahead := !try && resp.Responses[0].GetResponseRange().Count > 0
 	w := &wait{hold: hold{key: key, createRev: rev, mode: q.mode}, blockers: q.blockers}
-	g, err := call(ctx, h.s, func(r actor.Reply[hold]) {
+	g, err = call(ctx, h.s, func(r actor.Reply[hold]) {
 		w.reply = r
 		h.queued(w, ahead)
 	})
-	if err == nil && !g.ready {
-		g, err = h.tokenize(ctx, g)
-	}
 	if err != nil {
+		// Never granted: the loop forgets the wait, the caller frees sem.
+		h.s.post(func() {
+			if h.wait != nil && h.wait.key == key {
+				h.wait = nil
+			}
+		})
 		h.s.deleteKey(key)
-		h.s.post(func() { h.forget(key) })
-		return hold{}, err
+		return hold{}, false, err
 	}
-	return g, nil
+	if !g.ready {
+		if g, err = h.tokenize(ctx, g); err != nil {
+			// Granted but without a token: end the hold on the loop first,
+			// then delete its key.
+			_, _ = call(context.WithoutCancel(ctx), h.s, func(r actor.Reply[struct{}]) {
+				if h.hold != nil && h.hold.key == key {
+					h.endHold(nil)
+				}
+				r.Answer(struct{}{}, nil)
+			})
+			h.s.deleteKey(key)
+			return hold{}, true, err
+		}
+	}
+	return g, true, nil
 }
 
 // tokenize gets the token of a hold that is not ready and publishes it.
@@ -142,17 +161,6 @@ func (h *holder) tokenize(ctx context.Context, g hold) (hold, error) {
 			h.events.Publish(primitives.Acquired{Key: cur.key, Token: fencing.Token(tok)})
 		}
 	})
-}
-
-// forget drops what the loop knows of a key whose acquisition failed; the
-// caller deletes the key and frees sem. Loop only.
-func (h *holder) forget(key string) {
-	if h.wait != nil && h.wait.key == key {
-		h.wait = nil
-	}
-	if h.hold != nil && h.hold.key == key {
-		h.hold = nil
-	}
 }
 
 // queued registers a key just written. Loop only.
@@ -217,13 +225,13 @@ func (h *holder) lostEvent(g *hold) primitives.Event {
 		Err: fmt.Errorf("%s: key %s deleted by another client: %w", h.name, g.key, primitives.ErrLost)}
 }
 
-// endHold ends the current hold with ev, which is published only if the
-// hold's Acquired was. Loop only.
+// endHold ends the current hold, frees sem, and publishes ev if the hold's
+// Acquired was published. Loop only.
 func (h *holder) endHold(ev primitives.Event) {
 	ready := h.hold.ready
 	h.hold = nil
 	<-h.sem
-	if ready {
+	if ready && ev != nil {
 		h.events.Publish(ev)
 	}
 }
