@@ -40,9 +40,9 @@ type Session struct {
 	err    error
 	ctx    context.Context // ends with the session; stops the helpers
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // keepalive and watch goroutines
-	probe  chan struct{}  // asks the keepalive goroutine to renew now
-	seq    atomic.Uint64  // makes this session's key names unique
+	wg     sync.WaitGroup                  // keepalive and watch goroutines
+	probe  chan struct{}                   // asks the keepalive goroutine to renew now
+	seq    atomic.Uint64                   // makes this session's key names unique
 	frozen atomic.Pointer[<-chan struct{}] // set while paused by a fault test
 
 	closeOnce sync.Once
