@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The test binary starts one embedded etcd on first use (or uses
+// ETCD_ENDPOINTS) and shares it among tests and benchmarks.
+var (
+	fsyncFlag = flag.Bool("bench.fsync", true, "embedded etcd: fsync (false: unsafe, faster)")
+
+	envOnce sync.Once
+	testEnv *env
+	envErr  error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	quietGRPC()
+	code := m.Run()
+	if testEnv != nil {
+		if err := testEnv.close(); err != nil {
+			fmt.Fprintln(os.Stderr, "closing etcd:", err)
+		}
+	}
+	os.Exit(code)
+}
+
+func sharedEnv(tb testing.TB) *env {
+	tb.Helper()
+	envOnce.Do(func() { testEnv, envErr = startEnv(*fsyncFlag, "") })
+	if envErr != nil {
+		tb.Fatal(envErr)
+	}
+	return testEnv
+}
+
+// BenchmarkLockUncontended: one owner, Lock then Unlock per op, and the
+// Put+Delete limit. ns/op is one whole cycle.
+func BenchmarkLockUncontended(b *testing.B) {
+	e := sharedEnv(b)
+	for _, lib := range []lockLib{discoLib, etcdMutexLib, putDeleteLib} {
+		name := lib.name
+		if name == putDeleteLib.name {
+			name = "put-delete"
+		}
+		b.Run(name, func(b *testing.B) {
+			ls, clis, err := openLockers(context.Background(), e, lib, e.prefix("b-uncontended-"+lib.name), 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer closeLockers(ls, clis)
+			l, ctx := ls[0], context.Background()
+			cycles := make([]time.Duration, 0, b.N)
+			start := time.Now()
+			for b.Loop() {
+				t0 := time.Now()
+				if _, err := l.lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := l.unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				cycles = append(cycles, time.Since(t0))
+			}
+			d := summarize(cycles)
+			b.ReportMetric(float64(len(cycles))/time.Since(start).Seconds(), "acq/s")
+			b.ReportMetric(d.P50, "p50-ms")
+			b.ReportMetric(d.P99, "p99-ms")
+		})
+	}
+}
+
+// BenchmarkLockContended: N owners, each with its own client and session,
+// share one lock; b.N acquisitions in all. ns/op is time per acquisition;
+// p50-ms and p99-ms are handoff latencies (previous holder calls Unlock ->
+// next holder's Lock returns).
+func BenchmarkLockContended(b *testing.B) {
+	e := sharedEnv(b)
+	for _, lib := range []lockLib{discoLib, etcdMutexLib} {
+		b.Run(lib.name, func(b *testing.B) {
+			for _, n := range []int{2, 8, 32} {
+				b.Run(fmt.Sprintf("contenders=%d", n), func(b *testing.B) {
+					cfg := runCfg{maxAcq: b.N, ready: b.ResetTimer, finished: b.StopTimer}
+					s, err := runContended(context.Background(), e, lib, n, cfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if s.Errors > 0 {
+						b.Fatalf("%d errors, first: %s", s.Errors, s.FirstErr)
+					}
+					b.ReportMetric(s.PerSec, "acq/s")
+					b.ReportMetric(s.Handoff.P50, "p50-ms")
+					b.ReportMetric(s.Handoff.P99, "p99-ms")
+				})
+			}
+		})
+	}
+}
+
+// TestScenariosSmoke runs every kind of scenario briefly with few
+// contenders and checks that the results are sane. It judges no speed.
+func TestScenariosSmoke(t *testing.T) {
+	e := sharedEnv(t)
+	r := &runner{env: e, cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond},
+		contenders: []int{2}, guardGoroutines: 4}
+	all := allScenarios(r.contenders, r.guardGoroutines)
+	var results []*result
+	for _, s := range all {
+		res, err := s.run(context.Background(), r)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		results = append(results, res)
+		if res.Scenario != s.name || len(res.Rows) == 0 {
+			t.Fatalf("%s: result %q with %d rows", s.name, res.Scenario, len(res.Rows))
+		}
+		for _, row := range res.Rows {
+			for _, sd := range []*side{row.Disco, row.Base} {
+				if sd == nil {
+					continue
+				}
+				if sd.Count <= 0 || sd.PerSec <= 0 || sd.Errors != 0 {
+					t.Errorf("%s %s: count %d, %.0f/s, %d errors (%s)", s.name, sd.Lib, sd.Count, sd.PerSec, sd.Errors, sd.FirstErr)
+				}
+				if row.Latency == "" {
+					continue
+				}
+				if sd.Wait.N == 0 || sd.Wait.P50 <= 0 || sd.Wait.P99 < sd.Wait.P50 {
+					t.Errorf("%s %s: wait latency %+v", s.name, sd.Lib, sd.Wait)
+				}
+				if row.Latency == "handoff" && (sd.Handoff.N == 0 || sd.Handoff.P99 < sd.Handoff.P50) {
+					t.Errorf("%s %s: handoff latency %+v", s.name, sd.Lib, sd.Handoff)
+				}
+				if row.Latency == "cycle" && sd.Cycle.N != sd.Count {
+					t.Errorf("%s %s: %d cycles for %d acquisitions", s.name, sd.Lib, sd.Cycle.N, sd.Count)
+				}
+				if !e.external && (sd.Load == nil || sd.Load.Requests <= 0) {
+					t.Errorf("%s %s: load %+v", s.name, sd.Lib, sd.Load)
+				}
+			}
+			for _, g := range row.Goals {
+				if !slices.Contains([]string{"met", "MISSED", "n/a"}, g.Status) {
+					t.Errorf("%s: goal %+v", s.name, g)
+				}
+			}
+		}
+	}
+	var sb strings.Builder
+	if err := printTable(&sb, results, e, r.cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all {
+		if !strings.Contains(sb.String(), s.name) {
+			t.Errorf("table lacks %s:\n%s", s.name, sb.String())
+		}
+	}
+	files, err := writeOutputs(t.TempDir(), time.Now(), results, e, r.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1 + len(all); len(files) != want {
+		t.Errorf("wrote %d files, want %d: %v", len(files), want, files)
+	}
+}
+
+func TestSelectScenarios(t *testing.T) {
+	all := allScenarios([]int{2, 8, 32, 128}, 64)
+	for filter, want := range map[string]int{
+		"":                     len(all),
+		"lock-contended":       4,
+		"contended-(2|8)$":     2,
+		"guard-check-1,uncont": 2,
+		"^guard":               4,
+	} {
+		got, err := selectScenarios(all, filter)
+		if err != nil || len(got) != want {
+			t.Errorf("filter %q: %d scenarios, %v; want %d", filter, len(got), err, want)
+		}
+	}
+	if _, err := selectScenarios(all, "nothing-like-this"); err == nil {
+		t.Error("a filter matching nothing was accepted")
+	}
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/grpclog"
+
+	"github.com/ahrtr/disco/etcdio/embedded"
+)
+
+// env is the etcd every scenario of one run talks to: an embedded member
+// (the default) or the cluster named by ETCD_ENDPOINTS.
+type env struct {
+	endpoints  []string
+	external   bool
+	fsync      bool
+	metricsURL string // Prometheus endpoint; "" when unknown (external without -metrics)
+	srv        *embedded.Server
+	root       string // key prefix unique to this run
+	seq        atomic.Int64
+}
+
+// quietGRPC silences gRPC's process-wide logger, which otherwise prints
+// connection errors to stderr when many clients close at once. It must run
+// before any gRPC activity.
+func quietGRPC() {
+	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
+}
+
+// startEnv connects to ETCD_ENDPOINTS if set, otherwise starts an embedded
+// member that logs nothing; fsync=false makes it skip fsync. metricsURL
+// overrides the Prometheus endpoint (needed to measure load on an external
+// cluster).
+func startEnv(fsync bool, metricsURL string) (*env, error) {
+	e := &env{fsync: fsync, metricsURL: metricsURL,
+		root: fmt.Sprintf("/disco-bench/%x", time.Now().UnixNano())}
+	if eps := embedded.EndpointsFromEnv(); len(eps) > 0 {
+		e.endpoints, e.external = eps, true
+	} else {
+		var opts []embedded.Option
+		if !fsync {
+			opts = append(opts, embedded.WithUnsafeNoFsync())
+		}
+		srv, err := embedded.Start(opts...)
+		if err != nil {
+			return nil, fmt.Errorf("starting embedded etcd: %w", err)
+		}
+		e.srv, e.endpoints = srv, srv.Endpoints()
+		if e.metricsURL == "" {
+			e.metricsURL = srv.MetricsURL()
+		}
+	}
+	// Fail early and clearly when the cluster is unreachable.
+	cli, err := e.newClient()
+	if err != nil {
+		return nil, errors.Join(err, e.close())
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Get(ctx, e.root); err != nil {
+		return nil, errors.Join(fmt.Errorf("etcd at %v: %w", e.endpoints, err), e.close())
+	}
+	return e, nil
+}
+
+// newClient returns a new client with its own connection, as a separate
+// process would have.
+func (e *env) newClient() (*clientv3.Client, error) { return embedded.NewClient(e.endpoints) }
+
+// prefix returns a fresh key prefix for one measurement, so that no two
+// measurements (or runs against a shared cluster) see each other's keys.
+func (e *env) prefix(name string) string {
+	return fmt.Sprintf("%s/%s-%d", e.root, name, e.seq.Add(1))
+}
+
+// backend describes the etcd for reports.
+func (e *env) backend() string {
+	if e.external {
+		return fmt.Sprintf("external %v", e.endpoints)
+	}
+	return fmt.Sprintf("embedded (fsync=%v)", e.fsync)
+}
+
+func (e *env) close() error {
+	if e.srv == nil {
+		return nil
+	}
+	return e.srv.Close()
+}

@@ -1,0 +1,151 @@
+// Command bench measures disco's etcd lock and fencing guard under
+// contention, side by side with etcd's own concurrency.Mutex on the same etcd
+// in the same run, and judges the goals from the issue.
+//
+//	go run ./bench                      # embedded etcd, real fsync
+//	go run ./bench -fsync=false         # embedded etcd, no fsync
+//	ETCD_ENDPOINTS=http://h:2379 go run ./bench -metrics http://h:2381/metrics
+//	go run ./bench -scenarios 'contended-(2|8)$,guard' -duration 5s -out results/
+//
+// Progress goes to stderr, the table to stdout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		duration   = flag.Duration("duration", 3*time.Second, "measured time per side of each scenario")
+		warmup     = flag.Duration("warmup", 300*time.Millisecond, "unmeasured time before each side's measurement")
+		filter     = flag.String("scenarios", "", "comma-separated regular expressions; run only scenarios whose name matches one (default all)")
+		out        = flag.String("out", "", "directory for results.json and one PNG chart per scenario")
+		fsync      = flag.Bool("fsync", true, "embedded etcd: fsync its WAL and backend (false: unsafe, faster)")
+		metrics    = flag.String("metrics", "", "Prometheus URL of the etcd under test, to measure load per acquisition with ETCD_ENDPOINTS (embedded: automatic)")
+		contenders = flag.String("contenders", "2,8,32,128", "contention levels for lock-contended-N")
+		guardG     = flag.Int("guard-goroutines", 64, "goroutines for the many-goroutine guard scenarios")
+		list       = flag.Bool("list", false, "list scenario names and exit")
+		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the whole run (etcd included when embedded) to this file")
+	)
+	flag.Parse()
+	levels, err := parseInts(*contenders)
+	if err != nil {
+		return fmt.Errorf("-contenders: %w", err)
+	}
+	if *duration <= 0 || *warmup < 0 || *guardG < 1 {
+		return errors.New("-duration must be > 0, -warmup >= 0, -guard-goroutines >= 1")
+	}
+	all := allScenarios(levels, *guardG)
+	if *list {
+		for _, s := range all {
+			fmt.Println(s.name)
+		}
+		return nil
+	}
+	chosen, err := selectScenarios(all, *filter)
+	if err != nil {
+		return err
+	}
+
+	quietGRPC()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	started := time.Now()
+	e, err := startEnv(*fsync, *metrics)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	cfg := runCfg{warmup: *warmup, duration: *duration}
+	r := &runner{env: e, cfg: cfg, progress: os.Stderr, contenders: levels, guardGoroutines: *guardG}
+	fmt.Fprintf(os.Stderr, "bench: %d scenarios on etcd %s\n", len(chosen), e.backend())
+	results, err := runAll(ctx, r, chosen)
+	if len(results) > 0 {
+		if perr := printTable(os.Stdout, results, e, cfg); perr != nil {
+			return perr
+		}
+		if *out != "" {
+			files, werr := writeOutputs(*out, started, results, e, cfg)
+			for _, f := range files {
+				fmt.Fprintln(os.Stderr, "bench: wrote", f)
+			}
+			if werr != nil {
+				return werr
+			}
+		}
+	}
+	fmt.Fprintf(os.Stderr, "bench: done in %v\n", time.Since(started).Round(time.Second))
+	return err
+}
+
+// runAll runs the scenarios one after another, printing a progress line
+// for each. It stops at the first error, returning what it has.
+func runAll(ctx context.Context, r *runner, chosen []scenario) ([]*result, error) {
+	var results []*result
+	for i, s := range chosen {
+		if ctx.Err() != nil {
+			return results, ctx.Err()
+		}
+		fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", i+1, len(chosen), s.name)
+		t0 := time.Now()
+		res, err := s.run(ctx, r)
+		if err != nil {
+			return results, err
+		}
+		res.Elapsed = time.Since(t0)
+		for _, row := range res.Rows {
+			line := fmt.Sprintf("[%d/%d] %s vs %s: disco %.0f %s", i+1, len(chosen), s.name, orDash(row.Baseline), row.Disco.PerSec, row.Unit)
+			if row.Base != nil {
+				line += fmt.Sprintf(", %s %.0f %s", row.Base.Lib, row.Base.PerSec, row.Unit)
+			}
+			for _, g := range row.Goals {
+				line += fmt.Sprintf("; %s: %s", g.Name, g.Status)
+			}
+			fmt.Fprintln(os.Stderr, line)
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad contention level %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The etcd metrics that measure load per acquisition.
+const (
+	// grpc_server_msg_received_total counts every request message: one per
+	// unary call (Txn, Range, Put, DeleteRange, ...) and one per message on
+	// a stream (watch create/cancel/progress, lease keepalive).
+	metricRequests = "grpc_server_msg_received_total"
+	// etcd_debugging_mvcc_events_total counts watch events delivered to
+	// watchers (mvcc.ReportEventReceived, called by the watch server as it
+	// sends them).
+	metricWatchEvents = "etcd_debugging_mvcc_events_total"
+)
+
+// keepaliveMethod is left out of the request count: lease keepalives come
+// from the TTL and the clock, not from acquisitions.
+const keepaliveMethod = "LeaseKeepAlive"
+
+// snapshot is one scrape of a Prometheus text endpoint: series -> value.
+type snapshot struct {
+	at     time.Time // middle of the scrape
+	series map[string]float64
+}
+
+// scrape reads a Prometheus text-format endpoint. Only the series named in
+// keep are parsed.
+func scrape(ctx context.Context, url string) (snapshot, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return snapshot{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return snapshot{}, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return snapshot{}, fmt.Errorf("scraping %s: %s", url, resp.Status)
+	}
+	s := snapshot{series: map[string]float64{}}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metricRequests) && !strings.HasPrefix(line, metricWatchEvents) {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		s.series[line[:sp]] = v
+	}
+	if err := sc.Err(); err != nil {
+		return snapshot{}, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	s.at = start.Add(time.Since(start) / 2)
+	return s, nil
+}
+
+// seriesName and label split `name{a="x",b="y"}`.
+func seriesName(series string) string {
+	if i := strings.IndexByte(series, '{'); i >= 0 {
+		return series[:i]
+	}
+	return series
+}
+
+func label(series, name string) string {
+	k := name + `="`
+	i := strings.Index(series, k)
+	if i < 0 {
+		return ""
+	}
+	rest := series[i+len(k):]
+	if j := strings.IndexByte(rest, '"'); j >= 0 {
+		return rest[:j]
+	}
+	return ""
+}
+
+// load is etcd's work per acquisition over a measured window.
+type load struct {
+	Acquisitions int                `json:"acquisitions"`
+	Requests     float64            `json:"requests_per_acq"`
+	WatchEvents  float64            `json:"watch_events_per_acq"`
+	ByMethod     map[string]float64 `json:"requests_per_acq_by_method"`
+}
+
+// loadBetween turns two snapshots into per-acquisition figures.
+func loadBetween(before, after snapshot, acquisitions int) *load {
+	l := &load{Acquisitions: acquisitions, ByMethod: map[string]float64{}}
+	if acquisitions == 0 {
+		return l
+	}
+	n := float64(acquisitions)
+	for k, v := range after.series {
+		d := v - before.series[k]
+		if d == 0 {
+			continue
+		}
+		switch seriesName(k) {
+		case metricRequests:
+			m := label(k, "grpc_method")
+			if m == keepaliveMethod {
+				continue
+			}
+			l.Requests += d / n
+			l.ByMethod[m] += d / n
+		case metricWatchEvents:
+			l.WatchEvents += d / n
+		}
+	}
+	return l
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// printTable writes one line per row: throughput, latency and etcd load for
+// disco and its baseline, and every goal judged plainly.
+func printTable(w io.Writer, results []*result, e *env, cfg runCfg) error {
+	fmt.Fprintf(w, "disco bench: etcd %s, %v per side (+%v warmup), GOMAXPROCS=%d, %s\n",
+		e.backend(), cfg.duration, cfg.warmup, runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Fprintln(w, "latency in ms as p50/p99; handoff = previous holder calls Unlock -> next holder's Lock returns; cycle = one uncontended Lock+Unlock;")
+	fmt.Fprintln(w, "req/acq = etcd gRPC request messages per acquisition (lease keepalives excluded); watch-ev/acq = watch events etcd sent per acquisition")
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tN\tVS\tDISCO\tVS\tDISCO/VS\tLATENCY\tDISCO p50/p99\tVS p50/p99\tREQ/ACQ disco|vs\tWATCH-EV/ACQ disco|vs\tGOALS")
+	var notes []string
+	for _, res := range results {
+		for _, r := range res.Rows {
+			base, basePS, ratio, baseLat := "-", "-", "-", "-"
+			if r.Base != nil {
+				base = r.Base.Lib
+				basePS = fmtRate(r.Base.PerSec, r.Unit)
+				ratio = fmt.Sprintf("%.2fx", ratioOf(r.Disco.PerSec, r.Base.PerSec))
+				baseLat = fmtLat(r.Base, r.Latency)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+				r.Scenario, r.Contenders, base, fmtRate(r.Disco.PerSec, r.Unit), basePS, ratio,
+				orDash(r.Latency), fmtLat(r.Disco, r.Latency), baseLat,
+				fmtLoad(r, func(l *load) float64 { return l.Requests }),
+				fmtLoad(r, func(l *load) float64 { return l.WatchEvents }),
+				fmtGoals(r))
+			for _, s := range []*side{r.Disco, r.Base} {
+				if s != nil && s.Errors > 0 {
+					notes = append(notes, fmt.Sprintf("%s %s: %d errors, first: %s", r.Scenario, s.Lib, s.Errors, s.FirstErr))
+				}
+			}
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range notes {
+			fmt.Fprintln(w, "ERROR", n)
+		}
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func fmtRate(v float64, unit string) string {
+	switch {
+	case v >= 10e6:
+		return fmt.Sprintf("%.1fM %s", v/1e6, unit)
+	case v >= 100e3:
+		return fmt.Sprintf("%.0fk %s", v/1e3, unit)
+	default:
+		return fmt.Sprintf("%.0f %s", v, unit)
+	}
+}
+
+func fmtLat(s *side, kind string) string {
+	var d dist
+	switch kind {
+	case "handoff":
+		d = s.Handoff
+	case "cycle":
+		d = s.Cycle
+	case "wait":
+		d = s.Wait
+	default:
+		return "-"
+	}
+	if d.N == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%.2f/%.2f", d.P50, d.P99)
+}
+
+func fmtLoad(r *row, f func(*load) float64) string {
+	if r.Latency == "" { // no etcd in this scenario
+		return "-"
+	}
+	one := func(s *side) string {
+		if s == nil {
+			return "-"
+		}
+		if s.Load == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1f", f(s.Load))
+	}
+	return one(r.Disco) + " | " + one(r.Base)
+}
+
+func fmtGoals(r *row) string {
+	var parts []string
+	for _, g := range r.Goals {
+		parts = append(parts, fmt.Sprintf("%s: %s (%s)", g.Name, g.Status, g.Detail))
+	}
+	for _, s := range []*side{r.Disco, r.Base} {
+		if s != nil && s.Errors > 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d ERRORS", s.Lib, s.Errors))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// report is the JSON file's content.
+type report struct {
+	Started    time.Time `json:"started"`
+	Backend    string    `json:"backend"`
+	Fsync      bool      `json:"fsync"`
+	External   bool      `json:"external"`
+	Duration   string    `json:"duration_per_side"`
+	Warmup     string    `json:"warmup"`
+	GOMAXPROCS int       `json:"gomaxprocs"`
+	GoVersion  string    `json:"go_version"`
+	Results    []*result `json:"results"`
+}
+
+// writeOutputs writes results.json and one PNG chart per scenario into dir.
+func writeOutputs(dir string, started time.Time, results []*result, e *env, cfg runCfg) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	rep := report{Started: started, Backend: e.backend(), Fsync: e.fsync, External: e.external,
+		Duration: cfg.duration.String(), Warmup: cfg.warmup.String(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Results: results}
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "results.json")
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	files := []string{path}
+	for _, res := range results {
+		p := filepath.Join(dir, res.Scenario+".png")
+		ok, err := res.chart.save(p)
+		if err != nil {
+			return files, fmt.Errorf("chart %s: %w", p, err)
+		}
+		if ok {
+			files = append(files, p)
+		}
+	}
+	return files, nil
+}

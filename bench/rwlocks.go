@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	recipes "go.etcd.io/etcd/client/v3/experimental/recipes"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/primitives/rwlock"
+)
+
+// rwLocker is one owner's handle on a readers-writer lock. Tokens are 0
+// when the implementation has none.
+type rwLocker interface {
+	rlock(ctx context.Context) (int64, error)
+	runlock(ctx context.Context) error
+	lock(ctx context.Context) (int64, error)
+	unlock(ctx context.Context) error
+	close() error
+}
+
+type rwLockLib struct {
+	name string
+	open func(cli *clientv3.Client, prefix string) (rwLocker, error)
+}
+
+var discoRWLib = rwLockLib{name: "disco", open: func(cli *clientv3.Client, prefix string) (rwLocker, error) {
+	s, err := etcdio.NewRWLock(cli, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return discoRW{s}, nil
+}}
+
+type discoRW struct{ s rwlock.Service }
+
+func (d discoRW) rlock(ctx context.Context) (int64, error) {
+	g, err := d.s.RLock(ctx)
+	return int64(g.FencingToken), err
+}
+func (d discoRW) runlock(ctx context.Context) error { return d.s.RUnlock(ctx) }
+func (d discoRW) lock(ctx context.Context) (int64, error) {
+	g, err := d.s.Lock(ctx)
+	return int64(g.FencingToken), err
+}
+func (d discoRW) unlock(ctx context.Context) error { return d.s.Unlock(ctx) }
+func (d discoRW) close() error                     { return d.s.Close() }
+
+// etcdRWLib is recipes.RWMutex. It takes no context: a waiting RLock or
+// Lock cannot be abandoned, so the loop stops only between acquisitions.
+var etcdRWLib = rwLockLib{name: "etcd-rwmutex", open: func(cli *clientv3.Client, prefix string) (rwLocker, error) {
+	s, err := concurrency.NewSession(cli)
+	if err != nil {
+		return nil, err
+	}
+	return &etcdRW{s: s, m: recipes.NewRWMutex(s, prefix)}, nil
+}}
+
+type etcdRW struct {
+	s *concurrency.Session
+	m *recipes.RWMutex
+}
+
+func (e *etcdRW) rlock(context.Context) (int64, error) { return 0, e.m.RLock() }
+func (e *etcdRW) runlock(context.Context) error        { return e.m.RUnlock() }
+func (e *etcdRW) lock(context.Context) (int64, error)  { return 0, e.m.Lock() }
+func (e *etcdRW) unlock(context.Context) error         { return e.m.Unlock() }
+func (e *etcdRW) close() error                         { return e.s.Close() }
+
+// runRWContended runs n owners that loop: with probability readFrac RLock,
+// else Lock; a tiny critical section (a guard check of the token); release.
+// It checks that no writer ever overlapped anyone and measures throughput
+// (reads and writes together) and the wait of each call.
+func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac float64, cfg runCfg) (*side, error) {
+	prefix := e.prefix(fmt.Sprintf("rw%d-%s", n, lib.name))
+	ls := make([]rwLocker, n)
+	clis := make([]*clientv3.Client, n)
+	defer func() {
+		lks := make([]locker, n) // reuse closeLockers' fan-out
+		for i, l := range ls {
+			if l != nil {
+				lks[i] = closer{l}
+			}
+		}
+		closeLockers(lks, clis)
+	}()
+	for i := range n {
+		cli, err := e.newClient()
+		if err != nil {
+			return nil, err
+		}
+		clis[i] = cli
+		if ls[i], err = lib.open(cli, prefix); err != nil {
+			return nil, fmt.Errorf("%s: open: %w", lib.name, err)
+		}
+	}
+	s := &side{Lib: lib.name}
+	var errs errCount
+	g := guard.New()
+	start := time.Now()
+	measureFrom := start.Add(cfg.warmup)
+	deadline := measureFrom.Add(cfg.duration)
+	runCtx, stop := context.WithDeadline(ctx, deadline)
+	defer stop()
+	probe := &loadProbe{url: e.metricsURL}
+	var probeWG sync.WaitGroup
+	probeWG.Go(func() {
+		probe.at(ctx, measureFrom, &probe.before)
+		probe.at(ctx, deadline, &probe.after)
+	})
+	var acquiredAt []time.Time
+
+	var readers, writers atomic.Int64 // holders now, for the exclusion check
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 42))
+			for runCtx.Err() == nil {
+				read := rng.Float64() < readFrac
+				t0 := time.Now()
+				var tok int64
+				var err error
+				if read {
+					tok, err = l.rlock(runCtx)
+				} else {
+					tok, err = l.lock(runCtx)
+				}
+				t1 := time.Now()
+				if err != nil {
+					if runCtx.Err() == nil {
+						errs.add(fmt.Errorf("acquire: %w", err))
+						time.Sleep(10 * time.Millisecond)
+					}
+					continue
+				}
+				if read {
+					readers.Add(1)
+					if writers.Load() != 0 {
+						errs.add(fmt.Errorf("reader admitted while a writer holds the lock"))
+					}
+				} else if writers.Add(1) != 1 || readers.Load() != 0 {
+					errs.add(fmt.Errorf("writer admitted while others hold the lock"))
+				}
+				if tok != 0 {
+					if err := g.Check(fencing.Token(tok)); err != nil {
+						errs.add(err)
+					}
+				}
+				mu.Lock()
+				acquiredAt = append(acquiredAt, t1)
+				if !t1.Before(measureFrom) && t1.Before(deadline) {
+					s.Count++
+					s.waits = append(s.waits, t1.Sub(t0))
+				}
+				mu.Unlock()
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), 10*time.Second)
+				if read {
+					readers.Add(-1)
+					err = l.runlock(uctx)
+				} else {
+					writers.Add(-1)
+					err = l.unlock(uctx)
+				}
+				cancel()
+				if err != nil {
+					errs.add(fmt.Errorf("release: %w", err))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	probeWG.Wait()
+	s.Window = cfg.duration
+	s.rate()
+	s.Wait = summarize(s.waits)
+	errs.into(s)
+	if probe.url != "" {
+		if probe.err != nil {
+			return nil, probe.err
+		}
+		n := 0
+		for _, t := range acquiredAt {
+			if !t.Before(probe.before.at) && t.Before(probe.after.at) {
+				n++
+			}
+		}
+		s.Load = loadBetween(probe.before, probe.after, n)
+	}
+	return s, nil
+}
+
+// closer adapts an rwLocker to closeLockers.
+type closer struct{ rwLocker }
+
+func (c closer) lock(context.Context) (int64, error) { return 0, nil }
+func (c closer) unlock(context.Context) error        { return nil }
+
+// rwContenders is the number of owners in the rwlock scenarios.
+const rwContenders = 8
+
+// rwScenario: disco's rwlock against recipes.RWMutex with readFrac reads.
+func rwScenario(name string, readFrac float64) func(ctx context.Context, r *runner) (*result, error) {
+	return func(ctx context.Context, r *runner) (*result, error) {
+		var sides []*side
+		for _, lib := range []rwLockLib{discoRWLib, etcdRWLib} {
+			r.logf("  %s: %s ...", name, lib.name)
+			s, err := runRWContended(ctx, r.env, lib, rwContenders, readFrac, r.cfg)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", name, lib.name, err)
+			}
+			sides = append(sides, s)
+		}
+		d, m := sides[0], sides[1]
+		return &result{Scenario: name,
+			Rows: []*row{{Scenario: name, Contenders: rwContenders, Baseline: m.Lib, Unit: "acq/s", Latency: "wait", Disco: d, Base: m}},
+			chart: chart{title: fmt.Sprintf("RWLock, %d owners, %.0f%% reads: wait per call (CDF)", rwContenders, readFrac*100),
+				xLabel: "wait (ms)", cdfs: []series{{"disco wait", d.waits}, {"etcd-rwmutex wait", m.waits}}},
+		}, nil
+	}
+}
