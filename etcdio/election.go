@@ -123,12 +123,15 @@ func (e *electionService) queued(key string, rev int64, value string, ahead bool
 // Loop only.
 func (e *electionService) lead() {
 	c := e.cand
-	if !c.reply.Answer(struct{}{}, nil) {
-		e.cand = nil // Campaign gave up and deletes the key
-		return
-	}
+	// Term reads the term without the loop: it must be set before Campaign
+	// can return.
 	c.leading = true
 	e.setTerm(c)
+	if !c.reply.Answer(struct{}{}, nil) {
+		e.cand = nil // Campaign gave up and deletes the key
+		e.setTerm(nil)
+		return
+	}
 	e.events.Publish(primitives.Acquired{Key: c.key, Token: fencing.Token(c.createRev)})
 }
 

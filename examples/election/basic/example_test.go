@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
+)
+
+// TestMain serves etcd from a child process (or uses ETCD_ENDPOINTS), so
+// goleak sees only this process's own goroutines.
+func TestMain(m *testing.M) { etcdtest.Main(m) }
+
+func TestStory(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	var out bytes.Buffer
+	o, err := tell(ctx, &out, etcdtest.Endpoints())
+	t.Logf("story:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("story: %v", err)
+	}
+
+	// Three terms, A then B then C, with rising tokens.
+	if len(o.Leaders) != 3 {
+		t.Fatalf("%d terms, want 3: %+v", len(o.Leaders), o.Leaders)
+	}
+	for i, want := range []string{"A", "B", "C"} {
+		if o.Leaders[i].Value != want {
+			t.Errorf("term %d led by %q, want %q", i, o.Leaders[i].Value, want)
+		}
+		if i > 0 && o.Leaders[i].Token() <= o.Leaders[i-1].Token() {
+			t.Errorf("token went from %d to %d", o.Leaders[i-1].Token(), o.Leaders[i].Token())
+		}
+	}
+	// The observer saw each of them, in order, and nobody else.
+	if len(o.Observed) != len(o.Leaders) {
+		t.Fatalf("observer saw %+v, want %+v", o.Observed, o.Leaders)
+	}
+	for i := range o.Leaders {
+		if o.Observed[i].Key != o.Leaders[i].Key || o.Observed[i].Token() != o.Leaders[i].Token() {
+			t.Errorf("observer's leader %d = %+v, want %+v", i, o.Observed[i], o.Leaders[i])
+		}
+	}
+	if !o.NoLeaderAtEnd {
+		t.Error("observer did not see that nobody leads at the end")
+	}
+	// Each handover fenced out the former leader.
+	if len(o.Rejected) != 2 {
+		t.Fatalf("%d handovers checked, want 2", len(o.Rejected))
+	}
+	for i, err := range o.Rejected {
+		if !errors.Is(err, fencing.ErrTokenStale) {
+			t.Errorf("handover %d: former leader's write: %v, want ErrTokenStale", i, err)
+		}
+	}
+	if err := o.LeadErrs["A"]; !errors.Is(err, primitives.ErrClosed) {
+		t.Errorf("A's Lead: %v, want ErrClosed", err)
+	}
+	if err := o.LeadErrs["B"]; !errors.Is(err, primitives.ErrLost) {
+		t.Errorf("B's Lead: %v, want ErrLost", err)
+	}
+	if err, ok := o.LeadErrs["C"]; !ok || err != nil {
+		t.Errorf("C's Lead: %v (returned: %v), want nil", err, ok)
+	}
+	if !strings.Contains(out.String(), "ended as promised") {
+		t.Error("story does not say it ended as promised")
+	}
+}
+
+// TestRun checks the thin wrapper main uses.
+func TestRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, &out, etcdtest.Endpoints()); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+}
