@@ -41,8 +41,8 @@ type base struct {
 	closeOnce sync.Once
 
 	// Owned by the loop.
-	m     *mirror
-	ended bool
+	mirrors []*mirror // what this service watches; see start
+	ended   bool
 }
 
 // keyRev names a key this service wrote, with its CreateRevision (0: any).
@@ -51,7 +51,11 @@ type keyRev struct {
 	rev int64
 }
 
-func (b *base) start(kind string, cli *clientv3.Client, prefix string, opts []Option, self primitive) error {
+// start validates the input, joins or starts a session, claims prefix on it,
+// and opens a mirror of each prefix that watch returns (given the session and
+// the service's prefix + "/").
+func (b *base) start(kind string, cli *clientv3.Client, prefix string, opts []Option, self primitive,
+	watch func(s *Session, prefix string) []string) error {
 	fail := func(err error) error { return fmt.Errorf("etcdio: new %s %q: %w", kind, prefix, err) }
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -78,12 +82,15 @@ func (b *base) start(kind string, cli *clientv3.Client, prefix string, opts []Op
 	b.events = actor.NewFanout(primitives.Coalescable)
 	b.done = make(chan struct{})
 	_, err = call(context.Background(), s, func(r actor.Reply[struct{}]) {
-		m, err := s.openMirror(b.prefix, kind, self)
-		if err == nil {
-			b.m = m
-			s.members[self] = struct{}{}
+		if err := s.claim(b.prefix, kind); err != nil {
+			r.Answer(struct{}{}, err)
+			return
 		}
-		r.Answer(struct{}{}, err)
+		for _, p := range watch(s, b.prefix) {
+			b.mirrors = append(b.mirrors, s.openMirror(p, self))
+		}
+		s.members[self] = struct{}{}
+		r.Answer(struct{}{}, nil)
 	})
 	if err != nil {
 		if b.owned {
@@ -168,7 +175,10 @@ func (b *base) close(collect func() []keyRev) error {
 		}
 		keys := collect()
 		delete(b.s.members, b.self)
-		b.s.closeMirror(b.m, b.self)
+		for _, m := range b.mirrors {
+			b.s.closeMirror(m, b.self)
+		}
+		b.s.unclaim(b.prefix)
 		b.finish(fmt.Errorf("etcdio: %s: %w", b.name, primitives.ErrClosed))
 		r.Answer(keys, nil)
 	})
@@ -196,5 +206,52 @@ func (b *base) close(collect func() []keyRev) error {
 	return errors.Join(errs...)
 }
 
-// overlaps reports whether two key prefixes share keys.
-func overlaps(a, b string) bool { return strings.HasPrefix(a, b) || strings.HasPrefix(b, a) }
+// mirrorOf returns the service's mirror whose prefix covers key, or nil.
+// Loop only.
+func (b *base) mirrorOf(key string) *mirror {
+	for _, m := range b.mirrors {
+		if strings.HasPrefix(key, m.prefix) {
+			return m
+		}
+	}
+	return nil
+}
+
+// gone reports whether key, written at rev, is known to be deleted: a
+// mirror covering it has reached rev and no longer has it. Loop only.
+func (b *base) gone(key string, rev int64) bool {
+	m := b.mirrorOf(key)
+	return m != nil && m.ready && m.rev >= rev && !m.has(key)
+}
+
+// claim records that a primitive of kind uses prefix on this session.
+// Primitives of one kind may share a prefix; a prefix that is another kind's,
+// or nests in or around another, is refused. Loop only.
+func (s *Session) claim(prefix, kind string) error {
+	for p, c := range s.claims {
+		if p == prefix && c.kind != kind || p != prefix && (strings.HasPrefix(p, prefix) || strings.HasPrefix(prefix, p)) {
+			return fmt.Errorf("%s %q overlaps %s %q on this session: %w",
+				kind, strings.TrimSuffix(prefix, "/"), c.kind, strings.TrimSuffix(p, "/"), ErrPrefixInUse)
+		}
+	}
+	c := s.claims[prefix]
+	c.kind = kind
+	c.refs++
+	s.claims[prefix] = c
+	return nil
+}
+
+// unclaim undoes one claim. Loop only.
+func (s *Session) unclaim(prefix string) {
+	c := s.claims[prefix]
+	if c.refs--; c.refs <= 0 {
+		delete(s.claims, prefix)
+	} else {
+		s.claims[prefix] = c
+	}
+}
+
+type claim struct {
+	kind string
+	refs int
+}

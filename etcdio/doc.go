@@ -50,20 +50,27 @@
 // key and the check for anyone ahead are one transaction: an uncontended
 // Lock is a single round trip, Unlock a second.
 //
-// Waiters learn their turn from the session's mirror of the prefix: one
-// long-lived watch, in sync from the start, that the session keeps for its
-// whole life. A handoff therefore needs no request at all from the next
-// holder: the previous holder's delete reaches it as a watch event, and its
-// token is that event's revision, at which its key exists and no earlier one
-// does. etcd's Mutex instead opens a fresh watch at a past revision for each
-// wait, which etcd serves on its slower unsynced path.
+// A lock waiter watches only the key just ahead of it, as etcd's Mutex
+// does, but from the current revision, after which it looks once more: a
+// watch from now is in sync at once, whereas the Mutex's watch from a past
+// revision is served by etcd's catch-up path, which runs every 100 ms. When
+// the key ahead is deleted, one transaction confirms that the waiter's own
+// key still exists and nothing is left ahead; its revision is the token. The
+// waiting runs on the caller's goroutine; the loop only keeps a record.
 //
-// The trade-off chosen: requests per handoff stay flat as contenders grow
-// (the release and the next acquisition's own write), but each session
-// watching a prefix receives every event under it, so watch events per
-// handoff grow with the number of sessions contending on one prefix. For the
-// tens of contenders a lock usually has this is cheaper than etcd's per-waiter
-// watches; see bench/ for the figures.
+// The trade-off chosen: load per handoff stays flat as contenders grow. A
+// handoff sends one watch event to one waiter, and an acquisition costs
+// about six requests (etcd's Mutex: seven), however many wait. The price is
+// one round trip after the deletion event before the next holder knows it
+// holds. The alternative, every session watching the whole prefix, needs no
+// such round trip but sends every event to every contender, which at 128
+// contenders cost an order of magnitude in throughput (see bench/).
+//
+// To notice a held key deleted by someone else, each session also keeps one
+// long-lived watch per queue on its own keys only (its lease's key prefix),
+// so no other owner's events reach it. An election instead mirrors its whole
+// prefix, since who leads is the first of everyone's keys; candidates are
+// few.
 //
 // # Fencing tokens
 //

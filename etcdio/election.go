@@ -50,7 +50,9 @@ func NewElection(cli *clientv3.Client, prefix string, opts ...Option) (election.
 		sem:       make(chan struct{}, 1),
 		observers: actor.NewFanout(func(election.Leadership) bool { return true }),
 	}
-	if err := e.start("election", cli, prefix, opts, e); err != nil {
+	// Everyone's keys matter to an election: who leads is the first of them.
+	all := func(_ *Session, prefix string) []string { return []string{prefix} }
+	if err := e.start("election", cli, prefix, opts, e, all); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -106,7 +108,7 @@ func (e *electionService) queued(key string, rev int64, value string, ahead bool
 	switch {
 	case e.ended:
 		r.Answer(struct{}{}, e.Err())
-	case e.m.ready && e.m.rev >= rev && !e.m.has(key):
+	case e.gone(key, rev):
 		r.Answer(struct{}{}, fmt.Errorf("%s: key %s deleted before it led: %w", e.name, key, primitives.ErrLost))
 	default:
 		e.seen = max(e.seen, rev)
@@ -114,7 +116,7 @@ func (e *electionService) queued(key string, rev int64, value string, ahead bool
 		if !ahead {
 			e.lead() // the transaction saw no earlier candidate
 		} else {
-			e.mirrorChanged(e.m)
+			e.mirrorChanged(e.mirrors[0])
 		}
 	}
 }
@@ -261,7 +263,7 @@ func (e *electionService) resigned(c candidate, resp *clientv3.TxnResponse, terr
 	if terr == nil {
 		e.seen = max(e.seen, resp.Header.Revision)
 	}
-	gone := e.m.ready && e.m.rev >= cur.createRev && !e.m.has(cur.key)
+	gone := e.gone(cur.key, cur.createRev)
 	switch {
 	case terr == nil && resp.Succeeded, terr != nil && gone:
 		e.endTerm(primitives.Released{Key: cur.key, Token: fencing.Token(cur.createRev)})
@@ -301,7 +303,7 @@ func (e *electionService) Observe(ctx context.Context) <-chan election.Leadershi
 		switch {
 		case e.ended:
 			r.Answer(nil, e.Err())
-		case e.m.ready && e.m.rev >= e.seen:
+		case e.mirrors[0].ready && e.mirrors[0].rev >= e.seen:
 			r.Answer(e.observers.Subscribe(ctx, e.leader), nil)
 		default:
 			e.pending = append(e.pending, r) // answered once the mirror catches up

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/actor"
@@ -14,9 +15,16 @@ import (
 
 // holder is the queue both locks are made of. An owner writes a fresh key
 // under a queue prefix and holds once no blocking key (one under the
-// blockers prefix, written before its own) is left; the session's mirror
-// says when. It holds at most one grant at a time: its own goroutines queue
-// locally on sem, like a sync.Mutex.
+// blockers prefix, created before its own) is left. It holds at most one
+// grant at a time: its own goroutines queue locally on sem, like a
+// sync.Mutex.
+//
+// A waiter watches only the blocking key just ahead of it, so a handoff
+// sends one watch event to one waiter however many wait, and learns its
+// turn from one transaction that confirms its own key and finds nobody left
+// ahead. The waiting runs on the caller's goroutine; the loop keeps a record
+// of it. The session mirrors only this owner's own keys (its own prefix
+// under each queue prefix), to notice a hold's key deleted by someone else.
 type holder struct {
 	base
 	sem chan struct{} // full while this owner holds or acquires
@@ -50,10 +58,19 @@ type hold struct {
 	releasing int  // Releases in flight: the key's deletion is theirs
 }
 
+// wait is a key that waits for its turn on its caller's goroutine.
 type wait struct {
-	hold
-	blockers string
-	reply    actor.Reply[hold]
+	key       string
+	createRev int64
+	abort     chan error // the loop's reason to stop waiting; buffered, sent once
+}
+
+// stop tells the waiting caller to give up, at most once. Loop only.
+func (w *wait) stop(err error) {
+	select {
+	case w.abort <- err:
+	default:
+	}
 }
 
 func (h *holder) init(errTaken, errNotHeld error) {
@@ -100,7 +117,9 @@ func (h *holder) enqueue(ctx context.Context, q queue, try bool) (g hold, grante
 	if try {
 		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(q.blockers), "=", 0).WithPrefix()).Then(put)
 	} else {
-		txn = txn.Then(clientv3.OpGet(q.blockers, clientv3.WithPrefix(), clientv3.WithCountOnly()), put)
+		// The blocker created last before this key, if any: the one to wait
+		// for. The Get runs before the Put, so it never sees this key.
+		txn = txn.Then(clientv3.OpGet(q.blockers, clientv3.WithLastCreate()...), put)
 	}
 	resp, err := txn.Commit()
 	if err != nil {
@@ -110,22 +129,24 @@ func (h *holder) enqueue(ctx context.Context, q queue, try bool) (g hold, grante
 	if try && !resp.Succeeded {
 		return hold{}, false, fmt.Errorf("%s: %w", h.name, h.errTaken)
 	}
-	rev := resp.Header.Revision
-	ahead := !try && resp.Responses[0].GetResponseRange().Count > 0
-	w := &wait{hold: hold{key: key, createRev: rev, mode: q.mode}, blockers: q.blockers}
-	g, err = call(ctx, h.s, func(r actor.Reply[hold]) {
-		w.reply = r
-		h.queued(w, ahead)
-	})
+	w := &wait{key: key, createRev: resp.Header.Revision, abort: make(chan error, 1)}
+	token := w.createRev // nobody ahead: at createRev the key exists and none before it does
+	if !try {
+		if ahead := resp.Responses[0].GetResponseRange().Kvs; len(ahead) > 0 {
+			token, err = h.waitTurn(ctx, w, q.blockers, ahead[0])
+		}
+	}
+	if err == nil {
+		g, err = call(ctx, h.s, func(r actor.Reply[hold]) { h.granted(w, q.mode, token, r) })
+	}
 	if err != nil {
-		// Never granted: the loop forgets the wait, the caller frees sem.
 		h.s.post(func() {
-			if h.wait != nil && h.wait.key == key {
+			if h.wait == w {
 				h.wait = nil
 			}
 		})
 		h.s.deleteKey(key)
-		return hold{}, false, err
+		return hold{}, false, h.callErr(ctx, err)
 	}
 	if !g.ready {
 		if g, err = h.tokenize(ctx, g); err != nil {
@@ -142,6 +163,139 @@ func (h *holder) enqueue(ctx context.Context, q queue, try bool) (g hold, grante
 		}
 	}
 	return g, true, nil
+}
+
+// waitTurn waits, on the caller's goroutine, until no blocker created before
+// w's key is left, and returns the revision at which that was confirmed
+// together with w's key still existing: the grant's token. pred is the
+// blocker just ahead.
+func (h *holder) waitTurn(ctx context.Context, w *wait, blockers string, pred *mvccpb.KeyValue) (int64, error) {
+	if !h.s.post(func() { h.waiting(w) }) {
+		return 0, h.s.Err()
+	}
+	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.createRev)
+	ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.createRev-1))
+	// look returns the blocker now just ahead of w's key (nil: none), and
+	// the revision at which it looked.
+	look := func() (*mvccpb.KeyValue, int64, error) {
+		resp, err := h.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(blockers, ahead...)).Commit()
+		if err != nil {
+			return nil, 0, err
+		}
+		if !resp.Succeeded {
+			return nil, 0, fmt.Errorf("waiting key %s deleted by another client: %w", w.key, primitives.ErrLost)
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			return kvs[0], resp.Header.Revision, nil
+		}
+		return nil, resp.Header.Revision, nil
+	}
+	for {
+		// Watch pred from now, and only then look: a deletion is either
+		// seen by the look or delivered by the watch, never missed. A watch
+		// from now is in sync at once; one from a past revision would be
+		// served by etcd's slower catch-up path.
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := h.s.cli.Watch(wctx, string(pred.Key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		deleted, err := h.awaitWatch(ctx, w, wch, true)
+		if err == nil && !deleted {
+			var next *mvccpb.KeyValue
+			var rev int64
+			if next, rev, err = look(); err == nil && next == nil {
+				cancel()
+				return rev, nil
+			}
+			if err == nil && string(next.Key) == string(pred.Key) && next.CreateRevision == pred.CreateRevision {
+				deleted, err = h.awaitWatch(ctx, w, wch, false)
+			} else if err == nil {
+				pred = next // pred is gone; someone before it is still there
+			}
+		}
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		if !deleted {
+			continue
+		}
+		// pred is gone: the one look that usually ends the wait.
+		next, rev, err := look()
+		if err != nil {
+			return 0, err
+		}
+		if next == nil {
+			return rev, nil
+		}
+		pred = next
+	}
+}
+
+// awaitWatch waits for wch to report it is in place (created) or that its
+// key was deleted; deleted says which. A failed watch (say, its member lost
+// the cluster's leader) returns neither, after a pause, so the caller looks
+// again with a new one.
+func (h *holder) awaitWatch(ctx context.Context, w *wait, wch clientv3.WatchChan, created bool) (deleted bool, err error) {
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				if ctx.Err() != nil {
+					return false, ctx.Err()
+				}
+				sleepCtx(ctx, 50*time.Millisecond)
+				return false, nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return true, nil
+				}
+			}
+			if created && wr.Created {
+				return false, nil
+			}
+		case err := <-w.abort:
+			return false, err
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
+// waiting records a waiting key, so the session's end or Close can stop it.
+// Loop only.
+func (h *holder) waiting(w *wait) {
+	switch {
+	case h.ended:
+		w.stop(h.Err())
+	case h.gone(w.key, w.createRev):
+		w.stop(fmt.Errorf("%s: waiting key %s deleted by another client: %w", h.name, w.key, primitives.ErrLost))
+	default:
+		h.wait = w
+	}
+}
+
+// granted makes w's key the hold, with token (or, with tokenFor, a token to
+// come), if the session and the key are still there. Loop only.
+func (h *holder) granted(w *wait, mode int, token int64, r actor.Reply[hold]) {
+	if h.wait == w {
+		h.wait = nil
+	}
+	switch {
+	case h.ended:
+		r.Answer(hold{}, h.Err())
+		return
+	case h.gone(w.key, w.createRev):
+		r.Answer(hold{}, fmt.Errorf("%s: key %s deleted before it was granted: %w", h.name, w.key, primitives.ErrLost))
+		return
+	}
+	g := hold{key: w.key, createRev: w.createRev, token: token, mode: mode, ready: h.tokenFor == nil}
+	if !r.Answer(g, nil) {
+		return // the caller gave up and deletes its key
+	}
+	h.hold = &g
+	if g.ready {
+		h.events.Publish(primitives.Acquired{Key: g.key, Token: fencing.Token(g.token)})
+	}
 }
 
 // tokenize gets the token of a hold that is not ready and publishes it.
@@ -163,60 +317,16 @@ func (h *holder) tokenize(ctx context.Context, g hold) (hold, error) {
 	})
 }
 
-// queued registers a key just written. Loop only.
-func (h *holder) queued(w *wait, ahead bool) {
-	switch {
-	case h.ended:
-		w.reply.Answer(hold{}, h.Err())
-	case h.m.ready && h.m.rev >= w.createRev && !h.m.has(w.key):
-		w.reply.Answer(hold{}, fmt.Errorf("%s: key %s deleted before it was granted: %w", h.name, w.key, primitives.ErrLost))
-	case !ahead:
-		// The transaction saw no blocker: at createRev the key exists and
-		// none before it does.
-		h.grant(w, w.createRev)
-	default:
-		h.wait = w
-		h.mirrorChanged(h.m)
-	}
-}
-
-// grant makes w the hold, as of revision rev. Loop only.
-func (h *holder) grant(w *wait, rev int64) {
-	g := w.hold
-	if h.tokenFor == nil {
-		g.token, g.ready = rev, true
-	}
-	if !w.reply.Answer(g, nil) {
-		return // the caller gave up and deletes its key
-	}
-	h.hold = &g
-	if g.ready {
-		h.events.Publish(primitives.Acquired{Key: g.key, Token: fencing.Token(g.token)})
-	}
-}
-
-// mirrorChanged ends a hold whose key vanished and grants the waiter whose
-// turn has come. Loop only.
-func (h *holder) mirrorChanged(m *mirror) {
-	if !m.ready {
-		return
-	}
-	if g := h.hold; g != nil && g.releasing == 0 && m.rev >= g.createRev && !m.has(g.key) {
+// mirrorChanged ends a hold whose key vanished and stops a waiter whose key
+// did. Loop only.
+func (h *holder) mirrorChanged(*mirror) {
+	if g := h.hold; g != nil && g.releasing == 0 && h.gone(g.key, g.createRev) {
 		h.endHold(h.lostEvent(g))
 		h.s.probeLease() // if the lease is gone, the session ends too
 	}
-	w := h.wait
-	if w == nil || m.rev < w.createRev {
-		return
-	}
-	if !m.has(w.key) {
+	if w := h.wait; w != nil && h.gone(w.key, w.createRev) {
 		h.wait = nil
-		w.reply.Answer(hold{}, fmt.Errorf("%s: waiting key %s deleted by another client: %w", h.name, w.key, primitives.ErrLost))
-		return
-	}
-	if !m.anyBefore(w.blockers, w.createRev) {
-		h.wait = nil
-		h.grant(w, m.rev)
+		w.stop(fmt.Errorf("%s: waiting key %s deleted by another client: %w", h.name, w.key, primitives.ErrLost))
 	}
 }
 
@@ -275,7 +385,7 @@ func (h *holder) released(g hold, resp *clientv3.TxnResponse, terr error) error 
 		return fmt.Errorf("%s: %w", h.name, h.errNotHeld)
 	}
 	cur.releasing--
-	gone := h.m.ready && h.m.rev >= cur.createRev && !h.m.has(cur.key)
+	gone := h.gone(cur.key, cur.createRev)
 	switch {
 	case terr == nil && resp.Succeeded, terr != nil && gone:
 		h.endHold(primitives.Released{Key: cur.key, Token: fencing.Token(cur.token)})
@@ -295,7 +405,7 @@ func (h *holder) sessionEnded(err error) {
 	}
 	if w := h.wait; w != nil {
 		h.wait = nil
-		w.reply.Answer(hold{}, err)
+		w.stop(err)
 	}
 	h.finish(err)
 }
@@ -309,7 +419,7 @@ func (h *holder) Close() error {
 		}
 		if w := h.wait; w != nil {
 			h.wait = nil
-			w.reply.Answer(hold{}, fmt.Errorf("%s: %w", h.name, primitives.ErrClosed))
+			w.stop(fmt.Errorf("%s: %w", h.name, primitives.ErrClosed))
 			keys = append(keys, keyRev{w.key, w.createRev})
 		}
 		return keys
@@ -318,3 +428,15 @@ func (h *holder) Close() error {
 
 // ttl is what grants report as their lease's time to live.
 func (h *holder) ttl() time.Duration { return h.s.ttl }
+
+// ownKeys returns what a holder mirrors: its session's own keys under each
+// of the queue prefixes prefix+sub.
+func ownKeys(subs ...string) func(s *Session, prefix string) []string {
+	return func(s *Session, prefix string) []string {
+		var ps []string
+		for _, sub := range subs {
+			ps = append(ps, s.ownPrefix(prefix+sub))
+		}
+		return ps
+	}
+}

@@ -22,7 +22,7 @@ type lockService struct{ holder }
 func NewLock(cli *clientv3.Client, prefix string, opts ...Option) (lock.Service, error) {
 	l := &lockService{}
 	l.init(lock.ErrLockTaken, lock.ErrNotHeld)
-	if err := l.start("lock", cli, prefix, opts, l); err != nil {
+	if err := l.start("lock", cli, prefix, opts, l, ownKeys("")); err != nil {
 		return nil, err
 	}
 	return l, nil

@@ -2,7 +2,6 @@ package etcdio
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 // mirror is true of etcd at rev: that is what makes rev a sound fencing token.
 type mirror struct {
 	prefix   string
-	kind     string // the kind of primitive using it: lock, rwlock, election
 	ready    bool   // loaded at least once
 	rev      int64  // the revision keys reflects
 	keys     map[string]*mvccpb.KeyValue
@@ -36,26 +34,18 @@ type mirrorWatcher interface {
 }
 
 // openMirror returns the mirror of prefix, starting it if needed, and adds w
-// to its watchers. Primitives of one kind may share a prefix; a prefix that
-// overlaps another kind's, or nests in or around another, is refused. Loop
-// only.
-func (s *Session) openMirror(prefix, kind string, w mirrorWatcher) (*mirror, error) {
-	for p, m := range s.mirrors {
-		if p == prefix && m.kind != kind || p != prefix && overlaps(p, prefix) {
-			return nil, fmt.Errorf("%s %q overlaps %s %q on this session: %w",
-				kind, strings.TrimSuffix(prefix, "/"), m.kind, strings.TrimSuffix(p, "/"), ErrPrefixInUse)
-		}
-	}
+// to its watchers. Loop only.
+func (s *Session) openMirror(prefix string, w mirrorWatcher) *mirror {
 	m := s.mirrors[prefix]
 	if m == nil {
 		ctx, cancel := context.WithCancel(s.ctx)
-		m = &mirror{prefix: prefix, kind: kind, keys: map[string]*mvccpb.KeyValue{}, watchers: map[mirrorWatcher]struct{}{}, cancel: cancel}
+		m = &mirror{prefix: prefix, keys: map[string]*mvccpb.KeyValue{}, watchers: map[mirrorWatcher]struct{}{}, cancel: cancel}
 		s.mirrors[prefix] = m
 		s.wg.Add(1)
 		go s.syncMirror(ctx, m)
 	}
 	m.watchers[w] = struct{}{}
-	return m, nil
+	return m
 }
 
 // closeMirror removes w from m's watchers and stops m when nobody is left.

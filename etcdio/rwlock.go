@@ -51,7 +51,7 @@ func NewRWLock(cli *clientv3.Client, prefix string, opts ...Option) (rwlock.Serv
 	l := &rwlockService{}
 	l.init(rwlock.ErrRWLockTaken, rwlock.ErrNotHeld)
 	l.tokenFor = l.token
-	if err := l.start("rwlock", cli, prefix, opts, l); err != nil {
+	if err := l.start("rwlock", cli, prefix, opts, l, ownKeys("read/", "write/")); err != nil {
 		return nil, err
 	}
 	return l, nil

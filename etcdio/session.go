@@ -52,6 +52,7 @@ type Session struct {
 	deadline time.Time
 	timer    *time.Timer
 	mirrors  map[string]*mirror
+	claims   map[string]claim // prefixes in use, by kind
 	members  map[member]struct{}
 }
 
@@ -107,6 +108,7 @@ func newSession(cli *clientv3.Client, o options) (*Session, error) {
 		probe:    make(chan struct{}, 1),
 		deadline: sent.Add(time.Duration(resp.TTL) * time.Second),
 		mirrors:  make(map[string]*mirror),
+		claims:   make(map[string]claim),
 		members:  make(map[member]struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -270,9 +272,16 @@ func call[T any](ctx context.Context, s *Session, f func(actor.Reply[T])) (T, er
 }
 
 // newKey returns a key under prefix that no other owner, on this session or
-// any other, will ever use.
+// any other, will ever use. Every key this session writes under prefix
+// starts with ownPrefix(prefix).
 func (s *Session) newKey(prefix string) string {
-	return prefix + strconv.FormatInt(int64(s.lease), 16) + "-" + strconv.FormatUint(s.seq.Add(1), 10)
+	return s.ownPrefix(prefix) + strconv.FormatUint(s.seq.Add(1), 10)
+}
+
+// ownPrefix is the prefix of this session's keys under prefix: no other
+// session's key starts with it.
+func (s *Session) ownPrefix(prefix string) string {
+	return prefix + strconv.FormatInt(int64(s.lease), 16) + "-"
 }
 
 // deleteKey deletes key, which this session wrote, outside any caller's

@@ -1,0 +1,158 @@
+package safety
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/ahrtr/disco/etcdio/embedded"
+)
+
+// leakPatience bounds how long TestMain waits for goroutines to end after
+// the cluster is closed: etcd's idle peer connections end only when the
+// peer listener's 5s read timeout fires (see embedded.Cluster.Close).
+const leakPatience = 20 * time.Second
+
+// The cluster is shared by every test of the binary: started on first use,
+// closed by TestMain. Tests restore it (all members running, no faults)
+// before they finish.
+var shared struct {
+	once    sync.Once
+	err     error
+	c       *embedded.Cluster
+	obs     []*clientv3.Client // one client per member, through its proxy only
+	all     *clientv3.Client   // a client of every member
+	started time.Duration
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := closeCluster(); err != nil {
+		fmt.Fprintln(os.Stderr, "safety: closing the cluster:", err)
+		code = 1
+	}
+	if code == 0 {
+		start := time.Now()
+		deadline := start.Add(leakPatience)
+		for {
+			err := goleak.Find()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				fmt.Fprintln(os.Stderr, "safety: goroutines leaked:", err)
+				code = 1
+				break
+			}
+		}
+		if testing.Verbose() {
+			fmt.Printf("goroutines settled %v after the tests\n", time.Since(start).Round(time.Millisecond))
+		}
+	}
+	os.Exit(code)
+}
+
+// cluster returns the shared cluster, starting it if needed.
+func cluster(t testing.TB) *embedded.Cluster {
+	t.Helper()
+	shared.once.Do(func() {
+		start := time.Now()
+		c, err := embedded.StartCluster(3, embedded.WithUnsafeNoFsync())
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.c = c
+		for _, mb := range c.Members() {
+			cli, err := mb.NewClient()
+			if err != nil {
+				shared.err = err
+				return
+			}
+			shared.obs = append(shared.obs, cli)
+		}
+		if shared.all, shared.err = c.NewClient(); shared.err != nil {
+			return
+		}
+		shared.started = time.Since(start)
+	})
+	if shared.err != nil {
+		t.Fatalf("starting the cluster: %v", shared.err)
+	}
+	return shared.c
+}
+
+func closeCluster() error {
+	for _, cli := range shared.obs {
+		cli.Close()
+	}
+	if shared.all != nil {
+		shared.all.Close()
+	}
+	return shared.c.Close() // nil-safe
+}
+
+// observer returns a client that reaches only member i: the nemesis reads
+// etcd through a member it has not cut off.
+func observer(i int) *clientv3.Client { return shared.obs[i] }
+
+// restoreCluster undoes every fault: all members running, no blackhole, no
+// delay, and an agreed leader.
+func restoreCluster(t testing.TB, c *embedded.Cluster) {
+	t.Helper()
+	for _, mb := range c.Members() {
+		mb.Unblackhole()
+		mb.Undelay()
+		if !mb.Running() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := mb.Restart(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("restart %s: %v", mb.Name(), err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.LeaderIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Configuration from the environment.
+
+func envInt(name string, def int64) int64 {
+	if s := os.Getenv(name); s != "" {
+		if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return v
+		}
+	}
+	return def
+}
+
+const defaultSeed = 20240508
+
+func seed() uint64 { return uint64(envInt("DISCO_SAFETY_SEED", defaultSeed)) }
+
+func longMode() bool { return os.Getenv("DISCO_SAFETY_LONG") != "" }
+
+// eventually polls cond until it holds or d passes, and reports which.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
