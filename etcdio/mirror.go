@@ -20,8 +20,8 @@ import (
 // mirror is true of etcd at rev: that is what makes rev a sound fencing token.
 type mirror struct {
 	prefix   string
-	ready    bool   // loaded at least once
-	rev      int64  // the revision keys reflects
+	ready    bool  // loaded at least once
+	rev      int64 // the revision keys reflects
 	keys     map[string]*mvccpb.KeyValue
 	watchers map[mirrorWatcher]struct{}
 	cancel   context.CancelFunc

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"io"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/examples/internal/storytest"
 	"github.com/ahrtr/disco/fencing"
 )
 
@@ -20,17 +17,10 @@ import (
 func TestMain(m *testing.M) { etcdtest.Main(m) }
 
 func TestZombieWriteRejectedByDatabase(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	dbFile := filepath.Join(t.TempDir(), "resource.db")
-
-	var out bytes.Buffer
-	o, err := run(ctx, &out, etcdtest.Endpoints(), dbFile)
-	t.Logf("story:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
+	o, story := storytest.Tell(t, func(ctx context.Context, out io.Writer, endpoints []string) (outcome, error) {
+		return run(ctx, out, endpoints, dbFile)
+	})
 
 	if o.TokenB <= o.TokenA {
 		t.Errorf("B's token %d not above A's %d", o.TokenB, o.TokenA)
@@ -40,6 +30,7 @@ func TestZombieWriteRejectedByDatabase(t *testing.T) {
 	}
 
 	// Look at the row ourselves rather than trusting the story.
+	ctx := context.Background()
 	db, err := openDB(ctx, dbFile)
 	if err != nil {
 		t.Fatal(err)
@@ -52,11 +43,7 @@ func TestZombieWriteRejectedByDatabase(t *testing.T) {
 	if body != valueB || tok != o.TokenB {
 		t.Errorf("row = (%q, %d), want B's (%q, %d)", body, tok, valueB, o.TokenB)
 	}
-	for _, want := range []string{"Lost", "rejected by the database", "ended as promised"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("story does not mention %q", want)
-		}
-	}
+	storytest.Mentions(t, "story", story, "Lost", "rejected by the database", "ended as promised")
 }
 
 // TestFencedWrite checks the single-statement check-and-write on its own.

@@ -31,59 +31,31 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/examples/internal/story"
 	"github.com/ahrtr/disco/fencing"
-	"github.com/ahrtr/disco/primitives"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := mainErr(ctx); err != nil {
-		stop()
-		fmt.Fprintln(os.Stderr, "db example FAILED:", err)
-		os.Exit(1)
-	}
-}
+func main() { story.Main("db example", mainErr) }
 
 func mainErr(ctx context.Context) error {
 	if os.Getenv("DATABASE_URL") != "" {
 		return errors.New("DATABASE_URL is set, but Postgres is not supported yet (no Postgres driver in this module); unset it to use the embedded SQLite database")
 	}
-	endpoints, stopEtcd, err := embedded.StartOrEnv()
-	if err != nil {
-		return fmt.Errorf("starting embedded etcd: %w", err)
-	}
-	defer stopEtcd()
-	describeEtcd(os.Stdout, endpoints)
-
-	dir, err := os.MkdirTemp("", "disco-lock-db-")
-	if err != nil {
+	return story.WithEtcd(ctx, os.Stdout, story.ShowAddress, func(ctx context.Context, etcd story.Etcd) error {
+		dir, err := os.MkdirTemp("", "disco-lock-db-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		_, err = run(ctx, os.Stdout, etcd.Endpoints, filepath.Join(dir, "resource.db"))
 		return err
-	}
-	defer os.RemoveAll(dir)
-
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	_, err = run(ctx, os.Stdout, endpoints, filepath.Join(dir, "resource.db"))
-	return err
-}
-
-func describeEtcd(out io.Writer, endpoints []string) {
-	if len(embedded.EndpointsFromEnv()) > 0 {
-		fmt.Fprintf(out, "etcd: %s (from %s)\n", strings.Join(endpoints, ","), embedded.EnvEndpoints)
-	} else {
-		fmt.Fprintf(out, "etcd: embedded single member at %s (set %s to use a real cluster)\n", strings.Join(endpoints, ","), embedded.EnvEndpoints)
-	}
+	})
 }
 
 // ttl is the lease time to live of both owners: short, as it bounds how long
@@ -112,7 +84,7 @@ type outcome struct {
 // as promised: A's late write rejected, the row holding B's value.
 func run(ctx context.Context, out io.Writer, endpoints []string, dbFile string) (outcome, error) {
 	var o outcome
-	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	say, step := story.Narrator(out)
 
 	db, err := openDB(ctx, dbFile)
 	if err != nil {
@@ -123,26 +95,17 @@ func run(ctx context.Context, out io.Writer, endpoints []string, dbFile string) 
 
 	// Each owner is its own process in real life: here each gets its own
 	// etcd client. The third client plays the world around A.
-	cliA, err := embedded.NewClient(endpoints)
+	clients := story.NewClients(endpoints)
+	defer clients.Close()
+	clis, err := clients.NewN(3)
 	if err != nil {
 		return o, err
 	}
-	defer cliA.Close()
-	cliB, err := embedded.NewClient(endpoints)
-	if err != nil {
-		return o, err
-	}
-	defer cliB.Close()
-	world, err := embedded.NewClient(endpoints)
-	if err != nil {
-		return o, err
-	}
-	defer world.Close()
-	prefix := fmt.Sprintf("/disco-examples/lock/db/%d", time.Now().UnixNano())
+	cliA, cliB, world := clis[0], clis[1], clis[2]
+	prefix := story.Prefix("lock/db")
 
 	// Step 1: A locks and writes.
-	say("")
-	say("1. A takes the lock and writes")
+	step("1. A takes the lock and writes")
 	a, err := etcdio.NewLock(cliA, prefix, etcdio.WithTTL(ttl))
 	if err != nil {
 		return o, err
@@ -163,12 +126,11 @@ func run(ctx context.Context, out io.Writer, endpoints []string, dbFile string) 
 	say("   A writes %q with token %d: accepted, the row now carries token %d", valueA, ga.Token(), ga.Token())
 
 	// Step 2: A is paused until its lease is gone.
-	say("")
-	say("2. A is paused (say, a long GC pause) and its lease runs out")
-	if _, err := world.Revoke(ctx, clientv3.LeaseID(ga.LeaseID)); err != nil {
-		return o, fmt.Errorf("revoking A's lease: %w", err)
+	step("2. A is paused (say, a long GC pause) and its lease runs out")
+	if err := story.Revoke(ctx, world, "A", ga.LeaseID); err != nil {
+		return o, err
 	}
-	lost, err := waitLost(ctx, aEvents)
+	lost, err := story.WaitLost(ctx, aEvents)
 	if err != nil {
 		return o, fmt.Errorf("A: %w", err)
 	}
@@ -177,8 +139,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, dbFile string) 
 	say("   a paused process sees nothing: when it wakes up it still believes it holds token %d", ga.Token())
 
 	// Step 3: B locks and writes.
-	say("")
-	say("3. B takes the lock and writes")
+	step("3. B takes the lock and writes")
 	b, err := etcdio.NewLock(cliB, prefix, etcdio.WithTTL(ttl))
 	if err != nil {
 		return o, err
@@ -199,8 +160,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, dbFile string) 
 	say("   B writes %q with token %d: accepted, the row now carries token %d", valueB, gb.Token(), gb.Token())
 
 	// Step 4: A wakes up and writes with the token it remembers.
-	say("")
-	say("4. A wakes up and writes with its old token %d", ga.Token())
+	step("4. A wakes up and writes with its old token %d", ga.Token())
 	o.ZombieErr = write(ctx, db, valueAlate, ga.Token())
 	switch {
 	case o.ZombieErr == nil:
@@ -211,8 +171,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, dbFile string) 
 	say("   rejected by the database: %v", o.ZombieErr)
 
 	// Step 5: the row holds B's value.
-	say("")
-	say("5. Outcome")
+	step("5. Outcome")
 	o.Body, o.Token, err = read(ctx, db)
 	if err != nil {
 		return o, err
@@ -286,21 +245,4 @@ func read(ctx context.Context, db *sql.DB) (string, fencing.Token, error) {
 		return "", 0, fmt.Errorf("reading document %q: %w", docID, err)
 	}
 	return body, fencing.Token(t), nil
-}
-
-// waitLost returns the first Lost event, skipping the Acquired before it.
-func waitLost(ctx context.Context, events <-chan primitives.Event) (primitives.Lost, error) {
-	for {
-		select {
-		case e, ok := <-events:
-			if !ok {
-				return primitives.Lost{}, errors.New("event stream ended without a Lost event")
-			}
-			if l, ok := e.(primitives.Lost); ok {
-				return l, nil
-			}
-		case <-ctx.Done():
-			return primitives.Lost{}, fmt.Errorf("waiting for the Lost event: %w", ctx.Err())
-		}
-	}
 }

@@ -19,34 +19,17 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
 	"time"
 
+	"github.com/ahrtr/disco/examples/internal/story"
 	"github.com/ahrtr/disco/examples/lock/grpc/store"
 	"github.com/ahrtr/disco/fencing/guard"
 )
 
-func main() {
-	addr := flag.String("addr", "127.0.0.1:9090", "address to listen on")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "resource FAILED:", err)
-		os.Exit(1)
-	}
-	if err := run(ctx, ln, os.Stdout); err != nil {
-		stop()
-		fmt.Fprintln(os.Stderr, "resource FAILED:", err)
-		os.Exit(1)
-	}
-}
+func main() { story.ServerMain("127.0.0.1:9090", run) }
 
 // run serves the store on ln until ctx ends, logging each call to out.
 func run(ctx context.Context, ln net.Listener, out io.Writer) error {
@@ -54,32 +37,22 @@ func run(ctx context.Context, ln net.Listener, out io.Writer) error {
 	// resource stores the mark durably with its data and restores it here
 	// with guard.WithInitialMark(persisted); otherwise a restart forgets every
 	// token it has seen and lets a zombie write in again.
-	g := guard.New()
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(out, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
-	}
-	srv := store.NewServer(g, logf)
+	srv := store.NewServer(guard.New(), story.Logf(out))
 	fmt.Fprintf(out, "resource: gRPC key/value service on %s (every call needs fencing-token metadata)\n", ln.Addr())
-
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	serve := func() error { return srv.Serve(ln) } // nil after a stop
+	stop := func() error {
+		stopped := make(chan struct{})
+		go func() {
+			srv.GracefulStop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			srv.Stop() // streams still open: cut them
+			<-stopped
+		}
+		return nil
 	}
-	stopped := make(chan struct{})
-	go func() {
-		srv.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		srv.Stop() // streams still open: cut them
-		<-stopped
-	}
-	err := <-errc // nil after a stop
-	fmt.Fprintln(out, "resource: stopped")
-	return err
+	return story.Serve(ctx, out, serve, stop)
 }

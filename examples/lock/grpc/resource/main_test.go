@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"net"
-	"strings"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -14,41 +10,17 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/ahrtr/disco/examples/internal/storytest"
 	"github.com/ahrtr/disco/examples/lock/grpc/pb"
 	"github.com/ahrtr/disco/fencing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a bytes.Buffer safe for the server's and the test's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestResource(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, ln, &out) }()
+	addr, log, stop := storytest.Serve(t, run)
 
-	cc, err := grpc.NewClient(ln.Addr().String(),
+	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(pb.CodecName)))
 	if err != nil {
@@ -76,13 +48,8 @@ func TestResource(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	for _, want := range []string{"Write token=7 -> OK", "Write token=5 -> FailedPrecondition", "Write token=none -> InvalidArgument", "stopped"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, out.String())
-		}
-	}
+	storytest.Mentions(t, "log", log.String(), "Write token=7 -> OK", "Write token=5 -> FailedPrecondition", "Write token=none -> InvalidArgument", "stopped")
 }

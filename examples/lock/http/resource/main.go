@@ -25,35 +25,18 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"time"
 
+	"github.com/ahrtr/disco/examples/internal/story"
 	"github.com/ahrtr/disco/examples/lock/http/store"
 	"github.com/ahrtr/disco/fencing/guard"
 )
 
-func main() {
-	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "resource FAILED:", err)
-		os.Exit(1)
-	}
-	if err := run(ctx, ln, os.Stdout); err != nil {
-		stop()
-		fmt.Fprintln(os.Stderr, "resource FAILED:", err)
-		os.Exit(1)
-	}
-}
+func main() { story.ServerMain("127.0.0.1:8080", run) }
 
 // run serves the store on ln until ctx ends, logging each request to out.
 func run(ctx context.Context, ln net.Listener, out io.Writer) error {
@@ -61,29 +44,21 @@ func run(ctx context.Context, ln net.Listener, out io.Writer) error {
 	// resource stores the mark durably with its data and restores it here
 	// with guard.WithInitialMark(persisted); otherwise a restart forgets every
 	// token it has seen and lets a zombie write in again.
-	g := guard.New()
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(out, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
-	}
 	srv := &http.Server{
-		Handler:           store.New().Handler(g, logf),
+		Handler:           store.New().Handler(guard.New(), story.Logf(out)),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	fmt.Fprintf(out, "resource: key/value store on http://%s (PUT /kv/{key} needs a Fencing-Token header; GET /kv/{key})\n", ln.Addr())
-
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	serve := func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
 	}
-	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := srv.Shutdown(shutCtx)
-	if serveErr := <-errc; !errors.Is(serveErr, http.ErrServerClosed) {
-		err = errors.Join(err, serveErr)
+	shutdown := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(ctx)
 	}
-	fmt.Fprintln(out, "resource: stopped")
-	return err
+	return story.Serve(ctx, out, serve, shutdown)
 }

@@ -1,53 +1,25 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
 
+	"github.com/ahrtr/disco/examples/internal/storytest"
 	"github.com/ahrtr/disco/fencing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a bytes.Buffer safe for the server's and the test's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestResource(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, ln, &out) }()
+	addr, log, stop := storytest.Serve(t, run)
 
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
-	url := "http://" + ln.Addr().String() + "/kv/doc"
+	url := "http://" + addr + "/kv/doc"
 	put := func(token fencing.Token, body string) int {
 		req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
 		if err != nil {
@@ -72,13 +44,8 @@ func TestResource(t *testing.T) {
 	}
 	tr.CloseIdleConnections()
 
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	for _, want := range []string{"token=7 -> 204", "token=5 -> 409", "token=none -> 428", "stopped"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, out.String())
-		}
-	}
+	storytest.Mentions(t, "log", log.String(), "token=7 -> 204", "token=5 -> 409", "token=none -> 428", "stopped")
 }
