@@ -171,14 +171,14 @@ func (s *Session) run() {
 	for {
 		select {
 		case <-s.mb.Ready():
-			if time.Now().After(s.deadline) {
-				// Messages may have waited (a pause, a slow machine); none
-				// is acted on past the lease's end.
-				s.end(s.expired())
-				return
-			}
 			batch = s.mb.Drain(batch)
 			for _, f := range batch {
+				if time.Now().After(s.deadline) {
+					// Messages may have waited (a pause, a slow machine);
+					// none is acted on past the lease's end.
+					s.end(s.expired())
+					return
+				}
 				f()
 				if s.ended() {
 					return
