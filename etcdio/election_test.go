@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/etcdio/internal/testhook"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/primitives"
@@ -348,5 +349,55 @@ func TestElectionGuardRejectsPreviousLeader(t *testing.T) {
 		if err := g.Check(old.Token()); !errors.Is(err, fencing.ErrTokenStale) {
 			t.Fatalf("previous leader's token %d accepted after %d: %v", old.Token(), g.Mark(), err)
 		}
+	}
+}
+
+// TestElectionFailoverOnExpiry pauses the leader's session, as a long GC
+// pause or a suspended VM would: its keepalives stop, its lease expires, and
+// the next candidate leads within the TTL plus a second.
+func TestElectionFailoverOnExpiry(t *testing.T) {
+	noLeaks(t)
+	prefix := prefixOf(t)
+	const ttl = 2 * time.Second
+	cli := newClient(t)
+	s, err := etcdio.NewSession(cli, etcdio.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := newElection(t, cli, prefix, etcdio.WithSession(s))
+	old := mustCampaign(t, leader, "paused")
+	next := newElection(t, newClient(t), prefix)
+	won := make(chan error, 1)
+	go func() { won <- next.Campaign(testCtx(t, 20*time.Second), "next") }()
+	eventually(t, 5*time.Second, "second candidate's key", func() bool { return countKeys(t, cli, prefix) == 2 })
+
+	resume := make(chan struct{})
+	start := time.Now()
+	testhook.PauseSession(s, resume)
+	if err := <-won; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > ttl+time.Second {
+		t.Fatalf("failover after the leader's lease expired took %v, want within TTL %v + 1s", d, ttl)
+	}
+	term, _ := next.Term()
+	if term.Token() <= old.Token() {
+		t.Fatalf("token went from %d to %d", old.Token(), term.Token())
+	}
+	// The paused leader wakes up: its session is lost, it no longer leads.
+	close(resume)
+	select {
+	case <-leader.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("paused leader's service not done after it woke up past its lease")
+	}
+	if _, leading := leader.Term(); leading {
+		t.Fatal("paused leader still reports its term")
+	}
+	if err := leader.Proclaim(context.Background(), "zombie"); !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Proclaim by the expired leader: %v, want ErrLost", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
