@@ -53,9 +53,9 @@ type keyRev struct {
 
 // start validates the input, joins or starts a session, claims prefix on it,
 // and opens a mirror of each prefix that watch returns (given the session and
-// the service's prefix + "/").
+// the service's prefix + "/"), full mirrors if puts.
 func (b *base) start(kind string, cli *clientv3.Client, prefix string, opts []Option, self primitive,
-	watch func(s *Session, prefix string) []string) error {
+	watch func(s *Session, prefix string) (prefixes []string, puts bool)) error {
 	fail := func(err error) error { return fmt.Errorf("etcdio: new %s %q: %w", kind, prefix, err) }
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -86,8 +86,9 @@ func (b *base) start(kind string, cli *clientv3.Client, prefix string, opts []Op
 			r.Answer(struct{}{}, err)
 			return
 		}
-		for _, p := range watch(s, b.prefix) {
-			b.mirrors = append(b.mirrors, s.openMirror(p, self))
+		prefixes, puts := watch(s, b.prefix)
+		for _, p := range prefixes {
+			b.mirrors = append(b.mirrors, s.openMirror(p, puts, self))
 		}
 		s.members[self] = struct{}{}
 		r.Answer(struct{}{}, nil)
@@ -221,7 +222,7 @@ func (b *base) mirrorOf(key string) *mirror {
 // mirror covering it has reached rev and no longer has it. Loop only.
 func (b *base) gone(key string, rev int64) bool {
 	m := b.mirrorOf(key)
-	return m != nil && m.ready && m.rev >= rev && !m.has(key)
+	return m != nil && m.gone(key, rev)
 }
 
 // claim records that a primitive of kind uses prefix on this session.

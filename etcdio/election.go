@@ -51,7 +51,7 @@ func NewElection(cli *clientv3.Client, prefix string, opts ...Option) (election.
 		observers: actor.NewFanout(func(election.Leadership) bool { return true }),
 	}
 	// Everyone's keys matter to an election: who leads is the first of them.
-	all := func(_ *Session, prefix string) []string { return []string{prefix} }
+	all := func(_ *Session, prefix string) ([]string, bool) { return []string{prefix}, true }
 	if err := e.start("election", cli, prefix, opts, e, all); err != nil {
 		return nil, err
 	}

@@ -429,14 +429,14 @@ func (h *holder) Close() error {
 // ttl is what grants report as their lease's time to live.
 func (h *holder) ttl() time.Duration { return h.s.ttl }
 
-// ownKeys returns what a holder mirrors: its session's own keys under each
-// of the queue prefixes prefix+sub.
-func ownKeys(subs ...string) func(s *Session, prefix string) []string {
-	return func(s *Session, prefix string) []string {
+// ownKeys returns what a holder mirrors: the deletions of its session's own
+// keys under each of the queue prefixes prefix+sub.
+func ownKeys(subs ...string) func(s *Session, prefix string) ([]string, bool) {
+	return func(s *Session, prefix string) ([]string, bool) {
 		var ps []string
 		for _, sub := range subs {
 			ps = append(ps, s.ownPrefix(prefix+sub))
 		}
-		return ps
+		return ps, false
 	}
 }

@@ -10,19 +10,25 @@ import (
 	"go.uber.org/zap"
 )
 
-// mirror is the session's copy of every key under one prefix, kept current by
+// mirror is the session's copy of the keys under one prefix, kept current by
 // one long-lived watch. All primitives of a session that use the prefix share
 // it, and it lives as long as any of them does. Its fields are owned by the
 // loop; its sync goroutine only posts what it reads.
 //
-// A mirror at revision rev holds exactly the keys that exist under the prefix
-// at rev, so "this key exists and no key created before it does" read off a
-// mirror is true of etcd at rev: that is what makes rev a sound fencing token.
+// A full mirror (puts) at revision rev holds exactly the keys that exist
+// under the prefix at rev. A deletions-only mirror, for a session's own keys,
+// is told only of deletions: it knows the keys that existed when it loaded
+// and the keys deleted since, which is what noticing a lost key needs, at
+// half the watch events.
 type mirror struct {
 	prefix   string
+	puts     bool  // a full mirror; otherwise deletions only
 	ready    bool  // loaded at least once
-	rev      int64 // the revision keys reflects
+	rev      int64 // full: the revision keys reflects; the latest revision seen
+	loadRev  int64 // the revision of the last load
 	keys     map[string]*mvccpb.KeyValue
+	recent   [16]string // deletions only: the latest keys deleted
+	next     int
 	watchers map[mirrorWatcher]struct{}
 	cancel   context.CancelFunc
 }
@@ -34,12 +40,12 @@ type mirrorWatcher interface {
 }
 
 // openMirror returns the mirror of prefix, starting it if needed, and adds w
-// to its watchers. Loop only.
-func (s *Session) openMirror(prefix string, w mirrorWatcher) *mirror {
+// to its watchers. puts asks for a full mirror. Loop only.
+func (s *Session) openMirror(prefix string, puts bool, w mirrorWatcher) *mirror {
 	m := s.mirrors[prefix]
 	if m == nil {
 		ctx, cancel := context.WithCancel(s.ctx)
-		m = &mirror{prefix: prefix, keys: map[string]*mvccpb.KeyValue{}, watchers: map[mirrorWatcher]struct{}{}, cancel: cancel}
+		m = &mirror{prefix: prefix, puts: puts, keys: map[string]*mvccpb.KeyValue{}, watchers: map[mirrorWatcher]struct{}{}, cancel: cancel}
 		s.mirrors[prefix] = m
 		s.wg.Add(1)
 		go s.syncMirror(ctx, m)
@@ -74,7 +80,11 @@ func (s *Session) syncMirror(ctx context.Context, m *mirror) {
 		kvs, rev := resp.Kvs, resp.Header.Revision
 		s.post(func() { m.load(kvs, rev) })
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range s.cli.Watch(wctx, m.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(rev + 1)}
+		if !m.puts {
+			opts = append(opts, clientv3.WithFilterPut())
+		}
+		for wr := range s.cli.Watch(wctx, m.prefix, opts...) {
 			if err := wr.Err(); err != nil {
 				s.log.Debug("mirror watch failed", zap.String("prefix", m.prefix), zap.Error(err))
 				break
@@ -106,7 +116,7 @@ func (m *mirror) load(kvs []*mvccpb.KeyValue, rev int64) {
 	for _, kv := range kvs {
 		m.keys[string(kv.Key)] = kv
 	}
-	m.rev, m.ready = rev, true
+	m.rev, m.loadRev, m.ready = rev, rev, true
 	m.notify()
 }
 
@@ -123,6 +133,10 @@ func (m *mirror) apply(evs []*clientv3.Event) {
 			m.keys[string(ev.Kv.Key)] = ev.Kv
 		case clientv3.EventTypeDelete:
 			delete(m.keys, string(ev.Kv.Key))
+			if !m.puts {
+				m.recent[m.next] = string(ev.Kv.Key)
+				m.next = (m.next + 1) % len(m.recent)
+			}
 		}
 		m.rev = ev.Kv.ModRevision
 	}
@@ -142,6 +156,25 @@ func (m *mirror) notify() {
 // created after that revision is not known yet: callers first check that
 // m.rev has reached the key's creation.
 func (m *mirror) has(key string) bool { return m.keys[key] != nil }
+
+// gone reports whether key, created at rev, is known to be deleted.
+func (m *mirror) gone(key string, rev int64) bool {
+	if !m.ready {
+		return false
+	}
+	if m.puts {
+		return m.rev >= rev && !m.has(key)
+	}
+	// Deletions only: the key was deleted lately, or it existed before the
+	// last load but not in it. (A deletion older than the recent ones was
+	// reported when it happened.)
+	for _, k := range m.recent {
+		if k == key {
+			return true
+		}
+	}
+	return m.loadRev >= rev && !m.has(key)
+}
 
 // first returns the key under sub (a prefix within m's) with the lowest
 // CreateRevision, or nil if there is none.
