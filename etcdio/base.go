@@ -192,7 +192,7 @@ func (b *base) close(collect func() []keyRev) error {
 	if err != nil {
 		return nil // the session ended: its lease took the keys
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	ctx, cancel := context.WithTimeout(b.s.cli.Ctx(), cleanupTimeout)
 	defer cancel()
 	var errs []error
 	for _, k := range keys {

@@ -64,38 +64,46 @@ func (s *Session) closeMirror(m *mirror, w mirrorWatcher) {
 	}
 }
 
-// syncMirror loads the prefix, then follows it with a watch from the next
-// revision; whenever the watch fails (compaction, a member without a leader)
-// it loads again. It runs until ctx ends.
+// syncMirror follows the prefix with a watch from the current revision, in
+// sync from the start, and once etcd confirms the watch it loads the prefix;
+// events the load already reflects are skipped. (A watch from a past
+// revision would be served by etcd's catch-up path, up to 100 ms late.)
+// Whenever the watch fails (compaction, a member without a leader) it starts
+// over. It runs until ctx ends.
 func (s *Session) syncMirror(ctx context.Context, m *mirror) {
 	defer s.wg.Done()
 	const retry = 100 * time.Millisecond
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
+	if !m.puts {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
 	for ctx.Err() == nil {
-		resp, err := s.cli.Get(ctx, m.prefix, clientv3.WithPrefix())
-		if err != nil {
-			s.log.Debug("mirror load failed", zap.String("prefix", m.prefix), zap.Error(err))
-			sleepCtx(ctx, retry)
-			continue
-		}
-		kvs, rev := resp.Kvs, resp.Header.Revision
-		s.post(func() { m.load(kvs, rev) })
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(rev + 1)}
-		if !m.puts {
-			opts = append(opts, clientv3.WithFilterPut())
-		}
+		loaded := false
 		for wr := range s.cli.Watch(wctx, m.prefix, opts...) {
 			if err := wr.Err(); err != nil {
 				s.log.Debug("mirror watch failed", zap.String("prefix", m.prefix), zap.Error(err))
 				break
 			}
-			if len(wr.Events) == 0 {
+			if wr.Created && !loaded {
+				resp, err := s.cli.Get(ctx, m.prefix, clientv3.WithPrefix())
+				if err != nil {
+					s.log.Debug("mirror load failed", zap.String("prefix", m.prefix), zap.Error(err))
+					break
+				}
+				kvs, rev := resp.Kvs, resp.Header.Revision
+				s.post(func() { m.load(kvs, rev) })
+				loaded = true
+				continue
+			}
+			if len(wr.Events) == 0 || !loaded {
 				continue
 			}
 			evs := wr.Events
 			s.post(func() { m.apply(evs) })
 		}
 		cancel()
+		sleepCtx(ctx, retry)
 	}
 }
 

@@ -152,7 +152,8 @@ func (s *Session) Close() error {
 		s.post(func() { s.end(fmt.Errorf("etcdio: session closed: %w", primitives.ErrClosed)) })
 		<-s.done
 		s.wg.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		// A closed client cannot revoke: give up at once rather than retry.
+		ctx, cancel := context.WithTimeout(s.cli.Ctx(), revokeTimeout)
 		defer cancel()
 		if _, err := s.cli.Revoke(ctx, s.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			s.closeErr = fmt.Errorf("etcdio: close session: revoke lease %x: %w", int64(s.lease), err)
