@@ -106,12 +106,41 @@ func BenchmarkLockContended(b *testing.B) {
 	}
 }
 
+// BenchmarkElectionFailover: three candidates, each with its own client and
+// session; the leader leaves (Resign, or Close with a fresh candidate taking
+// its seat) and the next one leads; b.N failovers in all. ns/op is time per
+// failover; p50-ms and p99-ms are failover latencies (the leader calls Resign
+// or Close -> the next leader's Campaign returns).
+func BenchmarkElectionFailover(b *testing.B) {
+	e := sharedEnv(b)
+	for _, lib := range []electionLib{discoElectionLib, etcdElectionLib} {
+		b.Run(lib.name, func(b *testing.B) {
+			for _, mode := range []failMode{failResign, failClose} {
+				b.Run(string(mode), func(b *testing.B) {
+					fc := failoverCfg{mode: mode, candidates: electionCandidates, ttl: electionTTL}
+					cfg := runCfg{maxAcq: b.N, ready: b.ResetTimer, finished: b.StopTimer}
+					s, err := runFailover(context.Background(), e, lib, fc, cfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if s.Errors > 0 {
+						b.Fatalf("%d errors, first: %s", s.Errors, s.FirstErr)
+					}
+					b.ReportMetric(s.PerSec, "failovers/s")
+					b.ReportMetric(s.Handoff.P50, "p50-ms")
+					b.ReportMetric(s.Handoff.P99, "p99-ms")
+				})
+			}
+		})
+	}
+}
+
 // TestScenariosSmoke runs every kind of scenario briefly with few
 // contenders and checks that the results are sane. It judges no speed.
 func TestScenariosSmoke(t *testing.T) {
 	e := sharedEnv(t)
 	r := &runner{env: e, cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond},
-		contenders: []int{2}, guardGoroutines: 4}
+		contenders: []int{2}, guardGoroutines: 4, expiryTTL: time.Second, expiryRounds: 1}
 	all := allScenarios(r.contenders, r.guardGoroutines)
 	var results []*result
 	for _, s := range all {
@@ -137,8 +166,14 @@ func TestScenariosSmoke(t *testing.T) {
 				if sd.Wait.N == 0 || sd.Wait.P50 <= 0 || sd.Wait.P99 < sd.Wait.P50 {
 					t.Errorf("%s %s: wait latency %+v", s.name, sd.Lib, sd.Wait)
 				}
-				if row.Latency == "handoff" && (sd.Handoff.N == 0 || sd.Handoff.P99 < sd.Handoff.P50) {
+				if (row.Latency == "handoff" || row.Latency == "failover") && (sd.Handoff.N == 0 || sd.Handoff.P99 < sd.Handoff.P50) {
 					t.Errorf("%s %s: handoff latency %+v", s.name, sd.Lib, sd.Handoff)
+				}
+				if row.Latency == "failover" && sd.Handoff.N != sd.Count {
+					t.Errorf("%s %s: %d failover samples for %d failovers", s.name, sd.Lib, sd.Handoff.N, sd.Count)
+				}
+				if s.name == "election-failover-expiry" && sd.VanishedClose == nil {
+					t.Errorf("%s %s: no close timing of the vanished candidates", s.name, sd.Lib)
 				}
 				if row.Latency == "cycle" && sd.Cycle.N != sd.Count {
 					t.Errorf("%s %s: %d cycles for %d acquisitions", s.name, sd.Lib, sd.Cycle.N, sd.Count)
@@ -175,11 +210,13 @@ func TestScenariosSmoke(t *testing.T) {
 func TestSelectScenarios(t *testing.T) {
 	all := allScenarios([]int{2, 8, 32, 128}, 64)
 	for filter, want := range map[string]int{
-		"":                     len(all),
-		"lock-contended":       4,
-		"contended-(2|8)$":     2,
-		"guard-check-1,uncont": 2,
-		"^guard":               4,
+		"":                        len(all),
+		"lock-contended":          4,
+		"contended-(2|8)$":        2,
+		"guard-check-1,uncont":    2,
+		"^guard":                  4,
+		"election":                3,
+		"failover-(resign|close)": 2,
 	} {
 		got, err := selectScenarios(all, filter)
 		if err != nil || len(got) != want {

@@ -1,11 +1,13 @@
-// Command bench measures disco's etcd lock and fencing guard under
-// contention, side by side with etcd's own concurrency.Mutex on the same etcd
+// Command bench measures disco's etcd lock, rwlock, election failover and
+// fencing guard under contention, side by side with etcd's own recipes
+// (concurrency.Mutex, recipes.RWMutex, concurrency.Election) on the same etcd
 // in the same run, and judges the goals from the issue.
 //
 //	go run ./bench                      # embedded etcd, real fsync
 //	go run ./bench -fsync=false         # embedded etcd, no fsync
 //	ETCD_ENDPOINTS=http://h:2379 go run ./bench -metrics http://h:2381/metrics
 //	go run ./bench -scenarios 'contended-(2|8)$,guard' -duration 5s -out results/
+//	go run ./bench -scenarios election -expiry-ttl 1s -expiry-rounds 5
 //
 // Progress goes to stderr, the table to stdout.
 package main
@@ -40,6 +42,8 @@ func run() error {
 		metrics    = flag.String("metrics", "", "Prometheus URL of the etcd under test, to measure load per acquisition with ETCD_ENDPOINTS (embedded: automatic)")
 		contenders = flag.String("contenders", "2,8,32,128", "contention levels for lock-contended-N")
 		guardG     = flag.Int("guard-goroutines", 64, "goroutines for the many-goroutine guard scenarios")
+		expiryTTL  = flag.Duration("expiry-ttl", defaultExpiryTTL, "lease TTL in election-failover-expiry (whole seconds); each failover there takes about this long")
+		expiryN    = flag.Int("expiry-rounds", defaultExpiryRounds, "failovers per side in election-failover-expiry")
 		list       = flag.Bool("list", false, "list scenario names and exit")
 		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the whole run (etcd included when embedded) to this file")
 	)
@@ -50,6 +54,9 @@ func run() error {
 	}
 	if *duration <= 0 || *warmup < 0 || *guardG < 1 {
 		return errors.New("-duration must be > 0, -warmup >= 0, -guard-goroutines >= 1")
+	}
+	if *expiryTTL < time.Second || *expiryTTL%time.Second != 0 || *expiryN < 1 {
+		return errors.New("-expiry-ttl must be whole seconds, at least 1s; -expiry-rounds >= 1")
 	}
 	all := allScenarios(levels, *guardG)
 	if *list {
@@ -84,7 +91,8 @@ func run() error {
 	}
 	defer e.close()
 	cfg := runCfg{warmup: *warmup, duration: *duration}
-	r := &runner{env: e, cfg: cfg, progress: os.Stderr, contenders: levels, guardGoroutines: *guardG}
+	r := &runner{env: e, cfg: cfg, progress: os.Stderr, contenders: levels, guardGoroutines: *guardG,
+		expiryTTL: *expiryTTL, expiryRounds: *expiryN}
 	fmt.Fprintf(os.Stderr, "bench: %d scenarios on etcd %s\n", len(chosen), e.backend())
 	results, err := runAll(ctx, r, chosen)
 	if len(results) > 0 {

@@ -73,6 +73,9 @@ type side struct {
 	Errors   int           `json:"errors"`
 	FirstErr string        `json:"first_error,omitempty"`
 	Load     *load         `json:"load,omitempty"` // nil: not measured (no metrics endpoint)
+	// Elections, expiry: how long closing a candidate took after its
+	// client had been closed under it (it must not wait for etcd).
+	VanishedClose *dist `json:"vanished_close,omitempty"`
 
 	// Raw samples, for plots.
 	handoffs, waits, cycles []time.Duration

@@ -18,6 +18,7 @@ func printTable(w io.Writer, results []*result, e *env, cfg runCfg) error {
 	fmt.Fprintf(w, "disco bench: etcd %s, %v per side (+%v warmup), GOMAXPROCS=%d, %s\n",
 		e.backend(), cfg.duration, cfg.warmup, runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintln(w, "latency in ms as p50/p99; handoff = previous holder calls Unlock -> next holder's Lock returns; cycle = one uncontended Lock+Unlock;")
+	fmt.Fprintln(w, "failover = the leader calls Resign or Close, or its client vanishes -> the next leader's Campaign returns (elections: acq = failover);")
 	fmt.Fprintln(w, "req/acq = etcd gRPC request messages per acquisition (lease keepalives excluded); watch-ev/acq = watch events etcd sent per acquisition")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -70,15 +71,17 @@ func fmtRate(v float64, unit string) string {
 		return fmt.Sprintf("%.1fM %s", v/1e6, unit)
 	case v >= 100e3:
 		return fmt.Sprintf("%.0fk %s", v/1e3, unit)
-	default:
+	case v >= 10 || v == 0:
 		return fmt.Sprintf("%.0f %s", v, unit)
+	default: // e.g. failovers that each wait for a lease to expire
+		return fmt.Sprintf("%.2f %s", v, unit)
 	}
 }
 
 func fmtLat(s *side, kind string) string {
 	var d dist
 	switch kind {
-	case "handoff":
+	case "handoff", "failover":
 		d = s.Handoff
 	case "cycle":
 		d = s.Cycle

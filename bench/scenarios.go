@@ -32,6 +32,10 @@ type runner struct {
 	progress        io.Writer
 	contenders      []int
 	guardGoroutines int
+	// The election-failover-expiry scenario: lease TTL and failovers per
+	// side (0: defaultExpiryTTL, defaultExpiryRounds).
+	expiryTTL    time.Duration
+	expiryRounds int
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -106,10 +110,11 @@ func allScenarios(contenders []int, guardGoroutines int) []scenario {
 		scenario{name: fmt.Sprintf("rwlock-read-heavy-%d", rwContenders), run: rwScenario(fmt.Sprintf("rwlock-read-heavy-%d", rwContenders), 0.95)},
 		scenario{name: fmt.Sprintf("rwlock-write-heavy-%d", rwContenders), run: rwScenario(fmt.Sprintf("rwlock-write-heavy-%d", rwContenders), 0.50)},
 	)
-	// Next: election-failover-resign / election-failover-crash against
-	// concurrency.Election (a candidate per client; measure the time from
-	// the leader's Resign, or its Close vs its lease expiring, to the next
-	// leader's Campaign returning), in an elections.go beside rwlocks.go.
+	s = append(s,
+		scenario{name: "election-failover-resign", run: failoverScenario(failResign)},
+		scenario{name: "election-failover-close", run: failoverScenario(failClose)},
+		scenario{name: "election-failover-expiry", run: failoverScenario(failExpiry)},
+	)
 	return s
 }
 
