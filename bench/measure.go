@@ -444,9 +444,6 @@ func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side
 	return s, nil
 }
 
-// guardOp is one call on a guard: Check, or Admit followed by done.
-type guardOp func(g *guard.Guard, t fencing.Token) error
-
 func guardCheck(g *guard.Guard, t fencing.Token) error { return g.Check(t) }
 
 func guardAdmit(g *guard.Guard, t fencing.Token) error {

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
-	"strings"
 	"testing"
-	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/examples/internal/storytest"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
 )
@@ -20,16 +15,8 @@ import (
 func TestMain(m *testing.M) { etcdtest.Main(m) }
 
 func TestStory(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	var out bytes.Buffer
-	o, err := tell(ctx, &out, etcdtest.Endpoints())
-	t.Logf("story:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("story: %v", err)
-	}
+	storytest.NoLeaks(t)
+	o, story := storytest.Tell(t, tell)
 
 	// Three terms, A then B then C, with rising tokens.
 	if len(o.Leaders) != 3 {
@@ -73,17 +60,8 @@ func TestStory(t *testing.T) {
 	if err, ok := o.LeadErrs["C"]; !ok || err != nil {
 		t.Errorf("C's Lead: %v (returned: %v), want nil", err, ok)
 	}
-	if !strings.Contains(out.String(), "ended as promised") {
-		t.Error("story does not say it ended as promised")
-	}
+	storytest.Mentions(t, "story", story, "ended as promised")
 }
 
 // TestRun checks the thin wrapper main uses.
-func TestRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	if err := run(ctx, &out, etcdtest.Endpoints()); err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-}
+func TestRun(t *testing.T) { storytest.Run(t, run) }

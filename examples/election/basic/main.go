@@ -25,47 +25,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/examples/internal/story"
 	"github.com/ahrtr/disco/fencing"
-	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := mainErr(ctx); err != nil {
-		stop()
-		fmt.Fprintln(os.Stderr, "election example FAILED:", err)
-		os.Exit(1)
-	}
-}
-
-func mainErr(ctx context.Context) error {
-	endpoints, stopEtcd, err := embedded.StartOrEnv()
-	if err != nil {
-		return fmt.Errorf("starting embedded etcd: %w", err)
-	}
-	defer stopEtcd()
-	if len(embedded.EndpointsFromEnv()) > 0 {
-		fmt.Printf("etcd: %s (from %s)\n", strings.Join(endpoints, ","), embedded.EnvEndpoints)
-	} else {
-		fmt.Printf("etcd: embedded single member (set %s to use a real cluster)\n", embedded.EnvEndpoints)
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	return run(ctx, os.Stdout, endpoints)
-}
+func main() { story.RunMain("election example", story.HideAddress, run) }
 
 // run tells the story against the etcd cluster at endpoints and returns an
 // error unless it ended as promised.
@@ -90,29 +60,9 @@ type outcome struct {
 	NoLeaderAtEnd bool
 }
 
-// resource is an in-memory value protected by a fencing guard.
-type resource struct {
-	guard *guard.Guard
-	mu    sync.Mutex
-	value string
-}
-
-func (r *resource) write(ctx context.Context, t fencing.Token, v string) error {
-	_, done, err := r.guard.Admit(ctx, t)
-	if err != nil {
-		return err
-	}
-	defer done()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.value = v
-	return nil
-}
-
 // candidate is one process that wants to lead.
 type candidate struct {
 	name   string
-	cli    *clientv3.Client
 	svc    election.Service
 	stop   context.CancelFunc // ends its Lead: it resigns
 	done   chan struct{}      // closed when its Lead has returned
@@ -127,24 +77,24 @@ type term struct {
 }
 
 func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, err error) {
-	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
-	prefix := fmt.Sprintf("/disco-examples/election/basic/%d", time.Now().UnixNano())
+	say, step := story.Narrator(out)
+	prefix := story.Prefix("election/basic")
 	o.LeadErrs = make(map[string]error)
 
+	clients := story.NewClients(endpoints)
+	defer clients.Close()
 	// world plays everything around the candidates: it looks at etcd's keys
 	// and revokes B's lease.
-	world, err := embedded.NewClient(endpoints)
+	world, err := clients.New()
 	if err != nil {
 		return o, err
 	}
-	defer world.Close()
 
 	// The observer never campaigns; it only watches.
-	obsCli, err := embedded.NewClient(endpoints)
+	obsCli, err := clients.New()
 	if err != nil {
 		return o, err
 	}
-	defer obsCli.Close()
 	observer, err := etcdio.NewElection(obsCli, prefix)
 	if err != nil {
 		return o, err
@@ -179,7 +129,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 		}
 	}
 
-	res := &resource{guard: guard.New()}
+	res := story.NewResource("")
 	leads := make(chan term, 3)
 	ended := make(chan *candidate, 3) // each candidate, once its Lead returned
 	var cands []*candidate
@@ -188,23 +138,21 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 			c.stop()
 			_ = c.svc.Close() // fails for A (closed already) and B (lease gone)
 			<-c.done
-			_ = c.cli.Close()
 		}
 	}()
 	// campaign starts a candidate that leads with election.Lead until its
 	// Lead context ends or its term is lost.
 	campaign := func(name string) (*candidate, error) {
-		cli, err := embedded.NewClient(endpoints)
+		cli, err := clients.New()
 		if err != nil {
 			return nil, err
 		}
 		svc, err := etcdio.NewElection(cli, prefix, etcdio.WithTTL(ttl))
 		if err != nil {
-			cli.Close()
 			return nil, err
 		}
 		lctx, stop := context.WithCancel(ctx)
-		c := &candidate{name: name, cli: cli, svc: svc, stop: stop, done: make(chan struct{})}
+		c := &candidate{name: name, svc: svc, stop: stop, done: make(chan struct{})}
 		cands = append(cands, c)
 		go func() {
 			defer func() { ended <- c }()
@@ -233,10 +181,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 		}
 	}
 	candidateKeys := func(n int64) error {
-		return waitFor(ctx, fmt.Sprintf("%d candidates' keys", n), func() (bool, error) {
-			resp, err := world.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-			return err == nil && resp.Count == n, err
-		})
+		return story.WaitForKeys(ctx, world, prefix, n, "candidates' keys")
 	}
 	// leadResult waits for what c's election.Lead returned.
 	leadResult := func(c *candidate) error {
@@ -255,11 +200,11 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 			return fmt.Errorf("%s's token %d is not above %s's %d", now.c.name, now.l.Token(), prev.c.name, prev.l.Token())
 		}
 		v := "config by " + now.c.name
-		if err := res.write(ctx, now.l.Token(), v); err != nil {
+		if err := res.Write(ctx, now.l.Token(), v); err != nil {
 			return fmt.Errorf("%s: write: %w", now.c.name, err)
 		}
 		say("   %s writes %q with token %d: accepted", now.c.name, v, now.l.Token())
-		err := res.write(ctx, prev.l.Token(), "late config by "+prev.c.name)
+		err := res.Write(ctx, prev.l.Token(), "late config by "+prev.c.name)
 		o.Rejected = append(o.Rejected, err)
 		if !errors.Is(err, fencing.ErrTokenStale) {
 			return fmt.Errorf("%s's old token %d after the handover: %v, want it rejected as stale", prev.c.name, prev.l.Token(), err)
@@ -274,8 +219,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 	}
 
 	// 1. A leads; B and C wait in line.
-	say("")
-	say("1. A, B and C campaign, in that order")
+	step("1. A, B and C campaign, in that order")
 	a, err := campaign("A")
 	if err != nil {
 		return o, err
@@ -304,14 +248,13 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 		return o, err
 	}
 	say("   B and C campaign too and wait in line behind A")
-	if err := res.write(ctx, ta.l.Token(), "config by A"); err != nil {
+	if err := res.Write(ctx, ta.l.Token(), "config by A"); err != nil {
 		return o, fmt.Errorf("A: write: %w", err)
 	}
 	say("   A writes %q with token %d: accepted", "config by A", ta.l.Token())
 
 	// 2. A shuts down.
-	say("")
-	say("2. A shuts down: its election service is closed")
+	step("2. A shuts down: its election service is closed")
 	a.killed = true
 	if err := a.svc.Close(); err != nil {
 		return o, fmt.Errorf("A: close: %w", err)
@@ -333,11 +276,10 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 	}
 
 	// 3. B crashes.
-	say("")
-	say("3. %s crashes (or stalls) and its lease ends", tb.c.name)
+	step("3. %s crashes (or stalls) and its lease ends", tb.c.name)
 	tb.c.killed = true
-	if _, err := world.Revoke(ctx, clientv3.LeaseID(tb.l.LeaseID)); err != nil {
-		return o, fmt.Errorf("revoking %s's lease: %w", tb.c.name, err)
+	if err := story.Revoke(ctx, world, tb.c.name, tb.l.LeaseID); err != nil {
+		return o, err
 	}
 	say("   (simulated: another client revokes %s's lease instead of waiting %v)", tb.c.name, ttl)
 	if err := leadResult(tb.c); !errors.Is(err, primitives.ErrLost) {
@@ -357,8 +299,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 	}
 
 	// 4. C steps down.
-	say("")
-	say("4. %s steps down: its Lead context ends, so Lead resigns", tc.c.name)
+	step("4. %s steps down: its Lead context ends, so Lead resigns", tc.c.name)
 	tc.c.killed = true
 	tc.c.stop()
 	if err := leadResult(tc.c); err != nil {
@@ -370,8 +311,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 	}
 	o.NoLeaderAtEnd = true
 
-	say("")
-	say("Outcome: the observer saw every leader in order (%s), each handover", names(o.Observed))
+	step("Outcome: the observer saw every leader in order (%s), each handover", names(o.Observed))
 	say("raised the token, and every former leader's token was rejected.")
 	say("The story ended as promised.")
 	return o, nil
@@ -383,26 +323,4 @@ func names(ls []election.Leadership) string {
 		s = append(s, l.Value)
 	}
 	return strings.Join(s, ", then ")
-}
-
-// waitFor polls cond until it holds, fails, or ctx ends. It is a poll with a
-// deadline, used where etcd's state is the only sign of progress (a waiting
-// candidate has no event of its own until it leads).
-func waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, err := cond()
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		}
-	}
 }

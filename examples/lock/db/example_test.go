@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"path/filepath"
 	"testing"
 
@@ -17,10 +16,9 @@ import (
 func TestMain(m *testing.M) { etcdtest.Main(m) }
 
 func TestZombieWriteRejectedByDatabase(t *testing.T) {
+	storytest.NoLeaks(t)
 	dbFile := filepath.Join(t.TempDir(), "resource.db")
-	o, story := storytest.Tell(t, func(ctx context.Context, out io.Writer, endpoints []string) (outcome, error) {
-		return run(ctx, out, endpoints, dbFile)
-	})
+	o, story := storytest.TellWith(t, run, dbFile)
 
 	if o.TokenB <= o.TokenA {
 		t.Errorf("B's token %d not above A's %d", o.TokenB, o.TokenA)

@@ -127,12 +127,9 @@ func run(ctx context.Context, out io.Writer, endpoints []string, dbFile string) 
 
 	// Step 2: A is paused until its lease is gone.
 	step("2. A is paused (say, a long GC pause) and its lease runs out")
-	if err := story.Revoke(ctx, world, "A", ga.LeaseID); err != nil {
-		return o, err
-	}
-	lost, err := story.WaitLost(ctx, aEvents)
+	lost, err := story.Pause(ctx, world, "A", ga.LeaseID, aEvents)
 	if err != nil {
-		return o, fmt.Errorf("A: %w", err)
+		return o, err
 	}
 	say("   (simulated: another client revoked lease %x instead of waiting %v)", ga.LeaseID, ga.TTL)
 	say("   A's Subscribe reports Lost for token %d: its hold is over", lost.Token)

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
-	"strings"
 	"testing"
-	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/examples/internal/storytest"
 	"github.com/ahrtr/disco/fencing"
 )
 
@@ -19,16 +14,8 @@ import (
 func TestMain(m *testing.M) { etcdtest.Main(m) }
 
 func TestStory(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	var out bytes.Buffer
-	o, err := tell(ctx, &out, etcdtest.Endpoints())
-	t.Logf("story:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("story: %v", err)
-	}
+	storytest.NoLeaks(t)
+	o, story := storytest.Tell(t, tell)
 
 	if len(o.ReaderTokens) != 3 || o.ReaderTokens[0] != o.ReaderTokens[1] || o.ReaderTokens[1] != o.ReaderTokens[2] {
 		t.Errorf("concurrent readers' tokens %v, want one shared token", o.ReaderTokens)
@@ -45,19 +32,8 @@ func TestStory(t *testing.T) {
 	if o.FinalValue != "v3 by W2" {
 		t.Errorf("final readers read %q, want W2's value", o.FinalValue)
 	}
-	for _, want := range []string{"ONE shared token", "Lost", "REJECTED", "ended as promised"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("story does not mention %q", want)
-		}
-	}
+	storytest.Mentions(t, "story", story, "ONE shared token", "Lost", "REJECTED", "ended as promised")
 }
 
 // TestRun checks the thin wrapper main uses.
-func TestRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	if err := run(ctx, &out, etcdtest.Endpoints()); err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-}
+func TestRun(t *testing.T) { storytest.Run(t, run) }

@@ -23,48 +23,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"strings"
-	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/examples/internal/story"
 	"github.com/ahrtr/disco/fencing"
-	"github.com/ahrtr/disco/fencing/guard"
-	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := mainErr(ctx); err != nil {
-		stop()
-		fmt.Fprintln(os.Stderr, "rwlock example FAILED:", err)
-		os.Exit(1)
-	}
-}
-
-func mainErr(ctx context.Context) error {
-	endpoints, stopEtcd, err := embedded.StartOrEnv()
-	if err != nil {
-		return fmt.Errorf("starting embedded etcd: %w", err)
-	}
-	defer stopEtcd()
-	if len(embedded.EndpointsFromEnv()) > 0 {
-		fmt.Printf("etcd: %s (from %s)\n", strings.Join(endpoints, ","), embedded.EnvEndpoints)
-	} else {
-		fmt.Printf("etcd: embedded single member (set %s to use a real cluster)\n", embedded.EnvEndpoints)
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	return run(ctx, os.Stdout, endpoints)
-}
+func main() { story.RunMain("rwlock example", story.HideAddress, run) }
 
 // run tells the story against the etcd cluster at endpoints and returns an
 // error unless it ended as promised.
@@ -87,67 +56,35 @@ type outcome struct {
 	FinalValue   string          // what the final readers read
 }
 
-// resource is an in-memory value protected by a fencing guard: every read
-// and write must carry a token that is not below the highest seen so far.
-type resource struct {
-	guard *guard.Guard
-	mu    sync.Mutex
-	value string
-}
-
-func (r *resource) write(ctx context.Context, t fencing.Token, v string) error {
-	_, done, err := r.guard.Admit(ctx, t)
-	if err != nil {
-		return err
-	}
-	defer done()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.value = v
-	return nil
-}
-
-func (r *resource) read(ctx context.Context, t fencing.Token) (string, error) {
-	_, done, err := r.guard.Admit(ctx, t)
-	if err != nil {
-		return "", err
-	}
-	defer done()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.value, nil
-}
-
 // actor is one party of the story. Each stands for a separate process, so
 // each has its own etcd client and its own lease.
 type actor struct {
 	name string
-	cli  *clientv3.Client
 	rw   rwlock.Service
 }
 
 func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, err error) {
-	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
-	prefix := fmt.Sprintf("/disco-examples/rwlock/basic/%d", time.Now().UnixNano())
+	say, step := story.Narrator(out)
+	prefix := story.Prefix("rwlock/basic")
 
+	clients := story.NewClients(endpoints)
+	defer clients.Close()
 	var actors []*actor
 	defer func() {
 		for _, a := range actors {
 			_ = a.rw.Close() // W1's fails: its lease is gone
-			_ = a.cli.Close()
 		}
 	}()
 	newActor := func(name string) (*actor, error) {
-		cli, err := embedded.NewClient(endpoints)
+		cli, err := clients.New()
 		if err != nil {
 			return nil, err
 		}
 		rw, err := etcdio.NewRWLock(cli, prefix, etcdio.WithTTL(ttl))
 		if err != nil {
-			cli.Close()
 			return nil, err
 		}
-		a := &actor{name: name, cli: cli, rw: rw}
+		a := &actor{name: name, rw: rw}
 		actors = append(actors, a)
 		return a, nil
 	}
@@ -163,24 +100,19 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 	readers := []*actor{r1, r2, r3}
 	// world plays everything around the actors: it looks at etcd's keys and
 	// revokes W1's lease.
-	world, err := embedded.NewClient(endpoints)
+	world, err := clients.New()
 	if err != nil {
 		return o, err
 	}
-	defer world.Close()
 	queued := func(n int64) error {
-		return waitFor(ctx, fmt.Sprintf("%d keys under the lock's prefix", n), func() (bool, error) {
-			resp, err := world.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-			return err == nil && resp.Count == n, err
-		})
+		return story.WaitForKeys(ctx, world, prefix, n, "keys under the lock's prefix")
 	}
 
-	res := &resource{guard: guard.New(), value: "v0"}
-	say("resource: an in-memory value %q behind a fencing guard", res.value)
+	res := story.NewResource("v0")
+	say("resource: an in-memory value %q behind a fencing guard", "v0")
 
 	// 1. Readers share.
-	say("")
-	say("1. R1, R2 and R3 take the read lock at the same time")
+	step("1. R1, R2 and R3 take the read lock at the same time")
 	grants := make([]rwlock.Grant, len(readers))
 	eg, egCtx := errgroup.WithContext(ctx)
 	for i, r := range readers {
@@ -201,7 +133,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 	}
 	say("   all three hold it now, with ONE shared token %d", shared)
 	for _, r := range readers {
-		v, err := res.read(ctx, shared)
+		v, err := res.Read(ctx, shared)
 		if err != nil {
 			return o, fmt.Errorf("%s: read: %w", r.name, err)
 		}
@@ -209,8 +141,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 	}
 
 	// 2. A writer excludes.
-	say("")
-	say("2. Writer W1 asks for the write lock")
+	step("2. Writer W1 asks for the write lock")
 	w1Events := w1.rw.Subscribe(ctx) // subscribed early, so no Lost is missed
 	w1Grant := acquireAsync(ctx, w1.rw.Lock)
 	if err := queued(4); err != nil {
@@ -241,7 +172,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 	default:
 	}
 	say("   W1 holds the write lock: token %d, above the readers' %d; R4 still waits", gw1.Token(), shared)
-	if err := res.write(ctx, gw1.Token(), "v1 by W1"); err != nil {
+	if err := res.Write(ctx, gw1.Token(), "v1 by W1"); err != nil {
 		return o, fmt.Errorf("W1: write: %w", err)
 	}
 	say("   W1 writes %q with token %d: accepted", "v1 by W1", gw1.Token())
@@ -252,7 +183,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 	if err != nil {
 		return o, err
 	}
-	v, err := res.read(ctx, gr4.Token())
+	v, err := res.Read(ctx, gr4.Token())
 	if err != nil {
 		return o, fmt.Errorf("R4: read: %w", err)
 	}
@@ -262,14 +193,13 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 	}
 
 	// 3. The zombie writer.
-	say("")
-	say("3. W1 writes again, then stalls")
+	step("3. W1 writes again, then stalls")
 	gw1, err = w1.rw.Lock(ctx)
 	if err != nil {
 		return o, fmt.Errorf("W1: lock: %w", err)
 	}
 	o.W1Token = gw1.Token()
-	if err := res.write(ctx, gw1.Token(), "v2 by W1"); err != nil {
+	if err := res.Write(ctx, gw1.Token(), "v2 by W1"); err != nil {
 		return o, fmt.Errorf("W1: write: %w", err)
 	}
 	say("   W1 takes the write lock again (a fresh grant, token %d) and writes %q: accepted", gw1.Token(), "v2 by W1")
@@ -278,14 +208,11 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 		return o, err
 	}
 	say("   W2 asks for the write lock and waits behind W1")
-	if _, err := world.Revoke(ctx, clientv3.LeaseID(gw1.LeaseID)); err != nil {
-		return o, fmt.Errorf("revoking W1's lease: %w", err)
-	}
 	say("   W1 pauses (say, a long GC pause) past its lease's TTL")
 	say("   (simulated: another client revokes W1's lease instead of waiting %v)", gw1.TTL)
-	lost, err := waitLost(ctx, w1Events)
+	lost, err := story.Pause(ctx, world, "W1", gw1.LeaseID, w1Events)
 	if err != nil {
-		return o, fmt.Errorf("W1: %w", err)
+		return o, err
 	}
 	say("   W1's Subscribe reports Lost for token %d; a paused process would not notice", lost.Token)
 	gw2, err := recv(ctx, w2Grant, "W2's write lock")
@@ -293,11 +220,11 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 		return o, err
 	}
 	o.W2Token = gw2.Token()
-	if err := res.write(ctx, gw2.Token(), "v3 by W2"); err != nil {
+	if err := res.Write(ctx, gw2.Token(), "v3 by W2"); err != nil {
 		return o, fmt.Errorf("W2: write: %w", err)
 	}
 	say("   W2 holds the write lock: token %d; it writes %q: accepted", gw2.Token(), "v3 by W2")
-	o.ZombieErr = res.write(ctx, gw1.Token(), "late write by W1")
+	o.ZombieErr = res.Write(ctx, gw1.Token(), "late write by W1")
 	switch {
 	case o.ZombieErr == nil:
 		return o, fmt.Errorf("W1's late write with old token %d was ACCEPTED: the fence failed", gw1.Token())
@@ -313,8 +240,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 
 	// 4. Readers come back. Each holds its read lock through rwlock.DoRead
 	// and waits inside it until all three are in: so they hold at once.
-	say("")
-	say("4. R1, R2 and R3 read again, together, with rwlock.DoRead")
+	step("4. R1, R2 and R3 read again, together, with rwlock.DoRead")
 	o.FinalTokens = make([]fencing.Token, len(readers))
 	values := make([]string, len(readers))
 	arrived, allIn := make(chan struct{}, len(readers)), make(chan struct{})
@@ -330,7 +256,7 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 					return ctx.Err()
 				}
 				var err error
-				values[i], err = res.read(ctx, g.Token())
+				values[i], err = res.Read(ctx, g.Token())
 				return err
 			})
 		})
@@ -356,14 +282,13 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 		}
 		say("   %s reads %q with token %d: accepted", r.name, values[i], o.FinalTokens[i])
 	}
-	staleRead := errors.Is(res.guard.Check(shared), fencing.ErrTokenStale)
+	staleRead := errors.Is(res.Guard.Check(shared), fencing.ErrTokenStale)
 	if !staleRead {
 		return o, fmt.Errorf("the readers' old token %d is still accepted", shared)
 	}
 	say("   the readers' old token %d from step 1 would now be rejected: %v", shared, staleRead)
 
-	say("")
-	say("Outcome: readers shared their tokens, the writer excluded them, and the")
+	step("Outcome: readers shared their tokens, the writer excluded them, and the")
 	say("zombie's late write was rejected. The story ended as promised.")
 	return o, nil
 }
@@ -402,44 +327,5 @@ func recv(ctx context.Context, ch <-chan grantResult, what string) (rwlock.Grant
 		return r.g, nil
 	case <-ctx.Done():
 		return rwlock.Grant{}, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-	}
-}
-
-// waitFor polls cond until it holds, fails, or ctx ends. It is a poll with a
-// deadline, used where etcd's state is the only sign of progress (a waiter
-// has no event of its own until it acquires).
-func waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, err := cond()
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		}
-	}
-}
-
-// waitLost returns the first Lost event on events.
-func waitLost(ctx context.Context, events <-chan primitives.Event) (primitives.Lost, error) {
-	for {
-		select {
-		case e, ok := <-events:
-			if !ok {
-				return primitives.Lost{}, errors.New("event stream ended without a Lost event")
-			}
-			if l, ok := e.(primitives.Lost); ok {
-				return l, nil
-			}
-		case <-ctx.Done():
-			return primitives.Lost{}, fmt.Errorf("waiting for the Lost event: %w", ctx.Err())
-		}
 	}
 }

@@ -1,20 +1,17 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/examples/internal/storytest"
 	"github.com/ahrtr/disco/examples/lock/grpc/store"
 	"github.com/ahrtr/disco/fencing/guard"
 )
@@ -36,34 +33,21 @@ func checkOutcome(t *testing.T, o outcome, story string) {
 	if o.Final != valueB {
 		t.Errorf("final value %q, want B's %q", o.Final, valueB)
 	}
-	for _, want := range []string{"Lost", "FailedPrecondition", "ended as promised"} {
-		if !strings.Contains(story, want) {
-			t.Errorf("story does not mention %q", want)
-		}
-	}
+	storytest.Mentions(t, "story", story, "Lost", "FailedPrecondition", "ended as promised")
 }
 
 // TestZombieInProcess is `go run ./examples/lock/grpc/client`.
 func TestZombieInProcess(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	o, err := run(ctx, &out, etcdtest.Endpoints(), "")
-	t.Logf("story:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	checkOutcome(t, o, out.String())
+	storytest.NoLeaks(t)
+	o, story := storytest.TellWith(t, run, "")
+	checkOutcome(t, o, story)
 }
 
 // TestZombieSeparateResource is the two-terminal way, with -resource, and
 // looks at the server's guard and its log from the outside: both
 // interceptors admitted and rejected what they should.
 func TestZombieSeparateResource(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	storytest.NoLeaks(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -81,18 +65,17 @@ func TestZombieSeparateResource(t *testing.T) {
 	})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	stop := sync.OnceFunc(func() {
+		srv.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	defer stop() // if the story fails
 
-	var out bytes.Buffer
-	o, err := run(ctx, &out, etcdtest.Endpoints(), ln.Addr().String())
-	t.Logf("story:\n%s", out.String())
-	srv.Stop()
-	if err := <-served; err != nil {
-		t.Errorf("Serve: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	checkOutcome(t, o, out.String())
+	o, story := storytest.TellWith(t, run, ln.Addr().String())
+	stop()
+	checkOutcome(t, o, story)
 	if g.Mark() != o.TokenB {
 		t.Errorf("guard mark %d, want B's token %d", g.Mark(), o.TokenB)
 	}

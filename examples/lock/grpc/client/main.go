@@ -27,61 +27,28 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net"
-	"os"
-	"os/signal"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/examples/internal/story"
 	"github.com/ahrtr/disco/examples/lock/grpc/pb"
 	"github.com/ahrtr/disco/examples/lock/grpc/store"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
-	"github.com/ahrtr/disco/primitives"
 )
 
 func main() {
-	resource := flag.String("resource", "", "address of a running examples/lock/grpc/resource, e.g. 127.0.0.1:9090 (default: start one in-process)")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := mainErr(ctx, *resource); err != nil {
-		stop()
-		fmt.Fprintln(os.Stderr, "grpc client example FAILED:", err)
-		os.Exit(1)
-	}
-}
-
-func mainErr(ctx context.Context, resource string) error {
-	endpoints, stopEtcd, err := embedded.StartOrEnv()
-	if err != nil {
-		return fmt.Errorf("starting embedded etcd: %w", err)
-	}
-	defer stopEtcd()
-	if len(embedded.EndpointsFromEnv()) > 0 {
-		fmt.Printf("etcd: %s (from %s)\n", strings.Join(endpoints, ","), embedded.EnvEndpoints)
-	} else {
-		fmt.Printf("etcd: embedded single member at %s (set %s to use a real cluster)\n", strings.Join(endpoints, ","), embedded.EnvEndpoints)
-		if resource != "" {
-			fmt.Println("note: this etcd is new, its tokens start low: restart the resource before the next run")
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	_, err = run(ctx, os.Stdout, endpoints, resource)
-	return err
+	story.ClientMain("grpc client example",
+		"address of a running examples/lock/grpc/resource, e.g. 127.0.0.1:9090 (default: start one in-process)", run)
 }
 
 // ttl is the lease time to live of both owners.
@@ -110,7 +77,7 @@ type outcome struct {
 // writes rejected with FailedPrecondition, the value B's.
 func run(ctx context.Context, out io.Writer, endpoints []string, addr string) (outcome, error) {
 	var o outcome
-	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	say, step := story.Narrator(out)
 
 	if addr == "" {
 		a, stop, err := startResource()
@@ -127,22 +94,14 @@ func run(ctx context.Context, out io.Writer, endpoints []string, addr string) (o
 	// Each owner is its own process in real life, with its own etcd client
 	// and its own gRPC connection. The third etcd client plays the world
 	// around A.
-	cliA, err := embedded.NewClient(endpoints)
+	clients := story.NewClients(endpoints)
+	defer clients.Close()
+	clis, err := clients.NewN(3)
 	if err != nil {
 		return o, err
 	}
-	defer cliA.Close()
-	cliB, err := embedded.NewClient(endpoints)
-	if err != nil {
-		return o, err
-	}
-	defer cliB.Close()
-	world, err := embedded.NewClient(endpoints)
-	if err != nil {
-		return o, err
-	}
-	defer world.Close()
-	prefix := fmt.Sprintf("/disco-examples/lock/grpc/%d", time.Now().UnixNano())
+	cliA, cliB, world := clis[0], clis[1], clis[2]
+	prefix := story.Prefix("lock/grpc")
 
 	// Each connection stamps every call and stream with its owner's current
 	// token, read from a TokenSource, and refuses to call while it is 0.
@@ -160,8 +119,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, addr string) (o
 	kvA, kvB := pb.NewKVClient(connA), pb.NewKVClient(connB)
 
 	// Step 1: A locks and writes.
-	say("")
-	say("1. A takes the lock and writes")
+	step("1. A takes the lock and writes")
 	a, err := etcdio.NewLock(cliA, prefix, etcdio.WithTTL(ttl))
 	if err != nil {
 		return o, err
@@ -179,9 +137,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, addr string) (o
 	say("   A holds the lock: fencing token %d (lease %x, TTL %v)", ga.Token(), ga.LeaseID, ga.TTL)
 	reply, err := kvA.Write(ctx, &pb.WriteRequest{Key: key, Value: valueA})
 	if status.Code(err) == codes.FailedPrecondition {
-		return o, fmt.Errorf("A's first write was rejected as stale (%v): the resource has seen higher tokens, from another etcd cluster "+
-			"(an earlier run with its own embedded etcd?). Tokens are comparable only within one cluster: restart the resource, or use one cluster with %s",
-			status.Convert(err).Message(), embedded.EnvEndpoints)
+		return o, story.ForeignTokens(status.Convert(err).Message())
 	}
 	if err != nil {
 		return o, fmt.Errorf("A's first write: %w", err)
@@ -189,14 +145,10 @@ func run(ctx context.Context, out io.Writer, endpoints []string, addr string) (o
 	say("   A: Write(%q) with fencing-token %d: OK, stored under token %d", valueA, ga.Token(), reply.Token)
 
 	// Step 2: A is paused until its lease is gone.
-	say("")
-	say("2. A is paused (say, a long GC pause) and its lease runs out")
-	if _, err := world.Revoke(ctx, clientv3.LeaseID(ga.LeaseID)); err != nil {
-		return o, fmt.Errorf("revoking A's lease: %w", err)
-	}
-	lost, err := waitLost(ctx, aEvents)
+	step("2. A is paused (say, a long GC pause) and its lease runs out")
+	lost, err := story.Pause(ctx, world, "A", ga.LeaseID, aEvents)
 	if err != nil {
-		return o, fmt.Errorf("A: %w", err)
+		return o, err
 	}
 	say("   (simulated: another client revoked lease %x instead of waiting %v)", ga.LeaseID, ga.TTL)
 	say("   A's Subscribe reports Lost for token %d: its hold is over", lost.Token)
@@ -206,8 +158,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, addr string) (o
 	say("   a paused process sees nothing: when it wakes up its TokenSource still returns %d", tokenA.Load())
 
 	// Step 3: B locks and writes, over a stream.
-	say("")
-	say("3. B takes the lock and writes")
+	step("3. B takes the lock and writes")
 	b, err := etcdio.NewLock(cliB, prefix, etcdio.WithTTL(ttl))
 	if err != nil {
 		return o, err
@@ -230,8 +181,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, addr string) (o
 	say("   B: WriteStream(%q) with fencing-token %d: OK, stored under token %d", valueB, gb.Token(), replies[0].Token)
 
 	// Step 4: A wakes up and writes with the token it remembers.
-	say("")
-	say("4. A wakes up and writes with its old token %d", tokenA.Load())
+	step("4. A wakes up and writes with its old token %d", tokenA.Load())
 	_, o.ZombieUnary = kvA.Write(ctx, &pb.WriteRequest{Key: key, Value: valueAlate})
 	if err := wantStale("A's late Write", ga.Token(), o.ZombieUnary); err != nil {
 		return o, err
@@ -245,8 +195,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, addr string) (o
 	say("   A: WriteStream(%q) with fencing-token %d: %s too", valueAlate, ga.Token(), status.Code(o.ZombieStream))
 
 	// Step 5: the stored value is B's.
-	say("")
-	say("5. Outcome")
+	step("5. Outcome")
 	got, err := kvB.Get(ctx, &pb.GetRequest{Key: key})
 	if err != nil {
 		return o, fmt.Errorf("B: Get: %w", err)
@@ -328,36 +277,6 @@ func streamWrite(ctx context.Context, kv *pb.KVClient, values ...string) ([]*pb.
 // startResource serves a fresh store behind a fresh guard on a free loopback
 // port, as examples/lock/grpc/resource does, and returns its address.
 func startResource() (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, fmt.Errorf("starting the in-process resource: %w", err)
-	}
 	srv := store.NewServer(guard.New(), nil)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(ln) // returns nil after Stop
-	}()
-	stop := func() {
-		srv.Stop()
-		<-served
-	}
-	return ln.Addr().String(), stop, nil
-}
-
-// waitLost returns the first Lost event, skipping the Acquired before it.
-func waitLost(ctx context.Context, events <-chan primitives.Event) (primitives.Lost, error) {
-	for {
-		select {
-		case e, ok := <-events:
-			if !ok {
-				return primitives.Lost{}, errors.New("event stream ended without a Lost event")
-			}
-			if l, ok := e.(primitives.Lost); ok {
-				return l, nil
-			}
-		case <-ctx.Done():
-			return primitives.Lost{}, fmt.Errorf("waiting for the Lost event: %w", ctx.Err())
-		}
-	}
+	return story.StartInProcess(srv.Serve, srv.Stop)
 }

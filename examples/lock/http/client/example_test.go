@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/examples/internal/storytest"
 	"github.com/ahrtr/disco/examples/lock/http/store"
 	"github.com/ahrtr/disco/fencing/guard"
 )
@@ -32,33 +28,20 @@ func checkOutcome(t *testing.T, o outcome, story string) {
 	if o.Final != valueB {
 		t.Errorf("final value %q, want B's %q", o.Final, valueB)
 	}
-	for _, want := range []string{"Lost", "409 Conflict", "ended as promised"} {
-		if !strings.Contains(story, want) {
-			t.Errorf("story does not mention %q", want)
-		}
-	}
+	storytest.Mentions(t, "story", story, "Lost", "409 Conflict", "ended as promised")
 }
 
 // TestZombieInProcess is `go run ./examples/lock/http/client`.
 func TestZombieInProcess(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	o, err := run(ctx, &out, etcdtest.Endpoints(), "")
-	t.Logf("story:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	checkOutcome(t, o, out.String())
+	storytest.NoLeaks(t)
+	o, story := storytest.TellWith(t, run, "")
+	checkOutcome(t, o, story)
 }
 
 // TestZombieSeparateResource is the two-terminal way, with -resource, and
 // looks at the resource's guard and data from the outside.
 func TestZombieSeparateResource(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	storytest.NoLeaks(t)
 	g := guard.New()
 	var statuses []string
 	srv := httptest.NewServer(store.New().Handler(g, func(f string, args ...any) {
@@ -68,13 +51,8 @@ func TestZombieSeparateResource(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	var out bytes.Buffer
-	o, err := run(ctx, &out, etcdtest.Endpoints(), srv.URL+"/")
-	t.Logf("story:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	checkOutcome(t, o, out.String())
+	o, story := storytest.TellWith(t, run, srv.URL+"/")
+	checkOutcome(t, o, story)
 	if g.Mark() != o.TokenB {
 		t.Errorf("guard mark %d, want B's token %d", g.Mark(), o.TokenB)
 	}

@@ -24,58 +24,23 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/examples/internal/story"
 	"github.com/ahrtr/disco/examples/lock/http/store"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
-	"github.com/ahrtr/disco/primitives"
 )
 
 func main() {
-	resource := flag.String("resource", "", "base URL of a running examples/lock/http/resource, e.g. http://127.0.0.1:8080 (default: start one in-process)")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := mainErr(ctx, *resource); err != nil {
-		stop()
-		fmt.Fprintln(os.Stderr, "http client example FAILED:", err)
-		os.Exit(1)
-	}
-}
-
-func mainErr(ctx context.Context, resource string) error {
-	endpoints, stopEtcd, err := embedded.StartOrEnv()
-	if err != nil {
-		return fmt.Errorf("starting embedded etcd: %w", err)
-	}
-	defer stopEtcd()
-	if len(embedded.EndpointsFromEnv()) > 0 {
-		fmt.Printf("etcd: %s (from %s)\n", strings.Join(endpoints, ","), embedded.EnvEndpoints)
-	} else {
-		fmt.Printf("etcd: embedded single member at %s (set %s to use a real cluster)\n", strings.Join(endpoints, ","), embedded.EnvEndpoints)
-		if resource != "" {
-			fmt.Println("note: this etcd is new, its tokens start low: restart the resource before the next run")
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	_, err = run(ctx, os.Stdout, endpoints, resource)
-	return err
+	story.ClientMain("http client example",
+		"base URL of a running examples/lock/http/resource, e.g. http://127.0.0.1:8080 (default: start one in-process)", run)
 }
 
 // ttl is the lease time to live of both owners.
@@ -105,7 +70,7 @@ type outcome struct {
 // write rejected with 409, the value B's.
 func run(ctx context.Context, out io.Writer, endpoints []string, resourceURL string) (outcome, error) {
 	var o outcome
-	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	say, step := story.Narrator(out)
 
 	if resourceURL == "" {
 		url, stop, err := startResource()
@@ -122,22 +87,14 @@ func run(ctx context.Context, out io.Writer, endpoints []string, resourceURL str
 
 	// Each owner is its own process in real life, with its own etcd client
 	// and its own HTTP client. The third etcd client plays the world around A.
-	cliA, err := embedded.NewClient(endpoints)
+	clients := story.NewClients(endpoints)
+	defer clients.Close()
+	clis, err := clients.NewN(3)
 	if err != nil {
 		return o, err
 	}
-	defer cliA.Close()
-	cliB, err := embedded.NewClient(endpoints)
-	if err != nil {
-		return o, err
-	}
-	defer cliB.Close()
-	world, err := embedded.NewClient(endpoints)
-	if err != nil {
-		return o, err
-	}
-	defer world.Close()
-	prefix := fmt.Sprintf("/disco-examples/lock/http/%d", time.Now().UnixNano())
+	cliA, cliB, world := clis[0], clis[1], clis[2]
+	prefix := story.Prefix("lock/http")
 
 	// Each HTTP client stamps every request with its owner's current token,
 	// read from a TokenSource, and refuses to send while it is 0.
@@ -149,8 +106,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, resourceURL str
 	httpB := &http.Client{Transport: fencing.NewTransport(baseB, func() fencing.Token { return fencing.Token(tokenB.Load()) })}
 
 	// Step 1: A locks and writes.
-	say("")
-	say("1. A takes the lock and writes")
+	step("1. A takes the lock and writes")
 	a, err := etcdio.NewLock(cliA, prefix, etcdio.WithTTL(ttl))
 	if err != nil {
 		return o, err
@@ -171,9 +127,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, resourceURL str
 		return o, fmt.Errorf("A's first write: %w", err)
 	}
 	if code == http.StatusConflict {
-		return o, fmt.Errorf("A's first write was rejected as stale (%s): the resource has seen higher tokens, from another etcd cluster "+
-			"(an earlier run with its own embedded etcd?). Tokens are comparable only within one cluster: restart the resource, or use one cluster with %s",
-			body, embedded.EnvEndpoints)
+		return o, story.ForeignTokens(body)
 	}
 	if code != http.StatusNoContent {
 		return o, fmt.Errorf("A's first write: %d %s", code, body)
@@ -181,14 +135,10 @@ func run(ctx context.Context, out io.Writer, endpoints []string, resourceURL str
 	say("   A: PUT /kv/%s %q with %s: %d; the resource's mark is now %d", key, valueA, header(ga.Token()), code, ga.Token())
 
 	// Step 2: A is paused until its lease is gone.
-	say("")
-	say("2. A is paused (say, a long GC pause) and its lease runs out")
-	if _, err := world.Revoke(ctx, clientv3.LeaseID(ga.LeaseID)); err != nil {
-		return o, fmt.Errorf("revoking A's lease: %w", err)
-	}
-	lost, err := waitLost(ctx, aEvents)
+	step("2. A is paused (say, a long GC pause) and its lease runs out")
+	lost, err := story.Pause(ctx, world, "A", ga.LeaseID, aEvents)
 	if err != nil {
-		return o, fmt.Errorf("A: %w", err)
+		return o, err
 	}
 	say("   (simulated: another client revoked lease %x instead of waiting %v)", ga.LeaseID, ga.TTL)
 	say("   A's Subscribe reports Lost for token %d: its hold is over", lost.Token)
@@ -198,8 +148,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, resourceURL str
 	say("   a paused process sees nothing: when it wakes up its TokenSource still returns %d", tokenA.Load())
 
 	// Step 3: B locks and writes.
-	say("")
-	say("3. B takes the lock and writes")
+	step("3. B takes the lock and writes")
 	b, err := etcdio.NewLock(cliB, prefix, etcdio.WithTTL(ttl))
 	if err != nil {
 		return o, err
@@ -225,8 +174,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, resourceURL str
 	say("   B: PUT /kv/%s %q with %s: %d; the resource's mark is now %d", key, valueB, header(gb.Token()), code, gb.Token())
 
 	// Step 4: A wakes up and writes with the token it remembers.
-	say("")
-	say("4. A wakes up and writes with its old token %d", tokenA.Load())
+	step("4. A wakes up and writes with its old token %d", tokenA.Load())
 	o.ZombieStatus, o.ZombieBody, err = put(ctx, httpA, url, valueAlate)
 	if err != nil {
 		return o, fmt.Errorf("A's late write: %w", err)
@@ -242,8 +190,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, resourceURL str
 	say("      %q", o.ZombieBody)
 
 	// Step 5: the stored value is B's.
-	say("")
-	say("5. Outcome")
+	step("5. Outcome")
 	if o.Final, err = get(ctx, httpB, url); err != nil {
 		return o, err
 	}
@@ -301,36 +248,7 @@ func get(ctx context.Context, c *http.Client, url string) (string, error) {
 // startResource serves a fresh store behind a fresh guard on a free loopback
 // port, as examples/lock/http/resource does, and returns its base URL.
 func startResource() (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, fmt.Errorf("starting the in-process resource: %w", err)
-	}
 	srv := &http.Server{Handler: store.New().Handler(guard.New(), nil), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(ln) // returns http.ErrServerClosed after Close
-	}()
-	stop := func() {
-		_ = srv.Close()
-		<-served
-	}
-	return "http://" + ln.Addr().String(), stop, nil
-}
-
-// waitLost returns the first Lost event, skipping the Acquired before it.
-func waitLost(ctx context.Context, events <-chan primitives.Event) (primitives.Lost, error) {
-	for {
-		select {
-		case e, ok := <-events:
-			if !ok {
-				return primitives.Lost{}, errors.New("event stream ended without a Lost event")
-			}
-			if l, ok := e.(primitives.Lost); ok {
-				return l, nil
-			}
-		case <-ctx.Done():
-			return primitives.Lost{}, fmt.Errorf("waiting for the Lost event: %w", ctx.Err())
-		}
-	}
+	addr, stop, err := story.StartInProcess(srv.Serve, func() { _ = srv.Close() })
+	return "http://" + addr, stop, err
 }
