@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -31,6 +32,7 @@ type base struct {
 	s      *Session
 	self   primitive
 	owned  bool   // the session is this service's own
+	id     uint64 // names this service's keys, with the lease
 	name   string // "lock pfx", for errors
 	prefix string // the caller's prefix + "/"
 	events *actor.Fanout[primitives.Event]
@@ -77,6 +79,7 @@ func (b *base) start(kind string, cli *clientv3.Client, prefix string, opts []Op
 		return fail(fmt.Errorf("WithSession: the session uses another etcd client: %w", ErrInvalidArgument))
 	}
 	b.s, b.self = s, self
+	b.id = s.ownerID()
 	b.name = kind + " " + prefix
 	b.prefix = prefix + "/"
 	b.events = actor.NewFanout(primitives.Coalescable)
@@ -205,6 +208,17 @@ func (b *base) close(collect func() []keyRev) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// key returns this service's key under queue: the same name for each of its
+// acquisitions (each one a new key in etcd, created anew with a new
+// revision), and a name no other service, on this session or any other,
+// uses. Reusing the name keeps etcd's index of the prefix from growing with
+// every acquisition until the next compaction, which would make every range
+// over the prefix slower, as etcd's own Mutex (one key per session) avoids
+// too.
+func (b *base) key(queue string) string {
+	return b.s.ownPrefix(queue) + strconv.FormatUint(b.id, 10)
 }
 
 // mirrorOf returns the service's mirror whose prefix covers key, or nil.

@@ -27,10 +27,16 @@ type mirror struct {
 	rev      int64 // full: the revision keys reflects; the latest revision seen
 	loadRev  int64 // the revision of the last load
 	keys     map[string]*mvccpb.KeyValue
-	recent   [16]string // deletions only: the latest keys deleted
+	recent   [16]deletion // deletions only: the latest deletions
 	next     int
 	watchers map[mirrorWatcher]struct{}
 	cancel   context.CancelFunc
+}
+
+// deletion is a key and the revision it was deleted at.
+type deletion struct {
+	key string
+	rev int64
 }
 
 // mirrorWatcher is told, on the loop, after every change of a mirror it
@@ -142,7 +148,7 @@ func (m *mirror) apply(evs []*clientv3.Event) {
 		case clientv3.EventTypeDelete:
 			delete(m.keys, string(ev.Kv.Key))
 			if !m.puts {
-				m.recent[m.next] = string(ev.Kv.Key)
+				m.recent[m.next] = deletion{string(ev.Kv.Key), ev.Kv.ModRevision}
 				m.next = (m.next + 1) % len(m.recent)
 			}
 		}
@@ -173,11 +179,12 @@ func (m *mirror) gone(key string, rev int64) bool {
 	if m.puts {
 		return m.rev >= rev && !m.has(key)
 	}
-	// Deletions only: the key was deleted lately, or it existed before the
-	// last load but not in it. (A deletion older than the recent ones was
-	// reported when it happened.)
-	for _, k := range m.recent {
-		if k == key {
+	// Deletions only: the key was deleted lately, after it was created
+	// (a name is reused by its owner's later acquisitions), or it existed
+	// before the last load but not in it. (A deletion older than the recent
+	// ones was reported when it happened.)
+	for _, d := range m.recent {
+		if d.key == key && d.rev > rev {
 			return true
 		}
 	}

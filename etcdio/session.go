@@ -272,12 +272,9 @@ func call[T any](ctx context.Context, s *Session, f func(actor.Reply[T])) (T, er
 	return v, err
 }
 
-// newKey returns a key under prefix that no other owner, on this session or
-// any other, will ever use. Every key this session writes under prefix
-// starts with ownPrefix(prefix).
-func (s *Session) newKey(prefix string) string {
-	return s.ownPrefix(prefix) + strconv.FormatUint(s.seq.Add(1), 10)
-}
+// ownerID returns a number no other primitive on this session has. With the
+// lease it names the primitive's keys: see base.key.
+func (s *Session) ownerID() uint64 { return s.seq.Add(1) }
 
 // ownPrefix is the prefix of this session's keys under prefix: no other
 // session's key starts with it.

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/ahrtr/disco/fencing"
 )
 
 // RunOwned is the engine behind lock.Do, rwlock.DoRead, rwlock.DoWrite and
 // election.Lead; backends and users rarely need it directly.
 //
-// It runs fn while the hold named key lasts. fn's context is cancelled, with
-// the loss as its cause, as soon as events carries Lost for key or done is
+// It runs fn while the hold named key and token lasts. fn's context is
+// cancelled, with the loss as its cause, as soon as events carries Lost for
+// that hold or done is
 // closed (then errOf says why). After fn returns, release is called with a
 // context that outlives ctx by at most releaseTimeout, unless the hold was
 // already lost. The result is fn's error joined with the loss or the
@@ -19,7 +22,7 @@ import (
 // events must have been subscribed before the hold was acquired, so that no
 // Lost for key can be missed.
 func RunOwned(ctx context.Context, events <-chan Event, done <-chan struct{}, errOf func() error,
-	key string, fn func(ctx context.Context) error, release func(ctx context.Context) error,
+	key string, token fencing.Token, fn func(ctx context.Context) error, release func(ctx context.Context) error,
 	releaseTimeout time.Duration) error {
 
 	fnCtx, cancel := context.WithCancelCause(ctx)
@@ -36,7 +39,7 @@ func RunOwned(ctx context.Context, events <-chan Event, done <-chan struct{}, er
 					events = nil // the service is done; done says why
 					continue
 				}
-				if l, isLost := e.(Lost); isLost && l.Key == key {
+				if l, isLost := e.(Lost); isLost && l.Key == key && l.Token == token {
 					lost = l.Err
 					cancel(lost)
 					return

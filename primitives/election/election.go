@@ -98,7 +98,7 @@ func Lead(ctx context.Context, s Service, value string, fn func(ctx context.Cont
 	if !ok {
 		return fmt.Errorf("election: term ended before it could be led: %w", primitives.ErrLost)
 	}
-	return primitives.RunOwned(ctx, events, s.Done(), s.Err, term.Key, func(ctx context.Context) error {
+	return primitives.RunOwned(ctx, events, s.Done(), s.Err, term.Key, term.Token(), func(ctx context.Context) error {
 		return fn(ctx, term)
 	}, func(ctx context.Context) error {
 		if err := s.Resign(ctx); errors.Is(err, ErrNotLeader) {

@@ -91,7 +91,7 @@ func Do(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) er
 	if err != nil {
 		return err
 	}
-	return primitives.RunOwned(ctx, events, s.Done(), s.Err, g.Key, func(ctx context.Context) error {
+	return primitives.RunOwned(ctx, events, s.Done(), s.Err, g.Key, g.Token(), func(ctx context.Context) error {
 		return fn(ctx, g)
 	}, func(ctx context.Context) error {
 		if err := s.Release(ctx, g); errors.Is(err, ErrNotHeld) {

@@ -122,7 +122,7 @@ func do(ctx context.Context, s Service, acquire func(context.Context) (Grant, er
 	if err != nil {
 		return err
 	}
-	return primitives.RunOwned(ctx, events, s.Done(), s.Err, g.Key, func(ctx context.Context) error {
+	return primitives.RunOwned(ctx, events, s.Done(), s.Err, g.Key, g.Token(), func(ctx context.Context) error {
 		return fn(ctx, g)
 	}, func(ctx context.Context) error {
 		if err := s.Release(ctx, g); errors.Is(err, ErrNotHeld) {
