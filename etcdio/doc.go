@@ -40,15 +40,19 @@
 // If only a held key disappears (deleted by someone else) while the session
 // lives, that hold ends with Lost and the primitive stays usable.
 //
-// # Queues, tokens and the prefix watch
+// # Queues, tokens and watches
 //
-// Every acquisition writes a fresh key (named by lease and a per-session
-// counter, so services sharing a session and a prefix are still distinct
-// owners) and waits for the keys written before it, in the orders etcd's
+// Every acquisition creates a new key and waits for the keys created before
+// it, in the orders etcd's
 // concurrency.Mutex, concurrency.Election and recipes.RWMutex use, so each
 // primitive interoperates with its etcd counterpart on the same prefix. The
 // key and the check for anyone ahead are one transaction: an uncontended
-// Lock is a single round trip, Unlock a second.
+// Lock is a single round trip, Unlock a second. The key's name is the
+// service's own (its session's lease and a number), so services sharing a
+// session and a prefix are still distinct owners; each acquisition creates
+// it anew, with a new revision. Reusing the name, as etcd's Mutex does with
+// its one key per session, keeps etcd's index of the prefix from growing
+// with every acquisition until the next compaction.
 //
 // A lock waiter watches only the key just ahead of it, as etcd's Mutex
 // does, but from the current revision, after which it looks once more: a
