@@ -133,20 +133,27 @@ type incarnation struct {
 	drained chan struct{}
 
 	mu       sync.Mutex
-	lost     map[string]bool
-	released map[string]bool
+	lost     map[holdID]bool
+	released map[holdID]bool
 }
 
-func (inc *incarnation) sawLost(key string) bool {
-	inc.mu.Lock()
-	defer inc.mu.Unlock()
-	return inc.lost[key]
+// holdID names one hold: a service reuses its key name for its successive
+// holds, each with a new token.
+type holdID struct {
+	key   string
+	token int64
 }
 
-func (inc *incarnation) sawReleased(key string) bool {
+func (inc *incarnation) sawLost(key string, token int64) bool {
 	inc.mu.Lock()
 	defer inc.mu.Unlock()
-	return inc.released[key]
+	return inc.lost[holdID{key, token}]
+}
+
+func (inc *incarnation) sawReleased(key string, token int64) bool {
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	return inc.released[holdID{key, token}]
 }
 
 func isDone(ch <-chan struct{}) bool {
@@ -208,7 +215,7 @@ func (w *worker) newIncarnation() (*incarnation, error) {
 	if err != nil {
 		return nil, err
 	}
-	inc := &incarnation{sess: sess, drained: make(chan struct{}), lost: map[string]bool{}, released: map[string]bool{}}
+	inc := &incarnation{sess: sess, drained: make(chan struct{}), lost: map[holdID]bool{}, released: map[holdID]bool{}}
 	opt := etcdio.WithSession(sess)
 	switch w.r.kind {
 	case kindLock:
@@ -240,9 +247,9 @@ func (w *worker) newIncarnation() (*incarnation, error) {
 			inc.mu.Lock()
 			switch e := ev.(type) {
 			case primitives.Lost:
-				inc.lost[e.Key] = true
+				inc.lost[holdID{e.Key, int64(e.Token)}] = true
 			case primitives.Released:
-				inc.released[e.Key] = true
+				inc.released[holdID{e.Key, int64(e.Token)}] = true
 			}
 			inc.mu.Unlock()
 		}
@@ -368,10 +375,10 @@ func (w *worker) release(inc *incarnation, h held, v *victim) {
 			w.r.fail("worker %d: seized hold %s (token %d): release failed (%v) but Done was not closed when it returned", w.id, h.key, h.token, err)
 		}
 	}
-	if !done && !eventually(2*time.Second, func() bool { return inc.sawLost(h.key) }) {
+	if !done && !eventually(2*time.Second, func() bool { return inc.sawLost(h.key, h.token) }) {
 		w.r.fail("worker %d: hold %s (token %d) ended (%v) but neither Done nor Lost told the owner", w.id, h.key, h.token, err)
 	}
-	if inc.sawReleased(h.key) {
+	if inc.sawReleased(h.key, h.token) {
 		w.r.fail("worker %d: hold %s (token %d) reported Released, but its release failed: %v", w.id, h.key, h.token, err)
 	}
 	if done {
