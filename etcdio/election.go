@@ -94,7 +94,7 @@ func (e *electionService) campaign(ctx context.Context, value string) error {
 		// candidate until the lease ends.
 		e.s.deleteKey(key)
 		e.s.post(func() {
-			if c := e.cand; c != nil && c.key == key && !c.leading {
+			if c := e.cand; c != nil && c.createRev == rev && !c.leading {
 				e.cand = nil
 			}
 		})
@@ -226,7 +226,7 @@ func (e *electionService) Proclaim(ctx context.Context, value string) error {
 	}
 	_, err = call(context.WithoutCancel(ctx), e.s, func(r actor.Reply[struct{}]) {
 		e.seen = max(e.seen, resp.Header.Revision)
-		if cur := e.cand; cur != nil && cur.key == c.key {
+		if cur := e.cand; cur != nil && cur.createRev == c.createRev {
 			cur.value = value
 			e.setTerm(cur)
 		}
@@ -253,7 +253,7 @@ func (e *electionService) Resign(ctx context.Context) error {
 // Resign can be retried. Loop only.
 func (e *electionService) resigned(c candidate, resp *clientv3.TxnResponse, terr error) error {
 	cur := e.cand
-	if cur == nil || cur.key != c.key {
+	if cur == nil || cur.createRev != c.createRev {
 		if e.ended {
 			return e.Err()
 		}

@@ -153,7 +153,7 @@ func (h *holder) enqueue(ctx context.Context, q queue, try bool) (g hold, grante
 			// Granted but without a token: end the hold on the loop first,
 			// then delete its key.
 			_, _ = call(context.WithoutCancel(ctx), h.s, func(r actor.Reply[struct{}]) {
-				if h.hold != nil && h.hold.key == key {
+				if h.hold != nil && h.hold.createRev == w.createRev {
 					h.endHold(nil)
 				}
 				r.Answer(struct{}{}, nil)
@@ -306,7 +306,7 @@ func (h *holder) tokenize(ctx context.Context, g hold) (hold, error) {
 	}
 	return call(context.WithoutCancel(ctx), h.s, func(r actor.Reply[hold]) {
 		cur := h.hold
-		if cur == nil || cur.key != g.key {
+		if cur == nil || cur.createRev != g.createRev {
 			r.Answer(hold{}, fmt.Errorf("%s: key %s lost before its token was issued: %w", h.name, g.key, primitives.ErrLost))
 			return
 		}
@@ -377,7 +377,7 @@ func (h *holder) release(ctx context.Context, match func(hold) bool) error {
 // the release can be retried. Loop only.
 func (h *holder) released(g hold, resp *clientv3.TxnResponse, terr error) error {
 	cur := h.hold
-	if cur == nil || cur.key != g.key {
+	if cur == nil || cur.createRev != g.createRev {
 		// The hold ended meanwhile, which only the session's end does.
 		if h.ended {
 			return h.Err()
