@@ -2,6 +2,7 @@ package etcdio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -212,22 +213,34 @@ func (h *holder) waitTurn(ctx context.Context, w *wait, blockers string, pred *m
 			}
 		}
 		cancel()
-		if err != nil {
+		if err != nil && !transient(ctx, err) {
 			return 0, err
 		}
-		if !deleted {
+		if err != nil || !deleted {
 			continue
 		}
 		// pred is gone: the one look that usually ends the wait.
 		next, rev, err := look()
-		if err != nil {
+		switch {
+		case err != nil && !transient(ctx, err):
 			return 0, err
-		}
-		if next == nil {
+		case err == nil && next == nil:
 			return rev, nil
+		case err == nil:
+			pred = next
 		}
-		pred = next
 	}
+}
+
+// transient reports whether a waiter should look again after err: an etcd
+// request failed (a member restarting, an election in progress), not the
+// wait itself. It pauses briefly first.
+func transient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, primitives.ErrLost) || errors.Is(err, primitives.ErrClosed) {
+		return false
+	}
+	sleepCtx(ctx, 50*time.Millisecond)
+	return ctx.Err() == nil
 }
 
 // awaitWatch waits for wch to report it is in place (created) or that its
