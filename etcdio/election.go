@@ -194,15 +194,15 @@ func (e *electionService) mirrorChanged(m *mirror) {
 	}
 }
 
-// leaderCall runs f on the loop with this candidate's term, or fails with
-// ErrNotLeader.
-func (e *electionService) leaderCall(ctx context.Context, f func(c *candidate)) (candidate, error) {
+// leaderCall runs f on the loop with this candidate's term (the one whose
+// token is term, if term is not 0), or fails with ErrNotLeader.
+func (e *electionService) leaderCall(ctx context.Context, term fencing.Token, f func(c *candidate)) (candidate, error) {
 	return call(ctx, e.s, func(r actor.Reply[candidate]) {
 		c := e.cand
 		switch {
 		case e.ended:
 			r.Answer(candidate{}, e.Err())
-		case c == nil || !c.leading:
+		case c == nil || !c.leading || term != 0 && fencing.Token(c.createRev) != term:
 			r.Answer(candidate{}, fmt.Errorf("%s: %w", e.name, election.ErrNotLeader))
 		case r.Answer(*c, nil):
 			f(c)
@@ -211,7 +211,7 @@ func (e *electionService) leaderCall(ctx context.Context, f func(c *candidate)) 
 }
 
 func (e *electionService) Proclaim(ctx context.Context, value string) error {
-	c, err := e.leaderCall(ctx, func(*candidate) {})
+	c, err := e.leaderCall(ctx, 0, func(*candidate) {})
 	if err != nil {
 		return e.callErr(ctx, err)
 	}
@@ -235,8 +235,17 @@ func (e *electionService) Proclaim(ctx context.Context, value string) error {
 	return err
 }
 
-func (e *electionService) Resign(ctx context.Context) error {
-	c, err := e.leaderCall(ctx, func(c *candidate) { c.releasing++ })
+func (e *electionService) Resign(ctx context.Context) error { return e.resign(ctx, 0) }
+
+// ResignTerm resigns exactly term, as lock's Release releases exactly one
+// grant: ErrNotLeader if this candidate no longer leads in that term, even if
+// it has won a later one. election.Lead uses it.
+func (e *electionService) ResignTerm(ctx context.Context, term election.Leadership) error {
+	return e.resign(ctx, term.FencingToken)
+}
+
+func (e *electionService) resign(ctx context.Context, term fencing.Token) error {
+	c, err := e.leaderCall(ctx, term, func(c *candidate) { c.releasing++ })
 	if err != nil {
 		return e.callErr(ctx, err)
 	}

@@ -401,3 +401,30 @@ func TestElectionFailoverOnExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestElectionResignTerm(t *testing.T) {
+	noLeaks(t)
+	e := newElection(t, newClient(t), prefixOf(t))
+	ctx := testCtx(t, 10*time.Second)
+	first := mustCampaign(t, e, "1")
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := mustCampaign(t, e, "2")
+	tr, ok := e.(election.TermResigner)
+	if !ok {
+		t.Fatal("etcdio's election does not implement election.TermResigner")
+	}
+	if err := tr.ResignTerm(ctx, first); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("ResignTerm of an ended term: %v, want ErrNotLeader", err)
+	}
+	if term, leading := e.Term(); !leading || term != second {
+		t.Fatalf("a stale ResignTerm ended the later term: %+v, %v", term, leading)
+	}
+	if err := tr.ResignTerm(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if _, leading := e.Term(); leading {
+		t.Fatal("still leading after ResignTerm")
+	}
+}

@@ -82,6 +82,14 @@ func (l Leadership) Token() fencing.Token { return l.FencingToken }
 
 const resignTimeout = 10 * time.Second
 
+// TermResigner is implemented by a Service that can resign one given term:
+// ErrNotLeader if it no longer leads in that term, even if it leads in a
+// later one. Lead uses it when the Service has it, so that its final Resign
+// can never end a term that another goroutine won after Lead's was lost.
+type TermResigner interface {
+	ResignTerm(ctx context.Context, term Leadership) error
+}
+
 // Lead campaigns, runs fn while leading with a context cancelled as soon as
 // the term is lost, and resigns after fn returns. fn gets this candidate's
 // own term. It returns fn's error; if the term was lost it returns
@@ -101,7 +109,11 @@ func Lead(ctx context.Context, s Service, value string, fn func(ctx context.Cont
 	return primitives.RunOwned(ctx, events, s.Done(), s.Err, term.Key, term.Token(), func(ctx context.Context) error {
 		return fn(ctx, term)
 	}, func(ctx context.Context) error {
-		if err := s.Resign(ctx); errors.Is(err, ErrNotLeader) {
+		resign := s.Resign
+		if tr, ok := s.(TermResigner); ok {
+			resign = func(ctx context.Context) error { return tr.ResignTerm(ctx, term) }
+		}
+		if err := resign(ctx); errors.Is(err, ErrNotLeader) {
 			return fmt.Errorf("election: term %s ended before resigning: %w", term.Key, primitives.ErrLost)
 		} else if err != nil {
 			return fmt.Errorf("election: resign after Lead: %w", err)
