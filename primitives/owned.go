@@ -3,27 +3,45 @@ package primitives
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ahrtr/disco/fencing"
 )
 
-// RunOwned is the engine behind lock.Do, rwlock.DoRead, rwlock.DoWrite and
+// Owner is what every primitive's Service offers for Hold: its events and its
+// end.
+type Owner interface {
+	Subscribe(ctx context.Context) <-chan Event
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Hold is the engine behind lock.Do, rwlock.DoRead, rwlock.DoWrite and
 // election.Lead; backends and users rarely need it directly.
 //
-// It runs fn while the hold named key and token lasts. fn's context is
-// cancelled, with the loss as its cause, as soon as events carries Lost for
-// that hold or done is
-// closed (then errOf says why). After fn returns, release is called with a
-// context that outlives ctx by at most releaseTimeout, unless the hold was
-// already lost. The result is fn's error joined with the loss or the
-// release's error.
-//
-// events must have been subscribed before the hold was acquired, so that no
-// Lost for key can be missed.
-func RunOwned(ctx context.Context, events <-chan Event, done <-chan struct{}, errOf func() error,
-	key string, token fencing.Token, fn func(ctx context.Context) error, release func(ctx context.Context) error,
-	releaseTimeout time.Duration) error {
+// It subscribes to s, acquires a hold with acquire, and runs fn with a
+// context that is cancelled, with the loss as its cause, as soon as s reports
+// Lost for that hold (named by id) or s is done. After fn returns, the hold
+// is released with release, under a context that outlives ctx by at most
+// releaseTimeout, unless it was already lost. The result is fn's error joined
+// with the loss or the release's error; a release that finds the hold gone
+// (notHeld) counts as a loss. A failed acquire is returned as is and fn is
+// not called.
+func Hold[G any](ctx context.Context, s Owner,
+	acquire func(context.Context) (G, error), id func(G) (string, fencing.Token),
+	fn func(context.Context, G) error, release func(context.Context, G) error,
+	notHeld error, releaseTimeout time.Duration) error {
+
+	// Subscribe first, so that no Lost for the hold can be missed.
+	subCtx, stopSub := context.WithCancel(ctx)
+	defer stopSub()
+	events := s.Subscribe(subCtx)
+	g, err := acquire(ctx)
+	if err != nil {
+		return err
+	}
+	key, token := id(g)
 
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -36,7 +54,7 @@ func RunOwned(ctx context.Context, events <-chan Event, done <-chan struct{}, er
 			select {
 			case e, ok := <-events:
 				if !ok {
-					events = nil // the service is done; done says why
+					events = nil // s is done; Done says why
 					continue
 				}
 				if l, isLost := e.(Lost); isLost && l.Key == key && l.Token == token {
@@ -44,8 +62,8 @@ func RunOwned(ctx context.Context, events <-chan Event, done <-chan struct{}, er
 					cancel(lost)
 					return
 				}
-			case <-done:
-				lost = errOf()
+			case <-s.Done():
+				lost = s.Err()
 				cancel(lost)
 				return
 			case <-stop:
@@ -53,7 +71,7 @@ func RunOwned(ctx context.Context, events <-chan Event, done <-chan struct{}, er
 			}
 		}
 	}()
-	fnErr := fn(fnCtx)
+	fnErr := fn(fnCtx, g)
 	close(stop)
 	<-watched
 	if lost != nil {
@@ -61,5 +79,11 @@ func RunOwned(ctx context.Context, events <-chan Event, done <-chan struct{}, er
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer rcancel()
-	return errors.Join(fnErr, release(rctx))
+	if err := release(rctx, g); errors.Is(err, notHeld) {
+		// The hold ended between fn's return and the release.
+		return errors.Join(fnErr, fmt.Errorf("hold %s ended before its release: %w", key, ErrLost))
+	} else if err != nil {
+		return errors.Join(fnErr, fmt.Errorf("release: %w", err))
+	}
+	return fnErr
 }

@@ -96,28 +96,22 @@ type TermResigner interface {
 // errors.Join(fn's error, an error wrapping primitives.ErrLost). A failed
 // Campaign is returned as is and fn is not called.
 func Lead(ctx context.Context, s Service, value string, fn func(ctx context.Context, l Leadership) error) error {
-	subCtx, stopSub := context.WithCancel(ctx)
-	defer stopSub()
-	events := s.Subscribe(subCtx)
-	if err := s.Campaign(ctx, value); err != nil {
-		return err
+	campaign := func(ctx context.Context) (Leadership, error) {
+		if err := s.Campaign(ctx, value); err != nil {
+			return Leadership{}, err
+		}
+		term, ok := s.Term()
+		if !ok {
+			return Leadership{}, fmt.Errorf("election: term ended before it could be led: %w", primitives.ErrLost)
+		}
+		return term, nil
 	}
-	term, ok := s.Term()
-	if !ok {
-		return fmt.Errorf("election: term ended before it could be led: %w", primitives.ErrLost)
-	}
-	return primitives.RunOwned(ctx, events, s.Done(), s.Err, term.Key, term.Token(), func(ctx context.Context) error {
-		return fn(ctx, term)
-	}, func(ctx context.Context) error {
-		resign := s.Resign
+	resign := func(ctx context.Context, term Leadership) error {
 		if tr, ok := s.(TermResigner); ok {
-			resign = func(ctx context.Context) error { return tr.ResignTerm(ctx, term) }
+			return tr.ResignTerm(ctx, term)
 		}
-		if err := resign(ctx); errors.Is(err, ErrNotLeader) {
-			return fmt.Errorf("election: term %s ended before resigning: %w", term.Key, primitives.ErrLost)
-		} else if err != nil {
-			return fmt.Errorf("election: resign after Lead: %w", err)
-		}
-		return nil
-	}, resignTimeout)
+		return s.Resign(ctx)
+	}
+	id := func(l Leadership) (string, fencing.Token) { return l.Key, l.FencingToken }
+	return primitives.Hold(ctx, s, campaign, id, fn, resign, ErrNotLeader, resignTimeout)
 }

@@ -13,7 +13,6 @@ package lock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/ahrtr/disco/fencing"
@@ -86,22 +85,7 @@ const releaseTimeout = 10 * time.Second
 // wrapping primitives.ErrLost). A failed Lock is returned as is and fn is not
 // called.
 func Do(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
-	subCtx, stopSub := context.WithCancel(ctx)
-	defer stopSub()
-	events := s.Subscribe(subCtx)
-	g, err := s.Lock(ctx)
-	if err != nil {
-		return err
-	}
-	return primitives.RunOwned(ctx, events, s.Done(), s.Err, g.Key, g.Token(), func(ctx context.Context) error {
-		return fn(ctx, g)
-	}, func(ctx context.Context) error {
-		if err := s.Release(ctx, g); errors.Is(err, ErrNotHeld) {
-			// The hold ended between fn's return and the release.
-			return fmt.Errorf("lock: hold %s ended before release: %w", g.Key, primitives.ErrLost)
-		} else if err != nil {
-			return fmt.Errorf("lock: release after Do: %w", err)
-		}
-		return nil
-	}, releaseTimeout)
+	return primitives.Hold(ctx, s, s.Lock, Grant.id, fn, s.Release, ErrNotHeld, releaseTimeout)
 }
+
+func (g Grant) id() (string, fencing.Token) { return g.Key, g.FencingToken }

@@ -115,21 +115,7 @@ func DoWrite(ctx context.Context, s Service, fn func(ctx context.Context, g Gran
 }
 
 func do(ctx context.Context, s Service, acquire func(context.Context) (Grant, error), fn func(ctx context.Context, g Grant) error) error {
-	subCtx, stopSub := context.WithCancel(ctx)
-	defer stopSub()
-	events := s.Subscribe(subCtx)
-	g, err := acquire(ctx)
-	if err != nil {
-		return err
-	}
-	return primitives.RunOwned(ctx, events, s.Done(), s.Err, g.Key, g.Token(), func(ctx context.Context) error {
-		return fn(ctx, g)
-	}, func(ctx context.Context) error {
-		if err := s.Release(ctx, g); errors.Is(err, ErrNotHeld) {
-			return fmt.Errorf("rwlock: %s grant %s ended before release: %w", g.Mode, g.Key, primitives.ErrLost)
-		} else if err != nil {
-			return fmt.Errorf("rwlock: release after Do: %w", err)
-		}
-		return nil
-	}, releaseTimeout)
+	return primitives.Hold(ctx, s, acquire, Grant.id, fn, s.Release, ErrNotHeld, releaseTimeout)
 }
+
+func (g Grant) id() (string, fencing.Token) { return g.Key, g.FencingToken }
