@@ -26,9 +26,11 @@ func newOwner() *owner {
 	return &owner{events: actor.NewFanout(primitives.Coalescable), done: make(chan struct{})}
 }
 
-func (o *owner) Subscribe(ctx context.Context) <-chan primitives.Event { return o.events.Subscribe(ctx) }
-func (o *owner) Done() <-chan struct{}                                 { return o.done }
-func (o *owner) Err() error                                            { return o.err }
+func (o *owner) Subscribe(ctx context.Context) <-chan primitives.Event {
+	return o.events.Subscribe(ctx)
+}
+func (o *owner) Done() <-chan struct{} { return o.done }
+func (o *owner) Err() error            { return o.err }
 
 type grant struct {
 	key   string
