@@ -1,0 +1,67 @@
+package etcdio
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/primitives"
+)
+
+// TestSessionEndsAtItsOwnDeadline stops the keepalive (the loop keeps
+// running, as when keepalives cannot reach etcd) and checks that the session
+// ends at the deadline it computed from the last acknowledged keepalive's
+// send time: not later, and not before.
+func TestSessionEndsAtItsOwnDeadline(t *testing.T) {
+	cli, err := embedded.NewClient(etcdtest.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	s, err := NewSession(cli, WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	deadline := func() time.Time {
+		d, err := call(context.Background(), s, func(r actor.Reply[time.Time]) { r.Answer(s.deadline, nil) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// Wait for one renewal, so the deadline comes from a keepalive.
+	first := deadline()
+	for limit := time.Now().Add(5 * time.Second); !deadline().After(first); {
+		if time.Now().After(limit) {
+			t.Fatal("no keepalive acknowledged within 5s")
+		}
+		s.probeLease()
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	frozen := (<-chan struct{})(stop)
+	s.frozen.Store(&frozen)
+	select {
+	case <-s.Done():
+	case <-time.After(2*s.TTL() + time.Second):
+		t.Fatal("session still alive two TTLs after its keepalive stopped")
+	}
+	ended := time.Now()
+	// The loop has exited (Done is closed after its last write): its final
+	// deadline can be read now.
+	if ended.Before(s.deadline) {
+		t.Fatalf("session ended %v before its deadline", s.deadline.Sub(ended))
+	}
+	if late := ended.Sub(s.deadline); late > time.Second {
+		t.Fatalf("session ended %v after its deadline", late)
+	}
+	if !errors.Is(s.Err(), primitives.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", s.Err())
+	}
+}
