@@ -20,12 +20,7 @@ import (
 
 func newElection(t testing.TB, cli *clientv3.Client, prefix string, opts ...etcdio.Option) election.Service {
 	t.Helper()
-	e, err := etcdio.NewElection(cli, prefix, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
+	return closedAtEnd[election.Service](t)(etcdio.NewElection(cli, prefix, opts...))
 }
 
 func mustCampaign(t testing.TB, e election.Service, value string) election.Leadership {

@@ -21,12 +21,7 @@ import (
 
 func newLock(t testing.TB, cli *clientv3.Client, prefix string, opts ...etcdio.Option) lock.Service {
 	t.Helper()
-	l, err := etcdio.NewLock(cli, prefix, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	return closedAtEnd[lock.Service](t)(etcdio.NewLock(cli, prefix, opts...))
 }
 
 func mustLock(t testing.TB, l lock.Service) lock.Grant {

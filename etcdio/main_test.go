@@ -64,3 +64,16 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
 	}
 }
+
+// closedAtEnd returns a function that fails t on err and otherwise closes
+// the service it is given when t ends.
+func closedAtEnd[S interface{ Close() error }](t testing.TB) func(S, error) S {
+	return func(s S, err error) S {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+}

@@ -21,12 +21,7 @@ import (
 
 func newRWLock(t testing.TB, cli *clientv3.Client, prefix string, opts ...etcdio.Option) rwlock.Service {
 	t.Helper()
-	l, err := etcdio.NewRWLock(cli, prefix, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	return closedAtEnd[rwlock.Service](t)(etcdio.NewRWLock(cli, prefix, opts...))
 }
 
 // acquireAsync runs acquire in the background; its grant arrives on the
