@@ -289,11 +289,7 @@ func TestElectionInteropConcurrency(t *testing.T) {
 	noLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
+	sess := etcdSession(t, cli)
 	theirs := concurrency.NewElection(sess, prefix)
 	ours := newElection(t, newClient(t), prefix)
 	ctx := testCtx(t, 10*time.Second)

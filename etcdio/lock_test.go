@@ -346,11 +346,7 @@ func TestLockInteropConcurrencyMutex(t *testing.T) {
 	noLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
+	sess := etcdSession(t, cli)
 	mu := concurrency.NewMutex(sess, prefix)
 	l := newLock(t, newClient(t), prefix)
 	ctx := testCtx(t, 10*time.Second)

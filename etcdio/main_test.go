@@ -6,6 +6,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/goleak"
 
 	"github.com/ahrtr/disco/etcdio/embedded"
@@ -76,4 +77,16 @@ func closedAtEnd[S interface{ Close() error }](t testing.TB) func(S, error) S {
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
+}
+
+// etcdSession returns a session of etcd's own concurrency package, for the
+// interoperability tests, closed when t ends.
+func etcdSession(t testing.TB, cli *clientv3.Client) *concurrency.Session {
+	t.Helper()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
 	"github.com/ahrtr/disco/etcdio"
@@ -351,11 +350,7 @@ func TestRWLockInteropRecipes(t *testing.T) {
 	noLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
+	sess := etcdSession(t, cli)
 	theirs := recipe.NewRWMutex(sess, prefix)
 	ours := newRWLock(t, newClient(t), prefix)
 	ctx := testCtx(t, 10*time.Second)
