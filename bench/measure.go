@@ -433,13 +433,7 @@ func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side
 		if probe.err != nil {
 			return nil, probe.err
 		}
-		n := 0
-		for _, t := range acquiredAt {
-			if !t.Before(probe.before.at) && t.Before(probe.after.at) {
-				n++
-			}
-		}
-		s.Load = loadBetween(probe.before, probe.after, n)
+		s.Load = loadOver(probe.before, probe.after, acquiredAt)
 	}
 	return s, nil
 }

@@ -105,6 +105,18 @@ type load struct {
 }
 
 // loadBetween turns two snapshots into per-acquisition figures.
+// loadOver is loadBetween for the acquisitions, of those made at the given
+// times, that fall between the two snapshots.
+func loadOver(before, after snapshot, acquiredAt []time.Time) *load {
+	n := 0
+	for _, t := range acquiredAt {
+		if !t.Before(before.at) && t.Before(after.at) {
+			n++
+		}
+	}
+	return loadBetween(before, after, n)
+}
+
 func loadBetween(before, after snapshot, acquisitions int) *load {
 	l := &load{Acquisitions: acquisitions, ByMethod: map[string]float64{}}
 	if acquisitions == 0 {

@@ -188,13 +188,7 @@ func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac 
 		if probe.err != nil {
 			return nil, probe.err
 		}
-		n := 0
-		for _, t := range acquiredAt {
-			if !t.Before(probe.before.at) && t.Before(probe.after.at) {
-				n++
-			}
-		}
-		s.Load = loadBetween(probe.before, probe.after, n)
+		s.Load = loadOver(probe.before, probe.after, acquiredAt)
 	}
 	return s, nil
 }
