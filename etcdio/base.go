@@ -29,14 +29,17 @@ type primitive interface {
 // base is what lock, rwlock and election share: a session (their own or a
 // shared one), a mirror of their prefix, subscribers, and their end.
 type base struct {
-	s      *Session
-	self   primitive
-	owned  bool   // the session is this service's own
-	id     uint64 // names this service's keys, with the lease
-	name   string // "lock pfx", for errors
-	prefix string // the caller's prefix + "/"
-	events *actor.Fanout[primitives.Event]
-	done   chan struct{}
+	s     *Session
+	self  primitive
+	owned bool   // the session is this service's own
+	id    uint64 // names this service's keys, with the lease
+	// acquisitions counts acquisitions, to alternate key names; only
+	// callers holding the service's semaphore touch it.
+	acquisitions uint64
+	name         string // "lock pfx", for errors
+	prefix       string // the caller's prefix + "/"
+	events       *actor.Fanout[primitives.Event]
+	done         chan struct{}
 
 	errMu     sync.Mutex
 	err       error
@@ -210,15 +213,17 @@ func (b *base) close(collect func() []keyRev) error {
 	return errors.Join(errs...)
 }
 
-// key returns this service's key under queue: the same name for each of its
-// acquisitions (each one a new key in etcd, created anew with a new
-// revision), and a name no other service, on this session or any other,
-// uses. Reusing the name keeps etcd's index of the prefix from growing with
-// every acquisition until the next compaction, which would make every range
-// over the prefix slower, as etcd's own Mutex (one key per session) avoids
-// too.
-func (b *base) key(queue string) string {
-	return b.s.ownPrefix(queue) + strconv.FormatUint(b.id, 10)
+// nextKey returns the name of this service's next key under queue: a name
+// no other service, on this session or any other, uses, and never the name
+// of the service's previous acquisition. It alternates between two names:
+// reusing names keeps etcd's index of the prefix from growing with every
+// acquisition until the next compaction, which would make every range over
+// the prefix slower (etcd's own Mutex reuses one key per session). Each
+// acquisition creates its key anew, with a new revision. The caller holds
+// the service's semaphore, which orders the calls.
+func (b *base) nextKey(queue string) string {
+	b.acquisitions++
+	return b.s.ownPrefix(queue) + strconv.FormatUint(b.id, 10) + "." + strconv.FormatUint(b.acquisitions%2, 10)
 }
 
 // mirrorOf returns the service's mirror whose prefix covers key, or nil.

@@ -77,7 +77,7 @@ func (e *electionService) Campaign(ctx context.Context, value string) error {
 }
 
 func (e *electionService) campaign(ctx context.Context, value string) error {
-	key := e.key(e.prefix)
+	key := e.nextKey(e.prefix)
 	resp, err := e.s.cli.Txn(ctx).Then(
 		clientv3.OpGet(e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpPut(key, value, clientv3.WithLease(e.s.lease)),

@@ -112,7 +112,7 @@ func (h *holder) acquire(ctx context.Context, q queue, try bool) (hold, error) {
 // the loop made it a hold (even if its token then failed): from then on the
 // loop frees sem when the hold ends.
 func (h *holder) enqueue(ctx context.Context, q queue, try bool) (g hold, granted bool, err error) {
-	key := h.key(q.keys)
+	key := h.nextKey(q.keys)
 	put := clientv3.OpPut(key, "", clientv3.WithLease(h.s.lease))
 	txn := h.s.cli.Txn(ctx)
 	if try {

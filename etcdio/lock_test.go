@@ -167,8 +167,8 @@ func TestUnlockNotHeld(t *testing.T) {
 		t.Fatalf("second Unlock: %v, want ErrNotHeld", err)
 	}
 	g2 := mustLock(t, l)
-	if g2.Token() <= g1.Token() {
-		t.Fatalf("relock reused a token: %+v then %+v", g1, g2)
+	if g2.Token() <= g1.Token() || g2.Key == g1.Key {
+		t.Fatalf("relock reused a key or token: %+v then %+v", g1, g2)
 	}
 	// A retried Release of the first grant must not free the second.
 	if err := l.Release(ctx, g1); !errors.Is(err, lock.ErrNotHeld) {

@@ -62,9 +62,10 @@ type Grant struct {
 	// no earlier waiter's key does. It is strictly greater than every earlier
 	// holder's token.
 	FencingToken fencing.Token
-	// Key is the backend key that represents this hold. A Service may use
-	// the same name for its successive holds, each one created anew; Key
-	// and FencingToken together name one hold.
+	// Key is the backend key that represents this hold: never the key of
+	// the Service's previous hold, though a backend may reuse names of
+	// older ones (each hold's key is created anew). Key and FencingToken
+	// together name one hold.
 	Key string
 	// LeaseID is the lease the key is attached to.
 	LeaseID int64
