@@ -43,17 +43,18 @@
 // # Queues, tokens and watches
 //
 // Every acquisition creates a new key and waits for the keys created before
-// it, in the orders etcd's
-// concurrency.Mutex, concurrency.Election and recipes.RWMutex use, so each
-// primitive interoperates with its etcd counterpart on the same prefix. The
-// key and the check for anyone ahead are one transaction: an uncontended
-// Lock is a single round trip, Unlock a second. Key names are the
-// service's own (its session's lease and a number), so services sharing a
-// session and a prefix are still distinct owners. A service alternates
-// between two names, so each acquisition's key differs from the previous
-// one's while etcd's index of the prefix does not grow with every
-// acquisition until the next compaction (which would slow every range over
-// the prefix; etcd's Mutex likewise reuses one key per session).
+// it, in the orders etcd's concurrency.Mutex, concurrency.Election and
+// recipes.RWMutex use, so each primitive interoperates with its etcd
+// counterpart on the same prefix. The key and the check for anyone ahead are
+// one transaction: an uncontended Lock is a single round trip, Unlock a
+// second.
+//
+// Key names are the service's own (its session's lease and a number), so
+// services sharing a session and a prefix are still distinct owners. A
+// service alternates between two names: each acquisition's key differs from
+// the previous one's, yet etcd's index of the prefix does not grow with every
+// acquisition until the next compaction, which would slow every range over
+// the prefix (etcd's Mutex likewise reuses one key per session).
 //
 // A lock waiter watches only the key just ahead of it, as etcd's Mutex
 // does, but from the current revision, after which it looks once more: a
