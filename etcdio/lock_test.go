@@ -468,3 +468,39 @@ func TestGuardRejectsPreviousHolder(t *testing.T) {
 		t.Fatalf("previous holder's token %d after %d: %v, want ErrTokenStale", ga.Token(), gb.Token(), err)
 	}
 }
+
+// TestLockWaiterSessionLost: a waiter whose own lease is revoked stops
+// waiting at once with ErrLost (etcd issue 19597), leaving nothing behind.
+func TestLockWaiterSessionLost(t *testing.T) {
+	noLeaks(t)
+	prefix := prefixOf(t)
+	cli := newClient(t)
+	holder := newLock(t, cli, prefix)
+	mustLock(t, holder)
+	waiter := newLock(t, newClient(t), prefix)
+	errc := make(chan error, 1)
+	go func() { _, err := waiter.Lock(testCtx(t, 20*time.Second)); errc <- err }()
+	eventually(t, 5*time.Second, "waiter's key", func() bool { return countKeys(t, cli, prefix) == 2 })
+	resp, err := cli.Get(context.Background(), prefix+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := cli.Revoke(context.Background(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, primitives.ErrLost) {
+			t.Fatalf("waiting Lock returned %v, want ErrLost", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter still waiting 5s after its lease was revoked")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("waiter noticed its lost lease after %v", d)
+	}
+	if n := countKeys(t, cli, prefix); n != 1 {
+		t.Fatalf("%d keys, want only the holder's", n)
+	}
+}
