@@ -29,6 +29,7 @@ type primitive interface {
 // base is what lock, rwlock and election share: a session (their own or a
 // shared one), a mirror of their prefix, subscribers, and their end.
 type base struct {
+	holds
 	s     *Session
 	self  primitive
 	owned bool   // the session is this service's own
@@ -50,7 +51,7 @@ type base struct {
 	ended   bool
 }
 
-// keyRev names a key this service wrote, with its CreateRevision (0: any).
+// keyRev names a key this service wrote, with its CreateRevision.
 type keyRev struct {
 	key string
 	rev int64
@@ -60,7 +61,7 @@ type keyRev struct {
 // and opens a mirror of each prefix that watch returns (given the session and
 // the service's prefix + "/"), full mirrors if puts.
 func (b *base) start(kind string, cli *clientv3.Client, prefix string, opts []Option, self primitive,
-	watch func(s *Session, prefix string) (prefixes []string, puts bool)) error {
+	errNotHeld error, watch func(s *Session, prefix string) (prefixes []string, puts bool)) error {
 	fail := func(err error) error { return fmt.Errorf("etcdio: new %s %q: %w", kind, prefix, err) }
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -87,6 +88,8 @@ func (b *base) start(kind string, cli *clientv3.Client, prefix string, opts []Op
 	b.prefix = prefix + "/"
 	b.events = actor.NewFanout(primitives.Coalescable)
 	b.done = make(chan struct{})
+	b.sem = make(chan struct{}, 1)
+	b.errNotHeld = errNotHeld
 	_, err = call(context.Background(), s, func(r actor.Reply[struct{}]) {
 		if err := s.claim(b.prefix, kind); err != nil {
 			r.Answer(struct{}{}, err)
@@ -202,11 +205,9 @@ func (b *base) close(collect func() []keyRev) error {
 	defer cancel()
 	var errs []error
 	for _, k := range keys {
-		txn := b.s.cli.Txn(ctx)
-		if k.rev != 0 {
-			txn = txn.If(clientv3.Compare(clientv3.CreateRevision(k.key), "=", k.rev))
-		}
-		if _, err := txn.Then(clientv3.OpDelete(k.key)).Commit(); err != nil {
+		_, err := b.s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k.key), "=", k.rev)).
+			Then(clientv3.OpDelete(k.key)).Commit()
+		if err != nil {
 			errs = append(errs, fmt.Errorf("etcdio: %s: close: delete %s: %w", b.name, k.key, err))
 		}
 	}

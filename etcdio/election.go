@@ -3,7 +3,6 @@ package etcdio
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -15,62 +14,45 @@ import (
 
 // electionService is election.Service on a session. Candidates queue by
 // CreateRevision under prefix, as in etcd's concurrency.Election: the first
-// key created leads, and its CreateRevision is the term's token.
+// key created leads, and its CreateRevision is the term's token. A term is
+// the service's hold (see holds); a candidacy still waiting is cand.
 type electionService struct {
 	base
-	sem       chan struct{} // full while this candidate campaigns or leads
 	observers *actor.Fanout[election.Leadership]
-
-	termMu sync.Mutex
-	term   election.Leadership // copy of the loop's, for Term; zero when not leading
 
 	// Owned by the loop.
 	cand    *candidate
 	leader  election.Leadership // the leader last reported
 	pending []actor.Reply[<-chan election.Leadership]
-	// seen is the revision of this candidate's latest write: Observe waits
-	// for the mirror to reach it, so a candidate observes its own changes.
-	seen int64
 }
 
+// candidate is a key waiting to lead; Campaign waits on reply.
 type candidate struct {
 	key       string
 	createRev int64
 	value     string
-	leading   bool
-	releasing int
-	reply     actor.Reply[struct{}] // Campaign's, while waiting
+	reply     actor.Reply[struct{}]
 }
 
 // NewElection returns a candidate and observer in the election on prefix.
 // Candidates queue under prefix+"/" in the order etcd's
 // concurrency.Election uses, so the two agree on who leads.
 func NewElection(cli *clientv3.Client, prefix string, opts ...Option) (election.Service, error) {
-	e := &electionService{
-		sem:       make(chan struct{}, 1),
-		observers: actor.NewFanout(func(election.Leadership) bool { return true }),
-	}
+	e := &electionService{observers: actor.NewFanout(func(election.Leadership) bool { return true })}
 	// Everyone's keys matter to an election: who leads is the first of them.
 	all := func(_ *Session, prefix string) ([]string, bool) { return []string{prefix}, true }
-	if err := e.start("election", cli, prefix, opts, e, all); err != nil {
+	if err := e.start("election", cli, prefix, opts, e, election.ErrNotLeader, all); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
 func (e *electionService) Campaign(ctx context.Context, value string) error {
-	if err := e.usable(ctx); err != nil {
+	if err := e.enter(ctx, false, nil); err != nil {
 		return err
 	}
-	select {
-	case e.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.done:
-		return e.Err()
-	}
 	if err := e.campaign(ctx, value); err != nil {
-		<-e.sem
+		e.leave()
 		return err
 	}
 	return nil
@@ -94,7 +76,7 @@ func (e *electionService) campaign(ctx context.Context, value string) error {
 		// candidate until the lease ends.
 		e.s.deleteKey(key)
 		e.s.post(func() {
-			if c := e.cand; c != nil && c.createRev == rev && !c.leading {
+			if c := e.cand; c != nil && c.createRev == rev {
 				e.cand = nil
 			}
 		})
@@ -125,34 +107,15 @@ func (e *electionService) queued(key string, rev int64, value string, ahead bool
 // Loop only.
 func (e *electionService) lead() {
 	c := e.cand
+	e.cand = nil
 	// Term reads the term without the loop: it must be set before Campaign
 	// can return.
-	c.leading = true
-	e.setTerm(c)
+	e.setHold(&hold{key: c.key, createRev: c.createRev, token: c.createRev, value: c.value, ready: true})
 	if !c.reply.Answer(struct{}{}, nil) {
-		e.cand = nil // Campaign gave up and deletes the key
-		e.setTerm(nil)
+		e.setHold(nil) // Campaign gave up: it deletes the key and leaves
 		return
 	}
 	e.events.Publish(primitives.Acquired{Key: c.key, Token: fencing.Token(c.createRev)})
-}
-
-func (e *electionService) setTerm(c *candidate) {
-	var t election.Leadership
-	if c != nil {
-		t = election.Leadership{Key: c.key, Value: c.value, FencingToken: fencing.Token(c.createRev), LeaseID: int64(e.s.lease)}
-	}
-	e.termMu.Lock()
-	e.term = t
-	e.termMu.Unlock()
-}
-
-// endTerm ends this candidate's term with ev. Loop only.
-func (e *electionService) endTerm(ev primitives.Event) {
-	e.cand = nil
-	e.setTerm(nil)
-	<-e.sem
-	e.events.Publish(ev)
 }
 
 // mirrorChanged reports a new leader, ends a term whose key vanished, and
@@ -177,43 +140,22 @@ func (e *electionService) mirrorChanged(m *mirror) {
 		e.pending = nil
 	}
 
+	e.checkHold()
 	c := e.cand
-	if c == nil || m.rev < c.createRev {
-		return
-	}
 	switch {
-	case c.leading && c.releasing == 0 && !m.has(c.key):
-		e.endTerm(primitives.Lost{Key: c.key, Token: fencing.Token(c.createRev),
-			Err: fmt.Errorf("%s: leader key %s deleted by another client: %w", e.name, c.key, primitives.ErrLost)})
-		e.s.probeLease()
-	case !c.leading && !m.has(c.key):
+	case c == nil || m.rev < c.createRev:
+	case !m.has(c.key):
 		e.cand = nil
 		c.reply.Answer(struct{}{}, fmt.Errorf("%s: candidate key %s deleted by another client: %w", e.name, c.key, primitives.ErrLost))
-	case !c.leading && !m.anyBefore(e.prefix, c.createRev):
+	case !m.anyBefore(e.prefix, c.createRev):
 		e.lead()
 	}
 }
 
-// leaderCall runs f on the loop with this candidate's term (the one whose
-// token is term, if term is not 0), or fails with ErrNotLeader.
-func (e *electionService) leaderCall(ctx context.Context, term fencing.Token, f func(c *candidate)) (candidate, error) {
-	return call(ctx, e.s, func(r actor.Reply[candidate]) {
-		c := e.cand
-		switch {
-		case e.ended:
-			r.Answer(candidate{}, e.Err())
-		case c == nil || !c.leading || term != 0 && fencing.Token(c.createRev) != term:
-			r.Answer(candidate{}, fmt.Errorf("%s: %w", e.name, election.ErrNotLeader))
-		case r.Answer(*c, nil):
-			f(c)
-		}
-	})
-}
-
 func (e *electionService) Proclaim(ctx context.Context, value string) error {
-	c, err := e.leaderCall(ctx, 0, func(*candidate) {})
+	c, err := e.withHold(ctx, nil, func(*hold) {})
 	if err != nil {
-		return e.callErr(ctx, err)
+		return err
 	}
 	resp, err := e.s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.createRev)).
@@ -226,64 +168,22 @@ func (e *electionService) Proclaim(ctx context.Context, value string) error {
 	}
 	_, err = call(context.WithoutCancel(ctx), e.s, func(r actor.Reply[struct{}]) {
 		e.seen = max(e.seen, resp.Header.Revision)
-		if cur := e.cand; cur != nil && cur.createRev == c.createRev {
+		if cur := e.hold; cur != nil && cur.createRev == c.createRev {
 			cur.value = value
-			e.setTerm(cur)
+			e.setHold(cur)
 		}
 		r.Answer(struct{}{}, nil)
 	})
 	return err
 }
 
-func (e *electionService) Resign(ctx context.Context) error { return e.resign(ctx, 0) }
+func (e *electionService) Resign(ctx context.Context) error { return e.release(ctx, nil) }
 
 // ResignTerm resigns exactly term, as lock's Release releases exactly one
 // grant: ErrNotLeader if this candidate no longer leads in that term, even if
 // it has won a later one. election.Lead uses it.
 func (e *electionService) ResignTerm(ctx context.Context, term election.Leadership) error {
-	return e.resign(ctx, term.FencingToken)
-}
-
-func (e *electionService) resign(ctx context.Context, term fencing.Token) error {
-	c, err := e.leaderCall(ctx, term, func(c *candidate) { c.releasing++ })
-	if err != nil {
-		return e.callErr(ctx, err)
-	}
-	resp, terr := e.s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.createRev)).
-		Then(clientv3.OpDelete(c.key)).Commit()
-	_, err = call(context.WithoutCancel(ctx), e.s, func(r actor.Reply[struct{}]) {
-		r.Answer(struct{}{}, e.resigned(c, resp, terr))
-	})
-	return err
-}
-
-// resigned settles a Resign's delete. A failed request keeps the term, so
-// Resign can be retried. Loop only.
-func (e *electionService) resigned(c candidate, resp *clientv3.TxnResponse, terr error) error {
-	cur := e.cand
-	if cur == nil || cur.createRev != c.createRev {
-		if e.ended {
-			return e.Err()
-		}
-		return fmt.Errorf("%s: %w", e.name, election.ErrNotLeader)
-	}
-	cur.releasing--
-	if terr == nil {
-		e.seen = max(e.seen, resp.Header.Revision)
-	}
-	gone := e.gone(cur.key, cur.createRev)
-	switch {
-	case terr == nil && resp.Succeeded, terr != nil && gone:
-		e.endTerm(primitives.Released{Key: cur.key, Token: fencing.Token(cur.createRev)})
-		return nil
-	case terr != nil:
-		return fmt.Errorf("%s: resign: %w", e.name, terr)
-	default:
-		e.endTerm(primitives.Lost{Key: cur.key, Token: fencing.Token(cur.createRev),
-			Err: fmt.Errorf("%s: leader key %s deleted by another client: %w", e.name, cur.key, primitives.ErrLost)})
-		return fmt.Errorf("%s: leader key %s was already gone: %w", e.name, cur.key, election.ErrNotLeader)
-	}
+	return e.release(ctx, func(g hold) bool { return g.key == term.Key && fencing.Token(g.token) == term.FencingToken })
 }
 
 func (e *electionService) Leader(ctx context.Context) (election.Leadership, error) {
@@ -302,9 +202,11 @@ func (e *electionService) Leader(ctx context.Context) (election.Leadership, erro
 }
 
 func (e *electionService) Term() (election.Leadership, bool) {
-	e.termMu.Lock()
-	defer e.termMu.Unlock()
-	return e.term, e.term.Key != ""
+	g, ok := e.current()
+	if !ok {
+		return election.Leadership{}, false
+	}
+	return election.Leadership{Key: g.key, Value: g.value, FencingToken: fencing.Token(g.token), LeaseID: int64(e.s.lease)}, true
 }
 
 func (e *electionService) Observe(ctx context.Context) <-chan election.Leadership {
@@ -327,30 +229,28 @@ func (e *electionService) Observe(ctx context.Context) <-chan election.Leadershi
 }
 
 func (e *electionService) sessionEnded(err error) {
-	if c := e.cand; c != nil {
-		if c.leading {
-			e.endTerm(endEvent(c.key, c.createRev, err))
-		} else {
-			e.cand = nil
-			c.reply.Answer(struct{}{}, err)
-		}
-	}
+	e.endHoldFor(err)
+	e.stopCandidate(err)
 	e.observers.Close()
 	e.finish(err)
 }
 
+// stopCandidate fails a waiting Campaign with err and returns its key. Loop
+// only.
+func (e *electionService) stopCandidate(err error) []keyRev {
+	c := e.cand
+	if c == nil {
+		return nil
+	}
+	e.cand = nil
+	c.reply.Answer(struct{}{}, err)
+	return []keyRev{{c.key, c.createRev}}
+}
+
 func (e *electionService) Close() error {
 	return e.base.close(func() []keyRev {
-		var keys []keyRev
-		if c := e.cand; c != nil {
-			keys = append(keys, keyRev{c.key, c.createRev})
-			if c.leading {
-				e.endTerm(primitives.Released{Key: c.key, Token: fencing.Token(c.createRev)})
-			} else {
-				e.cand = nil
-				c.reply.Answer(struct{}{}, fmt.Errorf("%s: %w", e.name, primitives.ErrClosed))
-			}
-		}
+		err := fmt.Errorf("%s: %w", e.name, primitives.ErrClosed)
+		keys := append(e.endHoldFor(err), e.stopCandidate(err)...)
 		e.observers.Close()
 		return keys
 	})

@@ -17,8 +17,7 @@ import (
 // holder is the queue both locks are made of. An owner writes a fresh key
 // under a queue prefix and holds once no blocking key (one under the
 // blockers prefix, created before its own) is left. It holds at most one
-// grant at a time: its own goroutines queue locally on sem, like a
-// sync.Mutex.
+// grant at a time (see holds).
 //
 // A waiter watches only the blocking key just ahead of it, so a handoff
 // sends one watch event to one waiter however many wait, and learns its
@@ -28,17 +27,15 @@ import (
 // under each queue prefix), to notice a hold's key deleted by someone else.
 type holder struct {
 	base
-	sem chan struct{} // full while this owner holds or acquires
 
 	// tokenFor, if set, is called off the loop once the owner holds, and
 	// returns the grant's token; otherwise the token is the revision at
 	// which the owner's key was first seen to hold.
 	tokenFor func(ctx context.Context, h hold) (int64, error)
-	// errTaken and errNotHeld are the primitive's own sentinel errors.
-	errTaken, errNotHeld error
+	// errTaken is the primitive's sentinel for TryLock's failure.
+	errTaken error
 
 	// Owned by the loop.
-	hold *hold
 	wait *wait
 }
 
@@ -47,16 +44,6 @@ type queue struct {
 	mode     int    // the primitive's mode (rwlock.Mode), carried into the hold
 	keys     string // prefix of the owner's key
 	blockers string // prefix of the keys that block it
-}
-
-// hold is one grant. Until ready, its token is not known yet.
-type hold struct {
-	key       string
-	createRev int64
-	token     int64
-	mode      int
-	ready     bool // Acquired has been published
-	releasing int  // Releases in flight: the key's deletion is theirs
 }
 
 // wait is a key that waits for its turn on its caller's goroutine.
@@ -74,36 +61,16 @@ func (w *wait) stop(err error) {
 	}
 }
 
-func (h *holder) init(errTaken, errNotHeld error) {
-	h.sem = make(chan struct{}, 1)
-	h.errTaken, h.errNotHeld = errTaken, errNotHeld
-}
-
 // acquire makes this owner hold the lock in q. The key and the check for
 // blockers are one transaction, so an uncontended acquisition is a single
 // round trip (plus tokenFor's).
 func (h *holder) acquire(ctx context.Context, q queue, try bool) (hold, error) {
-	if err := h.usable(ctx); err != nil {
+	if err := h.enter(ctx, try, h.errTaken); err != nil {
 		return hold{}, err
-	}
-	if try {
-		select {
-		case h.sem <- struct{}{}:
-		default:
-			return hold{}, fmt.Errorf("%s: held by this service: %w", h.name, h.errTaken)
-		}
-	} else {
-		select {
-		case h.sem <- struct{}{}:
-		case <-ctx.Done():
-			return hold{}, ctx.Err()
-		case <-h.done:
-			return hold{}, h.Err()
-		}
 	}
 	g, granted, err := h.enqueue(ctx, q, try)
 	if err != nil && !granted {
-		<-h.sem // a granted hold's end frees it, on the loop
+		h.leave() // a granted hold's end frees it, on the loop
 	}
 	return g, err
 }
@@ -305,7 +272,7 @@ func (h *holder) granted(w *wait, mode int, token int64, r actor.Reply[hold]) {
 	if !r.Answer(g, nil) {
 		return // the caller gave up and deletes its key
 	}
-	h.hold = &g
+	h.setHold(&g)
 	if g.ready {
 		h.events.Publish(primitives.Acquired{Key: g.key, Token: fencing.Token(g.token)})
 	}
@@ -324,6 +291,7 @@ func (h *holder) tokenize(ctx context.Context, g hold) (hold, error) {
 			return
 		}
 		cur.token, cur.ready = tok, true
+		h.setHold(cur)
 		if r.Answer(*cur, nil) {
 			h.events.Publish(primitives.Acquired{Key: cur.key, Token: fencing.Token(tok)})
 		}
@@ -333,109 +301,35 @@ func (h *holder) tokenize(ctx context.Context, g hold) (hold, error) {
 // mirrorChanged ends a hold whose key vanished and stops a waiter whose key
 // did. Loop only.
 func (h *holder) mirrorChanged(*mirror) {
-	if g := h.hold; g != nil && g.releasing == 0 && h.gone(g.key, g.createRev) {
-		h.endHold(h.lostEvent(g))
-		h.s.probeLease() // if the lease is gone, the session ends too
-	}
+	h.checkHold()
 	if w := h.wait; w != nil && h.gone(w.key, w.createRev) {
 		h.wait = nil
 		w.stop(fmt.Errorf("%s: waiting key %s deleted by another client: %w", h.name, w.key, primitives.ErrLost))
 	}
 }
 
-func (h *holder) lostEvent(g *hold) primitives.Event {
-	return primitives.Lost{Key: g.key, Token: fencing.Token(g.token),
-		Err: fmt.Errorf("%s: key %s deleted by another client: %w", h.name, g.key, primitives.ErrLost)}
-}
-
-// endHold ends the current hold, frees sem, and publishes ev if the hold's
-// Acquired was published. Loop only.
-func (h *holder) endHold(ev primitives.Event) {
-	ready := h.hold.ready
-	h.hold = nil
-	<-h.sem
-	if ready && ev != nil {
-		h.events.Publish(ev)
-	}
-}
-
-// release deletes the key of the current hold (or of the one named by key
-// and token, if it is still held) only if it is still this hold's, so a late
-// retry never deletes a newer hold. match, if set, must accept the hold.
-func (h *holder) release(ctx context.Context, match func(hold) bool) error {
-	g, err := call(ctx, h.s, func(r actor.Reply[hold]) {
-		g := h.hold
-		switch {
-		case h.ended:
-			r.Answer(hold{}, h.Err())
-		case g == nil || !g.ready || match != nil && !match(*g):
-			r.Answer(hold{}, fmt.Errorf("%s: %w", h.name, h.errNotHeld))
-		case r.Answer(*g, nil):
-			g.releasing++
-		}
-	})
-	if err != nil {
-		return h.callErr(ctx, err)
-	}
-	resp, terr := h.s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.createRev)).
-		Then(clientv3.OpDelete(g.key)).Commit()
-	_, err = call(context.WithoutCancel(ctx), h.s, func(r actor.Reply[struct{}]) {
-		r.Answer(struct{}{}, h.released(g, resp, terr))
-	})
-	return err
-}
-
-// released settles a release's delete. A failed request keeps the hold, so
-// the release can be retried. Loop only.
-func (h *holder) released(g hold, resp *clientv3.TxnResponse, terr error) error {
-	cur := h.hold
-	if cur == nil || cur.createRev != g.createRev {
-		// The hold ended meanwhile, which only the session's end does.
-		if h.ended {
-			return h.Err()
-		}
-		return fmt.Errorf("%s: %w", h.name, h.errNotHeld)
-	}
-	cur.releasing--
-	gone := h.gone(cur.key, cur.createRev)
-	switch {
-	case terr == nil && resp.Succeeded, terr != nil && gone:
-		h.endHold(primitives.Released{Key: cur.key, Token: fencing.Token(cur.token)})
+// stopWait stops the waiter, if any, with err and returns its key. Loop only.
+func (h *holder) stopWait(err error) []keyRev {
+	w := h.wait
+	if w == nil {
 		return nil
-	case terr != nil:
-		return fmt.Errorf("%s: release %s: %w", h.name, cur.key, terr)
-	default:
-		h.endHold(h.lostEvent(cur))
-		return fmt.Errorf("%s: key %s was already gone: %w", h.name, cur.key, h.errNotHeld)
 	}
+	h.wait = nil
+	w.stop(err)
+	return []keyRev{{w.key, w.createRev}}
 }
 
 // sessionEnded ends the hold and the wait with the session. Loop only.
 func (h *holder) sessionEnded(err error) {
-	if g := h.hold; g != nil {
-		h.endHold(endEvent(g.key, g.token, err))
-	}
-	if w := h.wait; w != nil {
-		h.wait = nil
-		w.stop(err)
-	}
+	h.endHoldFor(err)
+	h.stopWait(err)
 	h.finish(err)
 }
 
 func (h *holder) Close() error {
 	return h.base.close(func() []keyRev {
-		var keys []keyRev
-		if g := h.hold; g != nil {
-			keys = append(keys, keyRev{g.key, g.createRev})
-			h.endHold(primitives.Released{Key: g.key, Token: fencing.Token(g.token)})
-		}
-		if w := h.wait; w != nil {
-			h.wait = nil
-			w.stop(fmt.Errorf("%s: %w", h.name, primitives.ErrClosed))
-			keys = append(keys, keyRev{w.key, w.createRev})
-		}
-		return keys
+		err := fmt.Errorf("%s: %w", h.name, primitives.ErrClosed)
+		return append(h.endHoldFor(err), h.stopWait(err)...)
 	})
 }
 

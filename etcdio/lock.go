@@ -21,8 +21,8 @@ type lockService struct{ holder }
 // its Close.
 func NewLock(cli *clientv3.Client, prefix string, opts ...Option) (lock.Service, error) {
 	l := &lockService{}
-	l.init(lock.ErrLockTaken, lock.ErrNotHeld)
-	if err := l.start("lock", cli, prefix, opts, l, ownKeys("")); err != nil {
+	l.errTaken = lock.ErrLockTaken
+	if err := l.start("lock", cli, prefix, opts, l, lock.ErrNotHeld, ownKeys("")); err != nil {
 		return nil, err
 	}
 	return l, nil

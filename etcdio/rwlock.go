@@ -49,9 +49,9 @@ const (
 // session, closed by its Close.
 func NewRWLock(cli *clientv3.Client, prefix string, opts ...Option) (rwlock.Service, error) {
 	l := &rwlockService{}
-	l.init(rwlock.ErrRWLockTaken, rwlock.ErrNotHeld)
+	l.errTaken = rwlock.ErrRWLockTaken
 	l.tokenFor = l.token
-	if err := l.start("rwlock", cli, prefix, opts, l, ownKeys("read/", "write/")); err != nil {
+	if err := l.start("rwlock", cli, prefix, opts, l, rwlock.ErrNotHeld, ownKeys("read/", "write/")); err != nil {
 		return nil, err
 	}
 	return l, nil
