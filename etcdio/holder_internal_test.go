@@ -34,6 +34,11 @@ func TestTokenFailureFreesTheHold(t *testing.T) {
 	if _, err := l.Lock(ctx); !errors.Is(err, boom) {
 		t.Fatalf("Lock with a failing token: %v, want boom", err)
 	}
+	// The failed Lock ended its hold on the loop before returning, not
+	// later when the key's deletion comes back through the watch.
+	if _, held := l.current(); held {
+		t.Fatal("hold still recorded after Lock failed")
+	}
 	resp, err := cli.Get(ctx, "/test/token-failure/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || resp.Count != 0 {
 		t.Fatalf("keys left after the failed Lock: %v, %v", resp, err)
