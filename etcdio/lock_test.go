@@ -423,6 +423,14 @@ func TestLockBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed.Close()
+	leases := func() int {
+		resp, err := cli.Lease.Leases(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.Leases)
+	}
+	before := leases()
 	for name, mk := range map[string]func() (lock.Service, error){
 		"nil client":     func() (lock.Service, error) { return etcdio.NewLock(nil, "p") },
 		"closed client":  func() (lock.Service, error) { return etcdio.NewLock(closed, "p") },
@@ -436,11 +444,10 @@ func TestLockBadInput(t *testing.T) {
 			t.Errorf("%s: got %v, %v; want an error wrapping ErrInvalidArgument", name, l, err)
 		}
 	}
-	resp, err := cli.Lease.Leases(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	// Bad input is refused before anything is written: no lease, no key.
+	if after := leases(); after != before {
+		t.Fatalf("bad input left %d leases behind", after-before)
 	}
-	_ = resp // leases of other tests may exist; the keys check below is what matters
 	if n := countKeys(t, cli, "p"); n != 0 {
 		t.Fatalf("bad input left %d keys", n)
 	}
