@@ -62,7 +62,9 @@
 // revision is served by etcd's catch-up path, which runs every 100 ms. When
 // the key ahead is deleted, one transaction confirms that the waiter's own
 // key still exists and nothing is left ahead; its revision is the token. The
-// waiting runs on the caller's goroutine; the loop only keeps a record.
+// waiting runs on the caller's goroutine; the loop only keeps a record. (etcd's
+// client library serves each open watch with a goroutine of its own, so a
+// waiter costs that one too while it waits.)
 //
 // The trade-off chosen: load per handoff stays flat as contenders grow. A
 // handoff sends one watch event to one waiter, and an acquisition costs

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
@@ -95,7 +96,13 @@ func (b *base) current() (g hold, ok bool) {
 func (b *base) endHold(ev primitives.Event) {
 	ready := b.hold.ready
 	b.setHold(nil)
-	b.leave()
+	// A hold always owns the semaphore; never let a broken invariant block
+	// the loop (and with it the keepalive).
+	select {
+	case <-b.sem:
+	default:
+		b.s.log.Error("hold ended without its semaphore", zap.String("primitive", b.name))
+	}
 	if ready && ev != nil {
 		b.events.Publish(ev)
 	}
