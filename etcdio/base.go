@@ -162,11 +162,11 @@ func (b *base) finish(err error) {
 
 // endEvent is what a hold's owner sees when the session ends: Released if
 // the session was closed, Lost otherwise.
-func endEvent(key string, token int64, err error) primitives.Event {
+func endEvent(g *hold, err error) primitives.Event {
 	if errors.Is(err, primitives.ErrClosed) {
-		return primitives.Released{Key: key, Token: fencing.Token(token)}
+		return primitives.Released{Key: g.key, Token: fencing.Token(g.token), Created: g.createRev}
 	}
-	return primitives.Lost{Key: key, Token: fencing.Token(token), Err: err}
+	return primitives.Lost{Key: g.key, Token: fencing.Token(g.token), Created: g.createRev, Err: err}
 }
 
 // close detaches the service from its session; collect, run on the loop,

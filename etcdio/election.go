@@ -115,7 +115,7 @@ func (e *electionService) lead() {
 		e.setHold(nil) // Campaign gave up: it deletes the key and leaves
 		return
 	}
-	e.events.Publish(primitives.Acquired{Key: c.key, Token: fencing.Token(c.createRev)})
+	e.events.Publish(primitives.Acquired{Key: c.key, Token: fencing.Token(c.createRev), Created: c.createRev})
 }
 
 // mirrorChanged reports a new leader, ends a term whose key vanished, and
@@ -126,7 +126,7 @@ func (e *electionService) mirrorChanged(m *mirror) {
 	}
 	var now election.Leadership
 	if kv := m.first(e.prefix); kv != nil {
-		now = election.Leadership{Key: string(kv.Key), Value: string(kv.Value), FencingToken: fencing.Token(kv.CreateRevision), LeaseID: kv.Lease}
+		now = election.Leadership{Key: string(kv.Key), Value: string(kv.Value), FencingToken: fencing.Token(kv.CreateRevision), LeaseID: kv.Lease, Created: kv.CreateRevision}
 	}
 	if now != e.leader {
 		e.leader = now
@@ -198,7 +198,7 @@ func (e *electionService) Leader(ctx context.Context) (election.Leadership, erro
 		return election.Leadership{}, fmt.Errorf("%s: %w", e.name, election.ErrNoLeader)
 	}
 	kv := resp.Kvs[0]
-	return election.Leadership{Key: string(kv.Key), Value: string(kv.Value), FencingToken: fencing.Token(kv.CreateRevision), LeaseID: kv.Lease}, nil
+	return election.Leadership{Key: string(kv.Key), Value: string(kv.Value), FencingToken: fencing.Token(kv.CreateRevision), LeaseID: kv.Lease, Created: kv.CreateRevision}, nil
 }
 
 func (e *electionService) Term() (election.Leadership, bool) {
@@ -206,7 +206,7 @@ func (e *electionService) Term() (election.Leadership, bool) {
 	if !ok {
 		return election.Leadership{}, false
 	}
-	return election.Leadership{Key: g.key, Value: g.value, FencingToken: fencing.Token(g.token), LeaseID: int64(e.s.lease)}, true
+	return election.Leadership{Key: g.key, Value: g.value, FencingToken: fencing.Token(g.token), LeaseID: int64(e.s.lease), Created: g.createRev}, true
 }
 
 func (e *electionService) Observe(ctx context.Context) <-chan election.Leadership {

@@ -119,7 +119,7 @@ func (b *base) checkHold() {
 }
 
 func (b *base) lostEvent(g *hold) primitives.Event {
-	return primitives.Lost{Key: g.key, Token: fencing.Token(g.token),
+	return primitives.Lost{Key: g.key, Token: fencing.Token(g.token), Created: g.createRev,
 		Err: fmt.Errorf("%s: key %s deleted by another client: %w", b.name, g.key, primitives.ErrLost)}
 }
 
@@ -131,7 +131,7 @@ func (b *base) endHoldFor(err error) []keyRev {
 	if g == nil {
 		return nil
 	}
-	b.endHold(endEvent(g.key, g.token, err))
+	b.endHold(endEvent(g, err))
 	return []keyRev{{g.key, g.createRev}}
 }
 
@@ -188,7 +188,7 @@ func (b *base) released(g hold, resp *clientv3.TxnResponse, terr error) error {
 	}
 	switch {
 	case terr == nil && resp.Succeeded, terr != nil && b.gone(cur.key, cur.createRev):
-		b.endHold(primitives.Released{Key: cur.key, Token: fencing.Token(cur.token)})
+		b.endHold(primitives.Released{Key: cur.key, Token: fencing.Token(cur.token), Created: cur.createRev})
 		return nil
 	case terr != nil:
 		return fmt.Errorf("%s: release %s: %w", b.name, cur.key, terr)

@@ -274,7 +274,7 @@ func (h *holder) granted(w *wait, mode int, token int64, r actor.Reply[hold]) {
 	}
 	h.setHold(&g)
 	if g.ready {
-		h.events.Publish(primitives.Acquired{Key: g.key, Token: fencing.Token(g.token)})
+		h.events.Publish(primitives.Acquired{Key: g.key, Token: fencing.Token(g.token), Created: g.createRev})
 	}
 }
 
@@ -293,7 +293,7 @@ func (h *holder) tokenize(ctx context.Context, g hold) (hold, error) {
 		cur.token, cur.ready = tok, true
 		h.setHold(cur)
 		if r.Answer(*cur, nil) {
-			h.events.Publish(primitives.Acquired{Key: cur.key, Token: fencing.Token(tok)})
+			h.events.Publish(primitives.Acquired{Key: cur.key, Token: fencing.Token(tok), Created: cur.createRev})
 		}
 	})
 }

@@ -31,7 +31,7 @@ func NewLock(cli *clientv3.Client, prefix string, opts ...Option) (lock.Service,
 func (l *lockService) queue() queue { return queue{keys: l.prefix, blockers: l.prefix} }
 
 func (l *lockService) grant(h hold) lock.Grant {
-	return lock.Grant{FencingToken: fencing.Token(h.token), Key: h.key, LeaseID: int64(l.s.lease), TTL: l.ttl()}
+	return lock.Grant{FencingToken: fencing.Token(h.token), Key: h.key, LeaseID: int64(l.s.lease), TTL: l.ttl(), Created: h.createRev}
 }
 
 func (l *lockService) Lock(ctx context.Context) (lock.Grant, error) {

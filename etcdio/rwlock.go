@@ -109,7 +109,7 @@ func (l *rwlockService) token(ctx context.Context, h hold) (int64, error) {
 }
 
 func (l *rwlockService) grant(h hold) rwlock.Grant {
-	return rwlock.Grant{FencingToken: fencing.Token(h.token), Key: h.key, LeaseID: int64(l.s.lease), TTL: l.ttl(), Mode: rwlock.Mode(h.mode)}
+	return rwlock.Grant{FencingToken: fencing.Token(h.token), Key: h.key, LeaseID: int64(l.s.lease), TTL: l.ttl(), Mode: rwlock.Mode(h.mode), Created: h.createRev}
 }
 
 func (l *rwlockService) RLock(ctx context.Context) (rwlock.Grant, error) {

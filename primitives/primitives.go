@@ -2,25 +2,40 @@
 // ownership events a subscriber receives and the two errors that end a
 // primitive's life.
 //
-// Events describe one owner's view. Acquired, Released and Lost are about this
-// owner's own hold (a lock grant, a read or write grant, a term as leader);
-// LeaderChanged reports whoever leads an election, this owner or another.
+// Events describe one owner's view. Acquired, Released, Lost, Suspended and
+// Resumed are about this owner's own hold (a lock grant, a read or write
+// grant, a term as leader), named by its Created: the backend's creation
+// sequence of the hold's key (etcd: its CreateRevision), which no later hold
+// of any owner repeats. LeaderChanged reports whoever leads an election, this
+// owner or another.
 //
 // Delivery rules, which every Subscribe in disco follows: a subscription
 // receives every event that happens after Subscribe returns, in order.
-// Acquired, Released and Lost are never dropped or coalesced. LeaderChanged may
-// be coalesced for a subscriber that reads slowly, but the latest one is always
-// delivered. A slow subscriber never stalls the event loop that feeds it.
+// Acquired, Released, Lost, Suspended and Resumed are never dropped or
+// coalesced. LeaderChanged may be coalesced for a subscriber that reads
+// slowly, but the latest one is always delivered. A slow subscriber never
+// stalls the event loop that feeds it.
+//
+// The vocabulary may grow: a type switch over events must tolerate kinds it
+// does not know (give it a default case that ignores them).
+//
+// The life of one hold, as its owner sees it:
+//
+//	Acquired ─┬─> Released                      (Unlock, Resign, Close)
+//	          ├─> Lost                          (key deleted, session gone)
+//	          └─> Suspended ─┬─> Resumed ─> ... (the session recovered in time)
+//	                         └─> Lost           (it did not)
 package primitives
 
 import (
 	"errors"
+	"time"
 
 	"github.com/ahrtr/disco/fencing"
 )
 
-// Event is one ownership event. The set of events is closed: Acquired,
-// Released, Lost and LeaderChanged.
+// Event is one ownership event: Acquired, Released, Lost, Suspended,
+// Resumed or LeaderChanged. Only this package defines events.
 type Event interface{ event() }
 
 // Acquired reports that this owner now holds Key, and that requests made on its
@@ -28,22 +43,45 @@ type Event interface{ event() }
 type Acquired struct {
 	Key   string
 	Token fencing.Token
+	// Created names the hold: the backend's creation sequence of Key.
+	Created int64
 }
 
 // Released reports that this owner let go of Key voluntarily (Unlock, Release,
 // Resign or Close).
 type Released struct {
-	Key   string
-	Token fencing.Token
+	Key     string
+	Token   fencing.Token
+	Created int64
 }
 
 // Lost reports that this owner's hold on Key ended without its asking: its
 // session died or its key was deleted by someone else. Err says why and wraps
 // ErrLost.
 type Lost struct {
-	Key   string
-	Token fencing.Token
-	Err   error
+	Key     string
+	Token   fencing.Token
+	Created int64
+	Err     error
+}
+
+// Suspended reports that the backend has not confirmed this owner's session
+// for a while: the hold may end at Deadline, the earliest moment anyone else
+// can acquire it. Until Resumed, the owner should treat every write as
+// possibly late. Lost follows if the session is not confirmed by Deadline.
+type Suspended struct {
+	Key      string
+	Token    fencing.Token
+	Created  int64
+	Deadline time.Time
+}
+
+// Resumed reports that the session was confirmed again after Suspended: the
+// hold is intact.
+type Resumed struct {
+	Key     string
+	Token   fencing.Token
+	Created int64
 }
 
 // LeaderChanged reports the leader of an election as seen by this candidate or
@@ -56,6 +94,8 @@ type LeaderChanged struct {
 func (Acquired) event()      {}
 func (Released) event()      {}
 func (Lost) event()          {}
+func (Suspended) event()     {}
+func (Resumed) event()       {}
 func (LeaderChanged) event() {}
 
 var (
@@ -66,6 +106,9 @@ var (
 	// ErrClosed means Close was called; every later call fails with an error
 	// wrapping it.
 	ErrClosed = errors.New("disco: closed")
+	// ErrSuspended is the cause of a Do or Lead context cancelled at
+	// Suspended, for a service built to cancel there.
+	ErrSuspended = errors.New("disco: ownership suspended")
 )
 
 // Coalescable reports whether e may be replaced by a later event of the same
@@ -73,4 +116,13 @@ var (
 func Coalescable(e Event) bool {
 	_, ok := e.(LeaderChanged)
 	return ok
+}
+
+// SuspendCanceler is implemented by a service that can be built to end the
+// context lock.Do, rwlock.DoRead, rwlock.DoWrite and election.Lead hand to fn
+// at Suspended, rather than only at Lost (etcdio.WithCancelOnSuspend), for
+// owners that would rather pause than risk a late write. Do and Lead then
+// return an error wrapping ErrSuspended with fn's.
+type SuspendCanceler interface {
+	CancelOnSuspend() bool
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/internal/hold"
 )
 
 var (
@@ -75,6 +76,10 @@ type Leadership struct {
 	FencingToken fencing.Token
 	// LeaseID is the lease Key is attached to.
 	LeaseID int64
+	// Created is the backend's creation sequence of Key (etcd: its
+	// CreateRevision, so equal to FencingToken there). It names the term;
+	// ResignTerm matches by it; zero never matches.
+	Created int64
 }
 
 // Token returns the term's fencing token.
@@ -112,6 +117,7 @@ func Lead(ctx context.Context, s Service, value string, fn func(ctx context.Cont
 		}
 		return s.Resign(ctx)
 	}
-	id := func(l Leadership) (string, fencing.Token) { return l.Key, l.FencingToken }
-	return primitives.Hold(ctx, s, campaign, id, fn, resign, ErrNotLeader, resignTimeout)
+	created := func(l Leadership) int64 { return l.Created }
+	return hold.Run(ctx, s, hold.Spec[Leadership]{Acquire: campaign, Created: created, Release: resign,
+		NotHeld: ErrNotLeader, ReleaseTimeout: resignTimeout}, fn)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/internal/hold"
 )
 
 var (
@@ -65,12 +66,16 @@ type Grant struct {
 	// Key is the backend key that represents this hold: never the key of
 	// the Service's previous hold, though a backend may reuse names of
 	// older ones (each hold's key is created anew). Key and FencingToken
-	// together name one hold.
+	// alone do not name one hold: Created does.
 	Key string
 	// LeaseID is the lease the key is attached to.
 	LeaseID int64
 	// TTL is the lease's time to live.
 	TTL time.Duration
+	// Created is the backend's creation sequence of Key (etcd: its
+	// CreateRevision). It names this hold: no later hold, of this owner or
+	// any other, has the same. Release matches by it; zero never matches.
+	Created int64
 }
 
 // Token returns the grant's fencing token.
@@ -86,7 +91,8 @@ const releaseTimeout = 10 * time.Second
 // wrapping primitives.ErrLost). A failed Lock is returned as is and fn is not
 // called.
 func Do(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
-	return primitives.Hold(ctx, s, s.Lock, Grant.id, fn, s.Release, ErrNotHeld, releaseTimeout)
+	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: s.Lock, Created: Grant.created, Release: s.Release,
+		NotHeld: ErrNotHeld, ReleaseTimeout: releaseTimeout}, fn)
 }
 
-func (g Grant) id() (string, fencing.Token) { return g.Key, g.FencingToken }
+func (g Grant) created() int64 { return g.Created }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/internal/hold"
 )
 
 // Mode says whether a grant is shared (Read) or exclusive (Write).
@@ -95,6 +96,11 @@ type Grant struct {
 	LeaseID      int64
 	TTL          time.Duration
 	Mode         Mode
+	// Created is the backend's creation sequence of Key (etcd: its
+	// CreateRevision). It names this grant: readers of one epoch share a
+	// token, but no two grants share Created. Release matches by it; zero
+	// never matches.
+	Created int64
 }
 
 // Token returns the grant's fencing token.
@@ -115,7 +121,8 @@ func DoWrite(ctx context.Context, s Service, fn func(ctx context.Context, g Gran
 }
 
 func do(ctx context.Context, s Service, acquire func(context.Context) (Grant, error), fn func(ctx context.Context, g Grant) error) error {
-	return primitives.Hold(ctx, s, acquire, Grant.id, fn, s.Release, ErrNotHeld, releaseTimeout)
+	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: acquire, Created: Grant.created, Release: s.Release,
+		NotHeld: ErrNotHeld, ReleaseTimeout: releaseTimeout}, fn)
 }
 
-func (g Grant) id() (string, fencing.Token) { return g.Key, g.FencingToken }
+func (g Grant) created() int64 { return g.Created }

@@ -1,0 +1,109 @@
+// Package hold is the engine behind lock.Do, rwlock.DoRead, rwlock.DoWrite
+// and election.Lead: acquire, run fn while the hold lasts, release.
+package hold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ahrtr/disco/primitives"
+)
+
+// Owner is what every primitive's Service offers: its events and its end.
+type Owner interface {
+	Subscribe(ctx context.Context) <-chan primitives.Event
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Spec says how to acquire, name and release one kind of grant G.
+type Spec[G any] struct {
+	Acquire func(context.Context) (G, error)
+	// Created names the grant, as the events' Created does.
+	Created func(G) int64
+	Release func(context.Context, G) error
+	// NotHeld is the primitive's sentinel for a release that finds the grant
+	// gone.
+	NotHeld error
+	// ReleaseTimeout bounds the release after fn, which runs even when the
+	// caller's context has ended.
+	ReleaseTimeout time.Duration
+}
+
+// Run subscribes to s, acquires a grant, and runs fn with a context that is
+// cancelled, with the loss as its cause, as soon as s reports Lost for that
+// grant (matched by Created) or s is done; and, if s is a
+// primitives.SuspendCanceler that asks for it, as soon as s reports Suspended
+// for it, with a cause wrapping primitives.ErrSuspended. After fn returns,
+// the grant is released unless it was already lost. The result is fn's error
+// joined with the loss (or suspension) or the release's error; a release that
+// finds the grant gone counts as a loss. A failed acquire is returned as is
+// and fn is not called.
+func Run[G any](ctx context.Context, s Owner, spec Spec[G], fn func(context.Context, G) error) error {
+	// Subscribe first, so that no Lost for the grant can be missed.
+	subCtx, stopSub := context.WithCancel(ctx)
+	defer stopSub()
+	events := s.Subscribe(subCtx)
+	g, err := spec.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	created := spec.Created(g)
+	sc, ok := s.(primitives.SuspendCanceler)
+	onSuspend := ok && sc.CancelOnSuspend()
+
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var lost, suspended error
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case e, ok := <-events:
+				if !ok {
+					events = nil // s is done; Done says why
+					continue
+				}
+				switch e := e.(type) {
+				case primitives.Lost:
+					if created != 0 && e.Created == created {
+						lost = e.Err
+						cancel(lost)
+						return
+					}
+				case primitives.Suspended:
+					if onSuspend && created != 0 && e.Created == created && suspended == nil {
+						suspended = fmt.Errorf("hold %s suspended, may end at %s: %w",
+							e.Key, e.Deadline.Format(time.RFC3339Nano), primitives.ErrSuspended)
+						cancel(suspended)
+					}
+				}
+			case <-s.Done():
+				lost = s.Err()
+				cancel(lost)
+				return
+			case <-stop:
+				return
+			}
+		}
+	}()
+	fnErr := fn(fnCtx, g)
+	close(stop)
+	<-watched
+	if lost != nil {
+		return errors.Join(fnErr, suspended, lost)
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), spec.ReleaseTimeout)
+	defer rcancel()
+	if err := spec.Release(rctx, g); errors.Is(err, spec.NotHeld) {
+		// The grant ended between fn's return and the release.
+		return errors.Join(fnErr, suspended, fmt.Errorf("grant %d ended before its release: %w", created, primitives.ErrLost))
+	} else if err != nil {
+		return errors.Join(fnErr, suspended, fmt.Errorf("release: %w", err))
+	}
+	return errors.Join(fnErr, suspended)
+}

@@ -1,0 +1,164 @@
+package hold_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/internal/hold"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// owner is a primitive reduced to what Hold needs: events and an end.
+type owner struct {
+	events *actor.Fanout[primitives.Event]
+	done   chan struct{}
+	err    error
+}
+
+func newOwner() *owner {
+	return &owner{events: actor.NewFanout(primitives.Coalescable), done: make(chan struct{})}
+}
+
+func (o *owner) Subscribe(ctx context.Context) <-chan primitives.Event {
+	return o.events.Subscribe(ctx)
+}
+func (o *owner) Done() <-chan struct{} { return o.done }
+func (o *owner) Err() error            { return o.err }
+
+type grant struct {
+	key     string
+	created int64
+}
+
+var errNotHeld = errors.New("not held")
+
+func spec(acquire func(context.Context) (grant, error), release func(context.Context, grant) error) hold.Spec[grant] {
+	return hold.Spec[grant]{Acquire: acquire, Created: func(g grant) int64 { return g.created },
+		Release: release, NotHeld: errNotHeld, ReleaseTimeout: time.Second}
+}
+
+func run(ctx context.Context, o hold.Owner, g grant, fn func(context.Context, grant) error, release func(context.Context, grant) error) error {
+	return hold.Run(ctx, o, spec(func(context.Context) (grant, error) { return g, nil }, release), fn)
+}
+
+func TestHoldReleasesAfterFn(t *testing.T) {
+	o := newOwner()
+	var released grant
+	fnErr := errors.New("fn failed")
+	err := run(context.Background(), o, grant{"k", 7}, func(ctx context.Context, g grant) error {
+		// A Lost for an earlier hold of the same key and token (readers of
+		// one epoch share a token; key names are reused) must not end this one.
+		o.events.Publish(primitives.Lost{Key: "k", Token: 7, Created: 6, Err: primitives.ErrLost})
+		return fnErr
+	}, func(_ context.Context, g grant) error { released = g; return nil })
+	if !errors.Is(err, fnErr) || errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Hold = %v, want fn's error only", err)
+	}
+	if released != (grant{"k", 7}) {
+		t.Fatalf("released %+v", released)
+	}
+}
+
+func TestHoldCancelsOnLost(t *testing.T) {
+	o := newOwner()
+	released := false
+	err := run(context.Background(), o, grant{"k", 7}, func(ctx context.Context, g grant) error {
+		o.events.Publish(primitives.Lost{Key: "k", Token: 7, Created: 7, Err: primitives.ErrLost})
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), primitives.ErrLost) {
+			t.Errorf("cause %v, want ErrLost", context.Cause(ctx))
+		}
+		return nil
+	}, func(context.Context, grant) error { released = true; return nil })
+	if !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Hold = %v, want ErrLost", err)
+	}
+	if released {
+		t.Fatal("a lost hold was released")
+	}
+}
+
+func TestHoldCancelsWhenDone(t *testing.T) {
+	o := newOwner()
+	o.err = primitives.ErrLost
+	err := run(context.Background(), o, grant{"k", 1}, func(ctx context.Context, g grant) error {
+		close(o.done)
+		<-ctx.Done()
+		return nil
+	}, func(context.Context, grant) error { return nil })
+	if !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Hold = %v, want the owner's error", err)
+	}
+}
+
+func TestHoldReleaseFindsHoldGone(t *testing.T) {
+	o := newOwner()
+	err := run(context.Background(), o, grant{"k", 1}, func(context.Context, grant) error { return nil },
+		func(context.Context, grant) error { return errNotHeld })
+	if !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Hold = %v, want ErrLost when the release finds the hold gone", err)
+	}
+}
+
+func TestHoldAcquireFails(t *testing.T) {
+	o := newOwner()
+	boom := errors.New("boom")
+	called := false
+	err := hold.Run(context.Background(), o,
+		spec(func(context.Context) (grant, error) { return grant{}, boom }, func(context.Context, grant) error { return nil }),
+		func(context.Context, grant) error { called = true; return nil })
+	if !errors.Is(err, boom) || called {
+		t.Fatalf("Hold = %v (fn called: %v), want the acquire error and no fn", err, called)
+	}
+}
+
+// suspending is an owner built to cancel at Suspended.
+type suspending struct{ *owner }
+
+func (suspending) CancelOnSuspend() bool { return true }
+
+func TestHoldCancelsOnSuspendedWhenAsked(t *testing.T) {
+	o := newOwner()
+	released := false
+	err := run(context.Background(), suspending{o}, grant{"k", 7}, func(ctx context.Context, g grant) error {
+		o.events.Publish(primitives.Suspended{Key: "k", Token: 7, Created: 7, Deadline: time.Now().Add(time.Second)})
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), primitives.ErrSuspended) {
+			t.Errorf("cause %v, want ErrSuspended", context.Cause(ctx))
+		}
+		return nil
+	}, func(context.Context, grant) error { released = true; return nil })
+	if !errors.Is(err, primitives.ErrSuspended) || errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Hold = %v, want ErrSuspended alone", err)
+	}
+	if !released {
+		t.Fatal("a suspended but live hold was not released")
+	}
+}
+
+func TestHoldIgnoresSuspendedByDefault(t *testing.T) {
+	o := newOwner()
+	err := run(context.Background(), o, grant{"k", 7}, func(ctx context.Context, g grant) error {
+		o.events.Publish(primitives.Suspended{Key: "k", Token: 7, Created: 7, Deadline: time.Now().Add(time.Second)})
+		o.events.Publish(primitives.Resumed{Key: "k", Token: 7, Created: 7})
+		// Wait for both to pass through: a zero-Created Lost is published
+		// after them and must not match either.
+		o.events.Publish(primitives.Lost{Key: "k", Token: 7, Err: primitives.ErrLost})
+		select {
+		case <-ctx.Done():
+			t.Errorf("fn's context ended: %v", context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+		return nil
+	}, func(context.Context, grant) error { return nil })
+	if err != nil {
+		t.Fatalf("Hold = %v, want nil", err)
+	}
+}
