@@ -15,6 +15,7 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/internal/ctxtime"
 )
 
 // runCfg says how long one side of a scenario runs.
@@ -245,6 +246,16 @@ type loadProbe struct {
 	err           error
 }
 
+// newLoadProbe returns a probe of url, or nil when there is no metrics
+// endpoint (an external etcd without -metrics): the load is then not
+// measured and reported as n/a, never as zero.
+func newLoadProbe(url string) *loadProbe {
+	if url == "" {
+		return nil
+	}
+	return &loadProbe{url: url}
+}
+
 func (p *loadProbe) at(ctx context.Context, t time.Time, dst *snapshot) {
 	if p == nil || p.url == "" {
 		return
@@ -290,7 +301,7 @@ func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (
 	runCtx, stop := context.WithDeadline(ctx, deadline)
 	defer stop()
 
-	probe := &loadProbe{url: e.metricsURL}
+	probe := newLoadProbe(e.metricsURL)
 	if cfg.maxAcq > 0 {
 		probe = nil
 	}
@@ -388,7 +399,7 @@ func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side
 	start := time.Now()
 	measureFrom := start.Add(cfg.warmup)
 	deadline := measureFrom.Add(cfg.duration)
-	probe := &loadProbe{url: e.metricsURL}
+	probe := newLoadProbe(e.metricsURL)
 	if cfg.maxAcq > 0 {
 		measureFrom, deadline, probe = start, start.Add(time.Hour), nil
 	}
@@ -506,10 +517,10 @@ func runGuard(ctx context.Context, name string, goroutines int, op func(fencing.
 			rejected.Add(rej)
 		})
 	}
-	sleepCtx(ctx, cfg.warmup)
+	ctxtime.Sleep(ctx, cfg.warmup)
 	recording.Store(true)
 	start := time.Now()
-	sleepCtx(ctx, cfg.duration)
+	ctxtime.Sleep(ctx, cfg.duration)
 	recording.Store(false)
 	s.Window = time.Since(start)
 	stopped.Store(true)
@@ -519,13 +530,4 @@ func runGuard(ctx context.Context, name string, goroutines int, op func(fencing.
 	s.rate()
 	errs.into(s)
 	return s
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

@@ -1,44 +1,80 @@
 // Package etcdio is disco's etcd backend: a Session that owns one lease and
 // one event loop, and the lock, read/write lock and election that run on it.
 //
+// # Map
+//
+// One type, service (service.go), is every primitive; a spec value says what
+// sets a lock, an rwlock and an election apart (its errors, its queues, its
+// token rule, what it mirrors). lock.go, rwlock.go and election.go hold the
+// three specs and the public methods, each a few lines over the service.
+//
+//   - session.go: the Session and its loop, run. run's doc lists every loop
+//     entry point: each is a method marked "Loop only", posted by a caller
+//     or a helper. keepalive.go: the keepalive helper, the deadline,
+//     Suspended and Resumed. watch.go: follow, the one way a helper watches
+//     etcd (with its liveness check). mirror.go: the session's copy of a
+//     prefix. cleanup.go: keys to delete while the session lives.
+//   - queue.go: how a lock waits. A caller writes its key (create) and parks
+//     its reply on the loop (park, enqueued). The loop has a helper watch
+//     the key just ahead (watchAhead) and confirm, off the loop, that the
+//     waiter's key exists and nobody is ahead (look, looked). Then the
+//     grant is born whole in holds: with the read's revision as its token,
+//     or with the token the spec issues first (rwlocks: tokenIssued).
+//   - election.go: a candidate parks the same way (campaigned); the loop
+//     makes it leader from the mirror of the prefix (electionChanged). Its
+//     token is its key's CreateRevision.
+//   - grant.go: the loop's record of what a service holds, its events, and
+//     its end: released (Unlock, Resign), Lost (checkGrant, then
+//     vanishedConfirmed or the session's end), Close.
+//
 // # The session loop
 //
 // Each Session runs one event-loop goroutine. The loop alone owns the
 // session's state: the lease deadline, a mirror of every key prefix its
-// primitives use, and each primitive's holds, waiters and observers. Its
+// primitives use, and each primitive's grant, waiter and observers. Its
 // rules:
 //
 //   - Nothing blocks the loop. Every etcd request runs elsewhere: a caller's
 //     own request (Lock's transaction, Unlock's delete) runs on the caller's
-//     goroutine, and the session's own work (keepalive, watches) runs on one
-//     helper goroutine each. They post their results to the loop's mailbox,
-//     which never blocks. The loop answers callers through replies that never
-//     block either, so a caller that gave up (its context ended) costs the
-//     loop nothing; the loop sees the answer refused and the caller removes
-//     its key.
-//   - Goroutines do not grow with waiters. A waiting Lock is the caller's own
-//     goroutine, parked on its reply; the loop keeps a record, not a
-//     goroutine. The session has one keepalive goroutine and one watch per
-//     prefix, whatever the number of primitives and waiters.
+//     goroutine, and the session's own work (keepalive, watches, a waiter's
+//     confirming read, an rwlock's token, deleting abandoned keys) runs on
+//     the session's helper goroutines. They post their results to the loop's
+//     mailbox, which never blocks. The loop answers callers through replies
+//     that never block either, so a caller that gave up (its context ended)
+//     costs the loop nothing; the caller withdraws and deletes its key.
+//   - Who may block: callers (on their reply, until their context ends) and
+//     helpers (on etcd, each request bounded by a per-attempt timeout).
+//     Never the loop.
+//   - A waiting Lock or Campaign is its caller's goroutine, parked on its
+//     reply; the loop keeps a record. A waiting lock also has one helper
+//     goroutine watching the key ahead (plus the goroutine etcd's client
+//     library runs per open watch). The session has one keepalive helper and
+//     one watch per mirrored prefix, whatever the number of primitives.
 //   - A slow subscriber never stalls the loop. Events are queued per
-//     subscriber (package actor): Acquired, Released and Lost are never
-//     dropped or coalesced; LeaderChanged, and an election's Observe states,
-//     may be coalesced for a slow reader, the latest always delivered.
+//     subscriber (package actor): Acquired, Released, Lost, Suspended and
+//     Resumed are never dropped or coalesced; LeaderChanged, and an
+//     election's Observe states, may be coalesced for a slow reader, the
+//     latest always delivered.
+//   - Every call parked on a service (a waiting Lock or Campaign, an Observe
+//     waiting for the mirror) is answered when the service ends.
 //
-// # Loss
+// # Loss, suspension and resumption
 //
 // The keepalive renews the lease every TTL/3 and tells the loop when each
 // acknowledged request was sent. The server extended the lease no earlier
 // than that, so the loop counts its deadline from the send time, never from
-// the reply's arrival. The session is lost when the deadline passes without
-// a newer acknowledgement, or at once when etcd answers that the lease is
-// gone, whichever comes first. Then every primitive on it gets Lost for what
-// it held, its waiters fail, Done closes, and every later call fails with an
-// error wrapping primitives.ErrLost. Close instead revokes the lease, so
-// others proceed at once rather than after the TTL.
+// the reply's arrival. When no keepalive has been acknowledged for a part of
+// the TTL (WithSuspendAfter, default one half), every holder gets Suspended
+// with that deadline: no one else can acquire before it. An acknowledgement
+// in time brings Resumed. The session is lost when the deadline passes, or
+// at once when etcd answers that the lease is gone. Then every primitive on
+// it gets Lost for what it held, its waiters fail, Done closes, and every
+// later call fails with an error wrapping primitives.ErrLost. Close instead
+// revokes the lease, so others proceed at once rather than after the TTL.
 //
-// If only a held key disappears (deleted by someone else) while the session
-// lives, that hold ends with Lost and the primitive stays usable.
+// If a held key disappears, the session asks etcd whether its lease is
+// still there: if not, the session is lost (the cause names the lease);
+// if so, only that hold ends with Lost and the primitive stays usable.
 //
 // # Queues, tokens and watches
 //
@@ -49,30 +85,34 @@
 // one transaction: an uncontended Lock is a single round trip, Unlock a
 // second.
 //
-// Key names are the service's own (its session's lease and a number), so
-// services sharing a session and a prefix are still distinct owners. A
-// service alternates between two names: each acquisition's key differs from
-// the previous one's, yet etcd's index of the prefix does not grow with every
-// acquisition until the next compaction, which would slow every range over
-// the prefix (etcd's Mutex likewise reuses one key per session).
+// Keys go under prefix+"/", as etcd's recipes put them (a prefix "/a/" gives
+// keys "/a//..."). Key names are the service's own (its session's lease and
+// a number), so services sharing a session and a prefix are still distinct
+// owners. A service alternates between two names: each acquisition's key
+// differs from the previous one's, yet etcd's index of the prefix does not
+// grow with every acquisition until the next compaction. A key is only ever
+// created where no key of its name exists: one left behind earlier is
+// deleted first, never overwritten. A key whose write had an unknown outcome
+// (the request failed) is deleted, and its name is never used again.
 //
 // A lock waiter watches only the key just ahead of it, as etcd's Mutex
-// does, but from the current revision, after which it looks once more: a
-// watch from now is in sync at once, whereas the Mutex's watch from a past
+// does, but from the current revision, after which it looks once: a watch
+// from now is in sync at once, whereas the Mutex's watch from a past
 // revision is served by etcd's catch-up path, which runs every 100 ms. When
 // the key ahead is deleted, one transaction confirms that the waiter's own
-// key still exists and nothing is left ahead; its revision is the token. The
-// waiting runs on the caller's goroutine; the loop only keeps a record. (etcd's
-// client library serves each open watch with a goroutine of its own, so a
-// waiter costs that one too while it waits.)
+// key still exists and nothing is left ahead; its revision is the token. So
+// a handoff costs the next holder one read round trip after the delete
+// event (about 0.3 ms on loopback, see bench/), and sends one watch event to
+// one waiter however many wait: load per handoff stays flat. (The
+// alternative, every session watching the whole prefix, needs no read but
+// sends every event to every contender: at 128 contenders an order of
+// magnitude less throughput.)
 //
-// The trade-off chosen: load per handoff stays flat as contenders grow. A
-// handoff sends one watch event to one waiter, and an acquisition costs
-// about six requests (etcd's Mutex: seven), however many wait. The price is
-// one round trip after the deletion event before the next holder knows it
-// holds. The alternative, every session watching the whole prefix, needs no
-// such round trip but sends every event to every contender, which at 128
-// contenders cost an order of magnitude in throughput (see bench/).
+// Every watch checks its own liveness: after a quiet spell (a quarter of the
+// TTL, between 250 ms and 2 s) it asks etcd for a progress notification, and
+// if none comes it moves to a new gRPC stream, which the client may open on
+// another member; a member cut off from this client would otherwise hold
+// the watch forever while the keepalive moved on.
 //
 // To notice a held key deleted by someone else, each session also keeps one
 // long-lived watch per queue on its own keys only (its lease's key prefix),
@@ -80,11 +120,17 @@
 // prefix, since who leads is the first of everyone's keys; candidates are
 // few.
 //
+// A key this session wrote and no longer wants (a caller gave up, Close on a
+// shared session) is deleted by a helper, retried with backoff while the
+// session lives: one failed delete never leaves a key under a live lease.
+//
 // # Fencing tokens
 //
 // A lock's token is a revision at which its key exists and no key created
-// before it does; every Lock writes a new key, so no two holds share one. A
+// before it does; every Lock writes a new key, so no two grants share one. A
 // leader's token is its key's CreateRevision. A read/write lock issues tokens
 // from an epoch key beside its prefix (see NewRWLock), so that readers holding
 // together share one token and a single guard protects reads and writes.
+// Every grant also carries Created, its key's CreateRevision, which names it:
+// Release, ResignTerm, lock.Do and election.Lead match grants by it.
 package etcdio

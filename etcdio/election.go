@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/actor"
@@ -15,40 +16,26 @@ import (
 // electionService is election.Service on a session. Candidates queue by
 // CreateRevision under prefix, as in etcd's concurrency.Election: the first
 // key created leads, and its CreateRevision is the term's token. A term is
-// the service's hold (see holds); a candidacy still waiting is cand.
-type electionService struct {
-	base
-	observers *actor.Fanout[election.Leadership]
+// the service's grant; a candidacy still waiting is its waiter, which the
+// loop makes the grant when the session's mirror of the prefix shows no
+// earlier key.
+type electionService struct{ *service }
 
-	// Owned by the loop.
-	cand    *candidate
-	leader  election.Leadership // the leader last reported
-	pending []actor.Reply[<-chan election.Leadership]
-}
-
-// candidate is a key waiting to lead; Campaign waits on reply.
-type candidate struct {
-	key       string
-	createRev int64
-	value     string
-	reply     actor.Reply[struct{}]
-}
+var electionSpec = &spec{kind: "election", errNotHeld: election.ErrNotLeader, mirrorAll: true}
 
 // NewElection returns a candidate and observer in the election on prefix.
 // Candidates queue under prefix+"/" in the order etcd's
 // concurrency.Election uses, so the two agree on who leads.
 func NewElection(cli *clientv3.Client, prefix string, opts ...Option) (election.Service, error) {
-	e := &electionService{observers: actor.NewFanout(func(election.Leadership) bool { return true })}
-	// Everyone's keys matter to an election: who leads is the first of them.
-	all := func(_ *Session, prefix string) ([]string, bool) { return []string{prefix}, true }
-	if err := e.start("election", cli, prefix, opts, e, election.ErrNotLeader, all); err != nil {
+	svc, err := newService(electionSpec, cli, prefix, opts)
+	if err != nil {
 		return nil, err
 	}
-	return e, nil
+	return electionService{svc}, nil
 }
 
-func (e *electionService) Campaign(ctx context.Context, value string) error {
-	if err := e.enter(ctx, false, nil); err != nil {
+func (e electionService) Campaign(ctx context.Context, value string) error {
+	if err := e.enter(ctx, false); err != nil {
 		return err
 	}
 	if err := e.campaign(ctx, value); err != nil {
@@ -58,107 +45,82 @@ func (e *electionService) Campaign(ctx context.Context, value string) error {
 	return nil
 }
 
-func (e *electionService) campaign(ctx context.Context, value string) error {
-	key := e.nextKey(e.prefix)
-	resp, err := e.s.cli.Txn(ctx).Then(
-		clientv3.OpGet(e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpPut(key, value, clientv3.WithLease(e.s.lease)),
-	).Commit()
+func (e electionService) campaign(ctx context.Context, value string) error {
+	count := clientv3.OpGet(e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	w, resp, err := e.create(ctx, e.prefix, value, nil, count)
 	if err != nil {
-		e.s.deleteKey(key) // the put may have happened
-		return e.callErr(ctx, fmt.Errorf("%s: campaign: %w", e.name, err))
+		return fmt.Errorf("campaign: %w", err)
 	}
-	rev := resp.Header.Revision
 	ahead := resp.Responses[0].GetResponseRange().Count > 0
-	_, err = call(ctx, e.s, func(r actor.Reply[struct{}]) { e.queued(key, rev, value, ahead, r) })
-	if err != nil {
-		// Whatever went wrong, a key left behind would block every other
-		// candidate until the lease ends.
-		e.s.deleteKey(key)
-		e.s.post(func() {
-			if c := e.cand; c != nil && c.createRev == rev {
-				e.cand = nil
-			}
-		})
-		return err
-	}
-	return nil
+	_, err = e.park(ctx, w, func(r actor.Reply[grant]) { e.campaigned(w, ahead, r) })
+	return err
 }
 
-// queued registers a candidate key written at rev. Loop only.
-func (e *electionService) queued(key string, rev int64, value string, ahead bool, r actor.Reply[struct{}]) {
+// campaigned parks Campaign's caller until its key leads. Loop only.
+func (svc *service) campaigned(w *waiter, ahead bool, r actor.Reply[grant]) {
 	switch {
-	case e.ended:
-		r.Answer(struct{}{}, e.Err())
-	case e.gone(key, rev):
-		r.Answer(struct{}{}, fmt.Errorf("%s: key %s deleted before it led: %w", e.name, key, primitives.ErrLost))
-	default:
-		e.seen = max(e.seen, rev)
-		e.cand = &candidate{key: key, createRev: rev, value: value, reply: r}
-		if !ahead {
-			e.lead() // the transaction saw no earlier candidate
-		} else {
-			e.mirrorChanged(e.mirrors[0])
-		}
-	}
-}
-
-// lead makes the waiting candidate the leader, if Campaign still wants it.
-// Loop only.
-func (e *electionService) lead() {
-	c := e.cand
-	e.cand = nil
-	// Term reads the term without the loop: it must be set before Campaign
-	// can return.
-	e.setHold(&hold{key: c.key, createRev: c.createRev, token: c.createRev, value: c.value, ready: true})
-	if !c.reply.Answer(struct{}{}, nil) {
-		e.setHold(nil) // Campaign gave up: it deletes the key and leaves
+	case svc.ended:
+		r.Answer(grant{}, svc.Err())
+		return
+	case svc.gone(w.key, w.created):
+		r.Answer(grant{}, fmt.Errorf("%s: key %s deleted before it led: %w", svc.name, w.key, primitives.ErrLost))
 		return
 	}
-	e.events.Publish(primitives.Acquired{Key: c.key, Token: fencing.Token(c.createRev), Created: c.createRev})
+	svc.seen = max(svc.seen, w.created)
+	w.reply = r
+	svc.waiter = w
+	if !ahead {
+		svc.grantWaiter(w, grant{key: w.key, created: w.created, token: w.created, value: w.value})
+		return
+	}
+	svc.electionChanged(svc.mirrors[0])
 }
 
-// mirrorChanged reports a new leader, ends a term whose key vanished, and
-// makes the waiting candidate lead when its turn has come. Loop only.
-func (e *electionService) mirrorChanged(m *mirror) {
+// electionChanged reports a new leader, answers Observe calls that waited
+// for the mirror, ends a term whose key vanished, and makes the waiting
+// candidate lead when its turn has come. Loop only.
+func (svc *service) electionChanged(m *mirror) {
 	if !m.ready {
 		return
 	}
-	var now election.Leadership
-	if kv := m.first(e.prefix); kv != nil {
-		now = election.Leadership{Key: string(kv.Key), Value: string(kv.Value), FencingToken: fencing.Token(kv.CreateRevision), LeaseID: kv.Lease, Created: kv.CreateRevision}
+	now := leadership(m.first(svc.prefix))
+	if now != svc.leader {
+		svc.leader = now
+		svc.events.Publish(primitives.LeaderChanged{Key: now.Key, Value: now.Value, Token: now.FencingToken})
+		svc.observers.Publish(now)
 	}
-	if now != e.leader {
-		e.leader = now
-		e.events.Publish(primitives.LeaderChanged{Key: now.Key, Value: now.Value, Token: now.FencingToken})
-		e.observers.Publish(now)
-	}
-	if m.rev >= e.seen {
-		for _, r := range e.pending {
-			r.Answer(e.observers.Subscribe(r.Context(), now), nil)
+	if m.rev >= svc.seen {
+		for _, r := range svc.pending {
+			r.Answer(svc.observers.Subscribe(r.Context(), now), nil)
 		}
-		e.pending = nil
+		svc.pending = nil
 	}
-
-	e.checkHold()
-	c := e.cand
+	svc.checkGrant()
+	w := svc.waiter
 	switch {
-	case c == nil || m.rev < c.createRev:
-	case !m.has(c.key):
-		e.cand = nil
-		c.reply.Answer(struct{}{}, fmt.Errorf("%s: candidate key %s deleted by another client: %w", e.name, c.key, primitives.ErrLost))
-	case !m.anyBefore(e.prefix, c.createRev):
-		e.lead()
+	case w == nil || m.rev < w.created:
+	case !m.has(w.key):
+		svc.stopWaiter(fmt.Errorf("%s: candidate key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost))
+	case !m.anyBefore(svc.prefix, w.created):
+		svc.grantWaiter(w, grant{key: w.key, created: w.created, token: w.created, value: w.value})
 	}
 }
 
-func (e *electionService) Proclaim(ctx context.Context, value string) error {
-	c, err := e.withHold(ctx, nil, func(*hold) {})
+func leadership(kv *mvccpb.KeyValue) election.Leadership {
+	if kv == nil {
+		return election.Leadership{}
+	}
+	return election.Leadership{Key: string(kv.Key), Value: string(kv.Value), FencingToken: fencing.Token(kv.CreateRevision),
+		LeaseID: kv.Lease, Created: kv.CreateRevision}
+}
+
+func (e electionService) Proclaim(ctx context.Context, value string) error {
+	c, err := e.withGrant(ctx, nil, func(*grant) {})
 	if err != nil {
 		return err
 	}
 	resp, err := e.s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.createRev)).
+		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.created)).
 		Then(clientv3.OpPut(c.key, value, clientv3.WithLease(e.s.lease))).Commit()
 	if err != nil {
 		return e.callErr(ctx, fmt.Errorf("%s: proclaim: %w", e.name, err))
@@ -167,26 +129,31 @@ func (e *electionService) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("%s: proclaim: leader key %s is gone: %w", e.name, c.key, election.ErrNotLeader)
 	}
 	_, err = call(context.WithoutCancel(ctx), e.s, func(r actor.Reply[struct{}]) {
-		e.seen = max(e.seen, resp.Header.Revision)
-		if cur := e.hold; cur != nil && cur.createRev == c.createRev {
-			cur.value = value
-			e.setHold(cur)
-		}
+		e.proclaimed(c.created, value, resp.Header.Revision)
 		r.Answer(struct{}{}, nil)
 	})
 	return err
 }
 
-func (e *electionService) Resign(ctx context.Context) error { return e.release(ctx, nil) }
+// proclaimed records a term's new value, written at rev. Loop only.
+func (svc *service) proclaimed(created int64, value string, rev int64) {
+	svc.seen = max(svc.seen, rev)
+	if cur := svc.grant; cur != nil && cur.created == created {
+		cur.value = value
+		svc.setGrant(cur)
+	}
+}
+
+func (e electionService) Resign(ctx context.Context) error { return e.release(ctx, nil) }
 
 // ResignTerm resigns exactly term, as lock's Release releases exactly one
 // grant: ErrNotLeader if this candidate no longer leads in that term, even if
 // it has won a later one. election.Lead uses it.
-func (e *electionService) ResignTerm(ctx context.Context, term election.Leadership) error {
-	return e.release(ctx, func(g hold) bool { return g.key == term.Key && fencing.Token(g.token) == term.FencingToken })
+func (e electionService) ResignTerm(ctx context.Context, term election.Leadership) error {
+	return e.release(ctx, exactly(term.Created, term.Key, term.FencingToken))
 }
 
-func (e *electionService) Leader(ctx context.Context) (election.Leadership, error) {
+func (e electionService) Leader(ctx context.Context) (election.Leadership, error) {
 	if err := e.usable(ctx); err != nil {
 		return election.Leadership{}, err
 	}
@@ -197,29 +164,19 @@ func (e *electionService) Leader(ctx context.Context) (election.Leadership, erro
 	if len(resp.Kvs) == 0 {
 		return election.Leadership{}, fmt.Errorf("%s: %w", e.name, election.ErrNoLeader)
 	}
-	kv := resp.Kvs[0]
-	return election.Leadership{Key: string(kv.Key), Value: string(kv.Value), FencingToken: fencing.Token(kv.CreateRevision), LeaseID: kv.Lease, Created: kv.CreateRevision}, nil
+	return leadership(resp.Kvs[0]), nil
 }
 
-func (e *electionService) Term() (election.Leadership, bool) {
+func (e electionService) Term() (election.Leadership, bool) {
 	g, ok := e.current()
 	if !ok {
 		return election.Leadership{}, false
 	}
-	return election.Leadership{Key: g.key, Value: g.value, FencingToken: fencing.Token(g.token), LeaseID: int64(e.s.lease), Created: g.createRev}, true
+	return election.Leadership{Key: g.key, Value: g.value, FencingToken: fencing.Token(g.token), LeaseID: int64(e.s.lease), Created: g.created}, true
 }
 
-func (e *electionService) Observe(ctx context.Context) <-chan election.Leadership {
-	ch, err := call(ctx, e.s, func(r actor.Reply[<-chan election.Leadership]) {
-		switch {
-		case e.ended:
-			r.Answer(nil, e.Err())
-		case e.mirrors[0].ready && e.mirrors[0].rev >= e.seen:
-			r.Answer(e.observers.Subscribe(ctx, e.leader), nil)
-		default:
-			e.pending = append(e.pending, r) // answered once the mirror catches up
-		}
-	})
+func (e electionService) Observe(ctx context.Context) <-chan election.Leadership {
+	ch, err := call(ctx, e.s, func(r actor.Reply[<-chan election.Leadership]) { e.observe(ctx, r) })
 	if err != nil {
 		closed := make(chan election.Leadership)
 		close(closed)
@@ -228,30 +185,16 @@ func (e *electionService) Observe(ctx context.Context) <-chan election.Leadershi
 	return ch
 }
 
-func (e *electionService) sessionEnded(err error) {
-	e.endHoldFor(err)
-	e.stopCandidate(err)
-	e.observers.Close()
-	e.finish(err)
-}
-
-// stopCandidate fails a waiting Campaign with err and returns its key. Loop
-// only.
-func (e *electionService) stopCandidate(err error) []keyRev {
-	c := e.cand
-	if c == nil {
-		return nil
+// observe subscribes an observer once the mirror has caught up with this
+// service's own writes; until then the call is parked, and answered with
+// the service's end if that comes first. Loop only.
+func (svc *service) observe(ctx context.Context, r actor.Reply[<-chan election.Leadership]) {
+	switch m := svc.mirrors[0]; {
+	case svc.ended:
+		r.Answer(nil, svc.Err())
+	case m.ready && m.rev >= svc.seen:
+		r.Answer(svc.observers.Subscribe(ctx, svc.leader), nil)
+	default:
+		svc.pending = append(svc.pending, r)
 	}
-	e.cand = nil
-	c.reply.Answer(struct{}{}, err)
-	return []keyRev{{c.key, c.createRev}}
-}
-
-func (e *electionService) Close() error {
-	return e.base.close(func() []keyRev {
-		err := fmt.Errorf("%s: %w", e.name, primitives.ErrClosed)
-		keys := append(e.endHoldFor(err), e.stopCandidate(err)...)
-		e.observers.Close()
-		return keys
-	})
 }

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/ahrtr/disco/etcdio/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -55,7 +56,7 @@ func (s *Session) keepaliveStream(lc pb.LeaseClient, interval time.Duration, pau
 		return true
 	}
 	for {
-		s.thaw()
+		testhook.WaitKeepalive(s, s.ctx.Done())
 		sent := time.Now()
 		if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(s.lease)}); err != nil {
 			s.log.Debug("keepalive send failed", zap.Error(err))
@@ -83,7 +84,8 @@ func (s *Session) keepaliveStream(lc pb.LeaseClient, interval time.Duration, pau
 
 // keptAlive records an acknowledged keepalive. The server renewed the lease
 // no earlier than sent, so the lease lives at least until sent+ttl; counting
-// from the reply's arrival could overestimate it. Loop only.
+// from the reply's arrival could overestimate it. An acknowledgement after
+// Suspended resumes the holders. Loop only.
 func (s *Session) keptAlive(sent time.Time, ttl int64) {
 	if ttl <= 0 {
 		s.end(fmt.Errorf("etcdio: lease %x expired or was revoked: %w", int64(s.lease), primitives.ErrLost))
@@ -93,10 +95,39 @@ func (s *Session) keptAlive(sent time.Time, ttl int64) {
 		s.deadline = d
 		s.timer.Reset(time.Until(d))
 	}
+	if sent.After(s.lastSent) {
+		s.lastSent = sent
+		s.suspendT.Reset(time.Until(sent.Add(s.suspendAfter)))
+	}
+	if s.suspended && time.Since(s.lastSent) < s.suspendAfter {
+		s.suspended = false
+		s.log.Info("session resumed", zap.Time("deadline", s.deadline))
+		for svc := range s.services {
+			svc.resume()
+		}
+	}
 }
 
-// probeLease asks the keepalive goroutine to renew now, so that a lease that
-// is gone is noticed at once. It never blocks.
+// suspend tells every holder that the session has gone unconfirmed for
+// suspendAfter: it may be lost at the deadline. Loop only.
+func (s *Session) suspend() {
+	if s.suspended {
+		return
+	}
+	if d := time.Until(s.lastSent.Add(s.suspendAfter)); d > 0 {
+		s.suspendT.Reset(d)
+		return
+	}
+	s.suspended = true
+	s.log.Warn("session suspended: no keepalive acknowledged lately", zap.Time("deadline", s.deadline))
+	s.probeLease()
+	for svc := range s.services {
+		svc.suspend(s.deadline)
+	}
+}
+
+// probeLease asks the keepalive helper to renew now, so that a lease that is
+// gone is noticed at once. It never blocks.
 func (s *Session) probeLease() {
 	select {
 	case s.probe <- struct{}{}:

@@ -280,7 +280,7 @@ func TestLockLeaseRevoked(t *testing.T) {
 	if _, err := cli.Revoke(context.Background(), clientv3.LeaseID(g.LeaseID)); err != nil {
 		t.Fatal(err)
 	}
-	if e := nextEvent(t, events); e != (primitives.Acquired{Key: g.Key, Token: g.Token()}) {
+	if e := nextEvent(t, events); e != (primitives.Acquired{Key: g.Key, Token: g.Token(), Created: g.Created}) {
 		t.Fatalf("first event %#v, want Acquired", e)
 	}
 	lost, ok := nextEvent(t, events).(primitives.Lost)

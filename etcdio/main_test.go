@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/goleak"
 
+	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 )
@@ -41,8 +42,23 @@ func testCtx(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// prefixOf returns a prefix no other test uses.
-func prefixOf(t testing.TB) string { return "/test/" + t.Name() }
+// prefixOf returns a prefix no other test uses. When t ends, an rwlock's
+// epoch key on it is removed, so tests leave nothing in a cluster given by
+// ETCD_ENDPOINTS.
+func prefixOf(t testing.TB) string {
+	prefix := "/test/" + t.Name()
+	t.Cleanup(func() {
+		cli, err := embedded.NewClient(etcdtest.Endpoints())
+		if err != nil {
+			return
+		}
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = cli.Delete(ctx, prefix+etcdio.EpochSuffix)
+	})
+	return prefix
+}
 
 // countKeys returns how many keys exist under prefix + "/".
 func countKeys(t testing.TB, cli *clientv3.Client, prefix string) int64 {

@@ -3,23 +3,21 @@ package etcdio
 import (
 	"context"
 	"strings"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // mirror is the session's copy of the keys under one prefix, kept current by
-// one long-lived watch. All primitives of a session that use the prefix share
-// it, and it lives as long as any of them does. Its fields are owned by the
-// loop; its sync goroutine only posts what it reads.
+// one long-lived watch (see follow). All services of a session that use the
+// prefix share it, and it lives as long as any of them does. Its fields are
+// owned by the loop; its helper only posts what it reads.
 //
 // A full mirror (puts) at revision rev holds exactly the keys that exist
 // under the prefix at rev. A deletions-only mirror, for a session's own keys,
-// is told only of deletions: it knows the keys that existed when it loaded
-// and the keys deleted since, which is what noticing a lost key needs, at
-// half the watch events.
+// is told only of deletions: it knows the keys that existed when it last
+// loaded and the keys deleted since, which is what noticing a lost key needs,
+// at half the watch events.
 type mirror struct {
 	prefix   string
 	puts     bool  // a full mirror; otherwise deletions only
@@ -27,9 +25,9 @@ type mirror struct {
 	rev      int64 // full: the revision keys reflects; the latest revision seen
 	loadRev  int64 // the revision of the last load
 	keys     map[string]*mvccpb.KeyValue
-	recent   [16]deletion // deletions only: the latest deletions
+	recent   [16]deletion // deletions only: the latest deletions, a ring
 	next     int
-	watchers map[mirrorWatcher]struct{}
+	watchers map[*service]struct{}
 	cancel   context.CancelFunc
 }
 
@@ -39,105 +37,92 @@ type deletion struct {
 	rev int64
 }
 
-// mirrorWatcher is told, on the loop, after every change of a mirror it
-// watches.
-type mirrorWatcher interface {
-	mirrorChanged(m *mirror)
+func newMirror(prefix string, puts bool) *mirror {
+	return &mirror{prefix: prefix, puts: puts, keys: map[string]*mvccpb.KeyValue{}, watchers: map[*service]struct{}{}}
 }
 
-// openMirror returns the mirror of prefix, starting it if needed, and adds w
-// to its watchers. puts asks for a full mirror. Loop only.
-func (s *Session) openMirror(prefix string, puts bool, w mirrorWatcher) *mirror {
+// openMirror returns the mirror of prefix, starting it if needed, and adds
+// svc to its watchers. puts asks for a full mirror. Loop only.
+func (s *Session) openMirror(prefix string, puts bool, svc *service) *mirror {
 	m := s.mirrors[prefix]
 	if m == nil {
-		ctx, cancel := context.WithCancel(s.ctx)
-		m = &mirror{prefix: prefix, puts: puts, keys: map[string]*mvccpb.KeyValue{}, watchers: map[mirrorWatcher]struct{}{}, cancel: cancel}
+		m = newMirror(prefix, puts)
+		var ctx context.Context
+		ctx, m.cancel = context.WithCancel(s.ctx)
 		s.mirrors[prefix] = m
-		s.wg.Add(1)
-		go s.syncMirror(ctx, m)
+		opts := []clientv3.OpOption{clientv3.WithPrefix()}
+		if !puts {
+			opts = append(opts, clientv3.WithFilterPut())
+		}
+		s.goHelper(func(context.Context) {
+			s.follow(ctx, follower{key: prefix, opts: opts,
+				synced: func(rctx context.Context) error {
+					resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix())
+					if err != nil {
+						return err
+					}
+					s.post(func() { s.mirrorLoaded(m, resp.Kvs, resp.Header.Revision) })
+					return nil
+				},
+				changed: func(_ context.Context, evs []*clientv3.Event) error {
+					s.post(func() { s.mirrorChanged(m, evs) })
+					return nil
+				},
+			})
+		})
 	}
-	m.watchers[w] = struct{}{}
+	m.watchers[svc] = struct{}{}
 	return m
 }
 
-// closeMirror removes w from m's watchers and stops m when nobody is left.
+// closeMirror removes svc from m's watchers and stops m when nobody is left.
 // Loop only.
-func (s *Session) closeMirror(m *mirror, w mirrorWatcher) {
-	delete(m.watchers, w)
+func (s *Session) closeMirror(m *mirror, svc *service) {
+	delete(m.watchers, svc)
 	if len(m.watchers) == 0 && s.mirrors[m.prefix] == m {
 		delete(s.mirrors, m.prefix)
 		m.cancel()
 	}
 }
 
-// syncMirror follows the prefix with a watch from the current revision, in
-// sync from the start, and once etcd confirms the watch it loads the prefix;
-// events the load already reflects are skipped. (A watch from a past
-// revision would be served by etcd's catch-up path, up to 100 ms late.)
-// Whenever the watch fails (compaction, a member without a leader) it starts
-// over. It runs until ctx ends.
-func (s *Session) syncMirror(ctx context.Context, m *mirror) {
-	defer s.wg.Done()
-	const retry = 100 * time.Millisecond
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
-	if !m.puts {
-		opts = append(opts, clientv3.WithFilterPut())
-	}
-	for ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		loaded := false
-		for wr := range s.cli.Watch(wctx, m.prefix, opts...) {
-			if err := wr.Err(); err != nil {
-				s.log.Debug("mirror watch failed", zap.String("prefix", m.prefix), zap.Error(err))
-				break
-			}
-			if wr.Created && !loaded {
-				resp, err := s.cli.Get(ctx, m.prefix, clientv3.WithPrefix())
-				if err != nil {
-					s.log.Debug("mirror load failed", zap.String("prefix", m.prefix), zap.Error(err))
-					break
-				}
-				kvs, rev := resp.Kvs, resp.Header.Revision
-				s.post(func() { m.load(kvs, rev) })
-				loaded = true
-				continue
-			}
-			if len(wr.Events) == 0 || !loaded {
-				continue
-			}
-			evs := wr.Events
-			s.post(func() { m.apply(evs) })
-		}
-		cancel()
-		sleepCtx(ctx, retry)
+// mirrorLoaded and mirrorChanged update m and tell its watchers. Loop only.
+func (s *Session) mirrorLoaded(m *mirror, kvs []*mvccpb.KeyValue, rev int64) {
+	if m.load(kvs, rev) {
+		s.notify(m)
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+func (s *Session) mirrorChanged(m *mirror, evs []*clientv3.Event) {
+	if m.apply(evs) {
+		s.notify(m)
 	}
 }
 
-func (m *mirror) load(kvs []*mvccpb.KeyValue, rev int64) {
+func (s *Session) notify(m *mirror) {
+	for svc := range m.watchers {
+		svc.mirrorChanged(m)
+	}
+}
+
+// load replaces the mirror's keys with a read at rev. It reports whether
+// watchers should be told (the read was not older than what the mirror
+// already showed).
+func (m *mirror) load(kvs []*mvccpb.KeyValue, rev int64) bool {
 	if rev < m.rev {
-		return // an older read than what the watch already showed
+		return false // an older read than what the watch already showed
 	}
 	clear(m.keys)
 	for _, kv := range kvs {
 		m.keys[string(kv.Key)] = kv
 	}
 	m.rev, m.loadRev, m.ready = rev, rev, true
-	m.notify()
+	return true
 }
 
 // apply applies one watch response. Its revision is that of its last event:
 // a response's header may name a later revision whose events are still to
-// come.
-func (m *mirror) apply(evs []*clientv3.Event) {
+// come. It reports whether watchers should be told.
+func (m *mirror) apply(evs []*clientv3.Event) bool {
 	for _, ev := range evs {
 		if ev.Kv.ModRevision <= m.rev {
 			continue // already in a load
@@ -154,16 +139,7 @@ func (m *mirror) apply(evs []*clientv3.Event) {
 		}
 		m.rev = ev.Kv.ModRevision
 	}
-	m.notify()
-}
-
-func (m *mirror) notify() {
-	if !m.ready {
-		return
-	}
-	for w := range m.watchers {
-		w.mirrorChanged(m)
-	}
+	return m.ready
 }
 
 // has reports whether key is known to exist at the mirror's revision. A key
@@ -203,12 +179,8 @@ func (m *mirror) first(sub string) *mvccpb.KeyValue {
 	return best
 }
 
-// anyBefore reports whether a key under sub was written before rev. Queue
-// keys are written once, so their CreateRevision and ModRevision agree;
-// ModRevision is what recipes.RWMutex orders by, CreateRevision what
-// concurrency.Mutex and Election do, and for a key written once both give
-// the same order. A key that was updated (a leader's Proclaim) counts from
-// its creation.
+// anyBefore reports whether a key under sub was created before rev. A key
+// that was updated (a leader's Proclaim) counts from its creation.
 func (m *mirror) anyBefore(sub string, rev int64) bool {
 	for k, kv := range m.keys {
 		if kv.CreateRevision < rev && strings.HasPrefix(k, sub) {

@@ -1,6 +1,7 @@
 package etcdio
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -13,17 +14,25 @@ import (
 const DefaultTTL = 60 * time.Second
 
 // ErrInvalidArgument is wrapped by every constructor error caused by bad
-// input: a nil or closed client, an empty prefix, a bad TTL, clashing options.
+// input: a nil or closed client, a bad prefix, a bad TTL, clashing options.
 var ErrInvalidArgument = errors.New("etcdio: invalid argument")
+
+// maxPrefix is the longest prefix a primitive accepts, in bytes.
+const maxPrefix = 1024
 
 // Option configures NewSession, NewLock, NewRWLock and NewElection.
 type Option func(*options)
 
 type options struct {
-	ttl     time.Duration
-	ttlSet  bool
-	session *Session
-	log     *zap.Logger
+	ttl             time.Duration
+	ttlSet          bool
+	session         *Session
+	sessionSet      bool
+	log             *zap.Logger
+	ctx             context.Context
+	cancelOnSuspend bool
+	suspendAfter    float64 // part of the TTL without an acknowledgement
+	suspendSet      bool
 }
 
 // WithTTL sets the lease's time to live: whole seconds, at least one. After
@@ -38,7 +47,7 @@ func WithTTL(d time.Duration) Option {
 // lease instead of starting its own. Close of the primitive then releases
 // what the primitive holds but keeps the session; the caller closes it.
 func WithSession(s *Session) Option {
-	return func(o *options) { o.session = s }
+	return func(o *options) { o.session, o.sessionSet = s, true }
 }
 
 // WithLogger sends the session's logs to l. Without it disco logs nothing.
@@ -46,13 +55,43 @@ func WithLogger(l *zap.Logger) Option {
 	return func(o *options) { o.log = l }
 }
 
+// WithContext bounds construction: the lease grant of a new session (and,
+// for a primitive, joining its session's loop) gives up when ctx ends. It
+// never bounds the life of what is constructed. Without it construction
+// gives up after 10 seconds, as etcd's concurrency.NewSession does not.
+func WithContext(ctx context.Context) Option {
+	return func(o *options) { o.ctx = ctx }
+}
+
+// WithCancelOnSuspend makes lock.Do, rwlock.DoRead, rwlock.DoWrite and
+// election.Lead end fn's context already at Suspended (the session has gone
+// unconfirmed for a while and may be lost soon) rather than only at Lost,
+// for owners that would rather pause than risk a late write. Do and Lead then
+// return an error wrapping primitives.ErrSuspended. It configures primitives,
+// not sessions.
+func WithCancelOnSuspend() Option {
+	return func(o *options) { o.cancelOnSuspend = true }
+}
+
+// WithSuspendAfter sets how long a session may go without an acknowledged
+// keepalive, as a part of its TTL (greater than 0, less than 1), before its
+// holders get Suspended. The default is 1/2: a keepalive is sent every third
+// of the TTL, so a healthy session is confirmed well before. Not allowed
+// together with WithSession.
+func WithSuspendAfter(part float64) Option {
+	return func(o *options) { o.suspendAfter, o.suspendSet = part, true }
+}
+
 func buildOptions(opts []Option) (options, error) {
-	o := options{ttl: DefaultTTL}
+	o := options{ttl: DefaultTTL, suspendAfter: 0.5}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("nil Option: %w", ErrInvalidArgument)
 		}
 		opt(&o)
+	}
+	if o.sessionSet && o.session == nil {
+		return o, fmt.Errorf("WithSession(nil): %w", ErrInvalidArgument)
 	}
 	if o.ttlSet {
 		if o.ttl < time.Second || o.ttl%time.Second != 0 {
@@ -61,6 +100,15 @@ func buildOptions(opts []Option) (options, error) {
 		if o.session != nil {
 			return o, fmt.Errorf("WithTTL and WithSession together: the session has its own TTL: %w", ErrInvalidArgument)
 		}
+	}
+	if !(o.suspendAfter > 0 && o.suspendAfter < 1) {
+		return o, fmt.Errorf("WithSuspendAfter(%v): must be between 0 and 1: %w", o.suspendAfter, ErrInvalidArgument)
+	}
+	if o.suspendSet && o.session != nil {
+		return o, fmt.Errorf("WithSuspendAfter and WithSession together: the session has its own: %w", ErrInvalidArgument)
+	}
+	if o.ctx == nil {
+		o.ctx = context.Background()
 	}
 	if o.log == nil {
 		o.log = zap.NewNop()

@@ -2,6 +2,7 @@ package etcdio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,10 +31,11 @@ import (
 //     token, however late it came, and it is above the previous writer's.
 //
 // The epoch key has no lease: it must outlive every holder, and it is the one
-// key a rwlock leaves behind. Tokens are sound only among disco holders: a
+// key a rwlock leaves behind; RetireRWLock removes it when the lock's name is
+// retired. Tokens are sound only among disco holders: a
 // recipes.RWMutex writer on the same prefix is excluded but does not advance
 // the epoch.
-type rwlockService struct{ holder }
+type rwlockService struct{ *service }
 
 // EpochSuffix is appended to a rwlock's prefix to name its epoch key.
 const EpochSuffix = ".epoch"
@@ -48,45 +50,49 @@ const (
 // recipes.RWMutex on the same prefix. Without WithSession it runs its own
 // session, closed by its Close.
 func NewRWLock(cli *clientv3.Client, prefix string, opts ...Option) (rwlock.Service, error) {
-	l := &rwlockService{}
-	l.errTaken = rwlock.ErrRWLockTaken
-	l.tokenFor = l.token
-	if err := l.start("rwlock", cli, prefix, opts, l, rwlock.ErrNotHeld, ownKeys("read/", "write/")); err != nil {
+	svc, err := newService(rwlockSpec, cli, prefix, opts)
+	if err != nil {
 		return nil, err
 	}
-	return l, nil
+	return rwlockService{svc}, nil
 }
 
-func (l *rwlockService) queue(m rwlock.Mode) queue {
+var rwlockSpec = &spec{kind: "rwlock", errTaken: rwlock.ErrRWLockTaken, errNotHeld: rwlock.ErrNotHeld,
+	ownQueues: []string{"read/", "write/"}, token: rwlockToken}
+
+func (l rwlockService) queue(m rwlock.Mode) queue {
 	if m == rwlock.Read {
-		return queue{mode: int(m), keys: l.prefix + "read/", blockers: l.prefix + "write/"}
+		return queue{mode: m, keys: l.prefix + "read/", blockers: l.prefix + "write/"}
 	}
-	return queue{mode: int(m), keys: l.prefix + "write/", blockers: l.prefix}
+	return queue{mode: m, keys: l.prefix + "write/", blockers: l.prefix}
 }
 
-func (l *rwlockService) epochKey() string { return l.prefix[:len(l.prefix)-1] + EpochSuffix }
+// epochKey is the rwlock's epoch key: its prefix + EpochSuffix.
+func epochKey(svc *service) string { return svc.prefix[:len(svc.prefix)-1] + EpochSuffix }
 
-// token issues the fencing token of a hold, as the type's doc describes.
-func (l *rwlockService) token(ctx context.Context, h hold) (int64, error) {
-	mine := clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.createRev)
-	epoch := l.epochKey()
-	if rwlock.Mode(h.mode) == rwlock.Write {
-		resp, err := l.s.cli.Txn(ctx).If(mine).Then(clientv3.OpPut(epoch, writeEpoch)).Commit()
+// rwlockToken issues the fencing token of a grant, as rwlockService's doc
+// describes. It runs on a session helper before the grant is recorded.
+func rwlockToken(ctx context.Context, svc *service, g grant) (int64, error) {
+	cli := svc.s.cli
+	mine := clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.created)
+	epoch := epochKey(svc)
+	if g.mode == rwlock.Write {
+		resp, err := cli.Txn(ctx).If(mine).Then(clientv3.OpPut(epoch, writeEpoch)).Commit()
 		if err != nil {
 			return 0, err
 		}
 		if !resp.Succeeded {
-			return 0, fmt.Errorf("key %s is gone: %w", h.key, primitives.ErrLost)
+			return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
 		}
 		return resp.Header.Revision, nil
 	}
 	for {
-		resp, err := l.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(epoch)).Commit()
+		resp, err := cli.Txn(ctx).If(mine).Then(clientv3.OpGet(epoch)).Commit()
 		if err != nil {
 			return 0, err
 		}
 		if !resp.Succeeded {
-			return 0, fmt.Errorf("key %s is gone: %w", h.key, primitives.ErrLost)
+			return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
 		}
 		var seen int64
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -95,7 +101,7 @@ func (l *rwlockService) token(ctx context.Context, h hold) (int64, error) {
 			}
 			seen = kvs[0].ModRevision
 		}
-		resp, err = l.s.cli.Txn(ctx).
+		resp, err = cli.Txn(ctx).
 			If(mine, clientv3.Compare(clientv3.ModRevision(epoch), "=", seen)).
 			Then(clientv3.OpPut(epoch, readEpoch)).Commit()
 		if err != nil {
@@ -108,40 +114,66 @@ func (l *rwlockService) token(ctx context.Context, h hold) (int64, error) {
 	}
 }
 
-func (l *rwlockService) grant(h hold) rwlock.Grant {
-	return rwlock.Grant{FencingToken: fencing.Token(h.token), Key: h.key, LeaseID: int64(l.s.lease), TTL: l.ttl(), Mode: rwlock.Mode(h.mode), Created: h.createRev}
+func (l rwlockService) grant(g grant, err error) (rwlock.Grant, error) {
+	if err != nil {
+		return rwlock.Grant{}, err
+	}
+	return rwlock.Grant{FencingToken: fencing.Token(g.token), Key: g.key, LeaseID: int64(l.s.lease), TTL: l.s.ttl, Mode: g.mode, Created: g.created}, nil
 }
 
-func (l *rwlockService) RLock(ctx context.Context) (rwlock.Grant, error) {
-	h, err := l.acquire(ctx, l.queue(rwlock.Read), false)
-	return l.grant(h), err
+func (l rwlockService) RLock(ctx context.Context) (rwlock.Grant, error) {
+	return l.grant(l.acquire(ctx, l.queue(rwlock.Read), false))
 }
 
-func (l *rwlockService) TryRLock(ctx context.Context) (rwlock.Grant, error) {
-	h, err := l.acquire(ctx, l.queue(rwlock.Read), true)
-	return l.grant(h), err
+func (l rwlockService) TryRLock(ctx context.Context) (rwlock.Grant, error) {
+	return l.grant(l.acquire(ctx, l.queue(rwlock.Read), true))
 }
 
-func (l *rwlockService) Lock(ctx context.Context) (rwlock.Grant, error) {
-	h, err := l.acquire(ctx, l.queue(rwlock.Write), false)
-	return l.grant(h), err
+func (l rwlockService) Lock(ctx context.Context) (rwlock.Grant, error) {
+	return l.grant(l.acquire(ctx, l.queue(rwlock.Write), false))
 }
 
-func (l *rwlockService) TryLock(ctx context.Context) (rwlock.Grant, error) {
-	h, err := l.acquire(ctx, l.queue(rwlock.Write), true)
-	return l.grant(h), err
+func (l rwlockService) TryLock(ctx context.Context) (rwlock.Grant, error) {
+	return l.grant(l.acquire(ctx, l.queue(rwlock.Write), true))
 }
 
-func (l *rwlockService) RUnlock(ctx context.Context) error { return l.unlock(ctx, rwlock.Read) }
+func (l rwlockService) RUnlock(ctx context.Context) error { return l.unlock(ctx, rwlock.Read) }
 
-func (l *rwlockService) Unlock(ctx context.Context) error { return l.unlock(ctx, rwlock.Write) }
+func (l rwlockService) Unlock(ctx context.Context) error { return l.unlock(ctx, rwlock.Write) }
 
-func (l *rwlockService) unlock(ctx context.Context, m rwlock.Mode) error {
-	return l.release(ctx, func(h hold) bool { return rwlock.Mode(h.mode) == m })
+func (l rwlockService) unlock(ctx context.Context, m rwlock.Mode) error {
+	return l.release(ctx, func(g grant) bool { return g.mode == m })
 }
 
-func (l *rwlockService) Release(ctx context.Context, g rwlock.Grant) error {
-	return l.release(ctx, func(h hold) bool {
-		return h.key == g.Key && h.token == int64(g.FencingToken) && rwlock.Mode(h.mode) == g.Mode
-	})
+func (l rwlockService) Release(ctx context.Context, g rwlock.Grant) error {
+	same := exactly(g.Created, g.Key, g.FencingToken)
+	return l.release(ctx, func(h grant) bool { return same(h) && h.mode == g.Mode })
+}
+
+// ErrInUse is returned by RetireRWLock while keys of the lock still exist.
+var ErrInUse = errors.New("etcdio: in use")
+
+// RetireRWLock deletes the epoch key of the rwlock on prefix, the one key an
+// rwlock leaves in etcd after every holder is gone (it has no lease, since
+// tokens must keep increasing across holders). Call it when the lock's name
+// is retired for good: a later rwlock on the same prefix starts its epochs
+// afresh, still above every earlier token (tokens are etcd revisions). It
+// fails with an error wrapping ErrInUse, deleting nothing, while any key of
+// the lock (a holder or waiter, of disco or recipes.RWMutex) exists.
+func RetireRWLock(ctx context.Context, cli *clientv3.Client, prefix string) error {
+	if err := checkPrefix(prefix); err != nil {
+		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote(prefix), err)
+	}
+	if err := checkClient(cli); err != nil {
+		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote(prefix), err)
+	}
+	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(prefix+"/"), "=", 0).WithPrefix()).
+		Then(clientv3.OpDelete(prefix + EpochSuffix)).Commit()
+	if err != nil {
+		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote(prefix), err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("etcdio: retire rwlock %s: keys under it exist: %w", quote(prefix), ErrInUse)
+	}
+	return nil
 }

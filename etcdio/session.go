@@ -18,21 +18,26 @@ import (
 	"github.com/ahrtr/disco/primitives"
 )
 
-// Timeouts for the RPCs a session makes on its own behalf, outside any
+// Timeouts for the requests a session makes on its own behalf, outside any
 // caller's context.
 const (
-	grantTimeout   = 10 * time.Second // NewSession's lease grant
+	grantTimeout   = 10 * time.Second // the lease grant, without WithContext
 	revokeTimeout  = 5 * time.Second  // Close's lease revoke
-	cleanupTimeout = 5 * time.Second  // deleting a key a caller gave up on
+	requestTimeout = 2 * time.Second  // one attempt of a helper's read or delete
 )
+
+// ErrClientClosed is wrapped by the errors of calls that need the etcd client
+// after it was closed.
+var ErrClientClosed = errors.New("etcdio: etcd client closed")
 
 // Session is one lease and the event loop that owns it. See the package doc
 // for the loop's rules. A Session is safe for concurrent use.
 type Session struct {
-	cli   *clientv3.Client
-	lease clientv3.LeaseID
-	ttl   time.Duration
-	log   *zap.Logger
+	cli          *clientv3.Client
+	lease        clientv3.LeaseID
+	ttl          time.Duration
+	suspendAfter time.Duration
+	log          *zap.Logger
 
 	mb     *actor.Mailbox[func()]
 	done   chan struct{} // closed by the loop when the session ends
@@ -40,32 +45,32 @@ type Session struct {
 	err    error
 	ctx    context.Context // ends with the session; stops the helpers
 	cancel context.CancelFunc
-	wg     sync.WaitGroup                  // keepalive and watch goroutines
-	probe  chan struct{}                   // asks the keepalive goroutine to renew now
-	seq    atomic.Uint64                   // makes this session's key names unique
-	frozen atomic.Pointer[<-chan struct{}] // set while paused by a fault test
+	wg     sync.WaitGroup // the helpers: keepalive, watches, reads, cleanups
+	probe  chan struct{}  // asks the keepalive helper to renew now
+	seq    atomic.Uint64  // makes this session's key names unique
+	// streamEpoch names the gRPC stream watches use; bumped when one goes
+	// silent (see follow).
+	streamEpoch atomic.Uint64
 
 	closeOnce sync.Once
 	closeErr  error
 
-	// Owned by the loop goroutine.
-	deadline time.Time
-	timer    *time.Timer
-	mirrors  map[string]*mirror
-	claims   map[string]claim // prefixes in use, by kind
-	members  map[member]struct{}
-}
-
-// member is a primitive running on a session. The loop calls sessionEnded
-// once, on the loop, when the session ends; the member must not block.
-type member interface {
-	sessionEnded(err error)
+	// Owned by the loop.
+	deadline  time.Time // the lease surely ends then
+	lastSent  time.Time // send time of the latest acknowledged keepalive
+	timer     *time.Timer
+	suspendT  *time.Timer
+	suspended bool
+	checking  bool // a lease check is in flight
+	mirrors   map[string]*mirror
+	claims    map[string]claim
+	services  map[*service]struct{}
 }
 
 // NewSession grants a lease and starts the session's event loop and
 // keepalive. It fails with an error wrapping ErrInvalidArgument on bad input,
-// and with the etcd error if the lease cannot be granted within 10 seconds.
-// WithSession is not accepted here.
+// and with the etcd error if the lease cannot be granted in time (see
+// WithContext). WithSession is not accepted here.
 func NewSession(cli *clientv3.Client, opts ...Option) (*Session, error) {
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -74,7 +79,11 @@ func NewSession(cli *clientv3.Client, opts ...Option) (*Session, error) {
 	if o.session != nil {
 		return nil, fmt.Errorf("etcdio: NewSession: WithSession: %w", ErrInvalidArgument)
 	}
-	return newSession(cli, o)
+	s, err := newSession(cli, o)
+	if err != nil {
+		return nil, fmt.Errorf("etcdio: NewSession: %w", err)
+	}
+	return s, nil
 }
 
 func checkClient(cli *clientv3.Client) error {
@@ -89,30 +98,35 @@ func checkClient(cli *clientv3.Client) error {
 
 func newSession(cli *clientv3.Client, o options) (*Session, error) {
 	if err := checkClient(cli); err != nil {
-		return nil, fmt.Errorf("etcdio: NewSession: %w", err)
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(cli.Ctx(), grantTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, grantTimeout)
 	defer cancel()
+	defer context.AfterFunc(cli.Ctx(), cancel)()
 	sent := time.Now()
 	resp, err := cli.Grant(ctx, int64(o.ttl/time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("etcdio: NewSession: grant lease: %w", err)
+		return nil, fmt.Errorf("grant lease: %w", err)
 	}
+	ttl := time.Duration(resp.TTL) * time.Second
 	s := &Session{
-		cli:      cli,
-		lease:    resp.ID,
-		ttl:      time.Duration(resp.TTL) * time.Second,
-		log:      o.log.With(zap.String("lease", strconv.FormatInt(int64(resp.ID), 16))),
-		mb:       actor.NewMailbox[func()](),
-		done:     make(chan struct{}),
-		probe:    make(chan struct{}, 1),
-		deadline: sent.Add(time.Duration(resp.TTL) * time.Second),
-		mirrors:  make(map[string]*mirror),
-		claims:   make(map[string]claim),
-		members:  make(map[member]struct{}),
+		cli:          cli,
+		lease:        resp.ID,
+		ttl:          ttl,
+		suspendAfter: time.Duration(float64(ttl) * o.suspendAfter),
+		log:          o.log.With(zap.String("lease", strconv.FormatInt(int64(resp.ID), 16))),
+		mb:           actor.NewMailbox[func()](),
+		done:         make(chan struct{}),
+		probe:        make(chan struct{}, 1),
+		deadline:     sent.Add(ttl),
+		lastSent:     sent,
+		mirrors:      make(map[string]*mirror),
+		claims:       make(map[string]claim),
+		services:     make(map[*service]struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.timer = time.NewTimer(time.Until(s.deadline))
+	s.suspendT = time.NewTimer(time.Until(sent.Add(s.suspendAfter)))
 	s.wg.Add(1)
 	go s.keepalive()
 	go s.run()
@@ -143,8 +157,9 @@ func (s *Session) Err() error {
 }
 
 // Close ends the session and revokes its lease, so that everything held under
-// it is released in etcd at once rather than after the TTL. It never closes
-// the etcd client. A second Close returns an error wrapping ErrClosed.
+// it is released in etcd at once rather than after the TTL. A session already
+// lost has no lease to revoke: Close then only stops the helpers. It never
+// closes the etcd client. A second Close returns an error wrapping ErrClosed.
 func (s *Session) Close() error {
 	first := false
 	s.closeOnce.Do(func() {
@@ -152,10 +167,19 @@ func (s *Session) Close() error {
 		s.post(func() { s.end(fmt.Errorf("etcdio: session closed: %w", primitives.ErrClosed)) })
 		<-s.done
 		s.wg.Wait()
-		// A closed client cannot revoke: give up at once rather than retry.
+		if !errors.Is(s.Err(), primitives.ErrClosed) {
+			return // lost: the lease is gone
+		}
+		if s.cli.Ctx().Err() != nil {
+			s.closeErr = fmt.Errorf("etcdio: close session: revoke lease %x: %w", int64(s.lease), ErrClientClosed)
+			return
+		}
 		ctx, cancel := context.WithTimeout(s.cli.Ctx(), revokeTimeout)
 		defer cancel()
 		if _, err := s.cli.Revoke(ctx, s.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			if s.cli.Ctx().Err() != nil {
+				err = ErrClientClosed
+			}
 			s.closeErr = fmt.Errorf("etcdio: close session: revoke lease %x: %w", int64(s.lease), err)
 		}
 		s.log.Debug("session closed", zap.Error(s.closeErr))
@@ -166,12 +190,25 @@ func (s *Session) Close() error {
 	return s.closeErr
 }
 
-// run is the event loop.
+// run is the event loop: the only goroutine that touches the state marked
+// "Owned by the loop" in this package. It handles three inputs:
+//
+//   - The mailbox. Every message is a call of one loop-only method, posted by
+//     a caller or a helper. From callers: (*service).joined, enqueued,
+//     campaigned, withGrant, released, proclaimed, observe, closed. From the
+//     helpers: keptAlive (keepalive), (*mirror).load and apply (a mirror's
+//     watch), (*service).aheadDeleted and looked (a lock waiter's watch and
+//     read), (*service).tokenIssued (an rwlock grant's token), leaseChecked.
+//   - The deadline timer: the lease surely ended (end).
+//   - The suspend timer: no keepalive was acknowledged for a while (suspend).
+//
+// No message is acted on past the lease's deadline.
 func (s *Session) run() {
 	var batch []func()
 	for {
 		select {
 		case <-s.mb.Ready():
+			testhook.Wait(s, s.ctx.Done())
 			batch = s.mb.Drain(batch)
 			for _, f := range batch {
 				if time.Now().After(s.deadline) {
@@ -186,12 +223,15 @@ func (s *Session) run() {
 				}
 			}
 		case <-s.timer.C:
+			testhook.Wait(s, s.ctx.Done())
 			if d := time.Until(s.deadline); d > 0 {
 				s.timer.Reset(d)
 				continue
 			}
 			s.end(s.expired())
 			return
+		case <-s.suspendT.C:
+			s.suspend()
 		}
 	}
 }
@@ -199,27 +239,6 @@ func (s *Session) run() {
 func (s *Session) expired() error {
 	return fmt.Errorf("etcdio: lease %x: no keepalive acknowledged within the TTL of %v: %w",
 		int64(s.lease), s.ttl, primitives.ErrLost)
-}
-
-func init() {
-	testhook.PauseSession = func(session any, resume <-chan struct{}) {
-		s := session.(*Session)
-		s.frozen.Store(&resume)
-		s.post(func() {
-			<-resume
-			s.frozen.Store(nil)
-		})
-	}
-}
-
-// thaw blocks while the session is paused by a fault test.
-func (s *Session) thaw() {
-	if p := s.frozen.Load(); p != nil {
-		select {
-		case <-*p:
-		case <-s.ctx.Done():
-		}
-	}
 }
 
 func (s *Session) ended() bool {
@@ -231,7 +250,7 @@ func (s *Session) ended() bool {
 	}
 }
 
-// end ends the session: every member learns why, later posts fail, the
+// end ends the session: every service learns why, later posts fail, the
 // helpers stop, and Done closes. Loop only.
 func (s *Session) end(err error) {
 	if s.ended() {
@@ -243,16 +262,17 @@ func (s *Session) end(err error) {
 	if !errors.Is(err, primitives.ErrClosed) {
 		s.log.Warn("session lost", zap.Error(err))
 	}
-	for m := range s.members {
-		m.sessionEnded(err)
+	for svc := range s.services {
+		svc.sessionEnded(err)
 	}
-	s.members = nil
+	s.services = nil
 	for _, m := range s.mirrors {
 		m.cancel()
 	}
 	s.mirrors = nil
 	s.mb.Close()
 	s.timer.Stop()
+	s.suspendT.Stop()
 	s.cancel()
 	close(s.done)
 }
@@ -272,8 +292,18 @@ func call[T any](ctx context.Context, s *Session, f func(actor.Reply[T])) (T, er
 	return v, err
 }
 
-// ownerID returns a number no other primitive on this session has. With the
-// lease it names the primitive's keys: see base.key.
+// goHelper runs f on a helper goroutine of the session: Close waits for it,
+// and its ctx (the session's) ends with the session.
+func (s *Session) goHelper(f func(ctx context.Context)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f(s.ctx)
+	}()
+}
+
+// ownerID returns a number no other service on this session has. With the
+// lease it names the service's keys: see service.nextKey.
 func (s *Session) ownerID() uint64 { return s.seq.Add(1) }
 
 // ownPrefix is the prefix of this session's keys under prefix: no other
@@ -282,15 +312,32 @@ func (s *Session) ownPrefix(prefix string) string {
 	return prefix + strconv.FormatInt(int64(s.lease), 16) + "-"
 }
 
-// deleteKey deletes key, which this session wrote, outside any caller's
-// context. It is for keys whose owner gave up: a failed delete is logged and
-// left to the lease. Once the session or the client is closed there is
-// nothing to do: the lease is gone or going.
-func (s *Session) deleteKey(key string) {
-	ctx, cancel := context.WithTimeout(s.ctx, cleanupTimeout)
-	defer cancel()
-	defer context.AfterFunc(s.cli.Ctx(), cancel)()
-	if _, err := s.cli.Delete(ctx, key); err != nil {
-		s.log.Warn("could not delete abandoned key; the lease will", zap.String("key", key), zap.Error(err))
+// checkLease asks etcd, off the loop, whether the lease still exists, and
+// tells leaseChecked. A key of this session that vanished was deleted either
+// by someone else or with the lease: the answer says which. Loop only.
+func (s *Session) checkLease() {
+	if s.checking {
+		return
+	}
+	s.checking = true
+	s.goHelper(func(ctx context.Context) {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		resp, err := s.cli.TimeToLive(rctx, s.lease)
+		s.post(func() { s.leaseChecked(resp, err) })
+	})
+}
+
+// leaseChecked ends the session if its lease is gone, and otherwise lets each
+// service report the keys it saw vanish as deleted by another client. Loop
+// only.
+func (s *Session) leaseChecked(resp *clientv3.LeaseTimeToLiveResponse, err error) {
+	s.checking = false
+	if err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		s.end(fmt.Errorf("etcdio: lease %x was revoked or expired: %w", int64(s.lease), primitives.ErrLost))
+		return
+	}
+	for svc := range s.services {
+		svc.vanishedConfirmed()
 	}
 }

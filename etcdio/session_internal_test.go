@@ -9,6 +9,7 @@ import (
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/etcdio/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -45,8 +46,7 @@ func TestSessionEndsAtItsOwnDeadline(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	frozen := (<-chan struct{})(stop)
-	s.frozen.Store(&frozen)
+	testhook.PauseKeepalive(s, stop)
 	select {
 	case <-s.Done():
 	case <-time.After(2*s.TTL() + time.Second):

@@ -1,0 +1,61 @@
+package etcdio
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/ahrtr/disco/internal/ctxtime"
+)
+
+// A key this session wrote and no longer wants (a caller gave up, a reply
+// was lost, Close) must go while the session lives: otherwise it stays under
+// the live lease and everyone behind it waits until the session ends. These
+// deletes run on session helpers and are retried until they succeed or the
+// session ends (then the lease takes the key).
+
+// deleteKey deletes key, created at rev (0: unknown, for a name never to be
+// used again), trying once now; if that fails it keeps trying in the
+// background and returns the first attempt's error.
+func (s *Session) deleteKey(key string, rev int64) error {
+	err := s.deleteOnce(s.ctx, key, rev)
+	if err != nil && s.ctx.Err() == nil && s.cli.Ctx().Err() == nil {
+		s.deleteLater(key, rev)
+	}
+	return err
+}
+
+// deleteLater deletes key, created at rev (0: unknown), in the background,
+// retrying with backoff until it succeeds or the session or client ends.
+func (s *Session) deleteLater(key string, rev int64) {
+	s.goHelper(func(ctx context.Context) {
+		backoff := 100 * time.Millisecond
+		for ctx.Err() == nil && s.cli.Ctx().Err() == nil {
+			err := s.deleteOnce(ctx, key, rev)
+			if err == nil {
+				return
+			}
+			s.log.Debug("could not delete an abandoned key; retrying", zap.String("key", key), zap.Error(err))
+			ctxtime.Sleep(ctx, backoff)
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	})
+}
+
+// deleteOnce makes one attempt, bounded by requestTimeout. With a known rev
+// it deletes only that incarnation of the key, never a newer one of the same
+// name.
+func (s *Session) deleteOnce(ctx context.Context, key string, rev int64) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	defer context.AfterFunc(s.cli.Ctx(), cancel)()
+	if rev == 0 {
+		_, err := s.cli.Delete(ctx, key)
+		return err
+	}
+	_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).Commit()
+	return err
+}

@@ -1,0 +1,127 @@
+package etcdio
+
+import (
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func kv(key string, created, mod int64) *mvccpb.KeyValue {
+	return &mvccpb.KeyValue{Key: []byte(key), CreateRevision: created, ModRevision: mod}
+}
+
+func put(key string, created, mod int64) *clientv3.Event {
+	return &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv(key, created, mod)}
+}
+
+func del(key string, rev int64) *clientv3.Event {
+	return &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}
+}
+
+// TestMirrorGone pins the rules by which a mirror says a key is known to be
+// deleted, for full and deletions-only mirrors.
+func TestMirrorGone(t *testing.T) {
+	type check struct {
+		key  string
+		rev  int64
+		gone bool
+	}
+	cases := []struct {
+		name   string
+		puts   bool
+		load   []*mvccpb.KeyValue
+		loadAt int64
+		events [][]*clientv3.Event
+		checks []check
+	}{
+		{name: "not loaded yet: nothing is gone", puts: true,
+			checks: []check{{"a", 1, false}}},
+		{name: "full: a key created after the mirror's revision is not known gone", puts: true,
+			load: []*mvccpb.KeyValue{kv("a", 5, 5)}, loadAt: 10,
+			checks: []check{{"a", 5, false}, {"b", 11, false}, {"b", 9, true}}},
+		{name: "full: deleted after load", puts: true,
+			load: []*mvccpb.KeyValue{kv("a", 5, 5)}, loadAt: 10,
+			events: [][]*clientv3.Event{{del("a", 12)}},
+			checks: []check{{"a", 5, true}}},
+		{name: "full: a reused name created anew is not gone", puts: true,
+			load: []*mvccpb.KeyValue{kv("a", 5, 5)}, loadAt: 10,
+			events: [][]*clientv3.Event{{del("a", 12)}, {put("a", 13, 13)}},
+			checks: []check{{"a", 13, false}, {"a", 5, false}}},
+		{name: "deletions only: a recent deletion after creation", puts: false,
+			load: []*mvccpb.KeyValue{kv("a", 5, 5)}, loadAt: 10,
+			events: [][]*clientv3.Event{{del("a", 12)}},
+			checks: []check{{"a", 5, true}, {"a", 13, false}}},
+		{name: "deletions only: missing from the load after its creation", puts: false,
+			load: nil, loadAt: 10,
+			checks: []check{{"a", 5, true}, {"a", 11, false}}},
+		{name: "deletions only: a key created after the load is known gone by the ring", puts: false,
+			loadAt: 10,
+			events: [][]*clientv3.Event{{del("a", 12)}},
+			checks: []check{{"a", 11, true}}},
+		{name: "deletions only: the ring keeps the latest 16", puts: false,
+			loadAt: 10,
+			events: func() [][]*clientv3.Event {
+				evs := [][]*clientv3.Event{{del("a", 12)}}
+				for i := int64(0); i < 16; i++ {
+					evs = append(evs, []*clientv3.Event{del("x", 20+i)})
+				}
+				return evs
+			}(),
+			// Pushed out of the ring: its deletion was reported when it
+			// happened, and nothing else says it is gone now.
+			checks: []check{{"a", 11, false}, {"x", 19, true}}},
+		{name: "events a load already reflects are skipped", puts: true,
+			load: []*mvccpb.KeyValue{kv("a", 5, 5)}, loadAt: 10,
+			events: [][]*clientv3.Event{{del("a", 9)}},
+			checks: []check{{"a", 5, false}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMirror("/p/", c.puts)
+			if c.loadAt > 0 {
+				if !m.load(c.load, c.loadAt) {
+					t.Fatal("load refused")
+				}
+			}
+			for _, evs := range c.events {
+				m.apply(evs)
+			}
+			for _, ch := range c.checks {
+				if got := m.gone(ch.key, ch.rev); got != ch.gone {
+					t.Errorf("gone(%s, %d) = %v, want %v", ch.key, ch.rev, got, ch.gone)
+				}
+			}
+		})
+	}
+}
+
+func TestMirrorLoadOlderThanWatchIsRefused(t *testing.T) {
+	m := newMirror("/p/", true)
+	m.load([]*mvccpb.KeyValue{kv("/p/a", 5, 5)}, 10)
+	m.apply([]*clientv3.Event{put("/p/b", 12, 12)})
+	if m.load(nil, 11) {
+		t.Fatal("a read older than the watch replaced the mirror")
+	}
+	if !m.has("/p/b") || m.rev != 12 {
+		t.Fatalf("mirror at %d, has b: %v", m.rev, m.has("/p/b"))
+	}
+}
+
+func TestMirrorFirstAndAnyBefore(t *testing.T) {
+	m := newMirror("/p/", true)
+	m.load([]*mvccpb.KeyValue{kv("/p/write/x", 7, 7), kv("/p/read/y", 5, 9), kv("/p/read/z", 3, 3)}, 10)
+	if f := m.first("/p/"); string(f.Key) != "/p/read/z" {
+		t.Fatalf("first = %s, want the lowest CreateRevision", f.Key)
+	}
+	if f := m.first("/p/write/"); string(f.Key) != "/p/write/x" {
+		t.Fatalf("first under write/ = %s", f.Key)
+	}
+	if m.first("/p/none/") != nil {
+		t.Fatal("first of an empty sub-prefix")
+	}
+	// A key updated later (ModRevision 9) counts from its creation (5).
+	if !m.anyBefore("/p/read/", 6) || m.anyBefore("/p/write/", 7) || !m.anyBefore("/p/", 4) {
+		t.Fatal("anyBefore does not order by CreateRevision")
+	}
+}

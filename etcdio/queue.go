@@ -1,0 +1,305 @@
+package etcdio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/rwlock"
+)
+
+// A lock (or rwlock) owner writes a fresh key under a queue prefix and holds
+// once no blocking key created before its own is left. The key and the look
+// for the blocker just ahead are one transaction, so an uncontended
+// acquisition is one round trip. A waiting caller is a parked reply: the
+// loop has a session helper watch only the blocker just ahead (so a handoff
+// sends one watch event to one waiter however many wait) and, when it is
+// deleted, confirm off the loop that the waiter's own key still exists and
+// nobody is left ahead; the revision of that read is the token.
+
+// queue names where an owner's key goes and what it waits for.
+type queue struct {
+	mode     rwlock.Mode // carried into the grant (rwlocks)
+	keys     string      // prefix of the owner's key
+	blockers string      // prefix of the keys that block it
+}
+
+// waiter is a key waiting for its turn, and its parked caller. Loop only.
+type waiter struct {
+	key      string
+	created  int64
+	mode     rwlock.Mode
+	value    string // elections: the candidate's value
+	blockers string // locks: prefix of the keys that block it
+	reply    actor.Reply[grant]
+	// Locks: the blocker just ahead, and the end of the helper watching it.
+	ahead     *mvccpb.KeyValue
+	stopWatch context.CancelFunc
+}
+
+// acquire makes this owner hold the lock in q, or fails leaving no key.
+func (svc *service) acquire(ctx context.Context, q queue, try bool) (grant, error) {
+	if err := svc.enter(ctx, try); err != nil {
+		return grant{}, err
+	}
+	g, err := svc.enqueue(ctx, q, try)
+	if err != nil {
+		svc.leave() // a recorded grant's end frees sem, on the loop
+	}
+	return g, err
+}
+
+// enqueue writes the key and waits for the grant.
+func (svc *service) enqueue(ctx context.Context, q queue, try bool) (grant, error) {
+	var conds []clientv3.Cmp
+	var ahead clientv3.Op
+	if try {
+		conds = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(q.blockers), "=", 0).WithPrefix()}
+	} else {
+		// The blocker created last before this key, if any: the one to
+		// wait for. The Get runs before the Put, so it never sees this key.
+		ahead = clientv3.OpGet(q.blockers, clientv3.WithLastCreate()...)
+	}
+	w, resp, err := svc.create(ctx, q.keys, "", conds, ahead)
+	if err != nil {
+		return grant{}, err
+	}
+	if resp == nil {
+		return grant{}, fmt.Errorf("%s: %w", svc.name, svc.spec.errTaken)
+	}
+	w.mode, w.blockers = q.mode, q.blockers
+	var pred *mvccpb.KeyValue
+	if !try {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			pred = kvs[0]
+		}
+	}
+	return svc.park(ctx, w, func(r actor.Reply[grant]) { svc.enqueued(w, pred, r) })
+}
+
+// create writes a new key under keys with value, if conds hold, in one
+// transaction with first (if set) running before the put. It returns the
+// waiter for the key, and the response; a nil response means conds failed.
+// A key of the same name left behind earlier (a reply lost, a cleanup that
+// failed) is deleted first, never overwritten: overwriting would keep its
+// old CreateRevision. If the outcome is unknown (the request failed), the
+// name is retired and the key deleted whether or not it was written.
+func (svc *service) create(ctx context.Context, keys, value string, conds []clientv3.Cmp, first clientv3.Op) (*waiter, *clientv3.TxnResponse, error) {
+	key := svc.nextKey(keys)
+	then := []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(svc.s.lease))}
+	if first.KeyBytes() != nil {
+		then = append([]clientv3.Op{first}, then...)
+	}
+	free := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	for attempt, retries := 0, 0; ; attempt++ {
+		resp, err := svc.s.cli.Txn(ctx).If(append([]clientv3.Cmp{free}, conds...)...).Then(then...).
+			Else(clientv3.OpGet(key)).Commit()
+		if err != nil && retries < 3 && ctx.Err() == nil && status.Code(err) == codes.Unavailable {
+			// A broken connection: safe to repeat, since a key the failed
+			// attempt wrote is found, deleted and written anew below.
+			retries++
+			attempt--
+			ctxtime.Sleep(ctx, 50*time.Millisecond)
+			continue
+		}
+		if err != nil {
+			svc.retired += 2
+			_ = svc.s.deleteKey(key, 0)
+			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
+		}
+		if resp.Succeeded {
+			return &waiter{key: key, created: resp.Header.Revision, value: value}, resp, nil
+		}
+		old := resp.Responses[0].GetResponseRange().Kvs
+		if len(old) == 0 {
+			return nil, nil, nil // conds failed
+		}
+		if attempt > 0 {
+			return nil, nil, fmt.Errorf("%s: key %s keeps existing: %w", svc.name, key, primitives.ErrLost)
+		}
+		if err := svc.s.deleteOnce(ctx, key, old[0].CreateRevision); err != nil {
+			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: delete leftover key %s: %w", svc.name, key, err))
+		}
+	}
+}
+
+// park hands w to the loop with post and waits for the grant. A caller that
+// fails (its ctx ended, the key was lost, the service or session ended)
+// withdraws w and deletes its key before returning.
+func (svc *service) park(ctx context.Context, w *waiter, post func(actor.Reply[grant])) (grant, error) {
+	g, err := call(ctx, svc.s, post)
+	if err != nil {
+		svc.s.post(func() { svc.withdraw(w) })
+		_ = svc.s.deleteKey(w.key, w.created)
+		return grant{}, svc.callErr(ctx, err)
+	}
+	return g, nil
+}
+
+// enqueued parks the caller of a lock's new key until it holds. Loop only.
+func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[grant]) {
+	switch {
+	case svc.ended:
+		r.Answer(grant{}, svc.Err())
+		return
+	case svc.gone(w.key, w.created):
+		r.Answer(grant{}, fmt.Errorf("%s: key %s deleted before it was granted: %w", svc.name, w.key, primitives.ErrLost))
+		return
+	}
+	w.reply = r
+	svc.waiter = w
+	if pred == nil {
+		// At its creation the key exists and no earlier one does.
+		svc.holds(w, w.created)
+		return
+	}
+	svc.watchAhead(w, pred)
+}
+
+// watchAhead has a session helper watch pred, the blocker just ahead of w,
+// and look again whenever it is deleted (and once the watch is in place, in
+// case it went before). Loop only.
+func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
+	if w.stopWatch != nil {
+		w.stopWatch()
+	}
+	w.ahead = pred
+	ctx, cancel := context.WithCancel(svc.s.ctx)
+	w.stopWatch = cancel
+	look := func(rctx context.Context) error {
+		next, rev, err := svc.look(rctx, w)
+		if err != nil && !lostErr(err) {
+			return err // transient: follow reopens the watch and looks again
+		}
+		if err != nil || next == nil || !sameKey(next, pred) {
+			svc.s.post(func() { svc.looked(w, pred, next, rev, err) })
+		}
+		return nil
+	}
+	svc.s.goHelper(func(context.Context) {
+		svc.s.follow(ctx, follower{key: string(pred.Key), opts: []clientv3.OpOption{clientv3.WithFilterPut()},
+			synced: look,
+			changed: func(rctx context.Context, evs []*clientv3.Event) error {
+				for _, ev := range evs {
+					if ev.Type == clientv3.EventTypeDelete {
+						return look(rctx)
+					}
+				}
+				return nil
+			},
+		})
+	})
+}
+
+func sameKey(a, b *mvccpb.KeyValue) bool {
+	return string(a.Key) == string(b.Key) && a.CreateRevision == b.CreateRevision
+}
+
+// look returns the blocker now just ahead of w's key (nil: none) and the
+// revision of the read, in a transaction that also confirms w's key still
+// exists. Helper goroutine only.
+func (svc *service) look(ctx context.Context, w *waiter) (*mvccpb.KeyValue, int64, error) {
+	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
+	ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.created-1))
+	resp, err := svc.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(w.blockers, ahead...)).Commit()
+	if err != nil {
+		return nil, 0, err
+	}
+	if !resp.Succeeded {
+		return nil, 0, fmt.Errorf("%s: waiting key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0], resp.Header.Revision, nil
+	}
+	return nil, resp.Header.Revision, nil
+}
+
+// looked settles a look of w made while pred was ahead. Loop only.
+func (svc *service) looked(w *waiter, pred, next *mvccpb.KeyValue, rev int64, err error) {
+	if svc.waiter != w || w.ahead != pred {
+		return // a look of an earlier watch, or the waiter is gone
+	}
+	switch {
+	case err != nil:
+		svc.stopWaiter(err)
+	case next == nil:
+		svc.holds(w, rev)
+	case !sameKey(next, pred):
+		svc.watchAhead(w, next) // pred is gone; someone before it is still there
+	}
+}
+
+// holds: w's key holds at rev. The grant is born whole: with its token at
+// rev, or with a token the spec issues off the loop first. Loop only.
+func (svc *service) holds(w *waiter, rev int64) {
+	if w.stopWatch != nil {
+		w.stopWatch()
+		w.stopWatch = nil
+	}
+	w.ahead = nil
+	g := grant{key: w.key, created: w.created, token: rev, mode: w.mode, value: w.value}
+	if svc.spec.token == nil {
+		svc.grantWaiter(w, g)
+		return
+	}
+	ctx := w.reply.Context()
+	svc.s.goHelper(func(sctx context.Context) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(sctx, cancel)()
+		tok, err := svc.spec.token(ctx, svc, g)
+		svc.s.post(func() { svc.tokenIssued(w, tok, err) })
+	})
+}
+
+// tokenIssued grants w with the token a helper issued for it. Loop only.
+func (svc *service) tokenIssued(w *waiter, tok int64, err error) {
+	if svc.waiter != w {
+		return
+	}
+	if err != nil {
+		svc.stopWaiter(fmt.Errorf("%s: fencing token: %w", svc.name, err))
+		return
+	}
+	svc.grantWaiter(w, grant{key: w.key, created: w.created, token: tok, mode: w.mode, value: w.value})
+}
+
+// grantWaiter turns the waiter into the service's grant. Loop only.
+func (svc *service) grantWaiter(w *waiter, g grant) {
+	svc.waiter = nil
+	svc.recordGrant(g, w.reply)
+}
+
+// withdraw forgets w, if it still waits: its caller gave up and deletes its
+// key. Loop only.
+func (svc *service) withdraw(w *waiter) {
+	if svc.waiter == w {
+		svc.waiter = nil
+		if w.stopWatch != nil {
+			w.stopWatch()
+		}
+	}
+}
+
+// stopWaiter fails the waiting caller, if any, with err and returns its key.
+// Loop only.
+func (svc *service) stopWaiter(err error) []keyRev {
+	w := svc.waiter
+	if w == nil {
+		return nil
+	}
+	svc.withdraw(w)
+	w.reply.Answer(grant{}, err)
+	return []keyRev{{w.key, w.created}}
+}
+
+func lostErr(err error) bool { return errors.Is(err, primitives.ErrLost) }

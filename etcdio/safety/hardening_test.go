@@ -1,0 +1,205 @@
+package safety
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/primitives/lock"
+)
+
+// These tests pin defects found in review: a key left under a live lease by
+// one failed delete, and a waiter whose watch stream went dark.
+
+// countUnder counts the keys under prefix, read through a member no test
+// fault touches.
+func countUnder(t *testing.T, cli *clientv3.Client, prefix string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+func newClientOf(t *testing.T, newClient func() (*clientv3.Client, error)) *clientv3.Client {
+	t.Helper()
+	cli, err := newClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// Close of a lock on a shared session while etcd is unreachable: the delete
+// that fails is retried while the session lives, so the key does not stay
+// under the live lease and block everyone else.
+func TestCloseKeyDeletedAfterFailedDelete(t *testing.T) {
+	c := cluster(t)
+	defer restoreCluster(t, c)
+	cli := newClientOf(t, c.NewClient)
+	prefix := "/safety/hardening/" + t.Name()
+	s, err := etcdio.NewSession(cli, etcdio.WithTTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, err := etcdio.NewLock(cli, prefix, etcdio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, mb := range c.Members() {
+		mb.Blackhole()
+	}
+	if err := l.Close(); err == nil {
+		t.Log("Close's delete went through before the blackhole") // the check below still holds
+	}
+	for _, mb := range c.Members() {
+		mb.Unblackhole()
+	}
+	if !eventually(15*time.Second, func() bool { return countUnder(t, observer(0), prefix+"/") == 0 }) {
+		t.Fatalf("the closed lock's key is still under the live lease 15s after etcd came back (session err: %v)", s.Err())
+	}
+	if s.Err() != nil {
+		t.Fatalf("session ended (%v): the check proves nothing", s.Err())
+	}
+}
+
+// A Lock whose transaction committed but whose reply was lost, and whose
+// cleanup delete then failed too: the key must still go while the session
+// lives, and the service's next Lock must not queue behind its own orphan.
+func TestLockOrphanAfterLostReply(t *testing.T) {
+	c := cluster(t)
+	defer restoreCluster(t, c)
+	mb := c.Member(0)
+	cli := newClientOf(t, mb.NewClient) // reaches member 0 only
+	prefix := "/safety/hardening/" + t.Name()
+	l, err := etcdio.NewLock(cli, prefix, etcdio.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	px := mb.Proxy()
+	px.BlackholeRx() // requests arrive; replies are lost
+	lockErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := l.Lock(ctx)
+		lockErr <- err
+	}()
+	if !eventually(5*time.Second, func() bool { return countUnder(t, observer(1), prefix+"/") == 1 }) {
+		t.Fatal("the Lock's key was never written")
+	}
+	mb.Blackhole() // and now the cleanup cannot reach etcd either
+	if err := <-lockErr; err == nil {
+		t.Fatal("Lock succeeded without its reply")
+	}
+	px.UnblackholeRx()
+	mb.Unblackhole()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	// Bytes lost in the blackhole broke the client's connection: wait until
+	// it has a new one, as a caller would retry.
+	if !eventually(10*time.Second, func() bool {
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		defer rcancel()
+		_, err := cli.Get(rctx, "health")
+		return err == nil
+	}) {
+		t.Fatal("the client did not reconnect")
+	}
+	g, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock after an orphaned attempt: %v (queued behind its own orphan?)", err)
+	}
+	if n := countUnder(t, observer(1), prefix+"/"); n != 1 {
+		t.Fatalf("%d keys under the prefix while holding, want 1 (the orphan stayed)", n)
+	}
+	if err := l.Release(ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// A waiter whose watch runs through a member that goes dark still sees the
+// handoff within seconds: its watch notices the silence and moves.
+func TestWaiterSeesHandoffWhenItsMemberGoesDark(t *testing.T) {
+	c := cluster(t)
+	defer restoreCluster(t, c)
+	prefix := "/safety/hardening/" + t.Name()
+	waiterCli := newClientOf(t, c.NewClient) // all three members
+	waiter, err := etcdio.NewLock(waiterCli, prefix, etcdio.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	// The watch runs through one member; which, the test cannot see, so it
+	// darkens each in turn.
+	for k, dark := range c.Members() {
+		holderMember := c.Member((k + 1) % 3)
+		holderCli := newClientOf(t, holderMember.NewClient)
+		holder, err := etcdio.NewLock(holderCli, prefix, etcdio.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		hg, err := holder.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan lockResult, 1)
+		go func() {
+			g, err := waiter.Lock(ctx)
+			got <- lockResult{g, err}
+		}()
+		if !eventually(5*time.Second, func() bool { return countUnder(t, observer((k+2)%3), prefix+"/") == 2 }) {
+			select {
+			case r := <-got:
+				t.Fatalf("the waiter never queued: Lock returned %+v, %v", r.g, r.err)
+			default:
+				t.Fatalf("the waiter never queued: %d keys", countUnder(t, observer((k+2)%3), prefix+"/"))
+			}
+		}
+		dark.Blackhole()
+		if err := holder.Release(ctx, hg); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			if r.err != nil {
+				t.Fatalf("member %s dark: waiter's Lock: %v", dark.Name(), r.err)
+			}
+			if r.g.Token() <= hg.Token() {
+				t.Fatalf("waiter's token %d not above the holder's %d", r.g.Token(), hg.Token())
+			}
+		case <-time.After(12 * time.Second):
+			t.Fatalf("member %s dark: the waiter did not see the handoff within 12s", dark.Name())
+		}
+		dark.Unblackhole()
+		if err := waiter.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		holder.Close()
+		cancel()
+		restoreCluster(t, c)
+	}
+}
+
+type lockResult struct {
+	g   lock.Grant
+	err error
+}
+
+var _ = embedded.DefaultClusterSize

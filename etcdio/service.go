@@ -1,0 +1,380 @@
+package etcdio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/election"
+)
+
+// ErrPrefixInUse is returned when a primitive's prefix overlaps that of a
+// primitive of another kind (or a nested prefix) on the same session: the two
+// would read each other's keys as their own queue.
+var ErrPrefixInUse = errors.New("etcdio: prefix in use by another primitive")
+
+// spec is what sets one kind of primitive apart: everything else about lock,
+// rwlock and election is the one service type below.
+type spec struct {
+	kind       string // "lock", "rwlock", "election": for errors and claims
+	errTaken   error  // a Try's failure (locks)
+	errNotHeld error  // a release of a grant that is not held
+	// ownQueues are the queue prefixes under the service's prefix where its
+	// keys go. A lock service mirrors its session's own keys in each, to
+	// notice a held key deleted by someone else.
+	ownQueues []string
+	// mirrorAll mirrors the whole prefix instead, values included: who
+	// leads an election is the first of everyone's keys.
+	mirrorAll bool
+	// token, if set, issues the token of a key that holds, off the loop;
+	// otherwise the token is the revision at which the key was confirmed to
+	// hold (locks) or its CreateRevision (elections).
+	token func(ctx context.Context, svc *service, g grant) (int64, error)
+}
+
+// service is one primitive on a session: a lock, an rwlock or an election,
+// as its spec says. It holds at most one grant at a time (a lock's hold, a
+// read or write grant, a term as leader), and has at most one key waiting
+// for its turn.
+type service struct {
+	spec            *spec
+	s               *Session
+	owned           bool   // the session is this service's own
+	id              uint64 // names this service's keys, with the lease
+	name            string // "lock /pfx", for errors
+	prefix          string // the caller's prefix + "/"
+	cancelOnSuspend bool
+	events          *actor.Fanout[primitives.Event]
+	done            chan struct{}
+
+	// sem is full while the service acquires or holds, like a sync.Mutex:
+	// a caller enters it before writing a key and leaves it if it fails;
+	// once the loop records the grant, only the grant's end empties it.
+	sem chan struct{}
+	// keys counts the service's key names and retired skips names whose
+	// keys' fate is unknown; only callers in sem touch them.
+	keys, retired uint64
+
+	errMu     sync.Mutex
+	err       error
+	closeOnce sync.Once
+
+	termMu sync.Mutex
+	term   grant // a copy of the loop's grant, for reads off the loop (Term)
+
+	// Owned by the loop.
+	grant   *grant
+	waiter  *waiter
+	mirrors []*mirror
+	ended   bool
+	// seen is the revision of this service's latest successful write: an
+	// election's Observe waits for its mirror to reach it.
+	seen int64
+	// Elections only.
+	observers *actor.Fanout[election.Leadership]
+	leader    election.Leadership
+	pending   []actor.Reply[<-chan election.Leadership]
+}
+
+// newService validates the input, joins or starts a session and registers
+// the service on its loop.
+func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*service, error) {
+	fail := func(err error) error { return fmt.Errorf("etcdio: new %s %s: %w", sp.kind, quote(prefix), err) }
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, fail(err)
+	}
+	if err := checkPrefix(prefix); err != nil {
+		return nil, fail(err)
+	}
+	if err := checkClient(cli); err != nil {
+		return nil, fail(err)
+	}
+	svc := &service{
+		spec:            sp,
+		name:            sp.kind + " " + prefix,
+		prefix:          prefix + "/",
+		cancelOnSuspend: o.cancelOnSuspend,
+		events:          actor.NewFanout(primitives.Coalescable),
+		done:            make(chan struct{}),
+		sem:             make(chan struct{}, 1),
+	}
+	if sp.mirrorAll {
+		svc.observers = actor.NewFanout(func(election.Leadership) bool { return true })
+	}
+	s := o.session
+	if s == nil {
+		if s, err = newSession(cli, o); err != nil {
+			return nil, fail(err)
+		}
+		svc.owned = true
+	} else if s.cli != cli {
+		return nil, fail(fmt.Errorf("WithSession: the session uses another etcd client: %w", ErrInvalidArgument))
+	}
+	svc.s, svc.id = s, s.ownerID()
+	if _, err = call(o.ctx, s, svc.joined); err != nil {
+		if svc.owned {
+			_ = s.Close()
+		}
+		return nil, fail(err)
+	}
+	return svc, nil
+}
+
+// quote shows a prefix in an error: in full if short, else its start.
+func quote(prefix string) string {
+	const show = 64
+	if len(prefix) <= show {
+		return strconv.Quote(prefix)
+	}
+	cut := show
+	for cut > 0 && !utf8.RuneStart(prefix[cut]) {
+		cut--
+	}
+	return strconv.Quote(prefix[:cut]) + fmt.Sprintf("... (%d bytes)", len(prefix))
+}
+
+// checkPrefix accepts what names a queue of its own: not empty, not "/", at
+// most maxPrefix bytes. A trailing "/" is kept: keys go under prefix+"/",
+// exactly where etcd's concurrency.Mutex puts them for the same prefix.
+func checkPrefix(prefix string) error {
+	switch {
+	case prefix == "":
+		return fmt.Errorf("empty prefix: %w", ErrInvalidArgument)
+	case prefix == "/":
+		return fmt.Errorf(`prefix "/": keys would go under "//", the root of every other prefix: %w`, ErrInvalidArgument)
+	case len(prefix) > maxPrefix:
+		return fmt.Errorf("prefix of %d bytes, more than %d: %w", len(prefix), maxPrefix, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// joined claims the prefix on the session, opens the service's mirrors and
+// registers it. Loop only.
+func (svc *service) joined(r actor.Reply[struct{}]) {
+	s := svc.s
+	if err := s.claim(svc.prefix, svc.spec.kind); err != nil {
+		r.Answer(struct{}{}, err)
+		return
+	}
+	if svc.spec.mirrorAll {
+		svc.mirrors = append(svc.mirrors, s.openMirror(svc.prefix, true, svc))
+	} else {
+		for _, q := range svc.spec.ownQueues {
+			svc.mirrors = append(svc.mirrors, s.openMirror(s.ownPrefix(svc.prefix+q), false, svc))
+		}
+	}
+	s.services[svc] = struct{}{}
+	if !r.Answer(struct{}{}, nil) {
+		svc.detach()
+	}
+}
+
+// detach undoes joined. Loop only.
+func (svc *service) detach() {
+	delete(svc.s.services, svc)
+	for _, m := range svc.mirrors {
+		svc.s.closeMirror(m, svc)
+	}
+	svc.s.unclaim(svc.prefix)
+}
+
+// Subscribe delivers this owner's events that happen after it returns; see
+// package primitives for the rules. The channel is closed when ctx ends or,
+// after the remaining events, when the service is done.
+func (svc *service) Subscribe(ctx context.Context) <-chan primitives.Event {
+	return svc.events.Subscribe(ctx)
+}
+
+// Done is closed when the service's session ended or Close was called.
+func (svc *service) Done() <-chan struct{} { return svc.done }
+
+// Err is nil while the service is usable; then it wraps primitives.ErrLost
+// or primitives.ErrClosed.
+func (svc *service) Err() error {
+	svc.errMu.Lock()
+	defer svc.errMu.Unlock()
+	return svc.err
+}
+
+// CancelOnSuspend reports whether Do and Lead end fn's context at Suspended
+// (WithCancelOnSuspend).
+func (svc *service) CancelOnSuspend() bool { return svc.cancelOnSuspend }
+
+// usable returns why a new call cannot start, if it cannot.
+func (svc *service) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return svc.Err()
+}
+
+// callErr turns a failed request or loop call into what the caller should
+// see: its own context's error if that ended, the service's if it is done.
+func (svc *service) callErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if e := svc.Err(); e != nil {
+		return e
+	}
+	return err
+}
+
+// enter takes the service's semaphore: at once or not at all if try, else
+// waiting until ctx ends or the service is done.
+func (svc *service) enter(ctx context.Context, try bool) error {
+	if err := svc.usable(ctx); err != nil {
+		return err
+	}
+	if try {
+		select {
+		case svc.sem <- struct{}{}:
+			return nil
+		default:
+			return fmt.Errorf("%s: held by this service: %w", svc.name, svc.spec.errTaken)
+		}
+	}
+	select {
+	case svc.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-svc.done:
+		return svc.Err()
+	}
+}
+
+func (svc *service) leave() { <-svc.sem }
+
+// nextKey returns the name of this service's next key under queue: a name
+// no other service, on this session or any other, uses, and never the name
+// of the service's previous key. It alternates between two names: reusing
+// names keeps etcd's index of the prefix from growing with every
+// acquisition until the next compaction, which would make every range over
+// the prefix slower (etcd's own Mutex reuses one key per session). Each
+// acquisition creates its key anew, with a new revision. A name whose key's
+// fate is unknown (see retire) is never used again. The caller is in sem.
+func (svc *service) nextKey(queue string) string {
+	svc.keys++
+	return svc.s.ownPrefix(queue) + strconv.FormatUint(svc.id, 10) + "." + strconv.FormatUint(svc.keys%2+svc.retired, 10)
+}
+
+// sessionEnded ends the service with its session. Loop only.
+func (svc *service) sessionEnded(err error) {
+	err = fmt.Errorf("etcdio: %s: %w", svc.name, err)
+	svc.endGrantFor(err)
+	svc.stopWaiter(err)
+	svc.finish(err)
+}
+
+// finish marks the service done for err and answers every call still parked
+// on it. Loop only.
+func (svc *service) finish(err error) {
+	if svc.ended {
+		return
+	}
+	svc.ended = true
+	svc.errMu.Lock()
+	svc.err = err
+	svc.errMu.Unlock()
+	for _, r := range svc.pending {
+		r.Answer(nil, err)
+	}
+	svc.pending = nil
+	if svc.observers != nil {
+		svc.observers.Close()
+	}
+	close(svc.done)
+	svc.events.Close()
+}
+
+// Close ends the service: its grant is released and its waiting key
+// withdrawn, in etcd too. With its own session, the session's Close revokes
+// the lease; on a shared session the keys are deleted, and a delete that
+// fails is retried in the background while the session lives.
+func (svc *service) Close() error {
+	first := false
+	svc.closeOnce.Do(func() { first = true })
+	if !first {
+		return fmt.Errorf("etcdio: %s: already closed: %w", svc.name, primitives.ErrClosed)
+	}
+	keys, err := call(context.Background(), svc.s, svc.closed)
+	if svc.owned {
+		if err := svc.s.Close(); err != nil && !errors.Is(err, primitives.ErrClosed) {
+			return fmt.Errorf("etcdio: %s: close: %w", svc.name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return nil // the session ended: its lease took the keys
+	}
+	var errs []error
+	for _, k := range keys {
+		if err := svc.s.deleteKey(k.key, k.rev); err != nil {
+			errs = append(errs, fmt.Errorf("etcdio: %s: close: delete %s (retrying in the background): %w", svc.name, k.key, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// closed ends the grant and the wait, detaches the service from the session
+// and answers with the keys to delete. Loop only.
+func (svc *service) closed(r actor.Reply[[]keyRev]) {
+	if svc.ended {
+		r.Answer(nil, nil)
+		return
+	}
+	err := fmt.Errorf("etcdio: %s: %w", svc.name, primitives.ErrClosed)
+	keys := append(svc.endGrantFor(err), svc.stopWaiter(err)...)
+	svc.detach()
+	svc.finish(err)
+	r.Answer(keys, nil)
+}
+
+// keyRev names a key this session wrote, with its CreateRevision (0:
+// unknown).
+type keyRev struct {
+	key string
+	rev int64
+}
+
+// claim records that a primitive of kind uses prefix on this session.
+// Primitives of one kind may share a prefix; a prefix that is another kind's,
+// or nests in or around another, is refused. Loop only.
+func (s *Session) claim(prefix, kind string) error {
+	for p, c := range s.claims {
+		if p == prefix && c.kind != kind || p != prefix && (strings.HasPrefix(p, prefix) || strings.HasPrefix(prefix, p)) {
+			return fmt.Errorf("%s %s overlaps %s %s on this session: %w",
+				kind, quote(strings.TrimSuffix(prefix, "/")), c.kind, quote(strings.TrimSuffix(p, "/")), ErrPrefixInUse)
+		}
+	}
+	c := s.claims[prefix]
+	c.kind = kind
+	c.refs++
+	s.claims[prefix] = c
+	return nil
+}
+
+// unclaim undoes one claim. Loop only.
+func (s *Session) unclaim(prefix string) {
+	c := s.claims[prefix]
+	if c.refs--; c.refs <= 0 {
+		delete(s.claims, prefix)
+	} else {
+		s.claims[prefix] = c
+	}
+}
+
+type claim struct {
+	kind string
+	refs int
+}

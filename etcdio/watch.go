@@ -1,0 +1,107 @@
+package etcdio
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/ahrtr/disco/internal/ctxtime"
+)
+
+// follower is one watch a session helper keeps open for the loop: a mirror's
+// prefix or the key a lock waiter waits behind.
+type follower struct {
+	key  string
+	opts []clientv3.OpOption // WithPrefix, WithFilterPut, ...
+	// synced runs on the helper each time the watch is (re)opened and etcd
+	// confirmed it: a read that catches up with what happened before. An
+	// error reopens the watch.
+	synced func(ctx context.Context) error
+	// changed runs on the helper for each batch of events after synced. An
+	// error reopens the watch.
+	changed func(ctx context.Context, evs []*clientv3.Event) error
+}
+
+// follow keeps f's watch open until ctx ends. The watch starts from the
+// current revision, so it is in sync at once (a watch from a past revision is
+// served by etcd's catch-up path, up to 100 ms late); synced then reads what
+// came before. A watch that fails (compaction, a member without a leader)
+// is reopened. So is a watch whose stream goes silent: after a quiet spell it
+// asks etcd for a progress notification, and if none comes it moves to a new
+// gRPC stream, which the client may open on another member (a member cut off
+// from this client answers nothing, and its stream would wait forever). Each
+// read runs under a per-attempt timeout. Helper goroutine only.
+func (s *Session) follow(ctx context.Context, f follower) {
+	const retry = 100 * time.Millisecond
+	for ctx.Err() == nil {
+		s.watchOnce(ctx, f)
+		ctxtime.Sleep(ctx, retry)
+	}
+}
+
+// silence is how long a watch may stay quiet before follow checks its stream.
+func (s *Session) silence() time.Duration {
+	return max(250*time.Millisecond, min(s.ttl/4, 2*time.Second))
+}
+
+func (s *Session) watchOnce(ctx context.Context, f follower) {
+	epoch := s.streamEpoch.Load()
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	// Watches with equal metadata share one gRPC stream; a new epoch's
+	// metadata makes a new stream.
+	wctx = metadata.AppendToOutgoingContext(wctx, "disco-watch-stream", strconv.FormatUint(epoch, 10))
+	wch := s.cli.Watch(wctx, f.key, append(f.opts, clientv3.WithCreatedNotify())...)
+	quiet := time.NewTimer(s.silence())
+	defer quiet.Stop()
+	probed, synced := false, false
+	read := func(run func(context.Context) error) bool {
+		rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
+		defer rcancel()
+		if err := run(rctx); err != nil {
+			s.log.Debug("watch read failed", zap.String("key", f.key), zap.Error(err))
+			return false
+		}
+		return true
+	}
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				if ok {
+					s.log.Debug("watch failed", zap.String("key", f.key), zap.Error(wr.Err()))
+				}
+				return
+			}
+			quiet.Reset(s.silence())
+			probed = false
+			switch {
+			case wr.Created && !synced:
+				if !read(f.synced) {
+					return
+				}
+				synced = true
+			case synced && len(wr.Events) > 0:
+				evs := wr.Events
+				if !read(func(rctx context.Context) error { return f.changed(rctx, evs) }) {
+					return
+				}
+			}
+		case <-quiet.C:
+			if probed {
+				s.log.Debug("watch stream silent; moving to a new stream", zap.String("key", f.key))
+				s.streamEpoch.CompareAndSwap(epoch, epoch+1)
+				return
+			}
+			_ = s.cli.RequestProgress(wctx)
+			probed = true
+			quiet.Reset(s.silence())
+		case <-ctx.Done():
+			return
+		}
+	}
+}
