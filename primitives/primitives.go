@@ -106,6 +106,9 @@ var (
 	// ErrClosed means Close was called; every later call fails with an error
 	// wrapping it.
 	ErrClosed = errors.New("disco: closed")
+	// ErrInvalidArgument is wrapped by the errors of calls given bad input,
+	// such as a nil Service or a nil fn for lock.Do or election.Lead.
+	ErrInvalidArgument = errors.New("disco: invalid argument")
 	// ErrSuspended is the cause of a Do or Lead context cancelled at
 	// Suspended, for a service built to cancel there.
 	ErrSuspended = errors.New("disco: ownership suspended")

@@ -101,6 +101,9 @@ type TermResigner interface {
 // errors.Join(fn's error, an error wrapping primitives.ErrLost). A failed
 // Campaign is returned as is and fn is not called.
 func Lead(ctx context.Context, s Service, value string, fn func(ctx context.Context, l Leadership) error) error {
+	if err := hold.Check("election.Lead", s == nil, fn == nil); err != nil {
+		return err
+	}
 	campaign := func(ctx context.Context) (Leadership, error) {
 		if err := s.Campaign(ctx, value); err != nil {
 			return Leadership{}, err

@@ -89,8 +89,11 @@ const releaseTimeout = 10 * time.Second
 // lost, and releases the grant after fn returns. It returns fn's error; if
 // ownership was lost while fn ran it returns errors.Join(fn's error, an error
 // wrapping primitives.ErrLost). A failed Lock is returned as is and fn is not
-// called.
+// called. A nil s or fn is an error wrapping primitives.ErrInvalidArgument.
 func Do(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
+	if err := hold.Check("lock.Do", s == nil, fn == nil); err != nil {
+		return err
+	}
 	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: s.Lock, Created: Grant.created, Release: s.Release,
 		NotHeld: ErrNotHeld, ReleaseTimeout: releaseTimeout}, fn)
 }

@@ -111,12 +111,18 @@ const releaseTimeout = 10 * time.Second
 // DoRead read-locks, runs fn with a context cancelled the moment the grant
 // is lost, and releases after fn returns; errors as lock.Do.
 func DoRead(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
+	if err := hold.Check("rwlock.DoRead", s == nil, fn == nil); err != nil {
+		return err
+	}
 	return do(ctx, s, s.RLock, fn)
 }
 
 // DoWrite write-locks, runs fn with a context cancelled the moment the grant
 // is lost, and releases after fn returns; errors as lock.Do.
 func DoWrite(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
+	if err := hold.Check("rwlock.DoWrite", s == nil, fn == nil); err != nil {
+		return err
+	}
 	return do(ctx, s, s.Lock, fn)
 }
 

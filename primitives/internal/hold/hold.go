@@ -32,6 +32,18 @@ type Spec[G any] struct {
 	ReleaseTimeout time.Duration
 }
 
+// Check returns an error wrapping primitives.ErrInvalidArgument if the
+// service or fn given to helper (e.g. "lock.Do") is nil.
+func Check(helper string, serviceNil, fnNil bool) error {
+	switch {
+	case serviceNil:
+		return fmt.Errorf("%s: nil Service: %w", helper, primitives.ErrInvalidArgument)
+	case fnNil:
+		return fmt.Errorf("%s: nil fn: %w", helper, primitives.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Run subscribes to s, acquires a grant, and runs fn with a context that is
 // cancelled, with the loss as its cause, as soon as s reports Lost for that
 // grant (matched by Created) or s is done; and, if s is a

@@ -162,3 +162,14 @@ func TestHoldIgnoresSuspendedByDefault(t *testing.T) {
 		t.Fatalf("Hold = %v, want nil", err)
 	}
 }
+
+func TestCheckRejectsNil(t *testing.T) {
+	for _, c := range []struct{ s, fn bool }{{true, false}, {false, true}} {
+		if err := hold.Check("lock.Do", c.s, c.fn); !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("Check(%v, %v) = %v, want ErrInvalidArgument", c.s, c.fn, err)
+		}
+	}
+	if err := hold.Check("lock.Do", false, false); err != nil {
+		t.Errorf("Check of good input: %v", err)
+	}
+}
