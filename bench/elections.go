@@ -248,7 +248,7 @@ func runFailover(ctx context.Context, e *env, lib electionLib, fc failoverCfg, c
 	defer stop()
 
 	// Load: over the measured window, or in counted mode over the whole run.
-	probe := &loadProbe{url: e.metricsURL}
+	probe := newLoadProbe(e.metricsURL)
 	if cfg.maxAcq > 0 {
 		probe = nil // benchmarks
 	}

@@ -88,9 +88,19 @@ func (e *env) backend() string {
 	return fmt.Sprintf("embedded (fsync=%v)", e.fsync)
 }
 
+// close removes the run's keys from an external cluster (rwlocks leave
+// their epoch keys) and stops an embedded one.
 func (e *env) close() error {
 	if e.srv == nil {
-		return nil
+		cli, err := e.newClient()
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = cli.Delete(ctx, e.root+"/", clientv3.WithPrefix())
+		return err
 	}
 	return e.srv.Close()
 }

@@ -111,7 +111,7 @@ func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac 
 	deadline := measureFrom.Add(cfg.duration)
 	runCtx, stop := context.WithDeadline(ctx, deadline)
 	defer stop()
-	probe := &loadProbe{url: e.metricsURL}
+	probe := newLoadProbe(e.metricsURL)
 	var probeWG sync.WaitGroup
 	probeWG.Go(func() {
 		probe.at(ctx, measureFrom, &probe.before)

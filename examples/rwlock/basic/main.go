@@ -74,6 +74,15 @@ func tell(ctx context.Context, out io.Writer, endpoints []string) (o outcome, er
 		for _, a := range actors {
 			_ = a.rw.Close() // W1's fails: its lease is gone
 		}
+		// The story's lock is never used again: remove its epoch key, the
+		// one key an rwlock leaves behind.
+		if cli, cerr := clients.New(); cerr == nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if rerr := etcdio.RetireRWLock(rctx, cli, prefix); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
 	}()
 	newActor := func(name string) (*actor, error) {
 		cli, err := clients.New()
