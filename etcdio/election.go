@@ -68,9 +68,10 @@ func (svc *service) campaigned(w *waiter, ahead bool, r actor.Reply[grant]) {
 	}
 	svc.seen = max(svc.seen, w.created)
 	w.reply = r
+	w.waited = ahead
 	svc.waiter = w
 	if !ahead {
-		svc.grantWaiter(w, grant{key: w.key, created: w.created, token: w.created, value: w.value})
+		svc.grantWaiter(w, grant{key: w.key, created: w.created, token: w.created, value: w.value, waited: w.waited})
 		return
 	}
 	svc.electionChanged(svc.mirrors[0])
@@ -86,6 +87,7 @@ func (svc *service) electionChanged(m *mirror) {
 	now := leadership(m.first(svc.prefix))
 	if now != svc.leader {
 		svc.leader = now
+		svc.metrics.leaderChanged()
 		svc.events.Publish(primitives.LeaderChanged{Key: now.Key, Value: now.Value, Token: now.FencingToken})
 		svc.observers.Publish(now)
 	}
@@ -102,7 +104,7 @@ func (svc *service) electionChanged(m *mirror) {
 	case !m.has(w.key):
 		svc.stopWaiter(fmt.Errorf("%s: candidate key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost))
 	case !m.anyBefore(svc.prefix, w.created):
-		svc.grantWaiter(w, grant{key: w.key, created: w.created, token: w.created, value: w.value})
+		svc.grantWaiter(w, grant{key: w.key, created: w.created, token: w.created, value: w.value, waited: w.waited})
 	}
 }
 

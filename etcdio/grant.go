@@ -24,6 +24,8 @@ type grant struct {
 	mode      rwlock.Mode // rwlocks
 	value     string      // elections: the leader's value
 	releasing int         // releases in flight: the key's deletion is theirs
+	waited    bool        // the grant came after waiting behind another owner
+	since     time.Time   // when the grant was recorded
 	// vanished: the key was seen deleted; Lost waits for the lease check to
 	// say whether someone deleted it or the lease went with it.
 	vanished bool
@@ -65,22 +67,27 @@ func (svc *service) current() (g grant, ok bool) {
 // publishes Acquired (and Suspended, if the session is suspended). The grant
 // is recorded before the answer, so that Term sees it as soon as Campaign
 // returns; a refused answer (the caller gave up, and deletes its key) undoes
-// it. Loop only.
-func (svc *service) recordGrant(g grant, r actor.Reply[grant]) {
+// it and reports false. Loop only.
+func (svc *service) recordGrant(g grant, r actor.Reply[grant]) bool {
+	g.since = time.Now()
 	svc.setGrant(&g)
 	if !r.Answer(g, nil) {
 		svc.setGrant(nil)
-		return
+		return false
 	}
 	svc.events.Publish(g.acquired())
 	if svc.s.suspended {
 		svc.events.Publish(primitives.Suspended{Key: g.key, Token: fencing.Token(g.token), Created: g.created, Deadline: svc.s.deadline})
 	}
+	return true
 }
 
-// endGrant ends the current grant, frees the semaphore, and publishes ev.
-// Loop only.
-func (svc *service) endGrant(ev primitives.Event) {
+// endGrant ends the current grant, frees the semaphore, and publishes ev;
+// cause is the loss's (a Cause constant), "" for a release. Loop only.
+func (svc *service) endGrant(ev primitives.Event, cause string) {
+	if g := svc.grant; g != nil {
+		svc.metrics.ended(svc.spec.kind, time.Since(g.since), cause)
+	}
 	svc.setGrant(nil)
 	// A grant always owns the semaphore; never let a broken invariant block
 	// the loop (and with it the keepalive).
@@ -103,9 +110,9 @@ func (svc *service) endGrantFor(err error) []keyRev {
 		return nil
 	}
 	if errors.Is(err, primitives.ErrClosed) {
-		svc.endGrant(g.released())
+		svc.endGrant(g.released(), "")
 	} else {
-		svc.endGrant(g.lost(err))
+		svc.endGrant(g.lost(err), svc.s.lossCause)
 	}
 	return []keyRev{{g.key, g.created}}
 }
@@ -124,7 +131,7 @@ func (svc *service) checkGrant() {
 // someone else while the lease lives. Loop only.
 func (svc *service) vanishedConfirmed() {
 	if g := svc.grant; g != nil && g.vanished && g.releasing == 0 {
-		svc.endGrant(g.lost(fmt.Errorf("%s: key %s deleted by another client: %w", svc.name, g.key, primitives.ErrLost)))
+		svc.endGrant(g.lost(fmt.Errorf("%s: key %s deleted by another client: %w", svc.name, g.key, primitives.ErrLost)), CauseKeyDeleted)
 	}
 }
 
@@ -236,16 +243,16 @@ func (svc *service) released(g grant, resp *clientv3.TxnResponse, terr error) er
 	switch {
 	case terr == nil && resp.Succeeded:
 		svc.seen = max(svc.seen, resp.Header.Revision)
-		svc.endGrant(cur.released())
+		svc.endGrant(cur.released(), "")
 		return nil
 	case terr != nil && svc.gone(cur.key, cur.created):
-		svc.endGrant(cur.released())
+		svc.endGrant(cur.released(), "")
 		return nil
 	case terr != nil:
 		return fmt.Errorf("%s: release %s: %w", svc.name, cur.key, terr)
 	default:
 		// Someone else deleted the key: the grant was lost before the release.
-		svc.endGrant(cur.lost(fmt.Errorf("%s: key %s deleted by another client: %w", svc.name, cur.key, primitives.ErrLost)))
+		svc.endGrant(cur.lost(fmt.Errorf("%s: key %s deleted by another client: %w", svc.name, cur.key, primitives.ErrLost)), CauseKeyDeleted)
 		return fmt.Errorf("%s: key %s was already gone: %w", svc.name, cur.key, svc.spec.errNotHeld)
 	}
 }

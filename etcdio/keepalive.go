@@ -71,8 +71,8 @@ func (s *Session) keepaliveStream(lc pb.LeaseClient, interval time.Duration, pau
 			s.log.Debug("keepalive receive failed", zap.Error(err))
 			return true
 		}
-		ttl := resp.TTL
-		s.post(func() { s.keptAlive(sent, ttl) })
+		ttl, rtt := resp.TTL, time.Since(sent)
+		s.post(func() { s.keptAlive(sent, ttl, rtt) })
 		if ttl <= 0 {
 			return false
 		}
@@ -86,11 +86,13 @@ func (s *Session) keepaliveStream(lc pb.LeaseClient, interval time.Duration, pau
 // no earlier than sent, so the lease lives at least until sent+ttl; counting
 // from the reply's arrival could overestimate it. An acknowledgement after
 // Suspended resumes the holders. Loop only.
-func (s *Session) keptAlive(sent time.Time, ttl int64) {
+func (s *Session) keptAlive(sent time.Time, ttl int64, rtt time.Duration) {
 	if ttl <= 0 {
+		s.lossCause = CauseLeaseRevoked
 		s.end(fmt.Errorf("etcdio: lease %x expired or was revoked: %w", int64(s.lease), primitives.ErrLost))
 		return
 	}
+	s.metrics.keptAlive(rtt, time.Until(s.deadline))
 	if d := sent.Add(time.Duration(ttl) * time.Second); d.After(s.deadline) {
 		s.deadline = d
 		s.timer.Reset(time.Until(d))
@@ -119,6 +121,7 @@ func (s *Session) suspend() {
 		return
 	}
 	s.suspended = true
+	s.metrics.suspended()
 	s.log.Warn("session suspended: no keepalive acknowledged lately", zap.Time("deadline", s.deadline))
 	s.probeLease()
 	for svc := range s.services {

@@ -33,6 +33,7 @@ type options struct {
 	cancelOnSuspend bool
 	suspendAfter    float64 // part of the TTL without an acknowledgement
 	suspendSet      bool
+	metrics         *Metrics
 }
 
 // WithTTL sets the lease's time to live: whole seconds, at least one. After

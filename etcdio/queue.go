@@ -38,8 +38,10 @@ type waiter struct {
 	key      string
 	created  int64
 	mode     rwlock.Mode
-	value    string // elections: the candidate's value
-	blockers string // locks: prefix of the keys that block it
+	value    string    // elections: the candidate's value
+	blockers string    // locks: prefix of the keys that block it
+	waited   bool      // someone was ahead when it was written
+	start    time.Time // when its acquisition began
 	reply    actor.Reply[grant]
 	// Locks: the blocker just ahead, and the end of the helper watching it.
 	ahead     *mvccpb.KeyValue
@@ -94,6 +96,7 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (grant, erro
 // old CreateRevision. If the outcome is unknown (the request failed), the
 // name is retired and the key deleted whether or not it was written.
 func (svc *service) create(ctx context.Context, keys, value string, conds []clientv3.Cmp, first clientv3.Op) (*waiter, *clientv3.TxnResponse, error) {
+	start := time.Now()
 	key := svc.nextKey(keys)
 	then := []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(svc.s.lease))}
 	if first.KeyBytes() != nil {
@@ -117,7 +120,7 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
 		}
 		if resp.Succeeded {
-			return &waiter{key: key, created: resp.Header.Revision, value: value}, resp, nil
+			return &waiter{key: key, created: resp.Header.Revision, value: value, start: start}, resp, nil
 		}
 		old := resp.Responses[0].GetResponseRange().Kvs
 		if len(old) == 0 {
@@ -156,6 +159,7 @@ func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[gra
 		return
 	}
 	w.reply = r
+	w.waited = pred != nil
 	svc.waiter = w
 	if pred == nil {
 		// At its creation the key exists and no earlier one does.
@@ -246,7 +250,7 @@ func (svc *service) holds(w *waiter, rev int64) {
 		w.stopWatch = nil
 	}
 	w.ahead = nil
-	g := grant{key: w.key, created: w.created, token: rev, mode: w.mode, value: w.value}
+	g := grant{key: w.key, created: w.created, token: rev, mode: w.mode, value: w.value, waited: w.waited}
 	if svc.spec.token == nil {
 		svc.grantWaiter(w, g)
 		return
@@ -270,13 +274,15 @@ func (svc *service) tokenIssued(w *waiter, tok int64, err error) {
 		svc.stopWaiter(fmt.Errorf("%s: fencing token: %w", svc.name, err))
 		return
 	}
-	svc.grantWaiter(w, grant{key: w.key, created: w.created, token: tok, mode: w.mode, value: w.value})
+	svc.grantWaiter(w, grant{key: w.key, created: w.created, token: tok, mode: w.mode, value: w.value, waited: w.waited})
 }
 
 // grantWaiter turns the waiter into the service's grant. Loop only.
 func (svc *service) grantWaiter(w *waiter, g grant) {
 	svc.waiter = nil
-	svc.recordGrant(g, w.reply)
+	if svc.recordGrant(g, w.reply) {
+		svc.metrics.acquired(svc.spec.kind, time.Since(w.start), g.waited)
+	}
 }
 
 // withdraw forgets w, if it still waits: its caller gave up and deletes its

@@ -52,6 +52,7 @@ type service struct {
 	name            string // "lock /pfx", for errors
 	prefix          string // the caller's prefix + "/"
 	cancelOnSuspend bool
+	metrics         *Metrics
 	events          *actor.Fanout[primitives.Event]
 	done            chan struct{}
 
@@ -120,6 +121,10 @@ func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*
 		return nil, fail(fmt.Errorf("WithSession: the session uses another etcd client: %w", ErrInvalidArgument))
 	}
 	svc.s, svc.id = s, s.ownerID()
+	svc.metrics = o.metrics
+	if svc.metrics == nil {
+		svc.metrics = s.metrics
+	}
 	if _, err = call(o.ctx, s, svc.joined); err != nil {
 		if svc.owned {
 			_ = s.Close()

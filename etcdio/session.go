@@ -38,6 +38,7 @@ type Session struct {
 	ttl          time.Duration
 	suspendAfter time.Duration
 	log          *zap.Logger
+	metrics      *Metrics
 
 	mb     *actor.Mailbox[func()]
 	done   chan struct{} // closed by the loop when the session ends
@@ -57,6 +58,7 @@ type Session struct {
 
 	// Owned by the loop.
 	deadline  time.Time // the lease surely ends then
+	lossCause string    // why the session was lost, for metrics
 	lastSent  time.Time // send time of the latest acknowledged keepalive
 	timer     *time.Timer
 	suspendT  *time.Timer
@@ -115,6 +117,7 @@ func newSession(cli *clientv3.Client, o options) (*Session, error) {
 		ttl:          ttl,
 		suspendAfter: time.Duration(float64(ttl) * o.suspendAfter),
 		log:          o.log.With(zap.String("lease", strconv.FormatInt(int64(resp.ID), 16))),
+		metrics:      o.metrics,
 		mb:           actor.NewMailbox[func()](),
 		done:         make(chan struct{}),
 		probe:        make(chan struct{}, 1),
@@ -210,10 +213,12 @@ func (s *Session) run() {
 		case <-s.mb.Ready():
 			testhook.Wait(s, s.ctx.Done())
 			batch = s.mb.Drain(batch)
+			s.metrics.drained(len(batch))
 			for _, f := range batch {
 				if time.Now().After(s.deadline) {
 					// Messages may have waited (a pause, a slow machine);
 					// none is acted on past the lease's end.
+					s.lossCause = CauseLeaseExpired
 					s.end(s.expired())
 					return
 				}
@@ -228,6 +233,7 @@ func (s *Session) run() {
 				s.timer.Reset(d)
 				continue
 			}
+			s.lossCause = CauseLeaseExpired
 			s.end(s.expired())
 			return
 		case <-s.suspendT.C:
@@ -334,6 +340,7 @@ func (s *Session) checkLease() {
 func (s *Session) leaseChecked(resp *clientv3.LeaseTimeToLiveResponse, err error) {
 	s.checking = false
 	if err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		s.lossCause = CauseLeaseRevoked
 		s.end(fmt.Errorf("etcdio: lease %x was revoked or expired: %w", int64(s.lease), primitives.ErrLost))
 		return
 	}
