@@ -145,4 +145,3 @@ func waitLost(t *testing.T, events <-chan primitives.Event) {
 		}
 	}
 }
-
