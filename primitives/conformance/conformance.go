@@ -323,6 +323,57 @@ func wantLost(t *testing.T, b Backend, ch <-chan primitives.Event, h hold) {
 	}
 }
 
+// wantAcquiredLost fails t unless the next hold events are Acquired and
+// then Lost for h.
+func wantAcquiredLost(t *testing.T, b Backend, ch <-chan primitives.Event, h hold) {
+	t.Helper()
+	wantAcquired(t, b, ch, h)
+	wantLost(t, b, ch, h)
+}
+
+// running is a lock.Do, rwlock.DoRead, rwlock.DoWrite or election.Lead
+// under way in the background, its fn holding grant until its context ends.
+type running[G any] struct {
+	grant  G
+	causes chan error
+	result <-chan outcome[struct{}]
+}
+
+// startHeld starts do with an fn that waits for its context to end and
+// returns errFn, and waits until fn runs.
+func startHeld[G any](t *testing.T, b Backend, do func(fn func(context.Context, G) error) error) running[G] {
+	t.Helper()
+	grants := make(chan G, 1)
+	r := running[G]{causes: make(chan error, 1)}
+	r.result = startErr(func() error {
+		return do(func(ctx context.Context, g G) error {
+			grants <- g
+			<-ctx.Done()
+			r.causes <- context.Cause(ctx)
+			return errFn
+		})
+	})
+	select {
+	case r.grant = <-grants:
+		return r
+	case o := <-r.result:
+		t.Fatalf("fn was not run: %v", o.err)
+	case <-time.After(b.patience()):
+		t.Fatalf("fn not run within %v", b.patience())
+	}
+	panic("unreachable")
+}
+
+// wantLost fails t unless fn's context ended with a cause wrapping ErrLost
+// and the call returned fn's error joined with one wrapping ErrLost.
+func (r running[G]) wantLost(t *testing.T, b Backend) {
+	t.Helper()
+	errIs(t, recv(t, b, r.causes, "fn's context to end"), primitives.ErrLost, "cause of fn's context")
+	_, err := await(t, b, r.result, "the call running fn")
+	errIs(t, err, errFn, "the call running fn")
+	errIs(t, err, primitives.ErrLost, "the call running fn")
+}
+
 // errIs fails t unless err wraps target.
 func errIs(t *testing.T, err, target error, what string) {
 	t.Helper()

@@ -300,27 +300,13 @@ func lockKillSession(t *testing.T, b Backend) {
 	ctx := b.ctx(t)
 	gd := guard.New()
 	events := h.Subscribe(ctx)
-	running := make(chan lock.Grant, 1)
-	causes := make(chan error, 1)
-	do := startErr(func() error {
-		return lock.Do(ctx, h, func(fctx context.Context, g lock.Grant) error {
-			running <- g
-			<-fctx.Done()
-			causes <- context.Cause(fctx)
-			return errFn
-		})
-	})
-	gh := recv(t, b, running, "Do's fn to run")
+	do := startHeld(t, b, func(fn func(context.Context, lock.Grant) error) error { return lock.Do(ctx, h, fn) })
+	gh := do.grant
 	ok(t, gd.Check(gh.Token()), "guard admits the holder")
 	waiter := start(func() (lock.Grant, error) { return w.Lock(ctx) })
 	b.KillSession(t, h)
-
-	wantAcquired(t, b, events, lockHold(gh))
-	wantLost(t, b, events, lockHold(gh))
-	errIs(t, <-causes, primitives.ErrLost, "cause of fn's context")
-	_, err := await(t, b, do, "Do")
-	errIs(t, err, errFn, "Do")
-	errIs(t, err, primitives.ErrLost, "Do")
+	wantAcquiredLost(t, b, events, lockHold(gh))
+	do.wantLost(t, b)
 	wantEnded(t, b, h, primitives.ErrLost)
 	errIs(t, takeErr(h.Lock(ctx)), primitives.ErrLost, "Lock after loss")
 	errIs(t, takeErr(h.TryLock(ctx)), primitives.ErrLost, "TryLock after loss")
@@ -366,23 +352,12 @@ func lockDeleteKey(t *testing.T, b Backend) {
 	ctx := b.ctx(t)
 	gd := guard.New()
 	events := h.Subscribe(ctx)
-	var gh lock.Grant
-	var cause error
-	err := lock.Do(ctx, h, func(fctx context.Context, g lock.Grant) error {
-		gh = g
-		if err := gd.Check(g.Token()); err != nil {
-			return err
-		}
-		b.DeleteKey(t, g.Key)
-		<-fctx.Done()
-		cause = context.Cause(fctx)
-		return errFn
-	})
-	errIs(t, cause, primitives.ErrLost, "cause of fn's context after its key was deleted")
-	errIs(t, err, errFn, "Do")
-	errIs(t, err, primitives.ErrLost, "Do")
-	wantAcquired(t, b, events, lockHold(gh))
-	wantLost(t, b, events, lockHold(gh))
+	do := startHeld(t, b, func(fn func(context.Context, lock.Grant) error) error { return lock.Do(ctx, h, fn) })
+	gh := do.grant
+	ok(t, gd.Check(gh.Token()), "guard admits the holder")
+	b.DeleteKey(t, gh.Key)
+	do.wantLost(t, b)
+	wantAcquiredLost(t, b, events, lockHold(gh))
 	wantAlive(t, h, "after only its key was deleted")
 	errIs(t, h.Unlock(ctx), lock.ErrNotHeld, "Unlock of the lost hold")
 	errIs(t, h.Release(ctx, gh), lock.ErrNotHeld, "Release of the lost hold")
@@ -446,8 +421,7 @@ func lockPause(t *testing.T, b Backend) {
 	gw := awaitOK(t, b, waiter, "waiter's Lock while the holder is paused")
 	fenced(t, gd, gh.Token(), gw.Token())
 	resume()
-	wantAcquired(t, b, events, lockHold(gh))
-	wantLost(t, b, events, lockHold(gh))
+	wantAcquiredLost(t, b, events, lockHold(gh))
 	wantEnded(t, b, h, primitives.ErrLost)
 	errIs(t, h.Unlock(ctx), primitives.ErrLost, "Unlock after the paused session expired")
 	ok(t, w.Unlock(ctx), "Unlock")

@@ -391,26 +391,13 @@ func rwKillWriter(t *testing.T, b Backend) {
 	ctx := b.ctx(t)
 	gd := guard.New()
 	events := w.Subscribe(ctx)
-	running := make(chan rwlock.Grant, 1)
-	causes := make(chan error, 1)
-	do := startErr(func() error {
-		return rwlock.DoWrite(ctx, w, func(fctx context.Context, g rwlock.Grant) error {
-			running <- g
-			<-fctx.Done()
-			causes <- context.Cause(fctx)
-			return errFn
-		})
-	})
-	gw := recv(t, b, running, "DoWrite's fn to run")
+	do := startHeld(t, b, func(fn func(context.Context, rwlock.Grant) error) error { return rwlock.DoWrite(ctx, w, fn) })
+	gw := do.grant
 	ok(t, gd.Check(gw.Token()), "guard admits the writer")
 	reader := start(func() (rwlock.Grant, error) { return r.RLock(ctx) })
 	b.KillSession(t, w)
-	wantAcquired(t, b, events, rwHold(gw))
-	wantLost(t, b, events, rwHold(gw))
-	errIs(t, recv(t, b, causes, "fn's context to end"), primitives.ErrLost, "cause of fn's context")
-	_, err := await(t, b, do, "DoWrite")
-	errIs(t, err, errFn, "DoWrite")
-	errIs(t, err, primitives.ErrLost, "DoWrite")
+	wantAcquiredLost(t, b, events, rwHold(gw))
+	do.wantLost(t, b)
 	wantEnded(t, b, w, primitives.ErrLost)
 	errIs(t, takeErr(w.RLock(ctx)), primitives.ErrLost, "RLock after loss")
 	errIs(t, takeErr(w.Lock(ctx)), primitives.ErrLost, "Lock after loss")
@@ -432,8 +419,7 @@ func rwKillReader(t *testing.T, b Backend) {
 	ok(t, gd.Check(g2.Token()), "guard admits a reader of the same token")
 	writer := start(func() (rwlock.Grant, error) { return w.Lock(ctx) })
 	b.KillSession(t, r1)
-	wantAcquired(t, b, events, rwHold(g1))
-	wantLost(t, b, events, rwHold(g1))
+	wantAcquiredLost(t, b, events, rwHold(g1))
 	wantEnded(t, b, r1, primitives.ErrLost)
 	notYet(t, writer, "writer while a reader still holds")
 	ok(t, r2.RUnlock(ctx), "RUnlock")
@@ -469,23 +455,12 @@ func rwDeleteKey(t *testing.T, b Backend) {
 	gd := guard.New()
 	events := l.Subscribe(ctx)
 	for _, do := range []func(context.Context, rwlock.Service, func(context.Context, rwlock.Grant) error) error{rwlock.DoWrite, rwlock.DoRead} {
-		var lost rwlock.Grant
-		var cause error
-		err := do(ctx, l, func(fctx context.Context, g rwlock.Grant) error {
-			lost = g
-			if err := gd.Check(g.Token()); err != nil {
-				return err
-			}
-			b.DeleteKey(t, g.Key)
-			<-fctx.Done()
-			cause = context.Cause(fctx)
-			return errFn
-		})
-		errIs(t, cause, primitives.ErrLost, fmt.Sprintf("cause of fn's context after its %v grant's key was deleted", lost.Mode))
-		errIs(t, err, errFn, "Do")
-		errIs(t, err, primitives.ErrLost, "Do")
-		wantAcquired(t, b, events, rwHold(lost))
-		wantLost(t, b, events, rwHold(lost))
+		held := startHeld(t, b, func(fn func(context.Context, rwlock.Grant) error) error { return do(ctx, l, fn) })
+		lost := held.grant
+		ok(t, gd.Check(lost.Token()), "guard admits the grant")
+		b.DeleteKey(t, lost.Key)
+		held.wantLost(t, b)
+		wantAcquiredLost(t, b, events, rwHold(lost))
 		wantAlive(t, l, "after only its key was deleted")
 		errIs(t, l.Release(ctx, lost), rwlock.ErrNotHeld, "Release of the lost grant")
 		if lost.Mode == rwlock.Write {
@@ -512,8 +487,7 @@ func rwPause(t *testing.T, b Backend) {
 	gw := awaitOK(t, b, writer, "writer while the reader is paused")
 	fenced(t, gd, gr.Token(), gw.Token())
 	resume()
-	wantAcquired(t, b, events, rwHold(gr))
-	wantLost(t, b, events, rwHold(gr))
+	wantAcquiredLost(t, b, events, rwHold(gr))
 	wantEnded(t, b, r, primitives.ErrLost)
 	errIs(t, r.RUnlock(ctx), primitives.ErrLost, "RUnlock after the paused session expired")
 	ok(t, w.Unlock(ctx), "Unlock")
