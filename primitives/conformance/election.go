@@ -519,6 +519,14 @@ func electClose(t *testing.T, b Backend) {
 		t.Fatal("a closed candidate's Campaign won")
 	}
 	ok(t, next.Close(), "Close of the second leader")
+
+	// An Observe made before a fresh Service has looked at the election is
+	// answered, and its channel closed, when the Service closes.
+	fresh := b.NewElection(t, name(t))
+	early := start(func() (<-chan election.Leadership, error) { return fresh.Observe(ctx), nil })
+	ok(t, fresh.Close(), "Close of a fresh Service")
+	drainedClosed(t, b, awaitOK(t, b, early, "Observe of a Service closed right after it was made"), "Observe of a closed fresh Service")
+
 	watcher := b.NewElection(t, name(t))
 	errIs(t, takeErr(watcher.Leader(ctx)), election.ErrNoLeader, "Leader right after the leader closed and the candidate withdrew")
 }
