@@ -486,13 +486,15 @@ func electKillSession(t *testing.T, b Backend) {
 	ok(t, next.Resign(ctx), "Resign")
 }
 
-// electClose: Close of the leader resigns at once, so the next candidate
+// electClose: Close of the leader resigns at once (Released, then its
+// subscriptions close), so the next candidate
 // does not wait for a TTL, and Close of a waiting candidate withdraws it;
 // a closed Service is done with ErrClosed, its Observe channels close and
 // every call fails wrapping ErrClosed.
 func electClose(t *testing.T, b Backend) {
 	e, next, waiting := b.NewElection(t, name(t)), b.NewElection(t, name(t)), b.NewElection(t, name(t))
 	ctx := b.ctx(t)
+	events := e.Subscribe(ctx)
 	l := mustCampaign(t, b, e, "closing")
 	obs := e.Observe(ctx)
 	nextWon := startErr(func() error { return next.Campaign(ctx, "next") })
@@ -504,6 +506,9 @@ func electClose(t *testing.T, b Backend) {
 	}
 	ln, _ := next.Term()
 	increasing(t, "closed leader then next", l.Token(), ln.Token())
+	wantAcquired(t, b, events, term(l))
+	wantReleased(t, b, events, term(l))
+	drainedClosed(t, b, events, "subscription of the closed Service")
 	wantEnded(t, b, e, primitives.ErrClosed)
 	drainedClosed(t, b, obs, "Observe opened before Close")
 	drainedClosed(t, b, e.Observe(ctx), "Observe opened after Close")

@@ -249,12 +249,14 @@ func lockSlowSubscriber(t *testing.T, b Backend) {
 	}
 }
 
-// lockClose: Close releases the hold at once, so the next owner does not
-// wait for a TTL, and also withdraws a waiting Lock; afterwards the Service
-// is done with ErrClosed and every call fails wrapping it.
+// lockClose: Close releases the hold at once (its subscribers see Released,
+// then their channels close), so the next owner does not wait for a TTL, and
+// also withdraws a waiting Lock; afterwards the Service is done with
+// ErrClosed and every call fails wrapping it.
 func lockClose(t *testing.T, b Backend) {
 	a, w := b.NewLock(t, name(t)), b.NewLock(t, name(t))
 	ctx := b.ctx(t)
+	events := a.Subscribe(ctx)
 	ga := mustLock(t, b, a)
 	waiter := start(func() (lock.Grant, error) { return w.Lock(ctx) })
 	ok(t, a.Close(), "Close of the holder")
@@ -266,6 +268,9 @@ func lockClose(t *testing.T, b Backend) {
 	if gw.Token() <= ga.Token() {
 		t.Fatalf("token %d after %d", gw.Token(), ga.Token())
 	}
+	wantAcquired(t, b, events, lockHold(ga))
+	wantReleased(t, b, events, lockHold(ga))
+	drainedClosed(t, b, events, "subscription of the closed Service")
 	wantEnded(t, b, a, primitives.ErrClosed)
 	errIs(t, takeErr(a.Lock(ctx)), primitives.ErrClosed, "Lock after Close")
 	errIs(t, takeErr(a.TryLock(ctx)), primitives.ErrClosed, "TryLock after Close")

@@ -23,6 +23,7 @@ func TestRWLock(t *testing.T, b Backend) {
 		t.Fatalf("conformance: backend %q has no NewRWLock", b.Name)
 	}
 	law(t, "ReadersShareWriterWaits", func(t *testing.T) { rwShare(t, b) })
+	law(t, "SameOwnerWaits", func(t *testing.T) { rwSameOwner(t, b) })
 	law(t, "ExclusionAndTokens", func(t *testing.T) { rwExclusion(t, b) })
 	law(t, "ReadEpochTokens", func(t *testing.T) { rwEpochs(t, b) })
 	law(t, "TryAndNotHeld", func(t *testing.T) { rwTry(t, b) })
@@ -113,6 +114,34 @@ func rwShare(t *testing.T, b Backend) {
 	increasing(t, "readers, writer, reader", g1.Token(), gw.Token(), g3.Token())
 	ok(t, r3.RUnlock(ctx), "RUnlock")
 	rwFree(t, b, probe, "after everyone released")
+}
+
+// rwSameOwner: a Service holds one grant at a time: its second RLock or
+// Lock waits until the first grant is released, though other readers get
+// in, and then is a fresh grant.
+func rwSameOwner(t *testing.T, b Backend) {
+	a, other := b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t))
+	ctx := b.ctx(t)
+	g1 := mustRLock(t, b, a)
+	second := start(func() (rwlock.Grant, error) { return a.RLock(ctx) })
+	gr, err := other.TryRLock(ctx)
+	ok(t, err, "another owner's TryRLock beside a reader")
+	ok(t, other.Release(ctx, gr), "Release")
+	notYet(t, second, "second RLock of the reading Service")
+	ok(t, a.Release(ctx, g1), "Release")
+	g2 := awaitOK(t, b, second, "second RLock")
+	if g2.Mode != rwlock.Read || g2.Created == g1.Created {
+		t.Fatalf("second RLock is not a fresh read grant: %+v then %+v", g1, g2)
+	}
+	write := start(func() (rwlock.Grant, error) { return a.Lock(ctx) })
+	notYet(t, write, "Lock of the reading Service")
+	ok(t, a.RUnlock(ctx), "RUnlock")
+	gw := awaitOK(t, b, write, "Lock after the Service's own read grant")
+	if gw.Mode != rwlock.Write {
+		t.Fatalf("Lock gave a %v grant", gw.Mode)
+	}
+	increasing(t, "read then write", g2.Token(), gw.Token())
+	ok(t, a.Unlock(ctx), "Unlock")
 }
 
 // rwBook checks, as grants come and go inside their critical sections, that
@@ -365,11 +394,13 @@ func rwEvents(t *testing.T, b Backend) {
 	}
 }
 
-// rwClose: Close of a reader releases at once, so a waiting writer does not
-// wait for a TTL; the closed Service is done with ErrClosed.
+// rwClose: Close of a reader releases at once (Released, then its
+// subscriptions close), so a waiting writer does not wait for a TTL; the
+// closed Service is done with ErrClosed.
 func rwClose(t *testing.T, b Backend) {
 	r, w := b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t))
 	ctx := b.ctx(t)
+	events := r.Subscribe(ctx)
 	gr := mustRLock(t, b, r)
 	writer := start(func() (rwlock.Grant, error) { return w.Lock(ctx) })
 	ok(t, r.Close(), "Close of the reader")
@@ -379,6 +410,9 @@ func rwClose(t *testing.T, b Backend) {
 		t.Fatalf("writer acquired %v after the reader's Close, want within %v (not after a TTL of %v)", d, b.prompt(), b.TTL)
 	}
 	increasing(t, "reader then writer", gr.Token(), gw.Token())
+	wantAcquired(t, b, events, rwHold(gr))
+	wantReleased(t, b, events, rwHold(gr))
+	drainedClosed(t, b, events, "subscription of the closed Service")
 	wantEnded(t, b, r, primitives.ErrClosed)
 	errIs(t, takeErr(r.RLock(ctx)), primitives.ErrClosed, "RLock after Close")
 	errIs(t, takeErr(r.TryLock(ctx)), primitives.ErrClosed, "TryLock after Close")
