@@ -21,6 +21,7 @@ func TestElection(t *testing.T, b Backend) {
 	law(t, "OneLeaderAndFailover", func(t *testing.T) { electOneLeader(t, b) })
 	law(t, "ProclaimKeepsTerm", func(t *testing.T) { electProclaim(t, b) })
 	law(t, "ObserveEveryTerm", func(t *testing.T) { electObserve(t, b) })
+	law(t, "ObserveStartsWithCurrentState", func(t *testing.T) { electObserveFirst(t, b) })
 	law(t, "SecondCampaignWaits", func(t *testing.T) { electSecondCampaign(t, b) })
 	law(t, "CancelledCampaignLeavesNothing", func(t *testing.T) { electCancelled(t, b) })
 	law(t, "Events", func(t *testing.T) { electEvents(t, b) })
@@ -183,7 +184,7 @@ func electProclaim(t *testing.T, b Backend) {
 	errIs(t, other.Proclaim(ctx, "x"), election.ErrNotLeader, "Proclaim by a non-leader while another leads")
 	errIs(t, other.Resign(ctx), election.ErrNotLeader, "Resign by a non-leader while another leads")
 	obs := observe(t, b, other)
-	obs.first(t, b, l)
+	obs.until(t, b, l)
 	ok(t, e.Proclaim(ctx, "v2"), "Proclaim")
 	want := l
 	want.Value = "v2"
@@ -222,6 +223,25 @@ func electObserve(t *testing.T, b Backend) {
 		obs.until(t, b, noLeader)
 	}
 	increasing(t, "successive leaders", tokens...)
+}
+
+// electObserveFirst: Observe's first value is the state when it was called,
+// for the leader's own Service and for any other: a change that completed
+// before Observe was called is never missing from it.
+func electObserveFirst(t *testing.T, b Backend) {
+	e, before := b.NewElection(t, name(t)), b.NewElection(t, name(t))
+	ctx := b.ctx(t)
+	observe(t, b, before).first(t, b, noLeader)
+	for i := range 3 {
+		l := mustCampaign(t, b, e, fmt.Sprint("term ", i))
+		for _, s := range []election.Service{e, before, b.NewElection(t, name(t))} {
+			observe(t, b, s).first(t, b, l)
+		}
+		ok(t, e.Resign(ctx), "Resign")
+		for _, s := range []election.Service{e, before, b.NewElection(t, name(t))} {
+			observe(t, b, s).first(t, b, noLeader)
+		}
+	}
 }
 
 // electSecondCampaign: a second Campaign of the Service that leads waits
@@ -439,7 +459,7 @@ func electResignKeyGone(t *testing.T, b Backend) {
 	l := mustCampaign(t, b, e, "gone")
 	own, other := observe(t, b, e), observe(t, b, watcher)
 	own.first(t, b, l)
-	other.first(t, b, l)
+	other.until(t, b, l)
 	b.DeleteKey(t, l.Key)
 	if err := e.Resign(ctx); err != nil && !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Resign after the term's key was deleted: %v, want nil or ErrNotLeader", err)
