@@ -232,15 +232,22 @@ func electObserveFirst(t *testing.T, b Backend) {
 	e, before := b.NewElection(t, name(t)), b.NewElection(t, name(t))
 	ctx := b.ctx(t)
 	observe(t, b, before).first(t, b, noLeader)
+	kinds := []string{"the leader's own Service", "a Service made before the change", "a Service observing before the change", "a Service made after the change"}
+	firsts := func(want election.Leadership, idle election.Service) {
+		t.Helper()
+		for j, s := range []election.Service{e, idle, before, b.NewElection(t, name(t))} {
+			if got := observe(t, b, s).next(t, b); !sameTerm(got, want) {
+				t.Fatalf("first observation of %s: %+v, want %+v", kinds[j], got, want)
+			}
+		}
+	}
 	for i := range 3 {
+		idle := b.NewElection(t, name(t))
 		l := mustCampaign(t, b, e, fmt.Sprint("term ", i))
-		for _, s := range []election.Service{e, before, b.NewElection(t, name(t))} {
-			observe(t, b, s).first(t, b, l)
-		}
+		firsts(l, idle)
+		idle = b.NewElection(t, name(t))
 		ok(t, e.Resign(ctx), "Resign")
-		for _, s := range []election.Service{e, before, b.NewElection(t, name(t))} {
-			observe(t, b, s).first(t, b, noLeader)
-		}
+		firsts(noLeader, idle)
 	}
 }
 
