@@ -67,7 +67,9 @@ type Backend struct {
 }
 
 // Run runs every section the backend offers: TestLock, TestRWLock (when
-// b.NewRWLock is set) and TestElection, in parallel with each other.
+// b.NewRWLock is set) and TestElection, in parallel with each other. As with
+// any parallel subtest, they run once the calling test function has
+// returned, and before its Cleanup functions.
 func Run(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)
@@ -343,13 +345,13 @@ type running[G any] struct {
 // returns errFn, and waits until fn runs.
 func startHeld[G any](t *testing.T, b Backend, do func(fn func(context.Context, G) error) error) running[G] {
 	t.Helper()
-	grants := make(chan G, 1)
-	r := running[G]{causes: make(chan error, 1)}
+	grants, causes := make(chan G, 1), make(chan error, 1)
+	r := running[G]{causes: causes}
 	r.result = startErr(func() error {
 		return do(func(ctx context.Context, g G) error {
 			grants <- g
 			<-ctx.Done()
-			r.causes <- context.Cause(ctx)
+			causes <- context.Cause(ctx)
 			return errFn
 		})
 	})

@@ -14,7 +14,39 @@ import (
 )
 
 // TestElection checks every promise of election.Service and election.Lead
-// against b, and of election.TermResigner where the Service offers it.
+// against b, and of election.TermResigner where the Service offers it, one
+// parallel subtest per law:
+//
+//   - OneLeaderAndFailover: one leader, agreed by all; after its Close the
+//     next leads at once, after a killed session the one after; tokens rise
+//     and a guard fences each former leader.
+//   - ProclaimKeepsTerm: ErrNotLeader unless leading; Proclaim changes the
+//     value, not the term; after Resign nobody leads (ErrNoLeader).
+//   - ObserveEveryTerm: no leader as a zero Leadership, then each term and
+//     each gap, tokens rising.
+//   - ObserveStartsWithCurrentState: the first value is the state when Observe
+//     was called, for any Service.
+//   - SecondCampaignWaits: a second Campaign of the leader waits for its term
+//     to end.
+//   - CancelledCampaignLeavesNothing: a Campaign past its deadline returns
+//     ctx.Err() and leaves no candidacy.
+//   - Events: Acquired, Released and LeaderChanged (own, others', none).
+//   - SlowSubscriberMissesNothing: every Acquired and Released, and the latest
+//     LeaderChanged.
+//   - Lead: fn gets this candidate's own term; resigns after; a failed
+//     Campaign skips fn.
+//   - DeleteKey: Lost, Lead's context cancelled with ErrLost, the Service stays
+//     usable; the next term fences the lost one.
+//   - ResignAfterKeyDeleted: every observer, the candidate's own too, goes on
+//     to no leader and the next leader.
+//   - KillSession: Lost, Lead's context cancelled, ErrLost everywhere, Observe
+//     closed; the successor fences the zombie.
+//   - CloseReleasesPromptly: the next candidate does not wait for a TTL;
+//     ErrClosed everywhere; Observe channels close, also one asked of a fresh
+//     Service.
+//   - PausedLeaderIsFenced: the next candidate leads after the TTL; the paused
+//     leader sees Lost when it resumes.
+//   - ResignTerm: ends only the term it names by Created.
 func TestElection(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)

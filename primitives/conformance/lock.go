@@ -14,7 +14,34 @@ import (
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
-// TestLock checks every promise of lock.Service and lock.Do against b.
+// TestLock checks every promise of lock.Service and lock.Do against b, one
+// parallel subtest per law:
+//
+//   - ExclusionOrderAndTokens: one holder at a time; holds in Created order;
+//     tokens strictly increase.
+//   - SameOwnerWaits: a second Lock of the holding Service waits for Unlock.
+//   - TryLock: ErrLockTaken at once while anyone holds, the holder included.
+//   - UnlockAndReleaseNotHeld: ErrNotHeld for holds that are not this
+//     Service's; a retried Release never frees a later hold.
+//   - ReleaseMatchesCreated: Release names a grant by Created; zero never
+//     matches.
+//   - CancelledLockLeavesNothing: a Lock past its deadline returns ctx.Err()
+//     and blocks nobody.
+//   - Events: Acquired and Released in order, only after Subscribe; the
+//     channel closes with its context.
+//   - SlowSubscriberMissesNothing: a subscriber that does not read stalls
+//     nothing and loses nothing.
+//   - CloseReleasesPromptly: the next owner does not wait for a TTL; then
+//     ErrClosed everywhere.
+//   - KillSession: Lost, Do's context cancelled with ErrLost, Done, ErrLost
+//     everywhere; the successor's higher token fences the zombie.
+//   - KillSessionOfWaiter: a waiting Lock fails with ErrLost and leaves
+//     nothing.
+//   - DeleteKey: Lost, Do's context cancelled, the Service stays usable; the
+//     next token is higher.
+//   - Do: fn's error alone, released after fn; a failed Lock skips fn.
+//   - PausedHolderIsFenced: a successor takes over after the TTL with a higher
+//     token; the paused holder sees Lost when it resumes.
 func TestLock(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)

@@ -15,7 +15,35 @@ import (
 )
 
 // TestRWLock checks every promise of rwlock.Service, rwlock.DoRead and
-// rwlock.DoWrite against b.
+// rwlock.DoWrite against b, one parallel subtest per law:
+//
+//   - ReadersShareWriterWaits: readers share a token; a writer waits for the
+//     readers before it, and a later reader for the writer.
+//   - SameOwnerWaits: a Service holds one grant at a time.
+//   - ExclusionAndTokens: concurrent DoRead/DoWrite keep exclusion and every
+//     token law.
+//   - ReadEpochTokens: readers holding together, late ones too, share a token
+//     above the writer before them and below the writer after them; one
+//     guard fences both.
+//   - TryAndNotHeld: ErrRWLockTaken at once; ErrNotHeld for grants not held,
+//     of either mode.
+//   - ReleaseMatchesCreated: a retried Release of an earlier read grant of the
+//     same epoch (same token) frees nothing; zero Created never matches.
+//   - CancelledLeavesNothing: RLock/Lock past their context return ctx.Err();
+//     a withdrawn writer stops refusing readers at once.
+//   - Events: Acquired and Released for read and write grants, in order, also
+//     for a subscriber that does not read.
+//   - CloseReleasesPromptly: the waiting writer does not wait for a TTL; then
+//     ErrClosed everywhere.
+//   - KillSessionOfWriter: Lost, DoWrite's context cancelled with ErrLost,
+//     ErrLost everywhere; the next reader fences the zombie.
+//   - KillSessionOfReaderThenWriter: the writer after the readers fences the
+//     dead reader.
+//   - KillSessionOfWaitingWriter: the waiting Lock fails with ErrLost and
+//     stops refusing readers.
+//   - DeleteKey: a read or write grant is lost, the Service stays usable.
+//   - PausedReaderIsFenced: a writer takes over after the TTL; the paused
+//     reader sees Lost when it resumes.
 func TestRWLock(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)
