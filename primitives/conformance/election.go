@@ -38,7 +38,7 @@ import (
 //   - DeleteKey: Lost, Lead's context cancelled with ErrLost, the Service stays
 //     usable; the next term fences the lost one.
 //   - ResignAfterKeyDeleted: every observer, the candidate's own too, goes on
-//     to no leader and the next leader.
+//     to no leader and the next leader; a new Observe does not stall.
 //   - KillSession: Lost, Lead's context cancelled, ErrLost everywhere, Observe
 //     closed; the successor fences the zombie.
 //   - CloseReleasesPromptly: the next candidate does not wait for a TTL;
@@ -491,7 +491,8 @@ func electDeleteKey(t *testing.T, b Backend) {
 
 // electResignKeyGone: a Resign that finds its term's key already gone either
 // succeeds or says ErrNotLeader, and every observer, the candidate's own
-// included, goes on to see no leader and then the next leader.
+// included, goes on to see no leader and then the next leader; an Observe
+// asked of the candidate afterwards starts with no leader at once.
 func electResignKeyGone(t *testing.T, b Backend) {
 	e, watcher, next := b.NewElection(t, name(t)), b.NewElection(t, name(t)), b.NewElection(t, name(t))
 	ctx := b.ctx(t)
@@ -505,6 +506,7 @@ func electResignKeyGone(t *testing.T, b Backend) {
 	}
 	own.until(t, b, noLeader)
 	other.until(t, b, noLeader)
+	observe(t, b, e).first(t, b, noLeader)
 	ln := mustCampaign(t, b, next, "next")
 	own.until(t, b, ln)
 	other.until(t, b, ln)
