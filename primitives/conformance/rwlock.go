@@ -20,6 +20,8 @@ import (
 //   - ReadersShareWriterWaits: readers share a token; a writer waits for the
 //     readers before it, and a later reader for the writer.
 //   - SameOwnerWaits: a Service holds one grant at a time.
+//   - WritersInOrder: a writer that queued before another asked acquires
+//     first.
 //   - ExclusionAndTokens: concurrent DoRead/DoWrite keep exclusion and every
 //     token law.
 //   - ReadEpochTokens: readers holding together, late ones too, share a token
@@ -52,6 +54,7 @@ func TestRWLock(t *testing.T, b Backend) {
 	}
 	law(t, "ReadersShareWriterWaits", func(t *testing.T) { rwShare(t, b) })
 	law(t, "SameOwnerWaits", func(t *testing.T) { rwSameOwner(t, b) })
+	law(t, "WritersInOrder", func(t *testing.T) { rwWritersInOrder(t, b) })
 	law(t, "ExclusionAndTokens", func(t *testing.T) { rwExclusion(t, b) })
 	law(t, "ReadEpochTokens", func(t *testing.T) { rwEpochs(t, b) })
 	law(t, "TryAndNotHeld", func(t *testing.T) { rwTry(t, b) })
@@ -170,6 +173,24 @@ func rwSameOwner(t *testing.T, b Backend) {
 	}
 	increasing(t, "read then write", g2.Token(), gw.Token())
 	ok(t, a.Unlock(ctx), "Unlock")
+}
+
+// rwWritersInOrder: a writer that was queued before another writer asked
+// acquires first, and the tokens follow that order.
+func rwWritersInOrder(t *testing.T, b Backend) {
+	r, w1, w2, probe := b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t))
+	ctx := b.ctx(t)
+	gr := mustRLock(t, b, r)
+	first := start(func() (rwlock.Grant, error) { return w1.Lock(ctx) })
+	writerQueued(t, b, probe)
+	second := start(func() (rwlock.Grant, error) { return w2.Lock(ctx) })
+	ok(t, r.RUnlock(ctx), "RUnlock")
+	g1 := awaitOK(t, b, first, "the writer that queued first")
+	notYet(t, second, "the writer that asked second, while the first holds")
+	ok(t, w1.Unlock(ctx), "Unlock")
+	g2 := awaitOK(t, b, second, "the writer that asked second")
+	increasing(t, "reader, first writer, second writer", gr.Token(), g1.Token(), g2.Token())
+	ok(t, w2.Unlock(ctx), "Unlock")
 }
 
 // rwBook checks, as grants come and go inside their critical sections, that
