@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -246,21 +247,31 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// drainedClosed waits for an event channel to be closed, discarding what is
-// still queued on it.
-func drainedClosed[E any](t *testing.T, b Backend, ch <-chan E, what string) {
+// readUntil reads ch until match accepts a value, which it returns, or ch
+// is closed (then closed is true); it fails t after the patience.
+func readUntil[E any](t *testing.T, b Backend, ch <-chan E, what string, match func(E) bool) (e E, closed bool) {
 	t.Helper()
 	deadline := time.After(b.patience())
 	for {
 		select {
-		case _, ok := <-ch:
+		case e, ok := <-ch:
 			if !ok {
-				return
+				return e, true
+			}
+			if match(e) {
+				return e, false
 			}
 		case <-deadline:
-			t.Fatalf("%s not closed within %v", what, b.patience())
+			t.Fatalf("%s: not within %v", what, b.patience())
 		}
 	}
+}
+
+// drainedClosed waits for a channel to be closed, discarding what is still
+// queued on it.
+func drainedClosed[E any](t *testing.T, b Backend, ch <-chan E, what string) {
+	t.Helper()
+	readUntil(t, b, ch, what+" to close", func(E) bool { return false })
 }
 
 // nextHold returns the next Acquired, Released or Lost on ch, skipping the
@@ -268,21 +279,17 @@ func drainedClosed[E any](t *testing.T, b Backend, ch <-chan E, what string) {
 // Resumed, and kinds added later).
 func nextHold(t *testing.T, b Backend, ch <-chan primitives.Event, what string) primitives.Event {
 	t.Helper()
-	deadline := time.After(b.patience())
-	for {
-		select {
-		case e, ok := <-ch:
-			if !ok {
-				t.Fatalf("%s: event channel closed", what)
-			}
-			switch e.(type) {
-			case primitives.Acquired, primitives.Released, primitives.Lost:
-				return e
-			}
-		case <-deadline:
-			t.Fatalf("%s: no event within %v", what, b.patience())
+	e, closed := readUntil(t, b, ch, what, func(e primitives.Event) bool {
+		switch e.(type) {
+		case primitives.Acquired, primitives.Released, primitives.Lost:
+			return true
 		}
+		return false
+	})
+	if closed {
+		t.Fatalf("%s: event channel closed", what)
 	}
+	return e
 }
 
 // hold names one hold for the event checks.
@@ -334,19 +341,23 @@ func wantAcquiredLost(t *testing.T, b Backend, ch <-chan primitives.Event, h hol
 }
 
 // running is a lock.Do, rwlock.DoRead, rwlock.DoWrite or election.Lead
-// under way in the background, its fn holding grant until its context ends.
-type running[G any] struct {
+// under way in the background, its fn holding grant until its context ends;
+// events is a subscription opened before it started, and gd a guard that
+// has admitted the grant's token.
+type running[G interface{ Token() fencing.Token }] struct {
 	grant  G
+	events <-chan primitives.Event
+	gd     *guard.Guard
 	causes chan error
 	result <-chan outcome[struct{}]
 }
 
-// startHeld starts do with an fn that waits for its context to end and
-// returns errFn, and waits until fn runs.
-func startHeld[G any](t *testing.T, b Backend, do func(fn func(context.Context, G) error) error) running[G] {
+// startHeld subscribes to s, starts do with an fn that waits for its
+// context to end and returns errFn, and waits until fn runs.
+func startHeld[G interface{ Token() fencing.Token }](t *testing.T, b Backend, s ender, do func(fn func(context.Context, G) error) error) running[G] {
 	t.Helper()
 	grants, causes := make(chan G, 1), make(chan error, 1)
-	r := running[G]{causes: causes}
+	r := running[G]{events: s.Subscribe(b.ctx(t)), gd: guard.New(), causes: causes}
 	r.result = startErr(func() error {
 		return do(func(ctx context.Context, g G) error {
 			grants <- g
@@ -357,6 +368,7 @@ func startHeld[G any](t *testing.T, b Backend, do func(fn func(context.Context, 
 	})
 	select {
 	case r.grant = <-grants:
+		ok(t, r.gd.Check(r.grant.Token()), "guard admits the holder")
 		return r
 	case o := <-r.result:
 		t.Fatalf("fn was not run: %v", o.err)
@@ -426,6 +438,29 @@ func wantEnded(t *testing.T, b Backend, s ender, want error) {
 	closed(t, b, s.Done(), "Done")
 	errIs(t, s.Err(), want, "Err")
 	drainedClosed(t, b, s.Subscribe(b.ctx(t)), "Subscribe of an ended service")
+}
+
+// closeHolder closes holder, whose subscription events saw it acquire h,
+// and waits for the successor that was waiting: it must get its turn within
+// b.prompt() of Close returning, not after a TTL. The holder's subscribers
+// see Released for h, then their channels close, and it is done with
+// ErrClosed.
+func closeHolder[T any](t *testing.T, b Backend, holder interface {
+	ender
+	Close() error
+}, events <-chan primitives.Event, h hold, successor <-chan outcome[T]) T {
+	t.Helper()
+	ok(t, holder.Close(), "Close of the holder")
+	closedAt := time.Now()
+	v := awaitOK(t, b, successor, "successor after the holder's Close")
+	if d := time.Since(closedAt); d > b.prompt() {
+		t.Fatalf("successor's turn came %v after the holder's Close, want within %v (not after a TTL of %v)", d, b.prompt(), b.TTL)
+	}
+	wantAcquired(t, b, events, h)
+	wantReleased(t, b, events, h)
+	drainedClosed(t, b, events, "subscription of the closed Service")
+	wantEnded(t, b, holder, primitives.ErrClosed)
+	return v
 }
 
 // wantAlive fails t if s has ended.

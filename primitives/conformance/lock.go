@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
@@ -286,19 +285,8 @@ func lockClose(t *testing.T, b Backend) {
 	events := a.Subscribe(ctx)
 	ga := mustLock(t, b, a)
 	waiter := start(func() (lock.Grant, error) { return w.Lock(ctx) })
-	ok(t, a.Close(), "Close of the holder")
-	closedAt := time.Now()
-	gw := awaitOK(t, b, waiter, "waiter's Lock after the holder's Close")
-	if d := time.Since(closedAt); d > b.prompt() {
-		t.Fatalf("waiter acquired %v after the holder's Close, want within %v (not after a TTL of %v)", d, b.prompt(), b.TTL)
-	}
-	if gw.Token() <= ga.Token() {
-		t.Fatalf("token %d after %d", gw.Token(), ga.Token())
-	}
-	wantAcquired(t, b, events, lockHold(ga))
-	wantReleased(t, b, events, lockHold(ga))
-	drainedClosed(t, b, events, "subscription of the closed Service")
-	wantEnded(t, b, a, primitives.ErrClosed)
+	gw := closeHolder(t, b, a, events, lockHold(ga), waiter)
+	increasing(t, "closed holder then waiter", ga.Token(), gw.Token())
 	errIs(t, takeErr(a.Lock(ctx)), primitives.ErrClosed, "Lock after Close")
 	errIs(t, takeErr(a.TryLock(ctx)), primitives.ErrClosed, "TryLock after Close")
 	errIs(t, a.Unlock(ctx), primitives.ErrClosed, "Unlock after Close")
@@ -330,14 +318,11 @@ func lockClose(t *testing.T, b Backend) {
 func lockKillSession(t *testing.T, b Backend) {
 	h, w := b.NewLock(t, name(t)), b.NewLock(t, name(t))
 	ctx := b.ctx(t)
-	gd := guard.New()
-	events := h.Subscribe(ctx)
-	do := startHeld(t, b, func(fn func(context.Context, lock.Grant) error) error { return lock.Do(ctx, h, fn) })
+	do := startHeld(t, b, h, func(fn func(context.Context, lock.Grant) error) error { return lock.Do(ctx, h, fn) })
 	gh := do.grant
-	ok(t, gd.Check(gh.Token()), "guard admits the holder")
 	waiter := start(func() (lock.Grant, error) { return w.Lock(ctx) })
 	b.KillSession(t, h)
-	wantAcquiredLost(t, b, events, lockHold(gh))
+	wantAcquiredLost(t, b, do.events, lockHold(gh))
 	do.wantLost(t, b)
 	wantEnded(t, b, h, primitives.ErrLost)
 	errIs(t, takeErr(h.Lock(ctx)), primitives.ErrLost, "Lock after loss")
@@ -346,7 +331,7 @@ func lockKillSession(t *testing.T, b Backend) {
 	errIs(t, h.Release(ctx, gh), primitives.ErrLost, "Release after loss")
 
 	gw := awaitOK(t, b, waiter, "waiter's Lock after the holder's session died")
-	fenced(t, gd, gh.Token(), gw.Token())
+	fenced(t, do.gd, gh.Token(), gw.Token())
 }
 
 // fenced checks a guard that admitted a zombie's token: it admits the
@@ -382,26 +367,23 @@ func lockKillWaiter(t *testing.T, b Backend) {
 func lockDeleteKey(t *testing.T, b Backend) {
 	h, o := b.NewLock(t, name(t)), b.NewLock(t, name(t))
 	ctx := b.ctx(t)
-	gd := guard.New()
-	events := h.Subscribe(ctx)
-	do := startHeld(t, b, func(fn func(context.Context, lock.Grant) error) error { return lock.Do(ctx, h, fn) })
+	do := startHeld(t, b, h, func(fn func(context.Context, lock.Grant) error) error { return lock.Do(ctx, h, fn) })
 	gh := do.grant
-	ok(t, gd.Check(gh.Token()), "guard admits the holder")
 	b.DeleteKey(t, gh.Key)
 	do.wantLost(t, b)
-	wantAcquiredLost(t, b, events, lockHold(gh))
+	wantAcquiredLost(t, b, do.events, lockHold(gh))
 	wantAlive(t, h, "after only its key was deleted")
 	errIs(t, h.Unlock(ctx), lock.ErrNotHeld, "Unlock of the lost hold")
 	errIs(t, h.Release(ctx, gh), lock.ErrNotHeld, "Release of the lost hold")
 
 	gs := mustLock(t, b, o)
-	fenced(t, gd, gh.Token(), gs.Token())
+	fenced(t, do.gd, gh.Token(), gs.Token())
 	ok(t, o.Unlock(ctx), "Unlock")
 	g2 := mustLock(t, b, h)
 	if g2.Token() <= gs.Token() {
 		t.Fatalf("token %d after %d", g2.Token(), gs.Token())
 	}
-	wantAcquired(t, b, events, lockHold(g2))
+	wantAcquired(t, b, do.events, lockHold(g2))
 	ok(t, h.Unlock(ctx), "Unlock")
 }
 

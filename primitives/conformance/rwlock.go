@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
@@ -452,17 +451,8 @@ func rwClose(t *testing.T, b Backend) {
 	events := r.Subscribe(ctx)
 	gr := mustRLock(t, b, r)
 	writer := start(func() (rwlock.Grant, error) { return w.Lock(ctx) })
-	ok(t, r.Close(), "Close of the reader")
-	closedAt := time.Now()
-	gw := awaitOK(t, b, writer, "writer after the reader's Close")
-	if d := time.Since(closedAt); d > b.prompt() {
-		t.Fatalf("writer acquired %v after the reader's Close, want within %v (not after a TTL of %v)", d, b.prompt(), b.TTL)
-	}
-	increasing(t, "reader then writer", gr.Token(), gw.Token())
-	wantAcquired(t, b, events, rwHold(gr))
-	wantReleased(t, b, events, rwHold(gr))
-	drainedClosed(t, b, events, "subscription of the closed Service")
-	wantEnded(t, b, r, primitives.ErrClosed)
+	gw := closeHolder(t, b, r, events, rwHold(gr), writer)
+	increasing(t, "closed reader then writer", gr.Token(), gw.Token())
 	errIs(t, takeErr(r.RLock(ctx)), primitives.ErrClosed, "RLock after Close")
 	errIs(t, takeErr(r.TryLock(ctx)), primitives.ErrClosed, "TryLock after Close")
 	errIs(t, r.RUnlock(ctx), primitives.ErrClosed, "RUnlock after Close")
@@ -478,21 +468,18 @@ func rwClose(t *testing.T, b Backend) {
 func rwKillWriter(t *testing.T, b Backend) {
 	w, r := b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t))
 	ctx := b.ctx(t)
-	gd := guard.New()
-	events := w.Subscribe(ctx)
-	do := startHeld(t, b, func(fn func(context.Context, rwlock.Grant) error) error { return rwlock.DoWrite(ctx, w, fn) })
+	do := startHeld(t, b, w, func(fn func(context.Context, rwlock.Grant) error) error { return rwlock.DoWrite(ctx, w, fn) })
 	gw := do.grant
-	ok(t, gd.Check(gw.Token()), "guard admits the writer")
 	reader := start(func() (rwlock.Grant, error) { return r.RLock(ctx) })
 	b.KillSession(t, w)
-	wantAcquiredLost(t, b, events, rwHold(gw))
+	wantAcquiredLost(t, b, do.events, rwHold(gw))
 	do.wantLost(t, b)
 	wantEnded(t, b, w, primitives.ErrLost)
 	errIs(t, takeErr(w.RLock(ctx)), primitives.ErrLost, "RLock after loss")
 	errIs(t, takeErr(w.Lock(ctx)), primitives.ErrLost, "Lock after loss")
 	errIs(t, w.Unlock(ctx), primitives.ErrLost, "Unlock after loss")
 	gr := awaitOK(t, b, reader, "reader after the writer's session died")
-	fenced(t, gd, gw.Token(), gr.Token())
+	fenced(t, do.gd, gw.Token(), gr.Token())
 	ok(t, r.RUnlock(ctx), "RUnlock")
 }
 
@@ -541,20 +528,17 @@ func rwKillWaiter(t *testing.T, b Backend) {
 func rwDeleteKey(t *testing.T, b Backend) {
 	l, o := b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t))
 	ctx := b.ctx(t)
-	gd := guard.New()
-	events := l.Subscribe(ctx)
 	for _, do := range []func(context.Context, rwlock.Service, func(context.Context, rwlock.Grant) error) error{rwlock.DoWrite, rwlock.DoRead} {
-		held := startHeld(t, b, func(fn func(context.Context, rwlock.Grant) error) error { return do(ctx, l, fn) })
+		held := startHeld(t, b, l, func(fn func(context.Context, rwlock.Grant) error) error { return do(ctx, l, fn) })
 		lost := held.grant
-		ok(t, gd.Check(lost.Token()), "guard admits the grant")
 		b.DeleteKey(t, lost.Key)
 		held.wantLost(t, b)
-		wantAcquiredLost(t, b, events, rwHold(lost))
+		wantAcquiredLost(t, b, held.events, rwHold(lost))
 		wantAlive(t, l, "after only its key was deleted")
 		errIs(t, l.Release(ctx, lost), rwlock.ErrNotHeld, "Release of the lost grant")
 		if lost.Mode == rwlock.Write {
 			gw := mustWLock(t, b, o)
-			fenced(t, gd, lost.Token(), gw.Token())
+			fenced(t, held.gd, lost.Token(), gw.Token())
 			ok(t, o.Unlock(ctx), "Unlock")
 		}
 	}
