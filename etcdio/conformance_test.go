@@ -1,0 +1,97 @@
+package etcdio_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/etcdio/internal/testhook"
+	"github.com/ahrtr/disco/primitives/conformance"
+	"github.com/ahrtr/disco/primitives/election"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
+)
+
+// conformanceTTL is the shortest whole-second lease that keeps the suite's
+// pause laws (which wait for an expiry) quick without expiring healthy
+// sessions on a loaded machine.
+const conformanceTTL = 2 * time.Second
+
+// TestConformance runs the backend-independent suite against etcdio.
+func TestConformance(t *testing.T) {
+	noLeaks(t)
+	conformance.Run(t, etcdBackend(t))
+}
+
+// etcdBackend makes each owner its own client and its own session, so that
+// the hooks can revoke or pause exactly that owner's lease.
+func etcdBackend(t *testing.T) conformance.Backend {
+	admin := newClient(t)
+	var sessions sync.Map // service -> *etcdio.Session
+	session := func(t *testing.T, svc any) *etcdio.Session {
+		t.Helper()
+		s, ok := sessions.Load(svc)
+		if !ok {
+			t.Fatalf("conformance hook given a service the factory did not make: %T", svc)
+		}
+		return s.(*etcdio.Session)
+	}
+	// owner returns a new client and session for one owner, closed (the
+	// session before the client) when t ends.
+	owner := func(t *testing.T) (*clientv3.Client, *etcdio.Session) {
+		t.Helper()
+		cli := newClient(t)
+		s, err := etcdio.NewSession(cli, etcdio.WithTTL(conformanceTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return cli, s
+	}
+	prefix := func(name string) string { return "/conformance/" + name }
+	return conformance.Backend{
+		Name: "etcd",
+		TTL:  conformanceTTL,
+		NewLock: func(t *testing.T, name string) lock.Service {
+			cli, s := owner(t)
+			l := closedAtEnd[lock.Service](t)(etcdio.NewLock(cli, prefix(name), etcdio.WithSession(s)))
+			sessions.Store(l, s)
+			return l
+		},
+		NewRWLock: func(t *testing.T, name string) rwlock.Service {
+			cli, s := owner(t)
+			l := closedAtEnd[rwlock.Service](t)(etcdio.NewRWLock(cli, prefix(name), etcdio.WithSession(s)))
+			sessions.Store(l, s)
+			return l
+		},
+		NewElection: func(t *testing.T, name string) election.Service {
+			cli, s := owner(t)
+			e := closedAtEnd[election.Service](t)(etcdio.NewElection(cli, prefix(name), etcdio.WithSession(s)))
+			sessions.Store(e, s)
+			return e
+		},
+		KillSession: func(t *testing.T, svc any) {
+			t.Helper()
+			if _, err := admin.Revoke(context.Background(), session(t, svc).LeaseID()); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Pause: func(t *testing.T, svc any) func() {
+			t.Helper()
+			resume := make(chan struct{})
+			testhook.PauseSession(session(t, svc), resume)
+			var once sync.Once
+			return func() { once.Do(func() { close(resume) }) }
+		},
+		DeleteKey: func(t *testing.T, key string) {
+			t.Helper()
+			if _, err := admin.Delete(context.Background(), key); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
