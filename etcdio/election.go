@@ -91,11 +91,17 @@ func (svc *service) electionChanged(m *mirror) {
 		svc.events.Publish(primitives.LeaderChanged{Key: now.Key, Value: now.Value, Token: now.FencingToken})
 		svc.observers.Publish(now)
 	}
-	if m.rev >= svc.seen {
-		for _, r := range svc.pending {
-			r.Answer(svc.observers.Subscribe(r.Context(), now), nil)
+	waiting := svc.pending[:0]
+	for _, c := range svc.pending {
+		if m.rev >= c.rev {
+			c.reply.Answer(svc.observers.Subscribe(c.reply.Context(), now), nil)
+		} else {
+			waiting = append(waiting, c)
 		}
-		svc.pending = nil
+	}
+	svc.pending = waiting
+	if len(waiting) > 0 {
+		m.requestProgress() // a request made before the watch was in place is lost
 	}
 	svc.checkGrant()
 	w := svc.waiter
@@ -178,7 +184,13 @@ func (e electionService) Term() (election.Leadership, bool) {
 }
 
 func (e electionService) Observe(ctx context.Context) <-chan election.Leadership {
-	ch, err := call(ctx, e.s, func(r actor.Reply[<-chan election.Leadership]) { e.observe(ctx, r) })
+	// The first state Observe gives is no older than the call: the loop
+	// answers once its mirror has reached the revision etcd is at now.
+	var now int64
+	if resp, err := e.s.cli.Get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
+		now = resp.Header.Revision
+	}
+	ch, err := call(ctx, e.s, func(r actor.Reply[<-chan election.Leadership]) { e.observe(ctx, now, r) })
 	if err != nil {
 		closed := make(chan election.Leadership)
 		close(closed)
@@ -187,16 +199,26 @@ func (e electionService) Observe(ctx context.Context) <-chan election.Leadership
 	return ch
 }
 
+// observeCall is an Observe parked until the mirror reaches rev.
+type observeCall struct {
+	rev   int64
+	reply actor.Reply[<-chan election.Leadership]
+}
+
 // observe subscribes an observer once the mirror has caught up with this
-// service's own writes; until then the call is parked, and answered with
-// the service's end if that comes first. Loop only.
-func (svc *service) observe(ctx context.Context, r actor.Reply[<-chan election.Leadership]) {
+// service's own writes and with now, the revision etcd was at when Observe
+// was called; until then the call is parked (and the mirror's helper asked
+// for a progress notification, since nothing under the prefix may change),
+// and answered with the service's end if that comes first. Loop only.
+func (svc *service) observe(ctx context.Context, now int64, r actor.Reply[<-chan election.Leadership]) {
+	rev := max(now, svc.seen)
 	switch m := svc.mirrors[0]; {
 	case svc.ended:
 		r.Answer(nil, svc.Err())
-	case m.ready && m.rev >= svc.seen:
+	case m.ready && m.rev >= rev:
 		r.Answer(svc.observers.Subscribe(ctx, svc.leader), nil)
 	default:
-		svc.pending = append(svc.pending, r)
+		svc.pending = append(svc.pending, observeCall{rev, r})
+		m.requestProgress()
 	}
 }

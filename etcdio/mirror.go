@@ -29,6 +29,7 @@ type mirror struct {
 	next     int
 	watchers map[*service]struct{}
 	cancel   context.CancelFunc
+	poke     chan struct{} // asks the helper for a progress notification
 }
 
 // deletion is a key and the revision it was deleted at.
@@ -38,7 +39,8 @@ type deletion struct {
 }
 
 func newMirror(prefix string, puts bool) *mirror {
-	return &mirror{prefix: prefix, puts: puts, keys: map[string]*mvccpb.KeyValue{}, watchers: map[*service]struct{}{}}
+	return &mirror{prefix: prefix, puts: puts, keys: map[string]*mvccpb.KeyValue{}, watchers: map[*service]struct{}{},
+		poke: make(chan struct{}, 1)}
 }
 
 // openMirror returns the mirror of prefix, starting it if needed, and adds
@@ -68,6 +70,8 @@ func (s *Session) openMirror(prefix string, puts bool, svc *service) *mirror {
 					s.post(func() { s.mirrorChanged(m, evs) })
 					return nil
 				},
+				progress: func(rev int64) { s.post(func() { s.mirrorProgressed(m, rev) }) },
+				poke:     m.poke,
 			})
 		})
 	}
@@ -94,6 +98,14 @@ func (s *Session) mirrorLoaded(m *mirror, kvs []*mvccpb.KeyValue, rev int64) {
 
 func (s *Session) mirrorChanged(m *mirror, evs []*clientv3.Event) {
 	if m.apply(evs) {
+		s.notify(m)
+	}
+}
+
+// mirrorProgressed: every event under m's prefix up to rev has been applied.
+// Loop only.
+func (s *Session) mirrorProgressed(m *mirror, rev int64) {
+	if m.progressed(rev) {
 		s.notify(m)
 	}
 }
@@ -140,6 +152,26 @@ func (m *mirror) apply(evs []*clientv3.Event) bool {
 		m.rev = ev.Kv.ModRevision
 	}
 	return m.ready
+}
+
+// progressed moves a full mirror to rev, which a progress notification
+// says it has every event up to. It reports whether watchers should be told.
+func (m *mirror) progressed(rev int64) bool {
+	if !m.ready || !m.puts || rev <= m.rev {
+		return false
+	}
+	m.rev = rev
+	return true
+}
+
+// requestProgress asks the mirror's helper for a progress notification, so
+// that the mirror's revision catches up with etcd's even when nothing under
+// its prefix changes. It never blocks. Loop only.
+func (m *mirror) requestProgress() {
+	select {
+	case m.poke <- struct{}{}:
+	default:
+	}
 }
 
 // has reports whether key is known to exist at the mirror's revision. A key

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -113,6 +114,13 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 			attempt--
 			ctxtime.Sleep(ctx, 50*time.Millisecond)
 			continue
+		}
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// Nothing was written: the transaction failed as a whole. The
+			// session is lost; say so now rather than at its deadline.
+			svc.s.post(svc.s.leaseGone)
+			<-svc.s.done
+			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
 		}
 		if err != nil {
 			svc.retired += 2

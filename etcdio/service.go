@@ -82,7 +82,7 @@ type service struct {
 	// Elections only.
 	observers *actor.Fanout[election.Leadership]
 	leader    election.Leadership
-	pending   []actor.Reply[<-chan election.Leadership]
+	pending   []observeCall
 }
 
 // newService validates the input, joins or starts a session and registers
@@ -291,8 +291,8 @@ func (svc *service) finish(err error) {
 	svc.errMu.Lock()
 	svc.err = err
 	svc.errMu.Unlock()
-	for _, r := range svc.pending {
-		r.Answer(nil, err)
+	for _, c := range svc.pending {
+		c.reply.Answer(nil, err)
 	}
 	svc.pending = nil
 	if svc.observers != nil {

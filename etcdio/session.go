@@ -334,14 +334,20 @@ func (s *Session) checkLease() {
 	})
 }
 
+// leaseGone ends the session: etcd said its lease no longer exists. Loop
+// only.
+func (s *Session) leaseGone() {
+	s.lossCause = CauseLeaseRevoked
+	s.end(fmt.Errorf("etcdio: lease %x was revoked or expired: %w", int64(s.lease), primitives.ErrLost))
+}
+
 // leaseChecked ends the session if its lease is gone, and otherwise lets each
 // service report the keys it saw vanish as deleted by another client. Loop
 // only.
 func (s *Session) leaseChecked(resp *clientv3.LeaseTimeToLiveResponse, err error) {
 	s.checking = false
 	if err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		s.lossCause = CauseLeaseRevoked
-		s.end(fmt.Errorf("etcdio: lease %x was revoked or expired: %w", int64(s.lease), primitives.ErrLost))
+		s.leaseGone()
 		return
 	}
 	for svc := range s.services {

@@ -24,6 +24,11 @@ type follower struct {
 	// changed runs on the helper for each batch of events after synced. An
 	// error reopens the watch.
 	changed func(ctx context.Context, evs []*clientv3.Event) error
+	// progress, if set, is told the revision of each progress notification:
+	// every event up to it has been delivered.
+	progress func(rev int64)
+	// poke, if set, asks for a progress notification now.
+	poke <-chan struct{}
 }
 
 // follow keeps f's watch open until ctx ends. The watch starts from the
@@ -80,6 +85,10 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 			quiet.Reset(s.silence())
 			probed = false
 			switch {
+			case wr.IsProgressNotify():
+				if synced && f.progress != nil {
+					f.progress(wr.Header.Revision)
+				}
 			case wr.Created && !synced:
 				if !read(f.synced) {
 					return
@@ -91,6 +100,8 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 					return
 				}
 			}
+		case <-f.poke:
+			_ = s.cli.RequestProgress(wctx)
 		case <-quiet.C:
 			if probed {
 				s.log.Debug("watch stream silent; moving to a new stream", zap.String("key", f.key))
