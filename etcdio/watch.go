@@ -38,7 +38,10 @@ type follower struct {
 // is reopened. So is a watch whose stream goes silent: after a quiet spell it
 // asks etcd for a progress notification, and if none comes it moves to a new
 // gRPC stream, which the client may open on another member (a member cut off
-// from this client answers nothing, and its stream would wait forever). Each
+// from this client answers nothing, and its stream would wait forever). A
+// watch not confirmed within the quiet spell moves at once. The client's
+// balancer, not disco, picks the member of a new stream, so a move may land
+// on the dark member again; each further try costs one quiet spell. Each
 // read runs under a per-attempt timeout. Helper goroutine only.
 func (s *Session) follow(ctx context.Context, f follower) {
 	const retry = 100 * time.Millisecond
@@ -103,7 +106,9 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 		case <-f.poke:
 			_ = s.cli.RequestProgress(wctx)
 		case <-quiet.C:
-			if probed {
+			// A watch etcd never confirmed has no stream worth probing: its
+			// member may be the dark one, so move at once.
+			if probed || !synced {
 				s.log.Debug("watch stream silent; moving to a new stream", zap.String("key", f.key))
 				s.streamEpoch.CompareAndSwap(epoch, epoch+1)
 				return
