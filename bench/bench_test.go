@@ -53,12 +53,12 @@ func BenchmarkLockUncontended(b *testing.B) {
 			name = "put-delete"
 		}
 		b.Run(name, func(b *testing.B) {
-			ls, clis, err := openLockers(context.Background(), e, lib, e.prefix("b-uncontended-"+lib.name), 1)
+			os, err := openLockers(e, lib, e.prefix("b-uncontended-"+lib.name), 1)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer closeLockers(ls, clis)
-			l, ctx := ls[0], context.Background()
+			defer os.close()
+			l, ctx := os.hs[0], context.Background()
 			cycles := make([]time.Duration, 0, b.N)
 			start := time.Now()
 			for b.Loop() {

@@ -229,117 +229,85 @@ func runFailover(ctx context.Context, e *env, lib electionLib, fc failoverCfg, c
 	if cfg.ready != nil {
 		cfg.ready()
 	}
-	log := &holdLog{start: time.Now()}
-	measureFrom := log.start.Add(cfg.warmup)
-	deadline := measureFrom.Add(cfg.duration)
 	limit := cfg.maxAcq // failovers
+	var w *window
 	if fc.rounds > 0 {
 		limit = fc.rounds
 		// Each round takes about one TTL; anything far beyond is a hang.
-		deadline = log.start.Add(time.Duration(fc.rounds+1)*(3*fc.ttl) + 10*time.Second)
+		w = newCountedWindow(ctx, e, time.Duration(fc.rounds+1)*(3*fc.ttl)+10*time.Second)
+	} else {
+		w = newWindow(ctx, e, cfg)
 	}
-	if limit > 0 {
-		measureFrom = log.start
-		if fc.rounds == 0 {
-			deadline = log.start.Add(time.Hour)
-		}
-	}
-	runCtx, stop := context.WithDeadline(ctx, deadline)
+	log := &holdLog{start: w.start}
+	runCtx, stop := context.WithDeadline(ctx, w.deadline)
 	defer stop()
 
-	// Load: over the measured window, or in counted mode over the whole run.
-	probe := newLoadProbe(e.metricsURL)
-	if cfg.maxAcq > 0 {
-		probe = nil // benchmarks
-	}
-	var probeWG sync.WaitGroup
-	if probe != nil {
-		if limit > 0 {
-			probe.at(ctx, time.Now(), &probe.before)
-		} else {
-			probeWG.Go(func() {
-				probe.at(ctx, measureFrom, &probe.before)
-				probe.at(ctx, deadline, &probe.after)
-			})
-		}
-	}
-
 	var acquisitions atomic.Int64
-	var wg sync.WaitGroup
-	for i := range seats {
-		wg.Go(func() {
-			value := fmt.Sprintf("candidate-%d", i)
-			for runCtx.Err() == nil && seats[i] != nil {
-				st := seats[i]
-				called := log.now()
-				tok, err := st.cand.campaign(runCtx, value)
-				if err != nil {
-					if runCtx.Err() == nil {
-						errs.add(fmt.Errorf("campaign: %w", err))
-						time.Sleep(10 * time.Millisecond)
-					}
-					continue
-				}
-				idx := log.acquired(called, log.now(), tok)
-				// The leader's first act: present its token.
-				if err := fence.Check(fencing.Token(tok)); err != nil {
-					errs.add(err)
-				}
-				if limit > 0 && acquisitions.Add(1) > int64(limit) {
-					stop() // the last failover is in: this leader stays
-				}
-				if runCtx.Err() != nil {
-					return // the run is over; leave the leader be, cleanup closes it
-				}
-				var next *seat
-				if fc.mode != failResign {
-					if next, err = openSeat(e, lib, prefix, fc.ttl); err != nil {
-						errs.add(fmt.Errorf("open a fresh candidate: %w", err))
-					}
-				}
-				log.setReleaseCalled(idx, log.now())
-				switch fc.mode {
-				case failResign:
-					rctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), 10*time.Second)
-					err = st.cand.resign(rctx)
-					cancel()
-				case failClose:
-					err = st.cand.close()
-				case failExpiry:
-					// The process vanishes: its connection to etcd is gone,
-					// nothing is revoked or deleted. Its candidate is closed
-					// only at the end, long after the lease expired.
-					err = st.cli.Close()
-					retiredMu.Lock()
-					retired = append(retired, st)
-					retiredMu.Unlock()
-				}
-				if err != nil {
-					errs.add(fmt.Errorf("%s: %w", fc.mode, err))
-				} else {
-					log.setReleased(idx, log.now())
-				}
-				if fc.mode == failClose {
-					_ = st.cli.Close()
-				}
-				if fc.mode != failResign {
-					seats[i] = next // nil if opening failed: this seat stays empty
-				}
+	contend(runCtx, len(seats), &errs, func(ctx context.Context, i int) error {
+		st := seats[i]
+		if st == nil {
+			return errOwnerDone // opening its fresh candidate failed
+		}
+		called := log.now()
+		tok, err := st.cand.campaign(ctx, fmt.Sprintf("candidate-%d", i))
+		if err != nil {
+			return fmt.Errorf("campaign: %w", err)
+		}
+		idx := log.acquired(called, log.now(), tok)
+		// The leader's first act: present its token.
+		if err := fence.Check(fencing.Token(tok)); err != nil {
+			errs.add(err)
+		}
+		if limit > 0 && acquisitions.Add(1) > int64(limit) {
+			stop() // the last failover is in: this leader stays
+		}
+		if ctx.Err() != nil {
+			return errOwnerDone // the run is over; leave the leader be, cleanup closes it
+		}
+		var next *seat
+		if fc.mode != failResign {
+			if next, err = openSeat(e, lib, prefix, fc.ttl); err != nil {
+				errs.add(fmt.Errorf("open a fresh candidate: %w", err))
 			}
-		})
-	}
-	wg.Wait()
+		}
+		log.setReleaseCalled(idx, log.now())
+		switch fc.mode {
+		case failResign:
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			err = st.cand.resign(rctx)
+			cancel()
+		case failClose:
+			err = st.cand.close()
+		case failExpiry:
+			// The process vanishes: its connection to etcd is gone, nothing
+			// is revoked or deleted. Its candidate is closed only at the
+			// end, long after the lease expired.
+			err = st.cli.Close()
+			retiredMu.Lock()
+			retired = append(retired, st)
+			retiredMu.Unlock()
+		}
+		if err != nil {
+			errs.add(fmt.Errorf("%s: %w", fc.mode, err))
+		} else {
+			log.setReleased(idx, log.now())
+		}
+		if fc.mode == failClose {
+			_ = st.cli.Close()
+		}
+		if fc.mode != failResign {
+			seats[i] = next // nil if opening failed: this seat stays empty
+		}
+		return nil
+	})
 	if cfg.finished != nil {
 		cfg.finished()
 	}
-	if probe != nil && limit > 0 {
-		probe.at(ctx, time.Now(), &probe.after)
-	}
-	probeWG.Wait()
+	w.end(ctx)
 
 	log.mu.Lock()
 	n := len(log.holds)
-	to := int64(deadline.Sub(log.start))
+	to := w.since(w.deadline)
 	if limit > 0 && n > 0 {
 		to = log.holds[min(n-1, limit)].acquired + 1
 	}
@@ -347,8 +315,7 @@ func runFailover(ctx context.Context, e *env, lib electionLib, fc failoverCfg, c
 	if limit > 0 && n <= limit && ctx.Err() == nil {
 		errs.add(fmt.Errorf("only %d of %d failovers before the deadline", max(n-1, 0), limit))
 	}
-	from := int64(measureFrom.Sub(log.start))
-	log.analyze(s, from, to, &errs)
+	log.analyze(s, w.since(w.from), to, &errs)
 	// A failover is an acquisition that follows another: the first leader
 	// of the run does not count.
 	s.Count = len(s.handoffs)
@@ -359,16 +326,13 @@ func runFailover(ctx context.Context, e *env, lib electionLib, fc failoverCfg, c
 		log.mu.Unlock()
 	}
 	s.rate()
-	if probe != nil {
-		if probe.err != nil {
-			return nil, probe.err
-		}
-		if limit > 0 {
-			s.Load = loadBetween(probe.before, probe.after, s.Count)
-		} else {
-			s.Load = loadBetween(probe.before, probe.after,
-				log.count(int64(probe.before.at.Sub(log.start)), int64(probe.after.at.Sub(log.start))))
-		}
+	if w.counted {
+		s.Load, err = w.load(func(time.Time, time.Time) int { return s.Count })
+	} else {
+		s.Load, err = w.load(func(from, to time.Time) int { return log.count(w.since(from), w.since(to)) })
+	}
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
@@ -97,3 +101,126 @@ func (p *putDelete) unlock(ctx context.Context) error {
 	return err
 }
 func (p *putDelete) close() error { return nil }
+
+// openLockers opens n owners of lib on prefix.
+func openLockers(e *env, lib lockLib, prefix string, n int) (*owners[locker], error) {
+	return openOwners(e, n, func(cli *clientv3.Client) (locker, error) {
+		l, err := lib.open(cli, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("%s: open: %w", lib.name, err)
+		}
+		return l, nil
+	}, locker.close)
+}
+
+// runContended runs n owners, each in its own client and session, that loop
+// Lock -> check the token with a guard (the tiny critical section) -> Unlock
+// on one lock, and measures handoffs and waits from the shared hold log.
+func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (*side, error) {
+	os, err := openLockers(e, lib, e.prefix(fmt.Sprintf("contended%d-%s", n, lib.name)), n)
+	if err != nil {
+		return nil, err
+	}
+	defer os.close()
+
+	s := &side{Lib: lib.name}
+	var errs errCount
+	g := guard.New()
+	if cfg.ready != nil {
+		cfg.ready()
+	}
+	w := newWindow(ctx, e, cfg)
+	log := &holdLog{start: w.start}
+	runCtx, stop := context.WithDeadline(ctx, w.deadline)
+	defer stop()
+	var total atomic.Int64
+	contend(runCtx, n, &errs, func(ctx context.Context, i int) error {
+		l := os.hs[i]
+		called := log.now()
+		tok, err := l.lock(ctx)
+		if err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		h := log.acquired(called, log.now(), tok)
+		// The critical section: what a holder does with its token before
+		// touching the protected resource.
+		if err := g.Check(fencing.Token(tok)); err != nil {
+			errs.add(err)
+		}
+		log.setReleaseCalled(h, log.now())
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err = l.unlock(uctx)
+		cancel()
+		if err != nil {
+			errs.add(fmt.Errorf("unlock: %w", err))
+		} else {
+			log.setReleased(h, log.now())
+		}
+		if cfg.maxAcq > 0 && total.Add(1) >= int64(cfg.maxAcq) {
+			stop()
+		}
+		return nil
+	})
+	if cfg.finished != nil {
+		cfg.finished()
+	}
+	w.end(ctx)
+
+	to := w.since(w.deadline)
+	if w.counted {
+		to = log.last() + 1
+	}
+	log.analyze(s, w.since(w.from), to, &errs)
+	errs.into(s)
+	if s.Load, err = w.load(func(from, to time.Time) int { return log.count(w.since(from), w.since(to)) }); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// runUncontended loops Lock -> Unlock with a single owner and measures the
+// whole cycle and the Lock alone.
+func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side, error) {
+	os, err := openLockers(e, lib, e.prefix("uncontended-"+lib.name), 1)
+	if err != nil {
+		return nil, err
+	}
+	defer os.close()
+	l := os.hs[0]
+	s := &side{Lib: lib.name}
+	var errs errCount
+	w := newWindow(ctx, e, cfg)
+	var acquiredAt []time.Time
+	for {
+		t0 := time.Now()
+		if !t0.Before(w.deadline) || ctx.Err() != nil || w.counted && len(s.cycles) >= cfg.maxAcq {
+			break
+		}
+		if _, err := l.lock(ctx); err != nil {
+			errs.add(fmt.Errorf("lock: %w", err))
+			continue
+		}
+		t1 := time.Now()
+		if err := l.unlock(ctx); err != nil {
+			errs.add(fmt.Errorf("unlock: %w", err))
+			continue
+		}
+		t2 := time.Now()
+		acquiredAt = append(acquiredAt, t1)
+		if !t0.Before(w.from) {
+			s.waits = append(s.waits, t1.Sub(t0))
+			s.cycles = append(s.cycles, t2.Sub(t0))
+		}
+	}
+	s.Window = time.Since(w.from)
+	w.end(ctx)
+	s.Count = len(s.cycles)
+	s.rate()
+	s.Wait = summarize(s.waits)
+	s.Cycle = summarize(s.cycles)
+	errs.into(s)
+	if s.Load, err = w.load(countBetween(acquiredAt)); err != nil {
+		return nil, err
+	}
+	return s, nil
+}

@@ -104,19 +104,21 @@ type load struct {
 	ByMethod     map[string]float64 `json:"requests_per_acq_by_method"`
 }
 
-// loadBetween turns two snapshots into per-acquisition figures.
-// loadOver is loadBetween for the acquisitions, of those made at the given
-// times, that fall between the two snapshots.
-func loadOver(before, after snapshot, acquiredAt []time.Time) *load {
-	n := 0
-	for _, t := range acquiredAt {
-		if !t.Before(before.at) && t.Before(after.at) {
-			n++
+// countBetween counts the acquisitions, of those made at the given times,
+// that fall in [from, to): window.load's divisor.
+func countBetween(acquiredAt []time.Time) func(from, to time.Time) int {
+	return func(from, to time.Time) int {
+		n := 0
+		for _, t := range acquiredAt {
+			if !t.Before(from) && t.Before(to) {
+				n++
+			}
 		}
+		return n
 	}
-	return loadBetween(before, after, n)
 }
 
+// loadBetween turns two snapshots into per-acquisition figures.
 func loadBetween(before, after snapshot, acquisitions int) *load {
 	l := &load{Acquisitions: acquisitions, ByMethod: map[string]float64{}}
 	if acquisitions == 0 {

@@ -82,122 +82,90 @@ func (e *etcdRW) close() error                         { return e.s.Close() }
 // (reads and writes together) and the wait of each call.
 func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac float64, cfg runCfg) (*side, error) {
 	prefix := e.prefix(fmt.Sprintf("rw%d-%s", n, lib.name))
-	ls := make([]rwLocker, n)
-	clis := make([]*clientv3.Client, n)
-	defer func() {
-		lks := make([]locker, n) // reuse closeLockers' fan-out
-		for i, l := range ls {
-			if l != nil {
-				lks[i] = closer{l}
-			}
-		}
-		closeLockers(lks, clis)
-	}()
-	for i := range n {
-		cli, err := e.newClient()
+	os, err := openOwners(e, n, func(cli *clientv3.Client) (rwLocker, error) {
+		l, err := lib.open(cli, prefix)
 		if err != nil {
-			return nil, err
-		}
-		clis[i] = cli
-		if ls[i], err = lib.open(cli, prefix); err != nil {
 			return nil, fmt.Errorf("%s: open: %w", lib.name, err)
 		}
+		return l, nil
+	}, rwLocker.close)
+	if err != nil {
+		return nil, err
 	}
+	defer os.close()
 	s := &side{Lib: lib.name}
 	var errs errCount
 	g := guard.New()
-	start := time.Now()
-	measureFrom := start.Add(cfg.warmup)
-	deadline := measureFrom.Add(cfg.duration)
-	runCtx, stop := context.WithDeadline(ctx, deadline)
+	w := newWindow(ctx, e, cfg)
+	runCtx, stop := context.WithDeadline(ctx, w.deadline)
 	defer stop()
-	probe := newLoadProbe(e.metricsURL)
-	var probeWG sync.WaitGroup
-	probeWG.Go(func() {
-		probe.at(ctx, measureFrom, &probe.before)
-		probe.at(ctx, deadline, &probe.after)
-	})
 	var acquiredAt []time.Time
 
 	var readers, writers atomic.Int64 // holders now, for the exclusion check
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i, l := range ls {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(i), 42))
-			for runCtx.Err() == nil {
-				read := rng.Float64() < readFrac
-				t0 := time.Now()
-				var tok int64
-				var err error
-				if read {
-					tok, err = l.rlock(runCtx)
-				} else {
-					tok, err = l.lock(runCtx)
-				}
-				t1 := time.Now()
-				if err != nil {
-					if runCtx.Err() == nil {
-						errs.add(fmt.Errorf("acquire: %w", err))
-						time.Sleep(10 * time.Millisecond)
-					}
-					continue
-				}
-				if read {
-					readers.Add(1)
-					if writers.Load() != 0 {
-						errs.add(fmt.Errorf("reader admitted while a writer holds the lock"))
-					}
-				} else if writers.Add(1) != 1 || readers.Load() != 0 {
-					errs.add(fmt.Errorf("writer admitted while others hold the lock"))
-				}
-				if tok != 0 {
-					if err := g.Check(fencing.Token(tok)); err != nil {
-						errs.add(err)
-					}
-				}
-				mu.Lock()
-				acquiredAt = append(acquiredAt, t1)
-				if !t1.Before(measureFrom) && t1.Before(deadline) {
-					s.Count++
-					s.waits = append(s.waits, t1.Sub(t0))
-				}
-				mu.Unlock()
-				uctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), 10*time.Second)
-				if read {
-					readers.Add(-1)
-					err = l.runlock(uctx)
-				} else {
-					writers.Add(-1)
-					err = l.unlock(uctx)
-				}
-				cancel()
-				if err != nil {
-					errs.add(fmt.Errorf("release: %w", err))
-				}
-			}
-		})
+	rngs := make([]*rand.Rand, n)
+	for i := range rngs {
+		rngs[i] = rand.New(rand.NewPCG(uint64(i), 42))
 	}
-	wg.Wait()
-	probeWG.Wait()
+	contend(runCtx, n, &errs, func(ctx context.Context, i int) error {
+		l := os.hs[i]
+		read := rngs[i].Float64() < readFrac
+		t0 := time.Now()
+		var tok int64
+		var err error
+		if read {
+			tok, err = l.rlock(ctx)
+		} else {
+			tok, err = l.lock(ctx)
+		}
+		t1 := time.Now()
+		if err != nil {
+			return fmt.Errorf("acquire: %w", err)
+		}
+		if read {
+			readers.Add(1)
+			if writers.Load() != 0 {
+				errs.add(fmt.Errorf("reader admitted while a writer holds the lock"))
+			}
+		} else if writers.Add(1) != 1 || readers.Load() != 0 {
+			errs.add(fmt.Errorf("writer admitted while others hold the lock"))
+		}
+		if tok != 0 {
+			if err := g.Check(fencing.Token(tok)); err != nil {
+				errs.add(err)
+			}
+		}
+		mu.Lock()
+		acquiredAt = append(acquiredAt, t1)
+		if !t1.Before(w.from) && t1.Before(w.deadline) {
+			s.Count++
+			s.waits = append(s.waits, t1.Sub(t0))
+		}
+		mu.Unlock()
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if read {
+			readers.Add(-1)
+			err = l.runlock(uctx)
+		} else {
+			writers.Add(-1)
+			err = l.unlock(uctx)
+		}
+		if err != nil {
+			errs.add(fmt.Errorf("release: %w", err))
+		}
+		return nil
+	})
+	w.end(ctx)
 	s.Window = cfg.duration
 	s.rate()
 	s.Wait = summarize(s.waits)
 	errs.into(s)
-	if probe.url != "" {
-		if probe.err != nil {
-			return nil, probe.err
-		}
-		s.Load = loadOver(probe.before, probe.after, acquiredAt)
+	if s.Load, err = w.load(countBetween(acquiredAt)); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
-
-// closer adapts an rwLocker to closeLockers.
-type closer struct{ rwLocker }
-
-func (c closer) lock(context.Context) (int64, error) { return 0, nil }
-func (c closer) unlock(context.Context) error        { return nil }
 
 // rwContenders is the number of owners in the rwlock scenarios.
 const rwContenders = 8

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
+)
+
+// The shape every contended run shares: open the owners (each with its own
+// client, as separate processes would be), open a window, let each owner loop
+// on its own goroutine until the window closes (contend), then read the
+// figures of the window and close the owners.
+
+// runCfg says how long one side of a scenario runs.
+type runCfg struct {
+	warmup   time.Duration // runs but is not recorded
+	duration time.Duration // the measured window
+	maxAcq   int           // > 0: stop after this many acquisitions (benchmarks), no warmup
+
+	// Benchmarks only: called when the owners are ready and when they have
+	// stopped, to keep setup and teardown out of the timing.
+	ready, finished func()
+}
+
+// window is the clock of one run. Owners run from start; what they do in
+// [from, deadline) is measured, and etcd's load is scraped at both ends. A
+// counted run (benchmarks, or a scenario that stops after some rounds) has
+// no time limit but a safety deadline: it is measured from its start, and
+// its load is scraped at its start and when end is called.
+type window struct {
+	start, from, deadline time.Time
+	counted               bool
+	probe                 *loadProbe // nil: load not measured
+	probeWG               sync.WaitGroup
+}
+
+// newWindow opens the window of a run that cfg describes.
+func newWindow(ctx context.Context, e *env, cfg runCfg) *window {
+	if cfg.maxAcq > 0 {
+		// Benchmarks: no scraping inside the timed region.
+		w := &window{start: time.Now(), counted: true}
+		w.from, w.deadline = w.start, w.start.Add(time.Hour)
+		return w
+	}
+	w := &window{start: time.Now(), probe: newLoadProbe(e.metricsURL)}
+	w.from = w.start.Add(cfg.warmup)
+	w.deadline = w.from.Add(cfg.duration)
+	if w.probe != nil {
+		w.probeWG.Go(func() {
+			w.probe.at(ctx, w.from, &w.probe.before)
+			w.probe.at(ctx, w.deadline, &w.probe.after)
+		})
+	}
+	return w
+}
+
+// newCountedWindow opens the window of a run that stops after a number of
+// rounds, or at the safety deadline limit.
+func newCountedWindow(ctx context.Context, e *env, limit time.Duration) *window {
+	w := &window{start: time.Now(), counted: true, probe: newLoadProbe(e.metricsURL)}
+	w.from, w.deadline = w.start, w.start.Add(limit)
+	if w.probe != nil {
+		w.probe.at(ctx, w.start, &w.probe.before)
+	}
+	return w
+}
+
+// since is t as an offset from the window's start (holdLog's clock).
+func (w *window) since(t time.Time) int64 { return int64(t.Sub(w.start)) }
+
+// end waits until the load has been scraped at the window's end (a
+// counted run's end is now).
+func (w *window) end(ctx context.Context) {
+	if w.counted && w.probe != nil {
+		w.probe.at(ctx, time.Now(), &w.probe.after)
+	}
+	w.probeWG.Wait()
+}
+
+// load is etcd's load per acquisition between the two scrapes, counting the
+// acquisitions with count; nil when the load was not measured.
+func (w *window) load(count func(from, to time.Time) int) (*load, error) {
+	if w.probe == nil {
+		return nil, nil
+	}
+	if w.probe.err != nil {
+		return nil, w.probe.err
+	}
+	return loadBetween(w.probe.before, w.probe.after, count(w.probe.before.at, w.probe.after.at)), nil
+}
+
+// loadProbe scrapes the metrics endpoint at the start and end of the
+// measured window; acquisitions between the two scrapes are the divisor.
+type loadProbe struct {
+	url           string
+	before, after snapshot
+	err           error
+}
+
+// newLoadProbe returns a probe of url, or nil when there is no metrics
+// endpoint (an external etcd without -metrics): the load is then not
+// measured and reported as n/a, never as zero.
+func newLoadProbe(url string) *loadProbe {
+	if url == "" {
+		return nil
+	}
+	return &loadProbe{url: url}
+}
+
+// at scrapes into dst at time t.
+func (p *loadProbe) at(ctx context.Context, t time.Time, dst *snapshot) {
+	if d := time.Until(t); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return
+		}
+	}
+	s, err := scrape(ctx, p.url)
+	if err != nil {
+		p.err = err
+		return
+	}
+	*dst = s
+}
+
+// owners are n handles of one kind, each made as a separate process would
+// make it: with its own client connection (and so its own session).
+type owners[T any] struct {
+	hs     []T
+	opened []bool
+	clis   []*clientv3.Client
+	closer func(T) error
+}
+
+// openOwners opens n owners with open, at most 16 at a time; on an error it
+// closes the ones it opened.
+func openOwners[T any](e *env, n int, open func(*clientv3.Client) (T, error), closer func(T) error) (*owners[T], error) {
+	o := &owners[T]{hs: make([]T, n), opened: make([]bool, n), clis: make([]*clientv3.Client, n), closer: closer}
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error {
+			cli, err := e.newClient()
+			if err != nil {
+				return err
+			}
+			o.clis[i] = cli
+			h, err := open(cli)
+			if err != nil {
+				return err
+			}
+			o.hs[i], o.opened[i] = h, true
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		o.close()
+		return nil, err
+	}
+	return o, nil
+}
+
+// close closes every owner (releasing its lease), then its client.
+func (o *owners[T]) close() {
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range o.hs {
+		g.Go(func() error {
+			if o.opened[i] {
+				_ = o.closer(o.hs[i])
+			}
+			if o.clis[i] != nil {
+				_ = o.clis[i].Close()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+// errOwnerDone, returned by a contend body, ends that owner's loop.
+var errOwnerDone = errors.New("owner done")
+
+// contend runs body for each of n owners on its own goroutine, again and
+// again until ctx ends, and waits for them all. A body error while ctx lives
+// is counted and followed by a short pause, so that an etcd hiccup does not
+// become a busy loop; errOwnerDone ends that owner's loop.
+func contend(ctx context.Context, n int, errs *errCount, body func(ctx context.Context, i int) error) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				err := body(ctx, i)
+				switch {
+				case errors.Is(err, errOwnerDone):
+					return
+				case err != nil && ctx.Err() == nil:
+					errs.add(err)
+					time.Sleep(10 * time.Millisecond) // back off, not synchronisation
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

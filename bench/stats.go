@@ -1,0 +1,92 @@
+package main
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// dist summarises latencies, in milliseconds.
+type dist struct {
+	N    int     `json:"n"`
+	Mean float64 `json:"mean_ms"`
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// summarize sorts samples in place and summarises them.
+func summarize(samples []time.Duration) dist {
+	if len(samples) == 0 {
+		return dist{}
+	}
+	slices.Sort(samples)
+	q := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(samples)))) - 1
+		return ms(samples[max(i, 0)])
+	}
+	var sum time.Duration
+	for _, s := range samples {
+		sum += s
+	}
+	return dist{N: len(samples), Mean: ms(sum / time.Duration(len(samples))),
+		P50: q(0.50), P90: q(0.90), P99: q(0.99), P999: q(0.999), Max: ms(samples[len(samples)-1])}
+}
+
+// side is what one implementation did in one scenario.
+type side struct {
+	Lib      string        `json:"lib"`
+	Count    int           `json:"count"` // acquisitions (or operations) in the window
+	Window   time.Duration `json:"window_ns"`
+	PerSec   float64       `json:"per_sec"`
+	Handoff  dist          `json:"handoff"`             // previous holder calls Unlock -> next Lock returns
+	HandoffR dist          `json:"handoff_from_return"` // previous holder's Unlock returns -> next Lock returns (clamped at 0)
+	Wait     dist          `json:"wait"`                // one Lock call
+	Cycle    dist          `json:"cycle"`               // Lock+Unlock, uncontended
+	Rejected int           `json:"rejected,omitempty"`  // guard: stale tokens refused (expected)
+	Errors   int           `json:"errors"`
+	FirstErr string        `json:"first_error,omitempty"`
+	Load     *load         `json:"load,omitempty"` // nil: not measured (no metrics endpoint)
+	// Elections, expiry: how long closing a candidate took after its
+	// client had been closed under it (it must not wait for etcd).
+	VanishedClose *dist `json:"vanished_close,omitempty"`
+
+	// Raw samples, for plots.
+	handoffs, waits, cycles []time.Duration
+}
+
+func (s *side) rate() {
+	if s.Window > 0 {
+		s.PerSec = float64(s.Count) / s.Window.Seconds()
+	}
+}
+
+// errCount collects errors from many goroutines.
+type errCount struct {
+	mu    sync.Mutex
+	n     int
+	first error
+}
+
+func (e *errCount) add(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	if e.first == nil {
+		e.first = err
+	}
+}
+
+func (e *errCount) into(s *side) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.Errors = e.n
+	if e.first != nil {
+		s.FirstErr = e.first.Error()
+	}
+}
