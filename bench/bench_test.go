@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 
 func sharedEnv(tb testing.TB) *env {
 	tb.Helper()
-	envOnce.Do(func() { testEnv, envErr = startEnv(*fsyncFlag, "") })
+	envOnce.Do(func() { testEnv, envErr = startEnv(envCfg{fsync: *fsyncFlag}) })
 	if envErr != nil {
 		tb.Fatal(envErr)
 	}

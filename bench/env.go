@@ -22,6 +22,8 @@ type env struct {
 	fsync      bool
 	metricsURL string // Prometheus endpoint; "" when unknown (external without -metrics)
 	srv        *embedded.Server
+	cluster    *embedded.Cluster // -cluster: members behind delaying proxies
+	delay      time.Duration     // -delay: added to every link of the cluster, each way
 	root       string // key prefix unique to this run
 	seq        atomic.Int64
 }
@@ -33,15 +35,41 @@ func quietGRPC() {
 	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
 }
 
+// envCfg is the etcd a run wants.
+type envCfg struct {
+	fsync bool
+	// metricsURL overrides the Prometheus endpoint (needed to measure load
+	// on an external cluster).
+	metricsURL string
+	// members > 0 starts an embedded cluster of that many members, each
+	// behind proxies on its client and peer links that hold every chunk of
+	// bytes for delay, as if the members and the clients were on separate
+	// hosts. Load is then not measured (no single endpoint sees it all).
+	members int
+	delay   time.Duration
+}
+
 // startEnv connects to ETCD_ENDPOINTS if set, otherwise starts an embedded
-// member that logs nothing; fsync=false makes it skip fsync. metricsURL
-// overrides the Prometheus endpoint (needed to measure load on an external
-// cluster).
-func startEnv(fsync bool, metricsURL string) (*env, error) {
-	e := &env{fsync: fsync, metricsURL: metricsURL,
+// member (or cluster) that logs nothing; fsync=false makes it skip fsync.
+func startEnv(cfg envCfg) (*env, error) {
+	fsync, metricsURL := cfg.fsync, cfg.metricsURL
+	e := &env{fsync: fsync, metricsURL: metricsURL, delay: cfg.delay,
 		root: fmt.Sprintf("/disco-bench/%x", time.Now().UnixNano())}
 	if eps := embedded.EndpointsFromEnv(); len(eps) > 0 {
 		e.endpoints, e.external = eps, true
+	} else if cfg.members > 0 {
+		opts := []embedded.Option{embedded.WithPeerProxies()}
+		if !fsync {
+			opts = append(opts, embedded.WithUnsafeNoFsync())
+		}
+		c, err := embedded.StartCluster(cfg.members, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("starting embedded etcd cluster: %w", err)
+		}
+		for _, m := range c.Members() {
+			m.Delay(cfg.delay)
+		}
+		e.cluster, e.endpoints = c, c.Endpoints()
 	} else {
 		var opts []embedded.Option
 		if !fsync {
@@ -85,12 +113,18 @@ func (e *env) backend() string {
 	if e.external {
 		return fmt.Sprintf("external %v", e.endpoints)
 	}
+	if e.cluster != nil {
+		return fmt.Sprintf("embedded %d-member cluster, %v added to each link each way (fsync=%v)", len(e.cluster.Members()), e.delay, e.fsync)
+	}
 	return fmt.Sprintf("embedded (fsync=%v)", e.fsync)
 }
 
 // close removes the run's keys from an external cluster (rwlocks leave
 // their epoch keys) and stops an embedded one.
 func (e *env) close() error {
+	if e.cluster != nil {
+		return e.cluster.Close()
+	}
 	if e.srv == nil {
 		cli, err := e.newClient()
 		if err != nil {

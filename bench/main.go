@@ -17,6 +17,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ahrtr/disco/etcdio/embedded"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -45,12 +46,17 @@ func run() error {
 		expiryTTL  = flag.Duration("expiry-ttl", defaultExpiryTTL, "lease TTL in election-failover-expiry (whole seconds); each failover there takes about this long")
 		expiryN    = flag.Int("expiry-rounds", defaultExpiryRounds, "failovers per side in election-failover-expiry")
 		list       = flag.Bool("list", false, "list scenario names and exit")
+		members    = flag.Int("cluster", 0, "embedded: start a cluster of this many members (3 is typical) instead of one, with proxies on every client and peer link")
+		delay      = flag.Duration("delay", 0, "with -cluster: latency added to every link, each way (e.g. 1ms, 5ms)")
 		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the whole run (etcd included when embedded) to this file")
 	)
 	flag.Parse()
 	levels, err := parseInts(*contenders)
 	if err != nil {
 		return fmt.Errorf("-contenders: %w", err)
+	}
+	if *members < 0 || *members > embedded.MaxClusterSize || *delay < 0 || *delay > 0 && *members == 0 {
+		return fmt.Errorf("-cluster must be 0..%d, -delay >= 0 and only with -cluster", embedded.MaxClusterSize)
 	}
 	if *duration <= 0 || *warmup < 0 || *guardG < 1 {
 		return errors.New("-duration must be > 0, -warmup >= 0, -guard-goroutines >= 1")
@@ -85,7 +91,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	started := time.Now()
-	e, err := startEnv(*fsync, *metrics)
+	e, err := startEnv(envCfg{fsync: *fsync, metricsURL: *metrics, members: *members, delay: *delay})
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,8 @@ var ErrNoMember = errors.New("embedded: no such member")
 const leaderPollInterval = 10 * time.Millisecond
 
 // Cluster is a running multi-member etcd cluster. Members talk to each other
-// directly; every client byte goes through a per-member fault-injecting TCP
+// directly (or through proxies, WithPeerProxies); every client byte goes
+// through a per-member fault-injecting TCP
 // proxy. Its methods are safe for concurrent use.
 type Cluster struct {
 	o       options
@@ -54,13 +55,17 @@ type Member struct {
 	index    int
 	spec     memberSpec
 	proxyURL url.URL
-	id       uint64
+	// peerProxyURL is where the other members reach this one, through
+	// peerPx (WithPeerProxies); zero otherwise.
+	peerProxyURL url.URL
+	id           uint64
 
 	opMu sync.Mutex // serialises Stop, Restart and Close
 
 	mu         sync.Mutex // guards the fields below
 	etcd       *embed.Etcd
 	px         *memberProxy
+	peerPx     *memberProxy // nil without WithPeerProxies
 	blackholed bool
 	delay      time.Duration
 }
@@ -119,7 +124,8 @@ func removeChildren(dir string) error {
 }
 
 func startCluster(o options, root string, size int) (*Cluster, error) {
-	ports, err := freePorts(4 * size)
+	const perMember = 5 // client, peer, metrics, client proxy, peer proxy
+	ports, err := freePorts(perMember * size)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +133,7 @@ func startCluster(o options, root string, size int) (*Cluster, error) {
 	peers := make([]string, size)
 	for i := range size {
 		m := &Member{c: c, index: i}
-		p := ports[4*i:]
+		p := ports[perMember*i:]
 		m.spec = memberSpec{
 			name:    fmt.Sprintf("m%d", i),
 			dir:     filepath.Join(root, fmt.Sprintf("m%d", i)),
@@ -137,7 +143,12 @@ func startCluster(o options, root string, size int) (*Cluster, error) {
 			token:   filepath.Base(root),
 		}
 		m.proxyURL = loopbackURL(p[3])
-		peers[i] = m.spec.name + "=" + m.spec.peer.String()
+		m.spec.advertisePeer = m.spec.peer
+		if o.peerProxies {
+			m.peerProxyURL = loopbackURL(p[4])
+			m.spec.advertisePeer = m.peerProxyURL
+		}
+		peers[i] = m.spec.name + "=" + m.spec.advertisePeer.String()
 		c.members = append(c.members, m)
 	}
 	for _, m := range c.members {
@@ -415,19 +426,20 @@ func (m *Member) Stop() error {
 
 func (m *Member) stopLocked() error {
 	m.mu.Lock()
-	e, px := m.etcd, m.px
-	m.etcd = nil
+	e, px, peerPx := m.etcd, m.px, m.peerPx
+	m.etcd, m.peerPx = nil, nil
 	m.mu.Unlock()
 	if e == nil {
 		return nil
 	}
-	// Close the proxy alongside the server: the proxy stops accepting at
+	// Close the proxies alongside the server: a proxy stops accepting at
 	// once, and its open connections end when the server drops them.
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- px.close() }()
+	go func() { done <- peerPx.close() }()
 	e.Close()
-	if err := <-done; err != nil {
-		return fmt.Errorf("embedded: closing proxy of %s: %w", m.spec.name, err)
+	if err := errors.Join(<-done, <-done); err != nil {
+		return fmt.Errorf("embedded: closing proxies of %s: %w", m.spec.name, err)
 	}
 	return nil
 }
@@ -463,26 +475,34 @@ func (m *Member) Restart(ctx context.Context) error {
 // start starts the server and then its proxy, without waiting for
 // readiness. The caller holds opMu or has exclusive access.
 func (m *Member) start() error {
+	var peerPx *memberProxy
+	if m.peerProxyURL.Host != "" {
+		// Up before the server, so that its peers can reach it as soon as
+		// it listens.
+		var err error
+		if peerPx, err = m.startProxy(m.peerProxyURL, m.spec.peer); err != nil {
+			return err
+		}
+	}
 	e, err := m.c.o.startEtcd(m.spec)
 	if err != nil {
-		return err
+		return errors.Join(err, peerPx.close())
 	}
-	px, err := m.startProxy()
+	px, err := m.startProxy(m.proxyURL, m.spec.client)
 	if err != nil {
 		e.Close()
-		return err
+		return errors.Join(err, peerPx.close())
 	}
 	m.mu.Lock()
-	m.etcd, m.px = e, px
+	m.etcd, m.px, m.peerPx = e, px, peerPx
 	m.applyFaultsLocked()
 	m.mu.Unlock()
 	return nil
 }
 
-func (m *Member) startProxy() (*memberProxy, error) {
-	from := m.proxyURL
+// startProxy starts a proxy that forwards from to to.
+func (m *Member) startProxy(from, to url.URL) (*memberProxy, error) {
 	from.Scheme = "tcp"
-	to := m.spec.client
 	to.Scheme = "tcp"
 	srv := proxy.NewServer(proxy.ServerConfig{
 		Logger: m.c.o.logger.Named(m.spec.name + "-proxy"),
@@ -513,7 +533,11 @@ func (m *Member) startProxy() (*memberProxy, error) {
 	return p, nil
 }
 
+// close stops the proxy; closing a nil proxy does nothing.
 func (p *memberProxy) close() error {
+	if p == nil {
+		return nil
+	}
 	err := p.srv.Close()
 	<-p.drained
 	return err
@@ -532,12 +556,17 @@ func (m *Member) applyFaultsLocked() {
 		s.UnblackholeTx()
 		s.UnblackholeRx()
 	}
-	if m.delay > 0 {
-		s.DelayTx(m.delay, 0)
-		s.DelayRx(m.delay, 0)
-	} else {
-		s.UndelayTx()
-		s.UndelayRx()
+	for _, px := range []*memberProxy{m.px, m.peerPx} {
+		if px == nil {
+			continue
+		}
+		if m.delay > 0 {
+			px.srv.DelayTx(m.delay, 0)
+			px.srv.DelayRx(m.delay, 0)
+		} else {
+			px.srv.UndelayTx()
+			px.srv.UndelayRx()
+		}
 	}
 }
 
@@ -554,6 +583,8 @@ func (m *Member) Unblackhole() { m.setFaults(func() { m.blackholed = false }) }
 
 // Delay holds every chunk of bytes passing through the member's proxy for d,
 // in each direction, so a request and its response take at least 2*d longer.
+// In a cluster started WithPeerProxies, the bytes its peers send it and it
+// answers them are held as well.
 // A non-positive d is the same as Undelay.
 func (m *Member) Delay(d time.Duration) { m.setFaults(func() { m.delay = max(d, 0) }) }
 

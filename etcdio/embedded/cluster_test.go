@@ -233,3 +233,56 @@ func TestClusterClose(t *testing.T) {
 		t.Fatalf("Restart after Close = %v, want ErrClosed", err)
 	}
 }
+
+// With peer proxies, delaying the followers slows a write that a client
+// sends to the leader directly: the leader's commit waits for a follower's
+// answer, which crosses a delayed link.
+func TestClusterPeerDelay(t *testing.T) {
+	c, err := StartCluster(3, WithPeerProxies())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("cluster Close: %v", err)
+		}
+	})
+	li := leader(t, c)
+	lc, err := c.Member(li).NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient(t, lc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ml, err := lc.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mm := range ml.Members {
+		for _, m := range c.Members() {
+			if m.Name() == mm.Name && (len(mm.PeerURLs) != 1 || mm.PeerURLs[0] != m.peerProxyURL.String()) {
+				t.Errorf("member %s advertises %v, want its peer proxy %s", mm.Name, mm.PeerURLs, m.peerProxyURL.String())
+			}
+		}
+	}
+	put(t, lc, "k", "v")
+
+	const d = 100 * time.Millisecond
+	for i, m := range c.Members() {
+		if i != li {
+			m.Delay(d)
+		}
+	}
+	start := time.Now()
+	put(t, lc, "k", "v2")
+	if took := time.Since(start); took < d {
+		t.Fatalf("Put through the undelayed leader with delayed followers took %v, want >= %v", took, d)
+	} else {
+		t.Logf("Put with followers' links delayed by %v took %v", d, took)
+	}
+	for _, m := range c.Members() {
+		m.Undelay()
+	}
+	put(t, lc, "k", "v3")
+}

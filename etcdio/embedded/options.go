@@ -25,6 +25,7 @@ type options struct {
 	logger       *zap.Logger
 	noFsync      bool
 	startTimeout time.Duration
+	peerProxies  bool
 }
 
 func buildOptions(opts []Option) options {
@@ -61,4 +62,13 @@ func WithUnsafeNoFsync() Option {
 // ready. Non-positive values select DefaultStartTimeout.
 func WithStartTimeout(d time.Duration) Option {
 	return func(o *options) { o.startTimeout = d }
+}
+
+// WithPeerProxies makes StartCluster route the traffic between members
+// through a proxy in front of each member's peer port as well, so that
+// Member.Delay slows the member's links to its peers as well as to its
+// clients (a cluster spread over several hosts). Blackhole still cuts off
+// clients only. Start ignores it.
+func WithPeerProxies() Option {
+	return func(o *options) { o.peerProxies = true }
 }
