@@ -24,7 +24,7 @@ type env struct {
 	srv        *embedded.Server
 	cluster    *embedded.Cluster // -cluster: members behind delaying proxies
 	delay      time.Duration     // -delay: added to every link of the cluster, each way
-	root       string // key prefix unique to this run
+	root       string            // key prefix unique to this run
 	seq        atomic.Int64
 }
 

@@ -35,8 +35,8 @@ const leaderPollInterval = 10 * time.Millisecond
 
 // Cluster is a running multi-member etcd cluster. Members talk to each other
 // directly (or through proxies, WithPeerProxies); every client byte goes
-// through a per-member fault-injecting TCP
-// proxy. Its methods are safe for concurrent use.
+// through a per-member fault-injecting TCP proxy. Its methods are safe for
+// concurrent use.
 type Cluster struct {
 	o       options
 	root    string
