@@ -141,7 +141,7 @@ func TestScenariosSmoke(t *testing.T) {
 	e := sharedEnv(t)
 	r := &runner{env: e, cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond},
 		contenders: []int{2}, guardGoroutines: 4, expiryTTL: time.Second, expiryRounds: 1}
-	all := allScenarios(r.contenders, r.guardGoroutines)
+	all := allScenarios(r.contenders, r.guardGoroutines, waitersCfg{waiters: 20, clients: 4})
 	var results []*result
 	for _, s := range all {
 		res, err := s.run(context.Background(), r)
@@ -171,6 +171,9 @@ func TestScenariosSmoke(t *testing.T) {
 				}
 				if row.Latency == "failover" && sd.Handoff.N != sd.Count {
 					t.Errorf("%s %s: %d failover samples for %d failovers", s.name, sd.Lib, sd.Handoff.N, sd.Count)
+				}
+				if strings.HasPrefix(s.name, "lock-waiters") && (sd.Footprint == nil || sd.Footprint.Waiters != 19) {
+					t.Errorf("%s %s: footprint %+v", s.name, sd.Lib, sd.Footprint)
 				}
 				if s.name == "election-failover-expiry" && sd.VanishedClose == nil {
 					t.Errorf("%s %s: no close timing of the vanished candidates", s.name, sd.Lib)
@@ -210,10 +213,11 @@ func TestScenariosSmoke(t *testing.T) {
 }
 
 func TestSelectScenarios(t *testing.T) {
-	all := allScenarios([]int{2, 8, 32, 128}, 64)
+	all := allScenarios([]int{2, 8, 32, 128}, 64, waitersCfg{defaultWaiters, defaultWaiterSessions})
 	for filter, want := range map[string]int{
 		"":                        len(all),
 		"lock-contended":          4,
+		"lock-waiters":            1,
 		"contended-(2|8)$":        2,
 		"guard-check-1,uncont":    2,
 		"^guard":                  4,

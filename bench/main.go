@@ -48,6 +48,8 @@ func run() error {
 		list       = flag.Bool("list", false, "list scenario names and exit")
 		members    = flag.Int("cluster", 0, "embedded: start a cluster of this many members (3 is typical) instead of one, with proxies on every client and peer link")
 		delay      = flag.Duration("delay", 0, "with -cluster: latency added to every link, each way (e.g. 1ms, 5ms)")
+		waiters    = flag.Int("waiters", defaultWaiters, "waiters parked on one lock in lock-waiters-N")
+		waiterClis = flag.Int("waiter-sessions", defaultWaiterSessions, "client connections (disco: one session each) the waiters are spread over")
 		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the whole run (etcd included when embedded) to this file")
 	)
 	flag.Parse()
@@ -58,13 +60,16 @@ func run() error {
 	if *members < 0 || *members > embedded.MaxClusterSize || *delay < 0 || *delay > 0 && *members == 0 {
 		return fmt.Errorf("-cluster must be 0..%d, -delay >= 0 and only with -cluster", embedded.MaxClusterSize)
 	}
+	if *waiters < 2 || *waiterClis < 1 || *waiterClis > *waiters {
+		return errors.New("-waiters must be >= 2 and -waiter-sessions between 1 and -waiters")
+	}
 	if *duration <= 0 || *warmup < 0 || *guardG < 1 {
 		return errors.New("-duration must be > 0, -warmup >= 0, -guard-goroutines >= 1")
 	}
 	if *expiryTTL < time.Second || *expiryTTL%time.Second != 0 || *expiryN < 1 {
 		return errors.New("-expiry-ttl must be whole seconds, at least 1s; -expiry-rounds >= 1")
 	}
-	all := allScenarios(levels, *guardG)
+	all := allScenarios(levels, *guardG, waitersCfg{*waiters, *waiterClis})
 	if *list {
 		for _, s := range all {
 			fmt.Println(s.name)

@@ -26,7 +26,7 @@ type series struct {
 
 type bar struct {
 	name  string
-	value float64 // ops/s
+	value float64 // in the chart's yLabel unit
 }
 
 // maxCDFPoints bounds the points drawn per line.
@@ -104,7 +104,7 @@ func (c chart) addBars(p *plot.Plot) {
 	vals := make(plotter.Values, len(c.bars))
 	names := make([]string, len(c.bars))
 	for i, b := range c.bars {
-		vals[i], names[i] = b.value/1e6, b.name
+		vals[i], names[i] = b.value, b.name
 	}
 	bc, err := plotter.NewBarChart(vals, vg.Points(40))
 	if err != nil {

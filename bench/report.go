@@ -40,8 +40,17 @@ func printTable(w io.Writer, results []*result, e *env, cfg runCfg) error {
 				fmtLoad(r, func(l *load) float64 { return l.WatchEvents }),
 				fmtGoals(r))
 			for _, s := range []*side{r.Disco, r.Base} {
+				if s != nil && s.Footprint != nil {
+					f := s.Footprint
+					where := ""
+					if f.Embedded {
+						where = " (process-wide, the embedded etcd's share included)"
+					}
+					notes = append(notes, fmt.Sprintf("%s %s: %d parked waiters over %d leases and %d connections: %.2f goroutines and %.1f KiB heap per waiter%s",
+						r.Scenario, s.Lib, f.Waiters, f.Sessions, f.Clients, f.Goroutines, f.HeapBytes/1024, where))
+				}
 				if s != nil && s.Errors > 0 {
-					notes = append(notes, fmt.Sprintf("%s %s: %d errors, first: %s", r.Scenario, s.Lib, s.Errors, s.FirstErr))
+					notes = append(notes, fmt.Sprintf("ERROR %s %s: %d errors, first: %s", r.Scenario, s.Lib, s.Errors, s.FirstErr))
 				}
 			}
 		}
@@ -52,7 +61,7 @@ func printTable(w io.Writer, results []*result, e *env, cfg runCfg) error {
 	if len(notes) > 0 {
 		fmt.Fprintln(w)
 		for _, n := range notes {
-			fmt.Fprintln(w, "ERROR", n)
+			fmt.Fprintln(w, n)
 		}
 	}
 	return nil

@@ -17,8 +17,8 @@ import (
 // data for a chart.
 //
 // Adding a scenario (rwlock, election, ...): write a run function that
-// measures each side with the helpers in measure.go (or new ones next to
-// them), build rows with goals, and append it in allScenarios. Nothing else
+// measures each side with the shared runner in run.go (owners, window,
+// contend) and the figures in stats.go and holdlog.go, build rows with goals, and append it in allScenarios. Nothing else
 // changes: the filter, table, JSON and charts work on any result.
 type scenario struct {
 	name string
@@ -94,12 +94,16 @@ const uncontendedGoal = 1.1
 // per acquisition than etcd's Mutex.
 const loadGoalAt = 128
 
-func allScenarios(contenders []int, guardGoroutines int) []scenario {
+// waitersCfg is the size of the lock-waiters scenario.
+type waitersCfg struct{ waiters, clients int }
+
+func allScenarios(contenders []int, guardGoroutines int, wc waitersCfg) []scenario {
 	s := []scenario{{name: "lock-uncontended", run: lockUncontended}}
 	for _, n := range contenders {
 		s = append(s, scenario{name: fmt.Sprintf("lock-contended-%d", n),
 			run: func(ctx context.Context, r *runner) (*result, error) { return lockContended(ctx, r, n) }})
 	}
+	s = append(s, scenario{name: fmt.Sprintf("lock-waiters-%d", wc.waiters), run: waitersScenario(wc.waiters, wc.clients)})
 	s = append(s,
 		scenario{name: "guard-check-1", run: guardScenario("check", 1)},
 		scenario{name: fmt.Sprintf("guard-check-%d", guardGoroutines), run: guardScenario("check", guardGoroutines)},
@@ -238,12 +242,12 @@ func guardScenario(op string, goroutines int) func(ctx context.Context, r *runne
 		}
 		d := runGuard(ctx, "disco", goroutines, func(t fencing.Token) error { return f(g, t) }, r.cfg)
 		rw := &row{Scenario: name, Contenders: goroutines, Unit: "ops/s", Disco: d}
-		bars := []bar{{"disco guard." + op, d.PerSec}}
+		bars := []bar{{"disco guard." + op, d.PerSec / 1e6}}
 		if op == "check" {
 			mm := &mutexMark{}
 			b := runGuard(ctx, "sync.Mutex mark", goroutines, mm.check, r.cfg)
 			rw.Baseline, rw.Base = b.Lib, b
-			bars = append(bars, bar{b.Lib, b.PerSec})
+			bars = append(bars, bar{b.Lib, b.PerSec / 1e6})
 		}
 		return &result{Scenario: name, Rows: []*row{rw},
 			chart: chart{title: fmt.Sprintf("guard %s, %d goroutine(s)", op, goroutines), yLabel: "million ops/s", bars: bars}}, nil

@@ -55,6 +55,8 @@ type side struct {
 	// Elections, expiry: how long closing a candidate took after its
 	// client had been closed under it (it must not wait for etcd).
 	VanishedClose *dist `json:"vanished_close,omitempty"`
+	// Waiters: what the parked waiters cost the process.
+	Footprint *footprint `json:"footprint,omitempty"`
 
 	// Raw samples, for plots.
 	handoffs, waits, cycles []time.Duration

@@ -143,12 +143,12 @@ func startCluster(o options, root string, size int) (*Cluster, error) {
 			token:   filepath.Base(root),
 		}
 		m.proxyURL = loopbackURL(p[3])
-		m.spec.advertisePeer = m.spec.peer
+		advertised := m.spec.peer
 		if o.peerProxies {
 			m.peerProxyURL = loopbackURL(p[4])
-			m.spec.advertisePeer = m.peerProxyURL
+			m.spec.advertisePeer, advertised = m.peerProxyURL, m.peerProxyURL
 		}
-		peers[i] = m.spec.name + "=" + m.spec.advertisePeer.String()
+		peers[i] = m.spec.name + "=" + advertised.String()
 		c.members = append(c.members, m)
 	}
 	for _, m := range c.members {

@@ -55,7 +55,7 @@ type memberSpec struct {
 	dir            string
 	client         url.URL
 	peer           url.URL
-	advertisePeer  url.URL // peer, or its proxy (WithPeerProxies)
+	advertisePeer  url.URL // its proxy (WithPeerProxies); zero: peer itself
 	metrics        url.URL
 	initialCluster string
 	token          string
@@ -70,7 +70,10 @@ func (o *options) config(spec memberSpec) *embed.Config {
 	cfg.ListenClientUrls = []url.URL{spec.client}
 	cfg.AdvertiseClientUrls = []url.URL{spec.client}
 	cfg.ListenPeerUrls = []url.URL{spec.peer}
-	cfg.AdvertisePeerUrls = []url.URL{spec.advertisePeer}
+	cfg.AdvertisePeerUrls = []url.URL{spec.peer}
+	if spec.advertisePeer.Host != "" {
+		cfg.AdvertisePeerUrls = []url.URL{spec.advertisePeer}
+	}
 	cfg.ListenMetricsUrls = []url.URL{spec.metrics}
 	cfg.InitialCluster = spec.initialCluster
 	cfg.InitialClusterToken = spec.token
