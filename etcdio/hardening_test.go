@@ -155,6 +155,11 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 			if !errors.Is(err, etcdio.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%s %s: %v, want ErrInvalidArgument mentioning %q", kind, c.name, err, c.want)
 			}
+			// Backend-free callers (lock.Supervise, election.Supervise)
+			// tell bad input from trouble by primitives' sentinel.
+			if !errors.Is(err, primitives.ErrInvalidArgument) {
+				t.Errorf("%s %s: %v does not wrap primitives.ErrInvalidArgument", kind, c.name, err)
+			}
 			if err != nil && len(err.Error()) > 512 {
 				t.Errorf("%s %s: error of %d bytes", kind, c.name, len(err.Error()))
 			}

@@ -2,11 +2,12 @@ package etcdio
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ahrtr/disco/primitives"
 )
 
 // DefaultTTL is the lease TTL of a session made without WithTTL. It is the
@@ -15,7 +16,9 @@ const DefaultTTL = 60 * time.Second
 
 // ErrInvalidArgument is wrapped by every constructor error caused by bad
 // input: a nil or closed client, a bad prefix, a bad TTL, clashing options.
-var ErrInvalidArgument = errors.New("etcdio: invalid argument")
+// It wraps primitives.ErrInvalidArgument, so backend-free code can tell bad
+// input from trouble.
+var ErrInvalidArgument = fmt.Errorf("etcdio: %w", primitives.ErrInvalidArgument)
 
 // maxPrefix is the longest prefix a primitive accepts, in bytes.
 const maxPrefix = 1024
