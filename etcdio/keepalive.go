@@ -16,10 +16,19 @@ import (
 // keepalive renews the lease every TTL/3 on one keepalive stream, reopened
 // when it breaks, and posts each acknowledgement to the loop together with
 // the time its request was sent. It runs until the session ends.
+//
+// A stream whose acknowledgement is late is given up and a new one opened,
+// which the client's balancer may place on another member: a member cut off
+// from this client answers nothing, and the lease must not wait on it. The
+// first wait is short (a tenth of the TTL, at least half a second), so that
+// several members can be tried before the lease ends; each late reply in a
+// row doubles it, up to the renewal interval, so that a slow but live etcd
+// is still heard.
 func (s *Session) keepalive() {
 	defer s.wg.Done()
 	interval := s.ttl / 3
 	retry := min(interval, 200*time.Millisecond)
+	s.ackWait = s.firstAckWait()
 	lc := pb.NewLeaseClient(s.cli.ActiveConnection())
 	wait := time.NewTimer(0)
 	defer wait.Stop()
@@ -45,6 +54,12 @@ func (s *Session) keepalive() {
 	}
 }
 
+// firstAckWait is how long a keepalive waits for its acknowledgement after
+// one that came in time.
+func (s *Session) firstAckWait() time.Duration {
+	return min(max(s.ttl/10, 500*time.Millisecond), s.ttl/3)
+}
+
 // keepaliveStream runs one keepalive stream until it breaks (true) or the
 // session or lease ends (false).
 func (s *Session) keepaliveStream(lc pb.LeaseClient, interval time.Duration, pause func(time.Duration) bool) bool {
@@ -62,15 +77,19 @@ func (s *Session) keepaliveStream(lc pb.LeaseClient, interval time.Duration, pau
 			s.log.Debug("keepalive send failed", zap.Error(err))
 			return true
 		}
-		// A reply that does not come within one interval means the stream is
-		// stuck (a partition, a dead member): reopen it, perhaps elsewhere.
-		stuck := time.AfterFunc(interval, cancel)
+		// A reply that does not come in time means the stream is stuck (a
+		// partition, a dead member): reopen it, perhaps elsewhere.
+		stuck := time.AfterFunc(s.ackWait, cancel)
 		resp, err := stream.Recv()
-		stuck.Stop()
+		late := !stuck.Stop()
 		if err != nil {
-			s.log.Debug("keepalive receive failed", zap.Error(err))
+			if late {
+				s.ackWait = min(2*s.ackWait, interval)
+			}
+			s.log.Debug("keepalive receive failed", zap.Bool("late", late), zap.Error(err))
 			return true
 		}
+		s.ackWait = s.firstAckWait()
 		ttl, rtt := resp.TTL, time.Since(sent)
 		s.post(func() { s.keptAlive(sent, ttl, rtt) })
 		if ttl <= 0 {

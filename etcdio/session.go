@@ -52,6 +52,9 @@ type Session struct {
 	// streamEpoch names the gRPC stream watches use; bumped when one goes
 	// silent (see follow).
 	streamEpoch atomic.Uint64
+	// ackWait is how long the keepalive helper waits for an acknowledgement
+	// (see keepalive). Owned by the keepalive helper.
+	ackWait time.Duration
 
 	closeOnce sync.Once
 	closeErr  error

@@ -104,7 +104,11 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 				}
 			}
 		case <-f.poke:
-			_ = s.cli.RequestProgress(wctx)
+			if !s.requestProgress(wctx) {
+				s.log.Debug("watch stream takes no requests; moving to a new stream", zap.String("key", f.key))
+				s.streamEpoch.CompareAndSwap(epoch, epoch+1)
+				return
+			}
 		case <-quiet.C:
 			// A watch etcd never confirmed has no stream worth probing: its
 			// member may be the dark one, so move at once.
@@ -113,11 +117,27 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 				s.streamEpoch.CompareAndSwap(epoch, epoch+1)
 				return
 			}
-			_ = s.cli.RequestProgress(wctx)
+			if !s.requestProgress(wctx) {
+				s.log.Debug("watch stream takes no requests; moving to a new stream", zap.String("key", f.key))
+				s.streamEpoch.CompareAndSwap(epoch, epoch+1)
+				return
+			}
 			probed = true
 			quiet.Reset(s.silence())
 		case <-ctx.Done():
 			return
 		}
 	}
+}
+
+// requestProgress asks etcd for a progress notification on wctx's watch
+// stream and reports whether the request was taken. It gives up after one
+// quiet spell: the client hands the request to the stream's sender, which
+// waits as long as the connection under it is stuck (a member cut off), and
+// a watch helper must never wait on a stuck connection without a deadline.
+// The timeout's context carries wctx's metadata, so it names the same stream.
+func (s *Session) requestProgress(wctx context.Context) bool {
+	pctx, cancel := context.WithTimeout(wctx, s.silence())
+	defer cancel()
+	return s.cli.RequestProgress(pctx) == nil
 }

@@ -137,8 +137,11 @@ func TestLockOrphanAfterLostReply(t *testing.T) {
 // handoff: its watch notices the silence and moves to a new stream. The
 // client's round-robin balancer, not disco, picks the member of each new
 // stream and may pick the dark one again (its TCP connection is still up);
-// each such pick costs one quiet spell (2 s at this TTL), so the bound leaves
-// room for several.
+// each such pick costs one quiet spell (2 s), so the bound leaves room for
+// several. The waiter's TTL is long enough that its keepalive, which the
+// balancer may also place on the dark member, outlives a few such picks: the
+// test is about the watch. (A client configured with gRPC keepalives,
+// DialKeepAliveTime, drops the dark connection from the balancer itself.)
 func TestWaiterSeesHandoffWhenItsMemberGoesDark(t *testing.T) {
 	c := cluster(t)
 	defer restoreCluster(t, c)
@@ -150,7 +153,7 @@ func TestWaiterSeesHandoffWhenItsMemberGoesDark(t *testing.T) {
 		// A fresh client per round: a blackhole drops bytes mid-stream and
 		// can leave a connection that fails its next request.
 		waiterCli := newClientOf(t, c.NewClient) // all three members
-		waiter, err := etcdio.NewLock(waiterCli, prefix, etcdio.WithTTL(10*time.Second))
+		waiter, err := etcdio.NewLock(waiterCli, prefix, etcdio.WithTTL(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
