@@ -70,7 +70,7 @@ func TestSuperviseRejoinsUnderSessionLosses(t *testing.T) {
 			return s, err
 		}
 		var running atomic.Int32 // this candidate's terms running fn now
-		terms := int32(0)         // this candidate's terms so far
+		terms := int32(0)        // this candidate's terms so far
 		fn := func(ctx context.Context, l election.Leadership) error {
 			if n := running.Add(1); n != 1 {
 				violate("candidate %d runs %d terms at once", i, n)
