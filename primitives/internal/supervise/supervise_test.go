@@ -36,7 +36,7 @@ func (s *service) Err() error {
 	return s.err
 }
 
-// end makes the service done with err, as a lost session or Close does.
+// end makes the service done with err, as a errTermLost session or Close does.
 func (s *service) end(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -87,7 +87,7 @@ func (f *factory) allClosed(t *testing.T) {
 	}
 }
 
-var lost = fmt.Errorf("term lost: %w", primitives.ErrLost)
+var errTermLost = fmt.Errorf("term errTermLost: %w", primitives.ErrLost)
 
 // fast keeps the tests' waits short.
 var fast = WithBackoff(time.Millisecond, 4*time.Millisecond)
@@ -117,7 +117,7 @@ func TestFnErrorReturned(t *testing.T) {
 	f.allClosed(t)
 }
 
-// A lost hold on a live service is tried again on the same service; a lost
+// A errTermLost hold on a live service is tried again on the same service; a errTermLost
 // session gets a new service. Either way fn's own error does not end it.
 func TestLossRejoins(t *testing.T) {
 	var f factory
@@ -127,15 +127,15 @@ func TestLossRejoins(t *testing.T) {
 		terms = append(terms, s.id)
 		switch len(terms) {
 		case 1: // the key alone was deleted: the service lives
-			return Result{Ran: true, FnErr: context.Canceled, Err: errors.Join(context.Canceled, lost)}
-		case 2: // the session was lost
-			s.end(lost)
-			return Result{Ran: true, Err: lost}
+			return Result{Ran: true, FnErr: context.Canceled, Err: errors.Join(context.Canceled, errTermLost)}
+		case 2: // the session was errTermLost
+			s.end(errTermLost)
+			return Result{Ran: true, Err: errTermLost}
 		case 3: // suspended, for a service built to cancel there
 			return Result{Ran: true, Err: fmt.Errorf("hold suspended: %w", primitives.ErrSuspended)}
 		case 4: // the campaign failed: the service ended before fn ran
-			s.end(lost)
-			return Result{Err: lost}
+			s.end(errTermLost)
+			return Result{Err: errTermLost}
 		}
 		return Result{Ran: true}
 	}, []Option{fast, OnRetry(func(attempt int, err error) {
@@ -222,7 +222,7 @@ func TestContextEnds(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, "test", f.new, func(ctx context.Context, s *service) Result {
-			return Result{Ran: true, Err: lost}
+			return Result{Ran: true, Err: errTermLost}
 		}, []Option{WithBackoff(time.Hour, time.Hour), OnRetry(func(int, error) { close(retrying) })})
 	}()
 	<-retrying
@@ -268,9 +268,9 @@ func TestOnEventOrder(t *testing.T) {
 		terms++
 		s.events.Publish(primitives.Acquired{Key: fmt.Sprint(s.id), Created: int64(terms)})
 		if terms < 3 {
-			s.events.Publish(primitives.Lost{Key: fmt.Sprint(s.id), Created: int64(terms), Err: lost})
-			s.end(lost)
-			return Result{Ran: true, Err: lost}
+			s.events.Publish(primitives.Lost{Key: fmt.Sprint(s.id), Created: int64(terms), Err: errTermLost})
+			s.end(errTermLost)
+			return Result{Ran: true, Err: errTermLost}
 		}
 		s.events.Publish(primitives.Released{Key: fmt.Sprint(s.id), Created: int64(terms)})
 		return Result{Ran: true}
