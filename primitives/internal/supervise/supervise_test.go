@@ -36,7 +36,7 @@ func (s *service) Err() error {
 	return s.err
 }
 
-// end makes the service done with err, as a errTermLost session or Close does.
+// end makes the service done with err, as a lost session or Close does.
 func (s *service) end(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -87,7 +87,7 @@ func (f *factory) allClosed(t *testing.T) {
 	}
 }
 
-var errTermLost = fmt.Errorf("term errTermLost: %w", primitives.ErrLost)
+var errTermLost = fmt.Errorf("term lost: %w", primitives.ErrLost)
 
 // fast keeps the tests' waits short.
 var fast = WithBackoff(time.Millisecond, 4*time.Millisecond)
@@ -117,7 +117,7 @@ func TestFnErrorReturned(t *testing.T) {
 	f.allClosed(t)
 }
 
-// A errTermLost hold on a live service is tried again on the same service; a errTermLost
+// A lost hold on a live service is tried again on the same service; a lost
 // session gets a new service. Either way fn's own error does not end it.
 func TestLossRejoins(t *testing.T) {
 	var f factory
@@ -128,7 +128,7 @@ func TestLossRejoins(t *testing.T) {
 		switch len(terms) {
 		case 1: // the key alone was deleted: the service lives
 			return Result{Ran: true, FnErr: context.Canceled, Err: errors.Join(context.Canceled, errTermLost)}
-		case 2: // the session was errTermLost
+		case 2: // the session was lost
 			s.end(errTermLost)
 			return Result{Ran: true, Err: errTermLost}
 		case 3: // suspended, for a service built to cancel there
