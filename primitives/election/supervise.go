@@ -29,8 +29,9 @@ func WithJitter(f float64) SuperviseOption { return supervise.WithJitter(f) }
 // Supervise builds (Acquired, Released, Lost, Suspended, Resumed,
 // LeaderChanged), in order across Services: one Service's last event comes
 // before the next one's first. It is called from one goroutine at a time,
-// possibly while fn runs, and never after Supervise returns. A type switch
-// in it must ignore kinds it does not know.
+// possibly while fn runs, and never after Supervise returns. Supervise waits
+// for it before it builds the next Service and before it returns, so it must
+// not block for long. A type switch in it must ignore kinds it does not know.
 func OnEvent(f func(primitives.Event)) SuperviseOption { return supervise.OnEvent(f) }
 
 // OnRetry sets a function that Supervise calls, from its own goroutine,
@@ -97,7 +98,7 @@ func Supervise(ctx context.Context, newService func(ctx context.Context) (Servic
 	}
 	term := func(ctx context.Context, s Service) (res supervise.Result) {
 		res.Err = Lead(ctx, s, value, func(ctx context.Context, l Leadership) error {
-			res.Ran = true
+			res.Ran, res.Began = true, time.Now()
 			res.FnErr = fn(ctx, l)
 			return res.FnErr
 		})

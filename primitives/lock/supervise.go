@@ -25,9 +25,11 @@ func WithBackoff(min, max time.Duration) SuperviseOption { return supervise.With
 func WithJitter(f float64) SuperviseOption { return supervise.WithJitter(f) }
 
 // OnEvent sets a function that receives every event of every Service that
-// Supervise builds, in order across Services: one Service's last event
-// comes before the next one's first. It is called from one goroutine at a
-// time, possibly while fn runs, and never after Supervise returns.
+// Supervise builds, in order across Services: one Service's last event comes
+// before the next one's first. It is called from one goroutine at a time,
+// possibly while fn runs, and never after Supervise returns. Supervise waits
+// for it before it builds the next Service and before it returns, so it must
+// not block for long.
 func OnEvent(f func(primitives.Event)) SuperviseOption { return supervise.OnEvent(f) }
 
 // OnRetry sets a function that Supervise calls, from its own goroutine,
@@ -68,7 +70,7 @@ func Supervise(ctx context.Context, newService func(ctx context.Context) (Servic
 	}
 	term := func(ctx context.Context, s Service) (res supervise.Result) {
 		res.Err = Do(ctx, s, func(ctx context.Context, g Grant) error {
-			res.Ran = true
+			res.Ran, res.Began = true, time.Now()
 			res.FnErr = fn(ctx, g)
 			return res.FnErr
 		})

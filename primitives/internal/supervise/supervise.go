@@ -22,10 +22,12 @@ type Service interface {
 	Close() error
 }
 
-// Result is the outcome of one term: whether fn ran, what fn returned, and
-// what the helper running the term (lock.Do, election.Lead) returned.
+// Result is the outcome of one term: whether fn ran and since when, what fn
+// returned, and what the helper running the term (lock.Do, election.Lead)
+// returned.
 type Result struct {
 	Ran   bool
+	Began time.Time
 	FnErr error
 	Err   error
 }
@@ -75,7 +77,6 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 			}
 		}
 		if why == nil {
-			began := time.Now()
 			res := term(ctx, r.s)
 			if ctx.Err() != nil {
 				if res.FnErr != nil && !errors.Is(res.FnErr, ctx.Err()) {
@@ -91,7 +92,7 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 			case !res.Ran && errors.Is(res.Err, primitives.ErrInvalidArgument):
 				return res.Err
 			}
-			if res.Ran && time.Since(began) >= cfg.max {
+			if res.Ran && time.Since(res.Began) >= cfg.max {
 				failures = 0 // a long term: the trouble was not persistent
 			}
 			why = res.Err

@@ -97,7 +97,7 @@ func TestFnNilEnds(t *testing.T) {
 	terms := 0
 	err := Run(context.Background(), "test", f.new, func(ctx context.Context, s *service) Result {
 		terms++
-		return Result{Ran: true}
+		return Result{Ran: true, Began: time.Now()}
 	}, []Option{fast})
 	if err != nil || terms != 1 || len(f.built) != 1 {
 		t.Fatalf("Run = %v after %d terms on %d services, want nil after 1 on 1", err, terms, len(f.built))
@@ -109,7 +109,7 @@ func TestFnErrorReturned(t *testing.T) {
 	var f factory
 	boom := errors.New("boom")
 	err := Run(context.Background(), "test", f.new, func(ctx context.Context, s *service) Result {
-		return Result{Ran: true, FnErr: boom, Err: boom}
+		return Result{Ran: true, Began: time.Now(), FnErr: boom, Err: boom}
 	}, []Option{fast})
 	if !errors.Is(err, boom) {
 		t.Fatalf("Run = %v, want fn's error", err)
@@ -127,17 +127,17 @@ func TestLossRejoins(t *testing.T) {
 		terms = append(terms, s.id)
 		switch len(terms) {
 		case 1: // the key alone was deleted: the service lives
-			return Result{Ran: true, FnErr: context.Canceled, Err: errors.Join(context.Canceled, errTermLost)}
+			return Result{Ran: true, Began: time.Now(), FnErr: context.Canceled, Err: errors.Join(context.Canceled, errTermLost)}
 		case 2: // the session was lost
 			s.end(errTermLost)
-			return Result{Ran: true, Err: errTermLost}
+			return Result{Ran: true, Began: time.Now(), Err: errTermLost}
 		case 3: // suspended, for a service built to cancel there
-			return Result{Ran: true, Err: fmt.Errorf("hold suspended: %w", primitives.ErrSuspended)}
+			return Result{Ran: true, Began: time.Now(), Err: fmt.Errorf("hold suspended: %w", primitives.ErrSuspended)}
 		case 4: // the campaign failed: the service ended before fn ran
 			s.end(errTermLost)
 			return Result{Err: errTermLost}
 		}
-		return Result{Ran: true}
+		return Result{Ran: true, Began: time.Now()}
 	}, []Option{fast, OnRetry(func(attempt int, err error) {
 		if !errors.Is(err, primitives.ErrLost) && !errors.Is(err, primitives.ErrSuspended) {
 			t.Errorf("OnRetry(%d, %v): want the loss", attempt, err)
@@ -161,7 +161,7 @@ func TestConstructorErrors(t *testing.T) {
 	f := factory{fail: []error{flaky, flaky}}
 	var retried []error
 	err := Run(context.Background(), "test", f.new, func(ctx context.Context, s *service) Result {
-		return Result{Ran: true}
+		return Result{Ran: true, Began: time.Now()}
 	}, []Option{fast, OnRetry(func(_ int, err error) { retried = append(retried, err) })})
 	if err != nil || len(retried) != 2 || !errors.Is(retried[0], flaky) {
 		t.Fatalf("Run = %v after retries %v, want nil after two retries of the constructor's error", err, retried)
@@ -186,7 +186,7 @@ func TestConstructorErrors(t *testing.T) {
 }
 
 func TestBadArguments(t *testing.T) {
-	term := func(ctx context.Context, s *service) Result { return Result{Ran: true} }
+	term := func(ctx context.Context, s *service) Result { return Result{Ran: true, Began: time.Now()} }
 	var f factory
 	for name, opts := range map[string][]Option{
 		"nil option":   {nil},
@@ -222,7 +222,7 @@ func TestContextEnds(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, "test", f.new, func(ctx context.Context, s *service) Result {
-			return Result{Ran: true, Err: errTermLost}
+			return Result{Ran: true, Began: time.Now(), Err: errTermLost}
 		}, []Option{WithBackoff(time.Hour, time.Hour), OnRetry(func(int, error) { close(retrying) })})
 	}()
 	<-retrying
@@ -242,7 +242,7 @@ func TestContextEnds(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	err := Run(ctx, "test", f.new, func(ctx context.Context, s *service) Result {
 		cancel()
-		return Result{Ran: true, FnErr: boom, Err: boom}
+		return Result{Ran: true, Began: time.Now(), FnErr: boom, Err: boom}
 	}, nil)
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, boom) {
 		t.Fatalf("Run = %v, want context.Canceled and fn's error", err)
@@ -250,7 +250,7 @@ func TestContextEnds(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	err = Run(ctx, "test", f.new, func(ctx context.Context, s *service) Result {
 		cancel()
-		return Result{Ran: true, FnErr: ctx.Err(), Err: ctx.Err()}
+		return Result{Ran: true, Began: time.Now(), FnErr: ctx.Err(), Err: ctx.Err()}
 	}, nil)
 	if err != context.Canceled {
 		t.Fatalf("Run = %v, want context.Canceled alone", err)
@@ -270,10 +270,10 @@ func TestOnEventOrder(t *testing.T) {
 		if terms < 3 {
 			s.events.Publish(primitives.Lost{Key: fmt.Sprint(s.id), Created: int64(terms), Err: errTermLost})
 			s.end(errTermLost)
-			return Result{Ran: true, Err: errTermLost}
+			return Result{Ran: true, Began: time.Now(), Err: errTermLost}
 		}
 		s.events.Publish(primitives.Released{Key: fmt.Sprint(s.id), Created: int64(terms)})
-		return Result{Ran: true}
+		return Result{Ran: true, Began: time.Now()}
 	}, []Option{fast, OnEvent(func(e primitives.Event) { got = append(got, fmt.Sprintf("%T", e)) })})
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +318,7 @@ func TestBackoffBounded(t *testing.T) {
 	}
 	start := time.Now()
 	err := Run(context.Background(), "test", f.new, func(ctx context.Context, s *service) Result {
-		return Result{Ran: true}
+		return Result{Ran: true, Began: time.Now()}
 	}, []Option{WithBackoff(time.Millisecond, 5*time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)
@@ -327,4 +327,29 @@ func TestBackoffBounded(t *testing.T) {
 		t.Fatalf("%d failed attempts took %v, more than their bounded waits", attempts, took)
 	}
 	f.allClosed(t)
+}
+
+// The backoff starts again from its minimum after a term that lasted at
+// least its maximum, and keeps growing after shorter ones.
+func TestBackoffResetsAfterLongTerm(t *testing.T) {
+	var f factory
+	var attempts []int
+	terms := 0
+	err := Run(context.Background(), "test", f.new, func(ctx context.Context, s *service) Result {
+		terms++
+		began := time.Now()
+		if terms == 3 {
+			began = began.Add(-time.Hour) // a long term
+		}
+		if terms == 5 {
+			return Result{Ran: true, Began: began}
+		}
+		return Result{Ran: true, Began: began, Err: errTermLost}
+	}, []Option{fast, OnRetry(func(attempt int, _ error) { attempts = append(attempts, attempt) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "[1 2 1 2]"; fmt.Sprint(attempts) != want {
+		t.Fatalf("OnRetry attempts %v, want %s", attempts, want)
+	}
 }
