@@ -66,7 +66,9 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption { return supervise.
 // lost), or primitives.ErrSuspended (the Service was built to cancel at
 // Suspended, e.g. etcdio.WithCancelOnSuspend), whatever fn returned. Any
 // other newService or Campaign error is retried too, with backoff, and
-// reported to OnRetry. newService gets Supervise's ctx; it should use it to
+// reported to OnRetry; a newService that knows an error is permanent (a bad
+// prefix) wraps it with primitives.ErrInvalidArgument to stop Supervise.
+// newService gets Supervise's ctx; it should use it to
 // bound construction only (etcdio.WithContext), never the Service's life.
 // Supervise owns every Service it builds and closes each before it builds
 // the next and before it returns, so nothing it campaigned with is left in
@@ -78,9 +80,11 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption { return supervise.
 //     term's, so a resource behind a guard (package fencing/guard) rejects a
 //     deposed leader that has not noticed yet; client-go's elector offers no
 //     token and relies on the leader stopping in time;
-//   - the loss is counted from the moment the last acknowledged keepalive
-//     was sent, not from local renew deadlines compared with clocks on other
-//     machines: nothing assumes bounded clock skew;
+//   - safety does not rest on clocks: etcdio counts the lease's end from the
+//     send time of the last acknowledged keepalive, on the owner's own clock,
+//     so clocks need not agree, only run at about the same rate over one
+//     TTL; and if a pause breaks even that, the token still rejects the old
+//     leader, where client-go's elector has only its timers;
 //   - with a Service built to cancel at Suspended, fn's context ends while
 //     the lease surely still holds (before Suspended's Deadline), so fn can
 //     stop before anyone else can lead; Curator's SUSPENDED is a connection
