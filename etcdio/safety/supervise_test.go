@@ -14,6 +14,7 @@ import (
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -48,6 +49,7 @@ func TestSuperviseRejoinsUnderSessionLosses(t *testing.T) {
 		violations = append(violations, fmt.Sprintf(format, args...))
 	}
 	lastToken := make([]fencing.Token, candidates)
+	causes := make(map[fencing.Token]error) // why each term's context ended
 	starts := make(chan started, 4*rounds)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -88,18 +90,21 @@ func TestSuperviseRejoinsUnderSessionLosses(t *testing.T) {
 			lastToken[i] = l.Token()
 			mu.Unlock()
 			actx, done, err := g.Admit(ctx, l.Token())
-			if err != nil {
-				// Superseded before it could act: wait for the loss.
-				<-ctx.Done()
-				return ctx.Err()
+			if err == nil {
+				if n := inside.Add(1); n != 1 {
+					violate("%d terms inside the guard at once (candidate %d, token %d)", n, i, l.Token())
+				}
+				starts <- started{who: i, l: l}
+				<-actx.Done() // until the term ends or a later one is admitted
+				inside.Add(-1)
+				done()
 			}
-			defer done()
-			if n := inside.Add(1); n != 1 {
-				violate("%d terms inside the guard at once (candidate %d, token %d)", n, i, l.Token())
-			}
-			defer inside.Add(-1)
-			starts <- started{who: i, l: l}
-			<-actx.Done() // until the term ends or a later one is admitted
+			// Superseded or not, the term is over only when its context
+			// says so.
+			<-ctx.Done()
+			mu.Lock()
+			causes[l.Token()] = context.Cause(ctx)
+			mu.Unlock()
 			return ctx.Err()
 		}
 		wg.Add(1)
@@ -130,12 +135,19 @@ func TestSuperviseRejoinsUnderSessionLosses(t *testing.T) {
 	}
 	world := observer(0)
 	cur := next(started{})
-	partitions := 0
+	type fault struct {
+		started
+		partition bool
+	}
+	var faults []fault
 	for round := range rounds {
-		if round%3 == 2 {
+		// Three partitions: the leader changes every round, so they
+		// usually fall on three different candidates.
+		cut := round%4 == 1
+		faults = append(faults, fault{cur, cut})
+		if cut {
 			// Cut the leader's member off past the TTL: its session is lost
 			// without etcd telling it, and another candidate takes over.
-			partitions++
 			heal := partition(t, cur.who)
 			nx := next(cur)
 			heal()
@@ -176,5 +188,20 @@ func TestSuperviseRejoinsUnderSessionLosses(t *testing.T) {
 	if n := countUnder(t, world, prefix+"/"); n != 0 {
 		t.Errorf("%d keys left under %s", n, prefix)
 	}
-	t.Logf("%d rounds (%d partitions): %d services built, last token %d", rounds, partitions, total, cur.l.Token())
+	// Each faulted term ended with its loss; candidate 0, cut off, already
+	// at Suspended.
+	suspended := 0
+	for _, f := range faults {
+		cause := causes[f.l.Token()]
+		want := primitives.ErrLost
+		if f.partition && f.who == 0 {
+			want = primitives.ErrSuspended
+			suspended++
+		}
+		if !errors.Is(cause, want) {
+			t.Errorf("candidate %d's term %d (partitioned: %v) ended with %v, want %v", f.who, f.l.Token(), f.partition, cause, want)
+		}
+	}
+	t.Logf("%d rounds (partitions at rounds 1, 5, 9; %d ended at Suspended): %d services built, last token %d",
+		rounds, suspended, total, cur.l.Token())
 }
