@@ -42,7 +42,7 @@ func TestSuperviseRejoinsUnderSessionLosses(t *testing.T) {
 	g := guard.New()
 	var inside atomic.Int32 // terms inside the guard now
 	var violations []string
-	var mu sync.Mutex // guards violations and lastToken
+	var mu sync.Mutex // guards violations, lastToken and causes
 	violate := func(format string, args ...any) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -148,9 +148,10 @@ func TestSuperviseRejoinsUnderSessionLosses(t *testing.T) {
 		if cut {
 			// Cut the leader's member off past the TTL: its session is lost
 			// without etcd telling it, and another candidate takes over.
-			heal := partition(t, cur.who)
-			nx := next(cur)
-			heal()
+			nx := func() started {
+				defer partition(t, cur.who)() // heal, also if next fails
+				return next(cur)
+			}()
 			if nx.who == cur.who {
 				t.Fatalf("round %d: candidate %d led again while cut off", round, cur.who)
 			}
