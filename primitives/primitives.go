@@ -24,7 +24,14 @@
 //	Acquired ─┬─> Released                      (Unlock, Resign, Close)
 //	          ├─> Lost                          (key deleted, session gone)
 //	          └─> Suspended ─┬─> Resumed ─> ... (the session recovered in time)
-//	                         └─> Lost           (it did not)
+//	                         ├─> Released       (let go while suspended, e.g. by
+//	                         │                   Do or Lead cancelled at Suspended)
+//	                         └─> Lost           (the session did not recover)
+//
+// A supervisor (election.Supervise, lock.Supervise) strings such lives
+// together: after a Lost it waits a backoff and acquires again, on a new
+// service if the session is gone, so the next Acquired carries a higher
+// token.
 package primitives
 
 import (

@@ -6,6 +6,11 @@
 // term). A leader attaches its token to everything it does as leader; a
 // resource that rejects tokens below the highest it has seen (package
 // fencing/guard) then ignores a deposed leader that has not noticed yet.
+//
+// Lead runs one term. A Service whose session is lost is done for good; a
+// long-running candidate that should stay in the election through lost
+// terms and lost sessions runs Supervise, which campaigns again after a
+// backoff, on a new Service when the old one is done.
 package election
 
 import (

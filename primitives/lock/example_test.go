@@ -7,10 +7,12 @@ import (
 	"log"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
 )
@@ -122,4 +124,44 @@ func Example_subscribe() {
 	// Output:
 	// acquired, with a token: true
 	// released
+}
+
+// Supervise runs a singleton worker: one process at a time runs fn under the
+// lock. When its hold is lost (here its lease is revoked, as a pause past the
+// TTL would end it), Supervise builds a new service after a backoff and runs
+// fn again with a higher token; when fn returns nil, the work is done.
+func ExampleSupervise() {
+	srv, err := embedded.Start()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := srv.NewClient()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+
+	newService := func(ctx context.Context) (lock.Service, error) {
+		return etcdio.NewLock(cli, "/example/singleton", etcdio.WithContext(ctx))
+	}
+	var tokens []fencing.Token
+	err = lock.Supervise(context.Background(), newService, func(ctx context.Context, g lock.Grant) error {
+		tokens = append(tokens, g.Token())
+		if len(tokens) == 1 {
+			// Simulate a crash of this worker's session.
+			if _, err := cli.Revoke(ctx, clientv3.LeaseID(g.LeaseID)); err != nil {
+				return err
+			}
+			<-ctx.Done() // the hold is lost: stop working
+			return ctx.Err()
+		}
+		return nil // the work is done
+	}, lock.WithBackoff(10*time.Millisecond, time.Second))
+	fmt.Println("Supervise returned:", err)
+	fmt.Println("holds:", len(tokens), "with rising tokens:", tokens[1] > tokens[0])
+
+	// Output:
+	// Supervise returned: <nil>
+	// holds: 2 with rising tokens: true
 }

@@ -8,6 +8,10 @@
 // to every request made while holding the lock, and have the resource reject
 // tokens below the highest it has seen (package fencing/guard): that, not the
 // lock alone, is what makes a paused or partitioned former holder harmless.
+//
+// Do runs fn under one hold. A singleton worker that should keep running
+// through lost holds and lost sessions runs under Supervise, which locks
+// again after a backoff, on a new Service when the old one is done.
 package lock
 
 import (

@@ -1,0 +1,280 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/election"
+)
+
+// TestMain serves etcd from a child process, so goleak sees only this
+// process's goroutines.
+func TestMain(m *testing.M) { etcdtest.Main(m) }
+
+// fixture is one test's etcd client, prefix and a constructor of election
+// services on them that counts what it built.
+type fixture struct {
+	cli    *clientv3.Client
+	prefix string
+	mu     sync.Mutex
+	built  []election.Service
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	cli, err := embedded.NewClient(etcdtest.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return &fixture{cli: cli, prefix: "/test/supervise/" + t.Name()}
+}
+
+func (f *fixture) newService(ctx context.Context) (election.Service, error) {
+	s, err := etcdio.NewElection(f.cli, f.prefix, etcdio.WithTTL(5*time.Second), etcdio.WithContext(ctx))
+	if err == nil {
+		f.mu.Lock()
+		f.built = append(f.built, s)
+		f.mu.Unlock()
+	}
+	return s, err
+}
+
+// check verifies that every service built was closed and that nothing is
+// left under the prefix.
+func (f *fixture) check(t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, s := range f.built {
+		if !errors.Is(s.Err(), primitives.ErrClosed) && !errors.Is(s.Err(), primitives.ErrLost) {
+			t.Errorf("service %d not closed: Err = %v", i, s.Err())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := f.cli.Get(ctx, f.prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 0 {
+		t.Errorf("%d keys left under %s", resp.Count, f.prefix)
+	}
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var fast = election.WithBackoff(10*time.Millisecond, 100*time.Millisecond)
+
+func TestSuperviseFnNilEnds(t *testing.T) {
+	f := newFixture(t)
+	terms := 0
+	err := election.Supervise(testCtx(t, 20*time.Second), f.newService, "v", func(ctx context.Context, l election.Leadership) error {
+		terms++
+		if l.Value != "v" || l.Token() <= 0 {
+			t.Errorf("term %+v", l)
+		}
+		return nil
+	}, fast)
+	if err != nil || terms != 1 || len(f.built) != 1 {
+		t.Fatalf("Supervise = %v after %d terms on %d services, want nil after 1 on 1", err, terms, len(f.built))
+	}
+	f.check(t)
+}
+
+func TestSuperviseFnErrorReturned(t *testing.T) {
+	f := newFixture(t)
+	boom := errors.New("boom")
+	err := election.Supervise(testCtx(t, 20*time.Second), f.newService, "v", func(ctx context.Context, l election.Leadership) error {
+		return boom
+	}, fast)
+	if !errors.Is(err, boom) || errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Supervise = %v, want fn's error alone", err)
+	}
+	f.check(t)
+}
+
+// The context's end stops Supervise promptly, while leading or while
+// waiting in line, and leaves no key behind.
+func TestSuperviseContextEnds(t *testing.T) {
+	f := newFixture(t)
+	// Another candidate leads, so the second supervisor waits in line.
+	ctx, cancel := context.WithCancel(testCtx(t, 20*time.Second))
+	leading := make(chan struct{})
+	results := make(chan error, 2)
+	go func() {
+		results <- election.Supervise(ctx, f.newService, "first", func(ctx context.Context, l election.Leadership) error {
+			close(leading)
+			<-ctx.Done()
+			return ctx.Err()
+		}, fast)
+	}()
+	<-leading
+	go func() {
+		results <- election.Supervise(ctx, f.newService, "second", func(ctx context.Context, l election.Leadership) error {
+			t.Error("the second candidate led while the first did")
+			return nil
+		}, fast)
+	}()
+	waitKeys(t, f, 2)
+	cancel()
+	start := time.Now()
+	for range 2 {
+		if err := <-results; !errors.Is(err, context.Canceled) {
+			t.Errorf("Supervise = %v, want context.Canceled", err)
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Supervise took %v to return after its context ended", took)
+	}
+	f.check(t)
+}
+
+// waitKeys polls until n keys are under the fixture's prefix.
+func waitKeys(t *testing.T, f *fixture, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := f.cli.Get(context.Background(), f.prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && resp.Count == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never %d keys under %s", n, f.prefix)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// After a lost session (its lease revoked) Supervise builds a new service
+// and leads again with a higher token; after a term lost alone (its key
+// deleted) it campaigns again on the same service. OnEvent reports each
+// term in order, and OnRetry each loss.
+func TestSuperviseRejoins(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t, 20*time.Second)
+	terms := make(chan election.Leadership)
+	var events []string
+	var retries []int
+	var n atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- election.Supervise(ctx, f.newService, "v", func(ctx context.Context, l election.Leadership) error {
+			if n.Add(1) == 4 {
+				return nil // the work is done
+			}
+			terms <- l
+			<-ctx.Done()
+			if !errors.Is(context.Cause(ctx), primitives.ErrLost) {
+				t.Errorf("term's context ended with %v, want ErrLost", context.Cause(ctx))
+			}
+			return ctx.Err()
+		}, fast, election.OnEvent(func(e primitives.Event) {
+			switch e.(type) {
+			case primitives.Acquired, primitives.Released, primitives.Lost:
+				events = append(events, fmt.Sprintf("%T", e)[len("primitives."):])
+			}
+		}), election.OnRetry(func(attempt int, err error) {
+			if !errors.Is(err, primitives.ErrLost) {
+				t.Errorf("OnRetry(%d, %v), want the loss", attempt, err)
+			}
+			retries = append(retries, attempt)
+		}))
+	}()
+	var last election.Leadership
+	for round := range 3 {
+		var l election.Leadership
+		select {
+		case l = <-terms:
+		case err := <-done:
+			t.Fatalf("Supervise returned %v in round %d", err, round)
+		}
+		if l.Token() <= last.Token() {
+			t.Fatalf("round %d: token %d not above %d", round, l.Token(), last.Token())
+		}
+		last = l
+		if round == 1 {
+			// The key alone goes: the session lives.
+			if _, err := f.cli.Delete(ctx, l.Key); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := f.cli.Revoke(ctx, clientv3.LeaseID(l.LeaseID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Supervise = %v, want nil once fn returned nil", err)
+	}
+	// Rounds 0 and 2 lost the session; round 1 only the key.
+	if len(f.built) != 3 {
+		t.Errorf("%d services built, want 3", len(f.built))
+	}
+	if want := "[Acquired Lost Acquired Lost Acquired Lost Acquired Released]"; fmt.Sprint(events) != want {
+		t.Errorf("events %v, want %s", events, want)
+	}
+	if fmt.Sprint(retries) != "[1 2 3]" {
+		t.Errorf("OnRetry attempts %v, want [1 2 3]", retries)
+	}
+	f.check(t)
+}
+
+// A constructor error is retried with backoff; one wrapping
+// primitives.ErrInvalidArgument is returned at once.
+func TestSuperviseConstructorErrors(t *testing.T) {
+	f := newFixture(t)
+	calls := 0
+	flaky := func(ctx context.Context) (election.Service, error) {
+		if calls++; calls <= 2 {
+			return nil, errors.New("etcd unreachable")
+		}
+		return f.newService(ctx)
+	}
+	var waits []int
+	err := election.Supervise(testCtx(t, 20*time.Second), flaky, "v", func(ctx context.Context, l election.Leadership) error {
+		return nil
+	}, fast, election.OnRetry(func(attempt int, err error) { waits = append(waits, attempt) }))
+	if err != nil || fmt.Sprint(waits) != "[1 2]" {
+		t.Fatalf("Supervise = %v after retries %v, want nil after [1 2]", err, waits)
+	}
+
+	bad := func(ctx context.Context) (election.Service, error) {
+		_, err := etcdio.NewElection(f.cli, "")
+		if errors.Is(err, etcdio.ErrInvalidArgument) {
+			// A permanent error: say so, and Supervise gives up.
+			err = fmt.Errorf("%w: %w", primitives.ErrInvalidArgument, err)
+		}
+		return nil, err
+	}
+	err = election.Supervise(testCtx(t, 20*time.Second), bad, "v", func(ctx context.Context, l election.Leadership) error {
+		t.Error("fn ran without a service")
+		return nil
+	}, fast)
+	if !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("Supervise = %v, want ErrInvalidArgument", err)
+	}
+	if err := election.Supervise(context.Background(), f.newService, "v", nil); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("Supervise with a nil fn = %v, want ErrInvalidArgument", err)
+	}
+	if err := election.Supervise(context.Background(), nil, "v", func(context.Context, election.Leadership) error { return nil }); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("Supervise with a nil newService = %v, want ErrInvalidArgument", err)
+	}
+	f.check(t)
+}

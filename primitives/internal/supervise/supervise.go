@@ -1,0 +1,190 @@
+// Package supervise is the engine behind election.Supervise and
+// lock.Supervise: keep one owner in the game until its context ends, building
+// a new service after a lost session and trying again after a lost hold,
+// with bounded exponential backoff between attempts.
+package supervise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ahrtr/disco/primitives"
+)
+
+// Service is what every primitive's Service offers the supervisor: its
+// events, its end, and Close.
+type Service interface {
+	Subscribe(ctx context.Context) <-chan primitives.Event
+	Done() <-chan struct{}
+	Err() error
+	Close() error
+}
+
+// Result is the outcome of one term: whether fn ran and since when, what fn
+// returned, and what the helper running the term (lock.Do, election.Lead)
+// returned.
+type Result struct {
+	Ran   bool
+	Began time.Time
+	FnErr error
+	Err   error
+}
+
+// lostTerm reports whether err says that a hold ended without its owner's
+// asking (lost or, for a service built to cancel there, suspended), so that
+// the supervisor tries again rather than returning.
+func lostTerm(err error) bool {
+	return errors.Is(err, primitives.ErrLost) || errors.Is(err, primitives.ErrSuspended)
+}
+
+// Run keeps building services with newService and running term on them
+// until ctx ends, term's fn returns without a loss, or an error that no
+// retry can cure comes up. helper names the caller in errors (e.g.
+// "election.Supervise"). Every service built is closed before Run returns,
+// and before the next one is built.
+func Run[S Service](ctx context.Context, helper string, newService func(context.Context) (S, error),
+	term func(context.Context, S) Result, opts []Option) error {
+	cfg, err := build(helper, opts)
+	if err != nil {
+		return err
+	}
+	if newService == nil {
+		return fmt.Errorf("%s: nil newService: %w", helper, primitives.ErrInvalidArgument)
+	}
+	r := runner[S]{cfg: cfg, helper: helper}
+	defer r.retire()
+	failures := 0 // consecutive attempts that did not run a long enough term
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var why error
+		if !r.live {
+			s, err := newService(ctx)
+			switch {
+			case err == nil && isNil(s):
+				return fmt.Errorf("%s: newService returned a nil Service and no error: %w", helper, primitives.ErrInvalidArgument)
+			case err == nil:
+				r.adopt(s)
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case errors.Is(err, primitives.ErrInvalidArgument):
+				return fmt.Errorf("%s: new service: %w", helper, err)
+			default:
+				why = fmt.Errorf("%s: new service: %w", helper, err)
+			}
+		}
+		if why == nil {
+			res := term(ctx, r.s)
+			if ctx.Err() != nil {
+				if res.FnErr != nil && !errors.Is(res.FnErr, ctx.Err()) {
+					return errors.Join(ctx.Err(), res.FnErr)
+				}
+				return ctx.Err()
+			}
+			lost := lostTerm(res.Err)
+			switch {
+			case res.Ran && !lost:
+				// fn's own end: nil, its error, or a failed release.
+				return r.finish(res.Err)
+			case !res.Ran && errors.Is(res.Err, primitives.ErrInvalidArgument):
+				return res.Err
+			}
+			if res.Ran && time.Since(res.Began) >= cfg.max {
+				failures = 0 // a long term: the trouble was not persistent
+			}
+			why = res.Err
+			if why == nil {
+				why = fmt.Errorf("%s: the hold ended before fn could run: %w", helper, primitives.ErrLost)
+			}
+			if r.s.Err() != nil {
+				r.retire() // the session is gone: the next attempt builds anew
+			}
+		}
+		failures++
+		if cfg.onRetry != nil {
+			cfg.onRetry(failures, why)
+		}
+		if !sleep(ctx, cfg.delay(failures)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// isNil reports whether s is a nil interface.
+func isNil[S any](s S) bool {
+	var v any = s
+	return v == nil
+}
+
+// runner holds the current service and the goroutine that forwards its
+// events to OnEvent.
+type runner[S Service] struct {
+	cfg       config
+	helper    string
+	s         S
+	live      bool
+	forwarded chan struct{}
+	stopSub   context.CancelFunc
+}
+
+// adopt makes s the current service and, with OnEvent, starts forwarding
+// its events. The subscription outlives Supervise's ctx, so that the events
+// of the final resign and Close still arrive.
+func (r *runner[S]) adopt(s S) {
+	r.s, r.live = s, true
+	if r.cfg.onEvent == nil {
+		return
+	}
+	subCtx, stop := context.WithCancel(context.Background())
+	events := s.Subscribe(subCtx)
+	r.stopSub = stop
+	r.forwarded = make(chan struct{})
+	go func() {
+		defer close(r.forwarded)
+		for e := range events {
+			r.cfg.onEvent(e)
+		}
+	}()
+}
+
+// retire closes the current service, if any, and waits until every event
+// it published has reached OnEvent. It returns Close's error.
+func (r *runner[S]) retire() error {
+	if !r.live {
+		return nil
+	}
+	r.live = false
+	err := r.s.Close()
+	if r.forwarded != nil {
+		<-r.forwarded // Close ends the subscription after its last event
+		r.stopSub()
+		r.forwarded, r.stopSub = nil, nil
+	}
+	var zero S
+	r.s = zero
+	return err
+}
+
+// finish retires the service after fn's own end and returns err, or the
+// Close error if err is nil and Close failed.
+func (r *runner[S]) finish(err error) error {
+	if cerr := r.retire(); cerr != nil && err == nil && !errors.Is(cerr, primitives.ErrClosed) {
+		return fmt.Errorf("%s: close: %w", r.helper, cerr)
+	}
+	return err
+}
+
+// sleep waits d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,82 @@
+package lock
+
+import (
+	"context"
+	"time"
+
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/internal/hold"
+	"github.com/ahrtr/disco/primitives/internal/supervise"
+)
+
+// SuperviseOption configures Supervise.
+type SuperviseOption = supervise.Option
+
+// WithBackoff sets the wait before Supervise's first retry (min, default
+// 100ms) and the most it grows to (max, default 10s). It doubles with each
+// consecutive failed attempt and starts again from min after a hold that
+// lasted at least max. min <= 0 or max < min is an error wrapping
+// primitives.ErrInvalidArgument.
+func WithBackoff(min, max time.Duration) SuperviseOption { return supervise.WithBackoff(min, max) }
+
+// WithJitter sets the part of each wait drawn at random, from 0 to 1
+// (default 0.2): a wait d becomes a uniform choice in [d*(1-f), d]. It never
+// makes a wait longer than WithBackoff's max.
+func WithJitter(f float64) SuperviseOption { return supervise.WithJitter(f) }
+
+// OnEvent sets a function that receives every event of every Service that
+// Supervise builds, in order across Services: one Service's last event comes
+// before the next one's first. It is called from one goroutine at a time,
+// possibly while fn runs, and never after Supervise returns. Supervise waits
+// for it before it builds the next Service and before it returns, so it must
+// not block for long.
+func OnEvent(f func(primitives.Event)) SuperviseOption { return supervise.OnEvent(f) }
+
+// OnRetry sets a function that Supervise calls, from its own goroutine,
+// before each wait: attempt counts the consecutive failed attempts from 1,
+// err is what ended the last one.
+func OnRetry(f func(attempt int, err error)) SuperviseOption { return supervise.OnRetry(f) }
+
+// Supervise runs fn as a singleton worker until ctx ends: it builds a
+// Service with newService, runs fn under the lock as Do does (fn's context
+// ends the moment the hold is lost; the grant is released after fn
+// returns), and when the hold is lost locks again after a backoff
+// (WithBackoff, WithJitter). If the Service itself is done (its session was
+// lost), Supervise closes it and builds a new one first. Each hold runs fn
+// from the start, with the new Grant and its higher token.
+//
+// It returns what election.Supervise returns: nil when fn returns nil with
+// the hold intact (the work is done; Supervise does not lock again), fn's
+// error when fn returns one with the hold intact, ctx.Err() once ctx has
+// ended (joined with fn's own error, if any), and an error wrapping
+// primitives.ErrInvalidArgument for bad arguments or a newService error that
+// wraps it. A hold whose Do error wraps primitives.ErrLost or
+// primitives.ErrSuspended is lost, whatever fn returned, and Supervise
+// tries again; so are failed newService and Lock calls, with backoff (a
+// newService wraps a permanent error with primitives.ErrInvalidArgument to
+// stop Supervise). Every
+// Service it builds is closed before the next is built and before it
+// returns.
+//
+// Where it is safer than a lease-based singleton (client-go's
+// leaderelection, Curator's LeaderSelector with autoRequeue): each hold's
+// fencing token is strictly greater than every earlier one, so a resource
+// behind a guard rejects a worker that lost the lock without noticing;
+// and a Service built to cancel at Suspended ends fn's context while the
+// lease surely still holds. What it costs: a new session per lost session,
+// a backoff wait per retry, and fn restarted from scratch each hold.
+func Supervise(ctx context.Context, newService func(ctx context.Context) (Service, error),
+	fn func(ctx context.Context, g Grant) error, opts ...SuperviseOption) error {
+	if err := hold.Check("lock.Supervise", false, fn == nil); err != nil {
+		return err
+	}
+	term := func(ctx context.Context, s Service) (res supervise.Result) {
+		res.Err = Do(ctx, s, func(ctx context.Context, g Grant) error {
+			res.Ran, res.Began = true, time.Now()
+			res.FnErr = fn(ctx, g)
+			return res.FnErr
+		})
+		return res
+	}
+	return supervise.Run(ctx, "lock.Supervise", newService, term, opts)
+}
