@@ -66,8 +66,9 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption { return supervise.
 // lost), or primitives.ErrSuspended (the Service was built to cancel at
 // Suspended, e.g. etcdio.WithCancelOnSuspend), whatever fn returned. Any
 // other newService or Campaign error is retried too, with backoff, and
-// reported to OnRetry; a newService that knows an error is permanent (a bad
-// prefix) wraps it with primitives.ErrInvalidArgument to stop Supervise.
+// reported to OnRetry. Bad input is permanent: backends' constructor errors
+// for it (a bad prefix) wrap primitives.ErrInvalidArgument, and so stop
+// Supervise, as does any newService error that wraps it.
 // newService gets Supervise's ctx; it should use it to
 // bound construction only (etcdio.WithContext), never the Service's life.
 // Supervise owns every Service it builds and closes each before it builds

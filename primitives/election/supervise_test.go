@@ -255,13 +255,9 @@ func TestSuperviseConstructorErrors(t *testing.T) {
 		t.Fatalf("Supervise = %v after retries %v, want nil after [1 2]", err, waits)
 	}
 
+	// A backend's bad-input error is permanent: Supervise gives up at once.
 	bad := func(ctx context.Context) (election.Service, error) {
-		_, err := etcdio.NewElection(f.cli, "")
-		if errors.Is(err, etcdio.ErrInvalidArgument) {
-			// A permanent error: say so, and Supervise gives up.
-			err = fmt.Errorf("%w: %w", primitives.ErrInvalidArgument, err)
-		}
-		return nil, err
+		return etcdio.NewElection(f.cli, "")
 	}
 	err = election.Supervise(testCtx(t, 20*time.Second), bad, "v", func(ctx context.Context, l election.Leadership) error {
 		t.Error("fn ran without a service")

@@ -52,9 +52,9 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption { return supervise.
 // primitives.ErrInvalidArgument for bad arguments or a newService error that
 // wraps it. A hold whose Do error wraps primitives.ErrLost or
 // primitives.ErrSuspended is lost, whatever fn returned, and Supervise
-// tries again; so are failed newService and Lock calls, with backoff (a
-// newService wraps a permanent error with primitives.ErrInvalidArgument to
-// stop Supervise). Every
+// tries again; so are failed newService and Lock calls, with backoff, except
+// errors wrapping primitives.ErrInvalidArgument (backends' bad-input errors
+// do). Every
 // Service it builds is closed before the next is built and before it
 // returns.
 //
