@@ -59,49 +59,68 @@ func (b *etcdBarrier) Release(ctx context.Context) error {
 	return nil
 }
 
-// Wait reads the key and, while it exists, watches it for its deletion.
+// Wait watches the key until it is absent.
 func (b *etcdBarrier) Wait(ctx context.Context) error {
+	if err := awaitKey(ctx, b.cli, b.key, func(kv *mvccpb.KeyValue) bool { return kv == nil }); err != nil {
+		return fmt.Errorf("etcdio: %s: wait: %w", b.name, err)
+	}
+	return nil
+}
+
+// awaitKey returns once done holds for key (kv nil: absent): checked with a
+// read once a watch of key is in place, and after each of its events. The
+// watch starts from the current revision, so etcd serves it in sync (a watch
+// from a past revision is served by its catch-up path, up to 100 ms late).
+// A watch that ends early (the member lost its leader, a compaction) is
+// reopened after a short pause. ctx's end is its error, unwrapped.
+func awaitKey(ctx context.Context, cli *clientv3.Client, key string, done func(kv *mvccpb.KeyValue) bool) error {
 	for {
-		resp, err := b.cli.Get(ctx, b.key, clientv3.WithKeysOnly())
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("etcdio: %s: wait: %w", b.name, err)
-		}
-		if len(resp.Kvs) == 0 {
+		ok, err := awaitOnce(ctx, cli, key, done)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case ok:
 			return nil
-		}
-		seen, err := awaitEvent(ctx, b.cli, b.key, resp.Header.Revision+1, mvccpb.DELETE)
-		if err != nil || seen {
+		case cli.Ctx().Err() != nil:
+			return fmt.Errorf("watch %s: %w", key, ErrClientClosed)
+		case err != nil:
 			return err
 		}
+		ctxtime.Sleep(ctx, 50*time.Millisecond)
 	}
 }
 
-// awaitEvent watches key from rev until an event of type typ, and reports
-// whether it saw one. A watch that ends without it (compacted, cancelled by
-// the server) reports false after a short pause, and the caller reads
-// again; ctx's end is its error.
-func awaitEvent(ctx context.Context, cli *clientv3.Client, key string, rev int64, typ mvccpb.Event_EventType) (bool, error) {
+// awaitOnce is one watch of awaitKey. A nil error with false means the
+// watch ended early.
+func awaitOnce(ctx context.Context, cli *clientv3.Client, key string, done func(kv *mvccpb.KeyValue) bool) (bool, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for wresp := range cli.Watch(wctx, key, clientv3.WithRev(rev)) {
+	for wresp := range cli.Watch(wctx, key, clientv3.WithCreatedNotify()) {
+		if wresp.Created {
+			resp, err := cli.Get(ctx, key)
+			if err != nil {
+				return false, nil // transient: watch and read again
+			}
+			var kv *mvccpb.KeyValue
+			if len(resp.Kvs) > 0 {
+				kv = resp.Kvs[0]
+			}
+			if done(kv) {
+				return true, nil
+			}
+		}
 		for _, ev := range wresp.Events {
-			if ev.Type == typ {
+			kv := ev.Kv
+			if ev.Type == mvccpb.DELETE {
+				kv = nil
+			}
+			if done(kv) {
 				return true, nil
 			}
 		}
 		if wresp.Err() != nil {
-			break
+			return false, nil
 		}
 	}
-	if ctx.Err() != nil {
-		return false, ctx.Err()
-	}
-	if cli.Ctx().Err() != nil {
-		return false, fmt.Errorf("watch %s: %w", key, ErrClientClosed)
-	}
-	ctxtime.Sleep(ctx, 50*time.Millisecond)
-	return false, ctx.Err()
+	return false, nil
 }

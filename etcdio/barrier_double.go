@@ -178,7 +178,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		return fmt.Errorf("etcdio: %s: key %s exists already", d.name, key)
 	}
 	rev := put.Header.Revision
-	err = d.enter(wctx, key, rev)
+	err = d.enter(wctx, rev)
 	if err != nil {
 		_ = d.s.deleteKey(key, rev)
 		if errors.Is(err, barrier.ErrFull) {
@@ -192,7 +192,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 
 // enter counts the parties after this one's key was written at rev, and
 // waits for ready unless this party completes the count.
-func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) error {
+func (d *doubleBarrier) enter(ctx context.Context, rev int64) error {
 	all, err := d.s.cli.Get(ctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
@@ -207,22 +207,7 @@ func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) error 
 			return err
 		}
 	}
-	from := rev
-	for {
-		seen, err := awaitEvent(ctx, d.s.cli, d.ready(), from, mvccpb.PUT)
-		if err != nil || seen {
-			return err
-		}
-		// The watch ended early: ready may have been written meanwhile.
-		resp, err := d.s.cli.Get(ctx, d.ready())
-		if err != nil {
-			return err
-		}
-		if len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision >= rev {
-			return nil
-		}
-		from = resp.Header.Revision + 1
-	}
+	return awaitKey(ctx, d.s.cli, d.ready(), func(kv *mvccpb.KeyValue) bool { return kv != nil && kv.ModRevision >= rev })
 }
 
 // Leave deletes this party's key in the recipe's order and waits for every
@@ -284,7 +269,8 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 			}
 			d.mine = keyRev{}
 		}
-		if _, err := awaitEvent(wctx, d.s.cli, string(wait.Key), wait.ModRevision+1, mvccpb.DELETE); err != nil {
+		gone := func(kv *mvccpb.KeyValue) bool { return kv == nil || kv.CreateRevision != wait.CreateRevision }
+		if err := awaitKey(wctx, d.s.cli, string(wait.Key), gone); err != nil {
 			return d.fail(ctx, err)
 		}
 	}
