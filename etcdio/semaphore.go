@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -39,9 +40,12 @@ import (
 // next claimant takes the slot over, with a higher token that a guard of the
 // slot's scope then prefers. A lost lease takes both keys.
 //
-// Waiters watch the queue for deletions and count the keys ahead after each
-// one: a release wakes every waiter for one read, which is fine for the tens
-// of owners a semaphore has, not for thousands.
+// An uncontended Acquire is two writes: the queue key (with a read of the
+// queue and the slots in the same transaction) and the slot's claim. A
+// waiter watches the queue's deletions and counts down the keys ahead of it;
+// only the waiter whose turn it is reads, then claims. Every waiter receives
+// every release's watch event, which is fine for the tens of owners a
+// semaphore has, not for thousands.
 type semService struct {
 	*service
 	*semState
@@ -57,6 +61,61 @@ type semState struct {
 
 	mu   sync.Mutex
 	held claimed // the slot of the service's latest claim
+	snap snapshot
+}
+
+// snapshot is one read of the queue and the slot keys, made while the key
+// created at created exists: where a claim starts.
+type snapshot struct {
+	created     int64
+	queue, slot []*mvccpb.KeyValue
+}
+
+// readOp reads a snapshot: every key under the prefix, the queue's (whose
+// values are empty) and the slots'.
+func (st *semState) readOp() clientv3.Op {
+	return clientv3.OpGet(st.nameArg+"/", clientv3.WithPrefix())
+}
+
+func (st *semState) snapshotOf(created int64, r *etcdserverpb.ResponseOp) snapshot {
+	sn := snapshot{created: created}
+	for _, kv := range r.GetResponseRange().Kvs {
+		switch {
+		case strings.HasPrefix(string(kv.Key), st.queueDir):
+			sn.queue = append(sn.queue, kv)
+		case strings.HasPrefix(string(kv.Key), st.slotDir):
+			sn.slot = append(sn.slot, kv)
+		}
+	}
+	return sn
+}
+
+// keep stores sn for the claim of its key.
+func (st *semState) keep(sn snapshot) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.snap = sn
+}
+
+// take returns the stored snapshot for the key created at created, if any,
+// and forgets it.
+func (st *semState) take(created int64) (snapshot, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	sn := st.snap
+	st.snap = snapshot{}
+	return sn, sn.created == created && created != 0
+}
+
+// ahead counts the keys of sn's queue created before created.
+func ahead(queue []*mvccpb.KeyValue, created int64) int {
+	n := 0
+	for _, kv := range queue {
+		if kv.CreateRevision < created {
+			n++
+		}
+	}
+	return n
 }
 
 // claimed is a slot claimed by the key created at created.
@@ -153,11 +212,11 @@ func (m semService) acquireSem(ctx context.Context, try bool) (grant, error) {
 }
 
 // enqueueSem writes the owner's queue key, if the name's record of N agrees,
-// counting the keys ahead in the same transaction, and waits for the grant.
+// reading the queue and the slots in the same transaction, and waits for the
+// grant. The read runs before the put: every key it finds is ahead.
 func (m semService) enqueueSem(ctx context.Context, try bool) (grant, error) {
 	agrees := clientv3.Compare(clientv3.Value(m.cfgKey), "=", strconv.Itoa(m.n))
-	ahead := clientv3.OpGet(m.queueDir, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	w, resp, err := m.create(ctx, m.queueDir, "", []clientv3.Cmp{agrees}, ahead)
+	w, resp, err := m.create(ctx, m.queueDir, "", []clientv3.Cmp{agrees}, m.readOp())
 	if err != nil {
 		return grant{}, err
 	}
@@ -165,18 +224,22 @@ func (m semService) enqueueSem(ctx context.Context, try bool) (grant, error) {
 		return grant{}, fmt.Errorf("%s: %s no longer says %d permits (changed or retired): %w",
 			m.name, m.cfgKey, m.n, semaphore.ErrPermitMismatch)
 	}
-	count := resp.Responses[0].GetResponseRange().Count
-	if try && count >= int64(m.n) {
+	sn := m.snapshotOf(w.created, resp.Responses[0])
+	count := len(sn.queue)
+	if try && count >= m.n {
 		_ = m.s.deleteKey(w.key, w.created)
 		return grant{}, fmt.Errorf("%s: %d owners hold or wait for %d permits: %w", m.name, count, m.n, semaphore.ErrNoPermit)
+	}
+	if count < m.n {
+		m.keep(sn)
 	}
 	w.blockers = m.queueDir
 	return m.park(ctx, w, func(r actor.Reply[grant]) { m.semEnqueued(w, count, r) })
 }
 
-// semEnqueued parks the caller of a new queue key, with count keys ahead of it,
-// until it holds. Loop only.
-func (m semService) semEnqueued(w *waiter, count int64, r actor.Reply[grant]) {
+// semEnqueued parks the caller of a new queue key, with count keys ahead of
+// it, until it holds. Loop only.
+func (m semService) semEnqueued(w *waiter, count int, r actor.Reply[grant]) {
 	svc := m.service
 	switch {
 	case svc.ended:
@@ -187,7 +250,7 @@ func (m semService) semEnqueued(w *waiter, count int64, r actor.Reply[grant]) {
 		return
 	}
 	w.reply = r
-	w.waited = count >= int64(m.n)
+	w.waited = count >= m.n
 	svc.waiter = w
 	if !w.waited {
 		svc.holds(w, w.created) // the spec's token claims a slot
@@ -196,45 +259,70 @@ func (m semService) semEnqueued(w *waiter, count int64, r actor.Reply[grant]) {
 	m.watchQueue(w)
 }
 
-// watchQueue has a session helper watch the queue for deletions and count
-// the keys ahead of w after each (and once the watch is in place). Loop only.
+// watchQueue has a session helper watch the queue's deletions (with the
+// deleted keys' CreateRevision) and count down the keys ahead of w from a
+// read made once the watch is in place; when fewer than N are left, it
+// reads again, which confirms w's key exists and starts its claim. So a
+// release costs the waiters a watch event each and one read, by the waiter
+// whose turn it is. Loop only.
 func (m semService) watchQueue(w *waiter) {
 	svc := m.service
 	ctx, cancel := context.WithCancel(svc.s.ctx)
 	w.stopWatch = cancel
+	// The helper's own state: keys ahead as of the revision read.
+	left, read := 0, int64(0)
 	look := func(rctx context.Context) error {
-		free, rev, err := m.semLook(rctx, w)
-		if err != nil && !lostErr(err) {
+		sn, rev, err := m.semLook(rctx, w)
+		switch {
+		case err != nil && !lostErr(err):
 			return err // transient: follow reopens the watch and looks again
-		}
-		if err != nil || free {
+		case err != nil:
 			svc.s.post(func() { m.semLooked(w, rev, err) })
+			return nil
+		}
+		left, read = ahead(sn.queue, w.created), rev
+		if left < m.n {
+			m.keep(sn)
+			svc.s.post(func() { m.semLooked(w, rev, nil) })
+		}
+		return nil
+	}
+	changed := func(rctx context.Context, evs []*clientv3.Event) error {
+		for _, ev := range evs {
+			switch {
+			case ev.Type != clientv3.EventTypeDelete || ev.Kv.ModRevision <= read:
+			case ev.PrevKv == nil:
+				return look(rctx) // compacted away: count afresh
+			case ev.PrevKv.CreateRevision < w.created:
+				left--
+			}
+		}
+		if left < m.n {
+			return look(rctx)
 		}
 		return nil
 	}
 	svc.s.goHelper(func(context.Context) {
-		svc.s.follow(ctx, follower{key: m.queueDir, opts: []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()},
-			synced:  look,
-			changed: func(rctx context.Context, _ []*clientv3.Event) error { return look(rctx) },
+		svc.s.follow(ctx, follower{key: m.queueDir,
+			opts:   []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV()},
+			synced: look, changed: changed,
 		})
 	})
 }
 
-// semLook reports whether fewer than N keys are ahead of w's, and the revision
-// of the read, in a transaction that also confirms w's key still exists.
-// Helper goroutine only.
-func (m semService) semLook(ctx context.Context, w *waiter) (bool, int64, error) {
+// semLook reads the queue and the slots, and the revision of the read, in a
+// transaction that also confirms w's key still exists. Helper goroutine
+// only.
+func (m semService) semLook(ctx context.Context, w *waiter) (snapshot, int64, error) {
 	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
-	ahead := clientv3.OpGet(m.queueDir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithMaxCreateRev(w.created-1), clientv3.WithLimit(int64(m.n)))
-	resp, err := m.s.cli.Txn(ctx).If(mine).Then(ahead).Commit()
+	resp, err := m.s.cli.Txn(ctx).If(mine).Then(m.readOp()).Commit()
 	if err != nil {
-		return false, 0, err
+		return snapshot{}, 0, err
 	}
 	if !resp.Succeeded {
-		return false, 0, fmt.Errorf("%s: waiting key %s deleted by another client: %w", m.name, w.key, primitives.ErrLost)
+		return snapshot{}, 0, fmt.Errorf("%s: waiting key %s deleted by another client: %w", m.name, w.key, primitives.ErrLost)
 	}
-	return len(resp.Responses[0].GetResponseRange().Kvs) < m.n, resp.Header.Revision, nil
+	return m.snapshotOf(w.created, resp.Responses[0]), resp.Header.Revision, nil
 }
 
 // semLooked settles a look that found w free to hold, or its key gone. Loop
@@ -252,29 +340,38 @@ func (m semService) semLooked(w *waiter, rev int64, err error) {
 }
 
 // claim takes the lowest free slot for g, whose key holds a permit, and
-// returns the revision of the claim: g's fencing token. It runs on a
-// session helper before the grant is recorded (the spec's token).
+// returns the revision of the claim: g's fencing token. It starts from the
+// snapshot the look (or the key's creation) read, if kept, and reads anew
+// after a lost race. It runs on a session helper before the grant is
+// recorded (the spec's token).
 func (st *semState) claim(ctx context.Context, svc *service, g grant) (int64, error) {
 	cli := svc.s.cli
 	mine := clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.created)
 	owner := g.key + "@" + strconv.FormatInt(g.created, 10)
+	sn, fresh := st.take(g.created)
 	for {
-		resp, err := cli.Txn(ctx).If(mine).Then(
-			clientv3.OpGet(st.slotDir, clientv3.WithPrefix()),
-			clientv3.OpGet(st.queueDir, clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
-		if err != nil {
-			return 0, err
+		if !fresh {
+			resp, err := cli.Txn(ctx).If(mine).Then(st.readOp()).Commit()
+			if err != nil {
+				return 0, err
+			}
+			if !resp.Succeeded {
+				return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
+			}
+			sn = st.snapshotOf(g.created, resp.Responses[0])
 		}
-		if !resp.Succeeded {
-			return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
+		slot, rev, ok := st.free(sn.slot, sn.queue)
+		if !ok && fresh {
+			fresh = false
+			continue
 		}
-		slot, rev, ok := st.free(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 		if !ok {
 			return 0, fmt.Errorf("all %d slots are owned by live keys, though key %s holds a permit: keys under %s were written by something else",
 				st.n, g.key, quote(st.nameArg))
 		}
+		fresh = false
 		key := st.slotDir + strconv.Itoa(slot)
-		resp, err = cli.Txn(ctx).If(mine, clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		resp, err := cli.Txn(ctx).If(mine, clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, owner, clientv3.WithLease(svc.s.lease))).Commit()
 		if err != nil {
 			return 0, err
