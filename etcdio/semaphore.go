@@ -69,6 +69,10 @@ type semState struct {
 type snapshot struct {
 	created     int64
 	queue, slot []*mvccpb.KeyValue
+	// Without a read: the slot a release freed as the key's turn came
+	// (hinted), whose slot key the release deleted.
+	hinted bool
+	hint   int
 }
 
 // readOp reads a snapshot: every key under the prefix, the queue's (whose
@@ -231,6 +235,8 @@ func (m semService) enqueueSem(ctx context.Context, try bool) (grant, error) {
 		return grant{}, fmt.Errorf("%s: %d owners hold or wait for %d permits: %w", m.name, count, m.n, semaphore.ErrNoPermit)
 	}
 	if count < m.n {
+		// The read ran before the put: add the key the put wrote.
+		sn.queue = append(sn.queue, &mvccpb.KeyValue{Key: []byte(w.key), CreateRevision: w.created})
 		m.keep(sn)
 	}
 	w.blockers = m.queueDir
@@ -269,8 +275,14 @@ func (m semService) watchQueue(w *waiter) {
 	svc := m.service
 	ctx, cancel := context.WithCancel(svc.s.ctx)
 	w.stopWatch = cancel
-	// The helper's own state: keys ahead as of the revision read.
-	left, read := 0, int64(0)
+	// The helper's own state: keys ahead as of the revision read, and
+	// whether w's turn was posted.
+	left, read, posted := 0, int64(0), false
+	turn := func(sn snapshot, rev int64) {
+		posted = true
+		m.keep(sn)
+		svc.s.post(func() { m.semLooked(w, rev, nil) })
+	}
 	look := func(rctx context.Context) error {
 		sn, rev, err := m.semLook(rctx, w)
 		switch {
@@ -282,23 +294,30 @@ func (m semService) watchQueue(w *waiter) {
 		}
 		left, read = ahead(sn.queue, w.created), rev
 		if left < m.n {
-			m.keep(sn)
-			svc.s.post(func() { m.semLooked(w, rev, nil) })
+			turn(sn, rev)
 		}
 		return nil
 	}
 	changed := func(rctx context.Context, evs []*clientv3.Event) error {
 		for _, ev := range evs {
 			switch {
+			case posted:
+				return nil
 			case ev.Type != clientv3.EventTypeDelete || ev.Kv.ModRevision <= read:
 			case ev.PrevKv == nil:
 				return look(rctx) // compacted away: count afresh
 			case ev.PrevKv.CreateRevision < w.created:
-				left--
+				if left--; left >= m.n {
+					continue
+				}
+				// w's turn. A holder's key names its slot: a release
+				// freed that one, unless the key was lost or still claiming.
+				if slot, err := strconv.Atoi(string(ev.PrevKv.Value)); err == nil && slot >= 0 && slot < m.n {
+					turn(snapshot{created: w.created, hinted: true, hint: slot}, ev.Kv.ModRevision)
+					return nil
+				}
+				return look(rctx)
 			}
-		}
-		if left < m.n {
-			return look(rctx)
 		}
 		return nil
 	}
@@ -340,39 +359,45 @@ func (m semService) semLooked(w *waiter, rev int64, err error) {
 }
 
 // claim takes the lowest free slot for g, whose key holds a permit, and
-// returns the revision of the claim: g's fencing token. It starts from the
-// snapshot the look (or the key's creation) read, if kept, and reads anew
-// after a lost race. It runs on a session helper before the grant is
+// returns the revision of the claim: g's fencing token. The claim also
+// writes the slot's number into g's key (its CreateRevision, and so its
+// place in the queue, stays), so that the release's watch event tells the
+// next waiter which slot it freed. It starts from what the turn's watch or
+// read found, if kept, and after a lost race from the read that the failed
+// claim made in its place. It runs on a session helper before the grant is
 // recorded (the spec's token).
 func (st *semState) claim(ctx context.Context, svc *service, g grant) (int64, error) {
 	cli := svc.s.cli
 	mine := clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.created)
 	owner := g.key + "@" + strconv.FormatInt(g.created, 10)
-	sn, fresh := st.take(g.created)
+	sn, kept := st.take(g.created)
+	if !kept {
+		resp, err := cli.Txn(ctx).If(mine).Then(st.readOp()).Commit()
+		if err != nil {
+			return 0, err
+		}
+		if !resp.Succeeded {
+			return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
+		}
+		sn = st.snapshotOf(g.created, resp.Responses[0])
+	}
 	for {
-		if !fresh {
-			resp, err := cli.Txn(ctx).If(mine).Then(st.readOp()).Commit()
-			if err != nil {
-				return 0, err
-			}
-			if !resp.Succeeded {
+		slot, rev := sn.hint, int64(0) // a hinted slot's key was deleted
+		if !sn.hinted {
+			if !sn.has(g.key, g.created) {
 				return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
 			}
-			sn = st.snapshotOf(g.created, resp.Responses[0])
+			var ok bool
+			if slot, rev, ok = st.free(sn.slot, sn.queue); !ok {
+				return 0, fmt.Errorf("all %d slots are owned by live keys, though key %s holds a permit: keys under %s were written by something else",
+					st.n, g.key, quote(st.nameArg))
+			}
 		}
-		slot, rev, ok := st.free(sn.slot, sn.queue)
-		if !ok && fresh {
-			fresh = false
-			continue
-		}
-		if !ok {
-			return 0, fmt.Errorf("all %d slots are owned by live keys, though key %s holds a permit: keys under %s were written by something else",
-				st.n, g.key, quote(st.nameArg))
-		}
-		fresh = false
 		key := st.slotDir + strconv.Itoa(slot)
 		resp, err := cli.Txn(ctx).If(mine, clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, owner, clientv3.WithLease(svc.s.lease))).Commit()
+			Then(clientv3.OpPut(key, owner, clientv3.WithLease(svc.s.lease)),
+				clientv3.OpPut(g.key, strconv.Itoa(slot), clientv3.WithIgnoreLease())).
+			Else(st.readOp()).Commit()
 		if err != nil {
 			return 0, err
 		}
@@ -380,8 +405,19 @@ func (st *semState) claim(ctx context.Context, svc *service, g grant) (int64, er
 			st.setHeld(claimed{created: g.created, slot: slot})
 			return resp.Header.Revision, nil
 		}
-		// Another holder took the slot first, or g's key is gone: look again.
+		// Another holder took the slot first, or g's key is gone.
+		sn = st.snapshotOf(g.created, resp.Responses[0])
 	}
+}
+
+// has reports whether sn's queue holds key, created at created.
+func (sn snapshot) has(key string, created int64) bool {
+	for _, kv := range sn.queue {
+		if string(kv.Key) == key {
+			return kv.CreateRevision == created
+		}
+	}
+	return false
 }
 
 // free returns the lowest slot not owned by a live queue key, and the
