@@ -12,9 +12,11 @@ import (
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/etcdio/internal/testhook"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/conformance"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
@@ -363,4 +365,62 @@ func TestSemaphorePermitMismatch(t *testing.T) {
 	}
 	b := newSem(t, cli, prefix, 3)
 	mustAcquire(t, b)
+}
+
+// TestSemaphoreConformance runs the suite's semaphore section against
+// etcdio, with the hooks of the other sections extended to semaphores.
+func TestSemaphoreConformance(t *testing.T) {
+	noLeaks(t)
+	base := etcdBackend(t)
+	admin := newClient(t)
+	var sessions sync.Map // service -> *etcdio.Session
+	b := conformance.SemaphoreBackend{Backend: base}
+	b.NewSemaphore = func(t *testing.T, name string, n int) (semaphore.Service, error) {
+		t.Helper()
+		prefix := "/conformance/" + name
+		t.Cleanup(func() { _, _ = admin.Delete(context.Background(), prefix+etcdio.PermitsSuffix) })
+		cli := newClient(t)
+		s, err := etcdio.NewSession(cli, etcdio.WithTTL(conformanceTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		svc, err := etcdio.NewSemaphore(cli, prefix, n, etcdio.WithSession(s))
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { svc.Close() })
+		sessions.Store(svc, s)
+		return svc, nil
+	}
+	own := func(svc any) (*etcdio.Session, bool) {
+		s, ok := sessions.Load(svc)
+		if !ok {
+			return nil, false
+		}
+		return s.(*etcdio.Session), true
+	}
+	b.KillSession = func(t *testing.T, svc any) {
+		t.Helper()
+		s, ok := own(svc)
+		if !ok {
+			base.KillSession(t, svc)
+			return
+		}
+		if _, err := admin.Revoke(context.Background(), s.LeaseID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Pause = func(t *testing.T, svc any) func() {
+		t.Helper()
+		s, ok := own(svc)
+		if !ok {
+			return base.Pause(t, svc)
+		}
+		resume := make(chan struct{})
+		testhook.PauseSession(s, resume)
+		var once sync.Once
+		return func() { once.Do(func() { close(resume) }) }
+	}
+	conformance.TestSemaphore(t, b)
 }
