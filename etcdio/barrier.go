@@ -2,6 +2,7 @@ package etcdio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -68,54 +69,83 @@ func (b *etcdBarrier) Wait(ctx context.Context) error {
 }
 
 // awaitKey returns once done holds for key (kv nil: absent): checked with a
-// read once a watch of key is in place, and after each of its events. The
-// watch starts from the current revision, so etcd serves it in sync (a watch
-// from a past revision is served by its catch-up path, up to 100 ms late).
-// A watch that ends early (the member lost its leader, a compaction) is
-// reopened after a short pause. ctx's end is its error, unwrapped.
+// read once a watch of key is in place, and after each of its events.
 func awaitKey(ctx context.Context, cli *clientv3.Client, key string, done func(kv *mvccpb.KeyValue) bool) error {
-	for {
-		ok, err := awaitOnce(ctx, cli, key, done)
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case ok:
-			return nil
-		case cli.Ctx().Err() != nil:
-			return fmt.Errorf("watch %s: %w", key, ErrClientClosed)
-		case err != nil:
-			return err
-		}
-		ctxtime.Sleep(ctx, 50*time.Millisecond)
-	}
-}
-
-// awaitOnce is one watch of awaitKey. A nil error with false means the
-// watch ended early.
-func awaitOnce(ctx context.Context, cli *clientv3.Client, key string, done func(kv *mvccpb.KeyValue) bool) (bool, error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wresp := range cli.Watch(wctx, key, clientv3.WithCreatedNotify()) {
-		if wresp.Created {
+	return await(ctx, cli, awaiter{key: key,
+		check: func(ctx context.Context) (bool, error) {
 			resp, err := cli.Get(ctx, key)
 			if err != nil {
-				return false, nil // transient: watch and read again
+				return false, err
 			}
 			var kv *mvccpb.KeyValue
 			if len(resp.Kvs) > 0 {
 				kv = resp.Kvs[0]
 			}
-			if done(kv) {
-				return true, nil
+			return done(kv), nil
+		},
+		event: func(ev *clientv3.Event) (bool, error) {
+			if ev.Type == mvccpb.DELETE {
+				return done(nil), nil
+			}
+			return done(ev.Kv), nil
+		},
+	})
+}
+
+// awaiter is a wait on a watch of key (opts: WithPrefix, ...): check reads
+// once the watch is in place, event looks at each event; either ends the
+// wait with true, or with an error that is final. A check that fails is
+// transient: the watch is reopened.
+type awaiter struct {
+	key   string
+	opts  []clientv3.OpOption
+	check func(ctx context.Context) (bool, error)
+	event func(ev *clientv3.Event) (bool, error)
+}
+
+// errFinal marks an error of an awaiter's event or check that ends the wait.
+type errFinal struct{ error }
+
+func (e errFinal) Unwrap() error { return e.error }
+
+// await runs a's wait until it ends, ctx ends (ctx's error, unwrapped) or
+// the client is closed. The watch starts from the current revision, so etcd
+// serves it in sync (a watch from a past revision is served by its catch-up
+// path, up to 100 ms late). A watch that ends early (the member lost its
+// leader, a compaction) is reopened after a short pause.
+func await(ctx context.Context, cli *clientv3.Client, a awaiter) error {
+	for {
+		ok, err := awaitOnce(ctx, cli, a)
+		var final errFinal
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case ok:
+			return nil
+		case errors.As(err, &final):
+			return final.error
+		case cli.Ctx().Err() != nil:
+			return fmt.Errorf("watch %s: %w", a.key, ErrClientClosed)
+		}
+		ctxtime.Sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+// awaitOnce is one watch of await. A false without an errFinal means the
+// watch ended early.
+func awaitOnce(ctx context.Context, cli *clientv3.Client, a awaiter) (bool, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	opts := append([]clientv3.OpOption{clientv3.WithCreatedNotify()}, a.opts...)
+	for wresp := range cli.Watch(wctx, a.key, opts...) {
+		if wresp.Created {
+			if ok, err := a.check(ctx); ok || err != nil {
+				return ok, err // an error other than errFinal is transient
 			}
 		}
 		for _, ev := range wresp.Events {
-			kv := ev.Kv
-			if ev.Type == mvccpb.DELETE {
-				kv = nil
-			}
-			if done(kv) {
-				return true, nil
+			if ok, err := a.event(ev); ok || err != nil {
+				return ok, errFinal{err}
 			}
 		}
 		if wresp.Err() != nil {

@@ -178,7 +178,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		return fmt.Errorf("etcdio: %s: key %s exists already", d.name, key)
 	}
 	rev := put.Header.Revision
-	err = d.enter(wctx, rev)
+	err = d.enter(wctx, key, rev)
 	if err != nil {
 		_ = d.s.deleteKey(key, rev)
 		if errors.Is(err, barrier.ErrFull) {
@@ -192,7 +192,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 
 // enter counts the parties after this one's key was written at rev, and
 // waits for ready unless this party completes the count.
-func (d *doubleBarrier) enter(ctx context.Context, rev int64) error {
+func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) error {
 	all, err := d.s.cli.Get(ctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
@@ -207,7 +207,42 @@ func (d *doubleBarrier) enter(ctx context.Context, rev int64) error {
 			return err
 		}
 	}
-	return awaitKey(ctx, d.s.cli, d.ready(), func(kv *mvccpb.KeyValue) bool { return kv != nil && kv.ModRevision >= rev })
+	return d.awaitReady(ctx, key, rev)
+}
+
+// awaitReady waits for ready to be written after this party's key, created
+// at rev, watching the whole barrier: the key's deletion (its lease gone,
+// or someone deleted it) ends the wait with an error wrapping
+// primitives.ErrLost, and has the session check its lease now.
+func (d *doubleBarrier) awaitReady(ctx context.Context, key string, rev int64) error {
+	lost := func() error {
+		d.s.post(d.s.checkLease)
+		return errFinal{fmt.Errorf("key %s is gone: %w", key, primitives.ErrLost)}
+	}
+	return await(ctx, d.s.cli, awaiter{key: d.key + "/", opts: []clientv3.OpOption{clientv3.WithPrefix()},
+		check: func(ctx context.Context) (bool, error) {
+			resp, err := d.s.cli.Txn(ctx).Then(clientv3.OpGet(d.ready()), clientv3.OpGet(key)).Commit()
+			if err != nil {
+				return false, err
+			}
+			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != rev {
+				return false, lost()
+			}
+			kvs := resp.Responses[0].GetResponseRange().Kvs
+			return len(kvs) > 0 && kvs[0].ModRevision >= rev, nil
+		},
+		event: func(ev *clientv3.Event) (bool, error) {
+			switch string(ev.Kv.Key) {
+			case d.ready():
+				return ev.Type == mvccpb.PUT && ev.Kv.ModRevision >= rev, nil
+			case key:
+				if ev.Type == mvccpb.DELETE {
+					return false, lost()
+				}
+			}
+			return false, nil
+		},
+	})
 }
 
 // Leave deletes this party's key in the recipe's order and waits for every

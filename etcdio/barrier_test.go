@@ -71,26 +71,39 @@ func TestBarrierEightParties(t *testing.T) {
 	}
 	const parties = 8
 	errs := make(chan error, parties)
+	// Two parties die mid-way: one gives up (its context ends), one's
+	// process goes (its client is closed).
 	victimCtx, kill := context.WithCancel(ctx)
-	victim := make(chan error, 1)
+	victim, gone := make(chan error, 1), make(chan error, 1)
+	goneCli := newClient(t)
 	for i := range parties {
-		p := newBarrier(t, clis[i%2], key)
-		if i == 0 {
+		switch i {
+		case 0:
+			p := newBarrier(t, clis[0], key)
 			go func() { victim <- p.Wait(victimCtx) }()
-			continue
+		case 1:
+			p := newBarrier(t, goneCli, key)
+			go func() { gone <- p.Wait(ctx) }()
+		default:
+			p := newBarrier(t, clis[i%2], key)
+			go func() { errs <- p.Wait(ctx) }()
 		}
-		go func() { errs <- p.Wait(ctx) }()
 	}
 	stillBlocked(t, errs, "Wait on a held barrier")
 	kill()
 	if err := within(t, victim, "the cancelled Wait"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Wait: %v, want context.Canceled", err)
 	}
+	stillBlocked(t, gone, "Wait on a held barrier")
+	goneCli.Close()
+	if err := within(t, gone, "the Wait of a closed client"); !errors.Is(err, etcdio.ErrClientClosed) {
+		t.Fatalf("Wait whose client was closed: %v, want ErrClientClosed", err)
+	}
 	stillBlocked(t, errs, "Wait on a held barrier")
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range parties - 1 {
+	for range parties - 2 {
 		if err := within(t, errs, "Wait after Release"); err != nil {
 			t.Fatal(err)
 		}
@@ -292,5 +305,55 @@ func TestDoubleBarrierCancelAndMisuse(t *testing.T) {
 	}
 	if _, err := etcdio.NewBarrier(cli, ""); !errors.Is(err, etcdio.ErrInvalidArgument) {
 		t.Errorf("empty key: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// A party whose session is lost while it waits in Enter fails at once with
+// ErrLost and is no longer counted: the barrier fills with others.
+func TestDoubleBarrierLostWhileEntering(t *testing.T) {
+	noLeaks(t)
+	key := prefixOf(t)
+	cli := newClient(t)
+	sess, err := etcdio.NewSession(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	a := newDoubleBarrier(t, cli, key, 3)
+	victim := newDoubleBarrier(t, cli, key, 3, etcdio.WithSession(sess))
+	ctx := testCtx(t, 20*time.Second)
+	aIn, vIn := make(chan error, 1), make(chan error, 1)
+	go func() { aIn <- a.Enter(ctx) }()
+	go func() { vIn <- victim.Enter(ctx) }()
+	eventually(t, 5*time.Second, "two parties' keys", func() bool { return countKeys(t, cli, key) == 2 })
+	if _, err := cli.Revoke(context.Background(), sess.LeaseID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, vIn, "the lost party's Enter"); !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Enter of a party whose lease was revoked: %v, want ErrLost", err)
+	}
+	stillBlocked(t, aIn, "Enter with 1 of 3 parties left")
+	c, d := newDoubleBarrier(t, cli, key, 3), newDoubleBarrier(t, newClient(t), key, 3)
+	cIn := make(chan error, 1)
+	go func() { cIn <- c.Enter(ctx) }()
+	if err := d.Enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []chan error{aIn, cIn} {
+		if err := within(t, ch, "Enter"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := make(chan error, 3)
+	for _, p := range []barrier.DoubleBarrier{a, c, d} {
+		go func() { left <- p.Leave(ctx) }()
+	}
+	for range 3 {
+		if err := within(t, left, "Leave"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countKeys(t, cli, key); n != 0 {
+		t.Fatalf("%d keys left", n)
 	}
 }
