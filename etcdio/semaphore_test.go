@@ -424,3 +424,55 @@ func TestSemaphoreConformance(t *testing.T) {
 	}
 	conformance.TestSemaphore(t, b)
 }
+
+// Services sharing one session are distinct owners; a Close on the shared
+// session frees its permit at once, and its slot (whose claim outlives the
+// Close until the lease ends) goes to the next owner.
+func TestSemaphoreSharedSession(t *testing.T) {
+	noLeaks(t)
+	prefix := semPrefix(t)
+	cli := newClient(t)
+	sess, err := etcdio.NewSession(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	a := newSem(t, cli, prefix, 2, etcdio.WithSession(sess))
+	b := newSem(t, cli, prefix, 2, etcdio.WithSession(sess))
+	c := newSem(t, cli, prefix, 2, etcdio.WithSession(sess))
+	ga, gb := mustAcquire(t, a), mustAcquire(t, b)
+	if ga.Slot == gb.Slot {
+		t.Fatalf("two owners on one session hold slot %d", ga.Slot)
+	}
+	ctx := testCtx(t, 10*time.Second)
+	if _, err := c.TryAcquire(ctx); !errors.Is(err, semaphore.ErrNoPermit) {
+		t.Fatalf("TryAcquire with both permits held on the same session: %v, want ErrNoPermit", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	gc, err := c.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire after a holder's Close: %v", err)
+	}
+	if gc.Slot != ga.Slot || gc.Token() <= gb.Token() {
+		t.Fatalf("after the Close of slot %d's holder: %+v", ga.Slot, gc)
+	}
+	if err := etcdio.RetireSemaphore(ctx, cli, prefix); !errors.Is(err, etcdio.ErrInUse) {
+		t.Fatalf("RetireSemaphore while held: %v, want ErrInUse", err)
+	}
+	for _, r := range []struct {
+		s semaphore.Service
+		g semaphore.Grant
+	}{{b, gb}, {c, gc}} {
+		if err := r.s.Release(ctx, r.g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := etcdio.RetireSemaphore(ctx, cli, prefix); err != nil {
+		t.Fatal(err)
+	}
+	if k := countKeys(t, cli, prefix); k != 0 {
+		t.Fatalf("%d keys left after RetireSemaphore", k)
+	}
+}
