@@ -26,6 +26,12 @@
 //   - grant.go: the loop's record of what a service holds, its events, and
 //     its end: released (Unlock, Resign), Lost (checkGrant, then
 //     vanishedConfirmed or the session's end), Close.
+//   - semaphore.go: a semaphore is a service whose spec's token claims a
+//     slot; its waiter parks like a lock's (semEnqueued) but counts down
+//     the keys ahead from a watch of the queue (semLooked on its turn).
+//   - barrier.go, barrier_double.go: the barriers, on etcd's recipe
+//     layouts. They run on their callers' goroutines, not on the loop; a
+//     double barrier uses its session only for the lease.
 //
 // # The session loop
 //

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/primitives/semaphore"
+)
+
+// Semaphore scenario: semPermits permits, semContenders owners.
+const (
+	semPermits    = 4
+	semContenders = 32
+)
+
+// permitter is one owner's handle on a counting semaphore: acquire returns
+// the permit slot held and its fencing token.
+type permitter interface {
+	acquire(ctx context.Context) (slot int, token int64, err error)
+	release(ctx context.Context) error
+	close() error
+}
+
+type semLib struct {
+	name string
+	open func(cli *clientv3.Client, prefix string) (permitter, error)
+}
+
+// discoSemLib is etcdio.NewSemaphore, one session per owner.
+var discoSemLib = semLib{name: "disco", open: func(cli *clientv3.Client, prefix string) (permitter, error) {
+	s, err := etcdio.NewSemaphore(cli, prefix, semPermits)
+	if err != nil {
+		return nil, err
+	}
+	return &discoSem{s: s}, nil
+}}
+
+type discoSem struct {
+	s semaphore.Service
+	g semaphore.Grant
+}
+
+func (d *discoSem) acquire(ctx context.Context) (int, int64, error) {
+	g, err := d.s.Acquire(ctx)
+	d.g = g
+	return g.Slot, int64(g.FencingToken), err
+}
+func (d *discoSem) release(ctx context.Context) error { return d.s.Release(ctx, d.g) }
+func (d *discoSem) close() error                      { return d.s.Close() }
+
+// mutexSemLib is a semaphore made of etcd's concurrency.Mutex, one per
+// permit (prefix/permit-i), on one session per owner: an owner tries every
+// permit's mutex with TryLock from a random start, and if all are held
+// queues on a random one with Lock. etcd ships no semaphore recipe.
+var mutexSemLib = semLib{name: "etcd-mutex-per-permit", open: func(cli *clientv3.Client, prefix string) (permitter, error) {
+	s, err := concurrency.NewSession(cli)
+	if err != nil {
+		return nil, err
+	}
+	m := &mutexSem{s: s, held: -1}
+	for i := range semPermits {
+		m.ms = append(m.ms, concurrency.NewMutex(s, fmt.Sprintf("%s/permit-%d", prefix, i)))
+	}
+	return m, nil
+}}
+
+type mutexSem struct {
+	s    *concurrency.Session
+	ms   []*concurrency.Mutex
+	held int
+}
+
+func (m *mutexSem) acquire(ctx context.Context) (int, int64, error) {
+	start := rand.IntN(len(m.ms))
+	for k := range m.ms {
+		i := (start + k) % len(m.ms)
+		switch err := m.ms[i].TryLock(ctx); err {
+		case nil:
+			m.held = i
+			return i, m.ms[i].Header().Revision, nil
+		case concurrency.ErrLocked:
+		default:
+			return 0, 0, err
+		}
+	}
+	if err := m.ms[start].Lock(ctx); err != nil {
+		return 0, 0, err
+	}
+	m.held = start
+	return start, m.ms[start].Header().Revision, nil
+}
+
+func (m *mutexSem) release(ctx context.Context) error {
+	i := m.held
+	m.held = -1
+	return m.ms[i].Unlock(ctx)
+}
+func (m *mutexSem) close() error { return m.s.Close() }
+
+// semScenario: semContenders owners, each with its own client and session,
+// loop acquire -> check the token with its slot's guard -> release on one
+// semaphore of semPermits permits; every acquisition checks that no more
+// than semPermits hold and that no slot is held twice.
+func semScenario(ctx context.Context, r *runner) (*result, error) {
+	name := fmt.Sprintf("semaphore-%d-of-%d", semPermits, semContenders)
+	var sides []*side
+	for _, lib := range []semLib{discoSemLib, mutexSemLib} {
+		r.logf("  %s: %s ...", name, lib.name)
+		s, err := runSemContended(ctx, r.env, lib, r.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, lib.name, err)
+		}
+		sides = append(sides, s)
+	}
+	d, m := sides[0], sides[1]
+	return &result{Scenario: name,
+		Rows: []*row{{Scenario: name, Contenders: semContenders, Baseline: m.Lib, Unit: "acq/s", Latency: "wait", Disco: d, Base: m}},
+		chart: chart{title: fmt.Sprintf("Semaphore, %d permits, %d owners: wait per acquisition (CDF)", semPermits, semContenders),
+			xLabel: "wait (ms)", cdfs: []series{{"disco wait", d.waits}, {m.Lib + " wait", m.waits}}},
+	}, nil
+}
+
+func runSemContended(ctx context.Context, e *env, lib semLib, cfg runCfg) (*side, error) {
+	prefix := e.prefix("sem-" + lib.name)
+	ps := make([]permitter, semContenders)
+	clis := make([]*clientv3.Client, semContenders)
+	defer func() {
+		lks := make([]locker, semContenders) // reuse closeLockers' fan-out
+		for i, p := range ps {
+			if p != nil {
+				lks[i] = permitCloser{p}
+			}
+		}
+		closeLockers(lks, clis)
+	}()
+	for i := range ps {
+		cli, err := e.newClient()
+		if err != nil {
+			return nil, err
+		}
+		clis[i] = cli
+		if ps[i], err = lib.open(cli, prefix); err != nil {
+			return nil, fmt.Errorf("%s: open: %w", lib.name, err)
+		}
+	}
+	s := &side{Lib: lib.name}
+	var errs errCount
+	guards := make([]*guard.Guard, semPermits)
+	for i := range guards {
+		guards[i] = guard.New()
+	}
+	start := time.Now()
+	measureFrom := start.Add(cfg.warmup)
+	deadline := measureFrom.Add(cfg.duration)
+	runCtx, stop := context.WithDeadline(ctx, deadline)
+	defer stop()
+	probe := newLoadProbe(e.metricsURL)
+	var probeWG sync.WaitGroup
+	if probe != nil {
+		probeWG.Go(func() {
+			probe.at(ctx, measureFrom, &probe.before)
+			probe.at(ctx, deadline, &probe.after)
+		})
+	}
+	var holding atomic.Int64
+	var inSlot [semPermits]atomic.Bool
+	var mu sync.Mutex
+	var acquiredAt []time.Time
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				t0 := time.Now()
+				slot, tok, err := p.acquire(runCtx)
+				t1 := time.Now()
+				if err != nil {
+					if runCtx.Err() == nil {
+						errs.add(fmt.Errorf("acquire: %w", err))
+						time.Sleep(10 * time.Millisecond)
+					}
+					continue
+				}
+				if n := holding.Add(1); n > semPermits {
+					errs.add(fmt.Errorf("%d hold at once, %d permits", n, semPermits))
+				}
+				valid := slot >= 0 && slot < semPermits
+				if !valid || inSlot[slot].Swap(true) {
+					errs.add(fmt.Errorf("slot %d held twice at once (or out of range)", slot))
+				} else if err := guards[slot].Check(fencing.Token(tok)); err != nil {
+					errs.add(err)
+				}
+				mu.Lock()
+				acquiredAt = append(acquiredAt, t1)
+				if !t1.Before(measureFrom) && t1.Before(deadline) {
+					s.Count++
+					s.waits = append(s.waits, t1.Sub(t0))
+				}
+				mu.Unlock()
+				if valid {
+					inSlot[slot].Store(false)
+				}
+				holding.Add(-1)
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), 10*time.Second)
+				err = p.release(uctx)
+				cancel()
+				if err != nil {
+					errs.add(fmt.Errorf("release: %w", err))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	probeWG.Wait()
+	s.Window = cfg.duration
+	s.rate()
+	s.Wait = summarize(s.waits)
+	errs.into(s)
+	if probe != nil {
+		if probe.err != nil {
+			return nil, probe.err
+		}
+		s.Load = loadOver(probe.before, probe.after, acquiredAt)
+	}
+	return s, nil
+}
+
+// permitCloser adapts a permitter to closeLockers.
+type permitCloser struct{ p permitter }
+
+func (c permitCloser) lock(context.Context) (int64, error) { return 0, nil }
+func (c permitCloser) unlock(context.Context) error        { return nil }
+func (c permitCloser) close() error                        { return c.p.close() }

@@ -1,0 +1,312 @@
+package etcdio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/barrier"
+)
+
+// doubleBarrier is barrier.DoubleBarrier on etcd with the layout of etcd's
+// recipes.DoubleBarrier, so parties of both meet in one barrier:
+//
+//   - key/waiters/...: one key per party that entered, on its session's
+//     lease. Names are disco's own (its lease and a number); the recipe
+//     orders parties by CreateRevision and ModRevision, never by name.
+//   - key/ready: written, with no lease, by the party whose key is the
+//     count-th created; every party in Enter waits for it.
+//
+// Enter counts the parties, writes this party's key and counts again: the
+// count-th key writes ready, a key created after it withdraws (ErrFull),
+// earlier ones wait for ready. Leave: the party whose key was written
+// first (lowest ModRevision) waits for every other key to go, then deletes
+// ready and its own key; every other party deletes its key and waits for
+// the lowest's. A party whose lease ends is gone from the barrier with its
+// key, so nobody waits for it.
+type doubleBarrier struct {
+	s      *Session
+	owned  bool
+	id     uint64
+	key    string
+	count  int
+	name   string
+	life   context.Context // ends with the session or Close
+	cancel context.CancelFunc
+	closed atomic.Bool
+
+	mu      sync.Mutex // one Enter or Leave at a time; guards what follows
+	seq     uint64
+	entered bool
+	mine    keyRev // this party's key, while it may exist
+}
+
+// NewDoubleBarrier returns one party of the double barrier on key for count
+// parties, interoperable with etcd's recipes.DoubleBarrier on the same key.
+// Without WithSession the party runs its own session, closed by its Close.
+func NewDoubleBarrier(cli *clientv3.Client, key string, count int, opts ...Option) (barrier.DoubleBarrier, error) {
+	fail := func(err error) error { return fmt.Errorf("etcdio: new double barrier %s: %w", quote(key), err) }
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, fail(err)
+	}
+	if err := checkPrefix(key); err != nil {
+		return nil, fail(err)
+	}
+	if err := checkClient(cli); err != nil {
+		return nil, fail(err)
+	}
+	if count < 1 {
+		return nil, fail(fmt.Errorf("count %d, want at least 1: %w", count, ErrInvalidArgument))
+	}
+	d := &doubleBarrier{key: key, count: count, name: "double barrier " + quote(key)}
+	if d.s = o.session; d.s == nil {
+		if d.s, err = newSession(cli, o); err != nil {
+			return nil, fail(err)
+		}
+		d.owned = true
+	} else if d.s.cli != cli {
+		return nil, fail(fmt.Errorf("WithSession: the session uses another etcd client: %w", ErrInvalidArgument))
+	}
+	d.id = d.s.ownerID()
+	d.life, d.cancel = context.WithCancel(d.s.ctx)
+	return d, nil
+}
+
+func (d *doubleBarrier) Count() int { return d.count }
+
+func (d *doubleBarrier) Done() <-chan struct{} { return d.life.Done() }
+
+func (d *doubleBarrier) Err() error {
+	if err := d.s.Err(); err != nil && !errors.Is(err, primitives.ErrClosed) {
+		return fmt.Errorf("etcdio: %s: %w", d.name, err)
+	}
+	if d.closed.Load() || d.s.Err() != nil {
+		return fmt.Errorf("etcdio: %s: %w", d.name, primitives.ErrClosed)
+	}
+	return nil
+}
+
+// Close takes this party out of the barrier: with its own session, the
+// session's Close revokes the lease; on a shared session its key is deleted.
+func (d *doubleBarrier) Close() error {
+	if d.closed.Swap(true) {
+		return fmt.Errorf("etcdio: %s: already closed: %w", d.name, primitives.ErrClosed)
+	}
+	d.cancel() // ends a waiting Enter or Leave
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.owned {
+		if err := d.s.Close(); err != nil && !errors.Is(err, primitives.ErrClosed) {
+			return fmt.Errorf("etcdio: %s: close: %w", d.name, err)
+		}
+		return nil
+	}
+	if d.mine.key != "" && d.s.Err() == nil {
+		if err := d.s.deleteKey(d.mine.key, d.mine.rev); err != nil {
+			return fmt.Errorf("etcdio: %s: close: delete %s (retrying in the background): %w", d.name, d.mine.key, err)
+		}
+	}
+	return nil
+}
+
+// begin checks the party is usable and returns a context that ends with ctx
+// or the party. The caller holds mu.
+func (d *doubleBarrier) begin(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if err := d.Err(); err != nil {
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(d.life, cancel)
+	return wctx, func() { stop(); cancel() }, nil
+}
+
+// fail says why a request made under ctx failed: ctx's end, the party's
+// end, or err.
+func (d *doubleBarrier) fail(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if e := d.Err(); e != nil {
+		return e
+	}
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("etcdio: %s: %w: %w", d.name, err, primitives.ErrLost)
+	}
+	return fmt.Errorf("etcdio: %s: %w", d.name, err)
+}
+
+func (d *doubleBarrier) waiters() string { return d.key + "/waiters/" }
+func (d *doubleBarrier) ready() string   { return d.key + "/ready" }
+
+// Enter writes this party's key and waits until count parties have.
+func (d *doubleBarrier) Enter(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	wctx, done, err := d.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if d.entered {
+		return fmt.Errorf("etcdio: %s: %w", d.name, barrier.ErrEntered)
+	}
+	before, err := d.s.cli.Get(wctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return d.fail(ctx, err)
+	}
+	if before.Count >= int64(d.count) {
+		return fmt.Errorf("etcdio: %s: %d of %d parties entered: %w", d.name, before.Count, d.count, barrier.ErrFull)
+	}
+	d.seq++
+	key := d.s.ownPrefix(d.waiters()) + strconv.FormatUint(d.id, 10) + "." + strconv.FormatUint(d.seq, 10)
+	put, err := d.s.cli.Txn(wctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, "", clientv3.WithLease(d.s.lease))).Commit()
+	if err != nil {
+		_ = d.s.deleteKey(key, 0)
+		return d.fail(ctx, err)
+	}
+	if !put.Succeeded {
+		return fmt.Errorf("etcdio: %s: key %s exists already", d.name, key)
+	}
+	rev := put.Header.Revision
+	err = d.enter(wctx, key, rev)
+	if err != nil {
+		_ = d.s.deleteKey(key, rev)
+		if errors.Is(err, barrier.ErrFull) {
+			return err
+		}
+		return d.fail(ctx, err)
+	}
+	d.entered, d.mine = true, keyRev{key, rev}
+	return nil
+}
+
+// enter counts the parties after this one's key was written at rev, and
+// waits for ready unless this party completes the count.
+func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) error {
+	all, err := d.s.cli.Get(ctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return err
+	}
+	if len(all.Kvs) >= d.count {
+		switch last := all.Kvs[d.count-1].CreateRevision; {
+		case rev > last:
+			return fmt.Errorf("etcdio: %s: %d parties entered first: %w", d.name, d.count, barrier.ErrFull)
+		case rev == last:
+			_, err := d.s.cli.Put(ctx, d.ready(), "")
+			return err
+		}
+	}
+	return d.awaitReady(ctx, key, rev)
+}
+
+// awaitReady waits for ready to be written after this party's key, created
+// at rev, watching the whole barrier: the key's deletion (its lease gone,
+// or someone deleted it) ends the wait with an error wrapping
+// primitives.ErrLost, and has the session check its lease now.
+func (d *doubleBarrier) awaitReady(ctx context.Context, key string, rev int64) error {
+	lost := func() error {
+		d.s.post(d.s.checkLease)
+		return errFinal{fmt.Errorf("key %s is gone: %w", key, primitives.ErrLost)}
+	}
+	return await(ctx, d.s.cli, awaiter{key: d.key + "/", opts: []clientv3.OpOption{clientv3.WithPrefix()},
+		check: func(ctx context.Context) (bool, error) {
+			resp, err := d.s.cli.Txn(ctx).Then(clientv3.OpGet(d.ready()), clientv3.OpGet(key)).Commit()
+			if err != nil {
+				return false, err
+			}
+			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != rev {
+				return false, lost()
+			}
+			kvs := resp.Responses[0].GetResponseRange().Kvs
+			return len(kvs) > 0 && kvs[0].ModRevision >= rev, nil
+		},
+		event: func(ev *clientv3.Event) (bool, error) {
+			switch string(ev.Kv.Key) {
+			case d.ready():
+				return ev.Type == mvccpb.PUT && ev.Kv.ModRevision >= rev, nil
+			case key:
+				if ev.Type == mvccpb.DELETE {
+					return false, lost()
+				}
+			}
+			return false, nil
+		},
+	})
+}
+
+// Leave deletes this party's key in the recipe's order and waits for every
+// other party's to go.
+func (d *doubleBarrier) Leave(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	wctx, done, err := d.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if !d.entered {
+		return fmt.Errorf("etcdio: %s: %w", d.name, barrier.ErrNotEntered)
+	}
+	for {
+		resp, err := d.s.cli.Get(wctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return d.fail(ctx, err)
+		}
+		if len(resp.Kvs) == 0 {
+			d.entered, d.mine = false, keyRev{}
+			return nil
+		}
+		lowest, highest := resp.Kvs[0], resp.Kvs[0]
+		present := false
+		for _, kv := range resp.Kvs {
+			present = present || string(kv.Key) == d.mine.key && kv.CreateRevision == d.mine.rev
+			if kv.ModRevision < lowest.ModRevision {
+				lowest = kv
+			}
+			if kv.ModRevision > highest.ModRevision {
+				highest = kv
+			}
+		}
+		if d.mine.key != "" && !present {
+			// Gone with the lease, or deleted by someone else: either way
+			// this party is out. Have the session check its lease now.
+			d.s.post(d.s.checkLease)
+			key := d.mine.key
+			d.entered, d.mine = false, keyRev{}
+			return fmt.Errorf("etcdio: %s: key %s is gone: %w", d.name, key, primitives.ErrLost)
+		}
+		isLowest := string(lowest.Key) == d.mine.key
+		wait := lowest
+		switch {
+		case isLowest && len(resp.Kvs) == 1:
+			// The last to leave clears the barrier for its next use.
+			if _, err := d.s.cli.Txn(wctx).Then(clientv3.OpDelete(d.ready()), clientv3.OpDelete(d.mine.key)).Commit(); err != nil {
+				return d.fail(ctx, err)
+			}
+			d.entered, d.mine = false, keyRev{}
+			return nil
+		case isLowest:
+			wait = highest
+		case d.mine.key != "":
+			if err := d.s.deleteOnce(wctx, d.mine.key, d.mine.rev); err != nil {
+				return d.fail(ctx, err)
+			}
+			d.mine = keyRev{}
+		}
+		gone := func(kv *mvccpb.KeyValue) bool { return kv == nil || kv.CreateRevision != wait.CreateRevision }
+		if err := awaitKey(wctx, d.s.cli, string(wait.Key), gone); err != nil {
+			return d.fail(ctx, err)
+		}
+	}
+}
