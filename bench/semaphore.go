@@ -132,111 +132,72 @@ func semScenario(ctx context.Context, r *runner) (*result, error) {
 
 func runSemContended(ctx context.Context, e *env, lib semLib, cfg runCfg) (*side, error) {
 	prefix := e.prefix("sem-" + lib.name)
-	ps := make([]permitter, semContenders)
-	clis := make([]*clientv3.Client, semContenders)
-	defer func() {
-		lks := make([]locker, semContenders) // reuse closeLockers' fan-out
-		for i, p := range ps {
-			if p != nil {
-				lks[i] = permitCloser{p}
-			}
-		}
-		closeLockers(lks, clis)
-	}()
-	for i := range ps {
-		cli, err := e.newClient()
+	os, err := openOwners(e, semContenders, func(cli *clientv3.Client) (permitter, error) {
+		p, err := lib.open(cli, prefix)
 		if err != nil {
-			return nil, err
-		}
-		clis[i] = cli
-		if ps[i], err = lib.open(cli, prefix); err != nil {
 			return nil, fmt.Errorf("%s: open: %w", lib.name, err)
 		}
+		return p, nil
+	}, permitter.close)
+	if err != nil {
+		return nil, err
 	}
+	defer os.close()
 	s := &side{Lib: lib.name}
 	var errs errCount
 	guards := make([]*guard.Guard, semPermits)
 	for i := range guards {
 		guards[i] = guard.New()
 	}
-	start := time.Now()
-	measureFrom := start.Add(cfg.warmup)
-	deadline := measureFrom.Add(cfg.duration)
-	runCtx, stop := context.WithDeadline(ctx, deadline)
+	w := newWindow(ctx, e, cfg)
+	runCtx, stop := context.WithDeadline(ctx, w.deadline)
 	defer stop()
-	probe := newLoadProbe(e.metricsURL)
-	var probeWG sync.WaitGroup
-	if probe != nil {
-		probeWG.Go(func() {
-			probe.at(ctx, measureFrom, &probe.before)
-			probe.at(ctx, deadline, &probe.after)
-		})
-	}
 	var holding atomic.Int64
 	var inSlot [semPermits]atomic.Bool
 	var mu sync.Mutex
 	var acquiredAt []time.Time
-	var wg sync.WaitGroup
-	for _, p := range ps {
-		wg.Go(func() {
-			for runCtx.Err() == nil {
-				t0 := time.Now()
-				slot, tok, err := p.acquire(runCtx)
-				t1 := time.Now()
-				if err != nil {
-					if runCtx.Err() == nil {
-						errs.add(fmt.Errorf("acquire: %w", err))
-						time.Sleep(10 * time.Millisecond)
-					}
-					continue
-				}
-				if n := holding.Add(1); n > semPermits {
-					errs.add(fmt.Errorf("%d hold at once, %d permits", n, semPermits))
-				}
-				valid := slot >= 0 && slot < semPermits
-				if !valid || inSlot[slot].Swap(true) {
-					errs.add(fmt.Errorf("slot %d held twice at once (or out of range)", slot))
-				} else if err := guards[slot].Check(fencing.Token(tok)); err != nil {
-					errs.add(err)
-				}
-				mu.Lock()
-				acquiredAt = append(acquiredAt, t1)
-				if !t1.Before(measureFrom) && t1.Before(deadline) {
-					s.Count++
-					s.waits = append(s.waits, t1.Sub(t0))
-				}
-				mu.Unlock()
-				if valid {
-					inSlot[slot].Store(false)
-				}
-				holding.Add(-1)
-				uctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), 10*time.Second)
-				err = p.release(uctx)
-				cancel()
-				if err != nil {
-					errs.add(fmt.Errorf("release: %w", err))
-				}
-			}
-		})
-	}
-	wg.Wait()
-	probeWG.Wait()
+	contend(runCtx, semContenders, &errs, func(ctx context.Context, i int) error {
+		p := os.hs[i]
+		t0 := time.Now()
+		slot, tok, err := p.acquire(ctx)
+		t1 := time.Now()
+		if err != nil {
+			return fmt.Errorf("acquire: %w", err)
+		}
+		if n := holding.Add(1); n > semPermits {
+			errs.add(fmt.Errorf("%d hold at once, %d permits", n, semPermits))
+		}
+		valid := slot >= 0 && slot < semPermits
+		if !valid || inSlot[slot].Swap(true) {
+			errs.add(fmt.Errorf("slot %d held twice at once (or out of range)", slot))
+		} else if err := guards[slot].Check(fencing.Token(tok)); err != nil {
+			errs.add(err)
+		}
+		mu.Lock()
+		acquiredAt = append(acquiredAt, t1)
+		if !t1.Before(w.from) && t1.Before(w.deadline) {
+			s.Count++
+			s.waits = append(s.waits, t1.Sub(t0))
+		}
+		mu.Unlock()
+		if valid {
+			inSlot[slot].Store(false)
+		}
+		holding.Add(-1)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := p.release(uctx); err != nil {
+			errs.add(fmt.Errorf("release: %w", err))
+		}
+		return nil
+	})
+	w.end(ctx)
 	s.Window = cfg.duration
 	s.rate()
 	s.Wait = summarize(s.waits)
 	errs.into(s)
-	if probe != nil {
-		if probe.err != nil {
-			return nil, probe.err
-		}
-		s.Load = loadOver(probe.before, probe.after, acquiredAt)
+	if s.Load, err = w.load(countBetween(acquiredAt)); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
-
-// permitCloser adapts a permitter to closeLockers.
-type permitCloser struct{ p permitter }
-
-func (c permitCloser) lock(context.Context) (int64, error) { return 0, nil }
-func (c permitCloser) unlock(context.Context) error        { return nil }
-func (c permitCloser) close() error                        { return c.p.close() }
