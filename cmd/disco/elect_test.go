@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/primitives/election"
+)
+
+// newCandidate returns a library candidate in the election name.
+func newCandidate(t *testing.T, name string) election.Service {
+	t.Helper()
+	e, err := etcdio.NewElection(newClient(t), name, etcdio.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// observed parses the JSON lines 'disco observe --json' printed.
+func observed(t *testing.T, out string) []leaderLine {
+	t.Helper()
+	var lines []leaderLine
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var l leaderLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// observe prints the leader, each change when a leader resigns, and
+// "no leader" when nobody is left.
+func TestObservePrintsChanges(t *testing.T) {
+	noLeaks(t)
+	name := nameOf(t)
+	ctx := testCtx(t, 20*time.Second)
+	a, b := newCandidate(t, name), newCandidate(t, name)
+	if err := a.Campaign(ctx, "alpha"); err != nil {
+		t.Fatal(err)
+	}
+	ta, _ := a.Term()
+
+	p := startDisco(t, "--json", "observe", name)
+	p.stdout.await(t, `"value":"alpha"`, 10*time.Second)
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- b.Campaign(ctx, "beta") }()
+	awaitKeys(t, newClient(t), name, 2)
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.stdout.await(t, `"value":"beta"`, 5*time.Second)
+	if err := <-campaigned; err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.stdout.await(t, `"leader":false`, 5*time.Second)
+	p.signal(t, syscall.SIGINT)
+	if code := p.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("exit status %d after SIGINT; stderr:\n%s", code, p.stderr)
+	}
+	lines := observed(t, p.stdout.String())
+	if len(lines) != 3 || lines[0].Value != "alpha" || lines[1].Value != "beta" || lines[2].Leader {
+		t.Fatalf("observed %+v, want alpha, beta, no leader", lines)
+	}
+	if lines[0].Token != int64(ta.FencingToken) || lines[1].Token <= lines[0].Token {
+		t.Fatalf("tokens %d, %d: want alpha's %d, then higher", lines[0].Token, lines[1].Token, ta.FencingToken)
+	}
+}
+
+// elect with CMD runs it with the term's token once leading, resigns after
+// it exits, and exits with its status; the next candidate then leads.
+func TestElectRunsCommandThenResigns(t *testing.T) {
+	noLeaks(t)
+	name := nameOf(t)
+	ctx := testCtx(t, 20*time.Second)
+	p := startDisco(t, "elect", name, "v1", "--", "sh", "-c", holdScript)
+	out := p.stdout.await(t, "scope="+name, 10*time.Second)
+	other := newCandidate(t, name)
+	leader, err := other.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leader.Value != "v1" || int64(leader.FencingToken) != tokenIn(t, out) {
+		t.Fatalf("leader %+v; CMD printed %q", leader, out)
+	}
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- other.Campaign(ctx, "v2") }()
+	awaitKeys(t, newClient(t), name, 2)
+	p.stdin.Close() // CMD exits with 5
+	if code := p.wait(t, 5*time.Second); code != 5 {
+		t.Fatalf("exit status %d, want CMD's 5; stderr:\n%s", code, p.stderr)
+	}
+	if err := <-campaigned; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// elect without CMD prints the term it wins and resigns at SIGINT.
+func TestElectWithoutCommandPrintsTerm(t *testing.T) {
+	noLeaks(t)
+	name := nameOf(t)
+	p := startDisco(t, "elect", name, "v1")
+	out := p.stdout.await(t, "leading "+name, 10*time.Second)
+	if !strings.Contains(out, "token ") || !strings.Contains(out, "key "+name+"/") {
+		t.Fatalf("term line %q lacks token or key", out)
+	}
+	p.signal(t, syscall.SIGINT)
+	if code := p.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr)
+	}
+	p.stdout.await(t, "resigned "+name, time.Second)
+	awaitKeys(t, newClient(t), name, 0)
+}
