@@ -22,10 +22,19 @@ const (
 	envScope = "FENCING_SCOPE" // the primitive's name (its prefix), the token's scope
 )
 
-// childExit is CMD's exit status when it was not zero.
-type childExit struct{ code int }
+// childExit is CMD's exit status when it was not zero: its own, or 128+N
+// if signal N killed it.
+type childExit struct {
+	code int
+	sig  syscall.Signal // the signal that killed CMD, or 0
+}
 
-func (c childExit) Error() string { return fmt.Sprintf("command exited with status %d", c.code) }
+func (c childExit) Error() string {
+	if c.sig != 0 {
+		return fmt.Sprintf("CMD killed by signal %d (%v)", int(c.sig), c.sig)
+	}
+	return fmt.Sprintf("CMD exited with status %d", c.code)
+}
 
 // errInterrupted ends a wait for a hold: disco got a signal before CMD ran.
 var errInterrupted = errors.New("interrupted")
@@ -35,6 +44,7 @@ var errInterrupted = errors.New("interrupted")
 // forwards such signals to CMD's process group; after CMD exits, disco
 // ignores them while it releases.
 type supervisor struct {
+	what           string // "lock NAME", "leadership of NAME"
 	argv           []string
 	grace          time.Duration
 	stdin          io.Reader
@@ -44,6 +54,7 @@ type supervisor struct {
 	cancel   context.CancelFunc // ends the wait for the hold
 	pgid     int                // CMD's process group while it runs, else 0
 	finished bool               // CMD has run
+	lost     bool               // the hold was lost while CMD ran
 	sig      syscall.Signal     // a signal that came before CMD started
 }
 
@@ -130,7 +141,11 @@ func (s *supervisor) run(ctx context.Context, scope string, token fencing.Token)
 	select {
 	case err = <-exited:
 	case <-ctx.Done():
-		fmt.Fprintf(s.stderr, "disco: %s lost (%v); stopping %s\n", scope, context.Cause(ctx), s.argv[0])
+		s.mu.Lock()
+		s.lost = true
+		s.mu.Unlock()
+		fmt.Fprintf(s.stderr, "disco: %s lost: %v\ndisco: sending SIGTERM to %s (SIGKILL after %v)\n",
+			s.what, context.Cause(ctx), s.argv[0], s.grace)
 		_ = syscall.Kill(-s.pgid, syscall.SIGTERM)
 		grace := time.NewTimer(s.grace)
 		waited := false
@@ -160,7 +175,7 @@ func exitStatus(err error) error {
 		return nil
 	case errors.As(err, &xe):
 		if ws, ok := xe.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return childExit{code: 128 + int(ws.Signal())}
+			return childExit{code: 128 + int(ws.Signal()), sig: ws.Signal()}
 		}
 		return childExit{code: xe.ExitCode()}
 	default:
@@ -170,21 +185,32 @@ func exitStatus(err error) error {
 
 // outcome turns what lock.Do or election.Lead returned into disco's exit:
 // 3 on loss (whatever CMD's status), CMD's status, or the error.
-func (s *supervisor) outcome(what string, err error) error {
+func (s *supervisor) outcome(err error) error {
 	if err == nil {
 		return nil
 	}
-	if ie := s.interrupted(what); ie != nil && (errors.Is(err, errInterrupted) || errors.Is(err, context.Canceled)) {
+	if ie := s.interrupted(s.what); ie != nil && (errors.Is(err, errInterrupted) || errors.Is(err, context.Canceled)) {
 		return ie
 	}
+	var ce childExit
 	if errors.Is(err, primitives.ErrLost) {
-		return &exitError{code: exitLost, err: fmt.Errorf("%s lost while the command ran: %w", what, err)}
+		s.mu.Lock()
+		seen := s.lost
+		s.mu.Unlock()
+		status := "CMD exited with status 0"
+		if errors.As(err, &ce) {
+			status = ce.Error()
+		}
+		if seen {
+			// The cause is told already.
+			return &exitError{code: exitLost, err: fmt.Errorf("%s lost while CMD ran; %s", s.what, status)}
+		}
+		return &exitError{code: exitLost, err: fmt.Errorf("%s lost while CMD ran (%s): %w", s.what, status, err)}
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee
 	}
-	var ce childExit
 	if errors.As(err, &ce) {
 		return &exitError{code: ce.code}
 	}

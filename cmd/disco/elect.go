@@ -23,7 +23,8 @@ With CMD: once leading, run CMD with FENCING_TOKEN (the term's token, its
 key's creation revision) and FENCING_SCOPE (NAME) in its environment; when CMD
 exits, resign and exit with CMD's status. If leadership is lost while CMD
 runs, CMD's process group gets SIGTERM, then SIGKILL after --grace, and disco
-exits with status 3.
+exits with status 3. Signals and process groups are handled as by 'disco
+lock'.
 
 Without CMD: print each term won (token, key) and campaign again after a
 loss, until interrupted; then resign.
@@ -68,7 +69,7 @@ func runElect(ctx context.Context, g *globals, name, value string, argv []string
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	sup := &supervisor{argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
+	sup := &supervisor{what: "leadership of "+name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
 	e, closeAll, err := newElection(waitCtx, g, name)
@@ -84,7 +85,7 @@ func runElect(ctx context.Context, g *globals, name, value string, argv []string
 	if err == nil {
 		g.logf("resigned %s", name)
 	}
-	return sup.outcome("leadership of "+name, err)
+	return sup.outcome(err)
 }
 
 // runCampaigns campaigns, prints each term won and campaigns again after a

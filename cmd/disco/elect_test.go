@@ -3,10 +3,13 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/primitives/election"
@@ -122,4 +125,54 @@ func TestElectWithoutCommandPrintsTerm(t *testing.T) {
 	}
 	p.stdout.await(t, "resigned "+name, time.Second)
 	awaitKeys(t, newClient(t), name, 0)
+}
+
+// elect without CMD campaigns again after its lease is revoked, and prints
+// the new term with a higher token.
+func TestElectWithoutCommandCampaignsAgainAfterLoss(t *testing.T) {
+	noLeaks(t)
+	name := nameOf(t)
+	cli := newClient(t)
+	ctx := testCtx(t, 20*time.Second)
+	p := startDisco(t, "--json", "elect", name, "v1")
+	p.stdout.await(t, `"event":"leading"`, 10*time.Second)
+	first := observedTerms(t, p.stdout.String())[0]
+	lease, err := strconv.ParseInt(first.Lease, 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(lease)); err != nil {
+		t.Fatal(err)
+	}
+	p.stdout.await(t, `"event":"lost"`, 5*time.Second)
+	out := p.stdout.await(t, `"lease":"`, 5*time.Second)
+	for {
+		terms := observedTerms(t, out)
+		if last := terms[len(terms)-1]; last.Event == "leading" && last.Lease != first.Lease {
+			if last.Token <= first.Token {
+				t.Fatalf("new term's token %d, not above %d", last.Token, first.Token)
+			}
+			break
+		}
+		out = p.stdout.await(t, out+"{", 5*time.Second) // the next line
+	}
+	p.signal(t, syscall.SIGINT)
+	if code := p.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr)
+	}
+}
+
+// observedTerms parses the JSON lines 'disco elect --json' printed.
+func observedTerms(t *testing.T, out string) []termEvent {
+	t.Helper()
+	var terms []termEvent
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var e termEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		terms = append(terms, e)
+	}
+	return terms
 }

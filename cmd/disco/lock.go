@@ -25,6 +25,10 @@ was deleted), CMD's process group gets SIGTERM, then SIGKILL after --grace,
 and disco exits with status 3. SIGINT and SIGTERM sent to disco are passed
 on to CMD; before CMD starts they end the wait (status 128+signal).
 
+CMD runs in a process group of its own, so that a loss stops its children
+too (it is then not in the terminal's foreground group: it should not read
+the terminal). If disco itself is killed, CMD gets SIGKILL.
+
 The lock excludes disco's library (etcdio.NewLock), etcd's concurrency.Mutex
 and 'etcdctl lock' on the same NAME.`,
 		Args: args(cobra.MinimumNArgs(2)),
@@ -52,7 +56,7 @@ func runLock(ctx context.Context, g *globals, name string, argv []string, grace 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	sup := &supervisor{argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
+	sup := &supervisor{what: "lock "+name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
 	cli, err := g.connect(waitCtx)
@@ -75,7 +79,7 @@ func runLock(ctx context.Context, g *globals, name string, argv []string, grace 
 	if err == nil {
 		g.logf("released %s", name)
 	}
-	return sup.outcome("lock "+name, err)
+	return sup.outcome(err)
 }
 
 // orInterrupted returns the interruption if a signal ended the wait, else err.

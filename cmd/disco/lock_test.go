@@ -189,7 +189,7 @@ func TestLockLostTerminatesCommand(t *testing.T) {
 	if live := groupMembers(t, pid); len(live) > 0 {
 		t.Fatalf("CMD's process group %d still has live processes after disco exited: %v", pid, live)
 	}
-	p.stderr.await(t, "lost", time.Second)
+	t.Logf("stderr: %s", p.stderr.await(t, "lost", time.Second))
 	if g := <-granted; int64(g.FencingToken) <= ours {
 		t.Fatalf("next holder's token %d, not above disco's %d", g.FencingToken, ours)
 	}

@@ -104,7 +104,7 @@ was interrupted by signal N before CMD started, or CMD died of signal N.`,
 		def = []string{defaultEndpoint}
 	}
 	f := root.PersistentFlags()
-	f.StringSliceVar(&g.endpoints, "endpoints", def, "etcd endpoints, comma-separated (default from "+embedded.EnvEndpoints+")")
+	f.StringSliceVar(&g.endpoints, "endpoints", def, "etcd endpoints, comma-separated; "+embedded.EnvEndpoints+" sets the default")
 	f.DurationVar(&g.ttl, "ttl", 10*time.Second, "lease TTL of lock and election sessions, whole seconds: how long a hold outlives a crashed disco")
 	f.BoolVar(&g.json, "json", false, "machine-readable output: one JSON object per line")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "report progress (waiting, acquired, released) on stderr")
