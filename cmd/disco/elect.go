@@ -69,7 +69,7 @@ func runElect(ctx context.Context, g *globals, name, value string, argv []string
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	sup := &supervisor{what: "leadership of "+name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
+	sup := &supervisor{what: "leadership of " + name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
 	e, closeAll, err := newElection(waitCtx, g, name)

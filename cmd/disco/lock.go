@@ -56,7 +56,7 @@ func runLock(ctx context.Context, g *globals, name string, argv []string, grace 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	sup := &supervisor{what: "lock "+name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
+	sup := &supervisor{what: "lock " + name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
 	cli, err := g.connect(waitCtx)
