@@ -123,6 +123,11 @@ func (s *supervisor) run(ctx context.Context, scope string, token fencing.Token)
 		s.mu.Unlock()
 		return errInterrupted
 	}
+	if ctx.Err() != nil { // lost before CMD could start
+		s.finished = true
+		s.mu.Unlock()
+		return context.Cause(ctx)
+	}
 	if err := cmd.Start(); err != nil {
 		s.finished = true
 		s.mu.Unlock()

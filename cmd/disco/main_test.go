@@ -41,7 +41,7 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	discoBin = filepath.Join(dir, "disco")
-	if out, err := exec.Command("go", "build", "-o", discoBin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-ldflags=-s -w", "-o", discoBin, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		return 1
 	}

@@ -106,7 +106,7 @@ was interrupted by signal N before CMD started, or CMD died of signal N.`,
 	f := root.PersistentFlags()
 	f.StringSliceVar(&g.endpoints, "endpoints", def, "etcd endpoints, comma-separated; "+embedded.EnvEndpoints+" sets the default")
 	f.DurationVar(&g.ttl, "ttl", 10*time.Second, "lease TTL of lock and election sessions, whole seconds: how long a hold outlives a crashed disco")
-	f.BoolVar(&g.json, "json", false, "machine-readable output: one JSON object per line")
+	f.BoolVar(&g.json, "json", false, "machine-readable output of status, observe and elect without CMD: one JSON object per line")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "report progress (waiting, acquired, released) on stderr")
 	f.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "give up when etcd does not answer within this")
 	f.DurationVar(&g.commandTimeout, "command-timeout", 5*time.Second, "bound on each of disco's own etcd requests (not the wait for a lock)")
