@@ -217,7 +217,23 @@ func (s *supervisor) outcome(err error) error {
 		return ee
 	}
 	if errors.As(err, &ce) {
-		return &exitError{code: ce.code}
+		// CMD's status, and whatever else went wrong (a failed release).
+		return &exitError{code: ce.code, err: besides(err, ce)}
 	}
 	return err
+}
+
+// besides returns the errors joined in err other than skip, or nil.
+func besides(err error, skip error) error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil
+	}
+	var rest []error
+	for _, e := range j.Unwrap() {
+		if e != skip {
+			rest = append(rest, e)
+		}
+	}
+	return errors.Join(rest...)
 }

@@ -66,9 +66,6 @@ func newElection(ctx context.Context, g *globals, name string) (election.Service
 }
 
 func runElect(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	sup := &supervisor{what: "leadership of " + name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
@@ -91,9 +88,6 @@ func runElect(ctx context.Context, g *globals, name, value string, argv []string
 // runCampaigns campaigns, prints each term won and campaigns again after a
 // loss, until ctx ends or a signal comes; then it resigns.
 func runCampaigns(ctx context.Context, g *globals, name, value string) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	ctx, stop := notifyContext(ctx)
 	defer stop()
 	out := newPrinter(g)

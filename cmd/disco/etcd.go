@@ -50,11 +50,7 @@ Port 0 picks a free port.`,
 			return nil
 		},
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			return runEtcd(ctx, g, f)
+			return runEtcd(cmd.Context(), g, f)
 		}),
 	}
 	fl := cmd.Flags()

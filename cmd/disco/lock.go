@@ -53,9 +53,6 @@ func needDash(cmd *cobra.Command, n int) error {
 }
 
 func runLock(ctx context.Context, g *globals, name string, argv []string, grace time.Duration) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	sup := &supervisor{what: "lock " + name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()

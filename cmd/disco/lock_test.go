@@ -131,8 +131,8 @@ func TestLockExcludesOtherHolders(t *testing.T) {
 				t.Fatalf("%s took the lock while disco's CMD ran", tc.kind)
 			}
 			p.stdin.Close() // CMD exits with 5
-			if code := p.wait(t, 5*time.Second); code != 5 {
-				t.Fatalf("exit status %d, want CMD's 5; stderr:\n%s", code, p.stderr)
+			if code := p.wait(t, 5*time.Second); code != 5 || p.stderr.String() != "" {
+				t.Fatalf("exit status %d, want CMD's 5 and nothing on stderr; stderr:\n%s", code, p.stderr)
 			}
 			awaitKeys(t, cli, name, 0)
 		})

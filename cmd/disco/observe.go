@@ -48,9 +48,6 @@ func toLine(name string, l election.Leadership) leaderLine {
 }
 
 func runObserve(ctx context.Context, g *globals, name string) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	ctx, stop := notifyContext(ctx)
 	defer stop()
 	e, closeAll, err := newElection(ctx, g, name)

@@ -35,11 +35,7 @@ candidates have empty values looks like a lock).`,
 			return nil
 		},
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			r, err := readStatus(ctx, g, a[0], kind)
+			r, err := readStatus(cmd.Context(), g, a[0], kind)
 			if err != nil {
 				return err
 			}
