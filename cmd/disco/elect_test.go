@@ -176,3 +176,28 @@ func observedTerms(t *testing.T, out string) []termEvent {
 	}
 	return terms
 }
+
+// elect with CMD stops CMD and exits with status 3 when its lease is
+// revoked while CMD runs.
+func TestElectLostTerminatesCommand(t *testing.T) {
+	noLeaks(t)
+	name := nameOf(t)
+	cli := newClient(t)
+	p := startDisco(t, "elect", name, "v1", "--", "sh", "-c", `echo "token=$FENCING_TOKEN"; exec sleep 30`)
+	p.stdout.await(t, "token=", 10*time.Second)
+	resp, err := cli.Get(testCtx(t, 5*time.Second), name+"/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := cli.Revoke(testCtx(t, 5*time.Second), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 5*time.Second); code != exitLost {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLost, p.stderr)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("disco took %v after the revoke to end CMD", took)
+	}
+	p.stderr.await(t, "leadership of "+name+" lost", time.Second)
+}

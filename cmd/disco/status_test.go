@@ -102,6 +102,12 @@ func TestStatusKinds(t *testing.T) {
 		t.Fatalf("status %d %s; stdout:\n%s\nwant %s", code, errOut, out, want)
 	}
 
+	// --kind overrides the layout.
+	code, out, errOut = runDisco(t, 10*time.Second, "status", el, "--kind", "lock")
+	if code != 0 || !regexp.MustCompile(`(?s)lock \(kind from flag\).*\n1 +holder `).MatchString(out) {
+		t.Fatalf("status --kind lock: %d %s; stdout:\n%s", code, errOut, out)
+	}
+
 	rw := nameOf(t) + "/rwlock"
 	t.Cleanup(func() { _ = etcdio.RetireRWLock(context.Background(), cli, rw) })
 	writer, err := etcdio.NewRWLock(cli, rw, etcdio.WithTTL(5*time.Second))
