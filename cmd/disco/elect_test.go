@@ -201,3 +201,59 @@ func TestElectLostTerminatesCommand(t *testing.T) {
 	}
 	p.stderr.await(t, "leadership of "+name+" lost", time.Second)
 }
+
+// observe carries on when its own lease is revoked: it says so on stderr,
+// observes again, and still prints the next change (and only once).
+func TestObserveSurvivesItsLeaseLoss(t *testing.T) {
+	noLeaks(t)
+	name := nameOf(t)
+	cli := newClient(t)
+	ctx := testCtx(t, 20*time.Second)
+	cand := newCandidate(t, name)
+	if err := cand.Campaign(ctx, "alpha"); err != nil {
+		t.Fatal(err)
+	}
+	before := leases(t, cli)
+	// A short TTL: with no key to watch, observe learns of the loss from
+	// its keepalive, sent every third of the TTL.
+	p := startDisco(t, "--ttl", "2s", "observe", name)
+	p.stdout.await(t, `value "alpha"`, 10*time.Second)
+	var revoked int
+	for id := range leases(t, cli) {
+		if !before[id] {
+			if _, err := cli.Revoke(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			revoked++
+		}
+	}
+	if revoked != 1 {
+		t.Fatalf("revoked %d new leases, want observe's one", revoked)
+	}
+	p.stderr.await(t, "again in", 5*time.Second)
+	if err := cand.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := p.stdout.await(t, "no leader", 5*time.Second)
+	if n := strings.Count(out, "\n"); n != 2 {
+		t.Fatalf("printed %d lines, want alpha then no leader:\n%s", n, out)
+	}
+	p.signal(t, syscall.SIGINT)
+	if code := p.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr)
+	}
+}
+
+// leases returns the IDs of the leases etcd holds.
+func leases(t *testing.T, cli *clientv3.Client) map[clientv3.LeaseID]bool {
+	t.Helper()
+	resp, err := cli.Leases(testCtx(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[clientv3.LeaseID]bool{}
+	for _, l := range resp.Leases {
+		ids[l.ID] = true
+	}
+	return ids
+}
