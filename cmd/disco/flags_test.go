@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,6 +92,12 @@ func TestEtcdCommand(t *testing.T) {
 		t.Fatalf("printed %q: no port", out)
 	}
 	endpoint := "http://127.0.0.1:" + ep
+	m := regexp.MustCompile(`data in (\S+);`).FindStringSubmatch(p.stderr.await(t, "Ctrl-C", 5*time.Second))
+	if m == nil {
+		t.Fatalf("stderr %q names no data directory", p.stderr)
+	}
+	dataDir := m[1]
+	t.Cleanup(func() { os.RemoveAll(dataDir) }) // should the test fail first
 	code, stdout, stderr := runDisco(t, 10*time.Second, "--endpoints", endpoint, "elect", "/disco-etcd-test", "v", "--", "sh", "-c", "echo token=$FENCING_TOKEN")
 	if code != 0 || !strings.Contains(stdout, "token=") {
 		t.Fatalf("elect against %s: status %d, stdout %q, stderr %q", endpoint, code, stdout, stderr)
@@ -97,5 +105,8 @@ func TestEtcdCommand(t *testing.T) {
 	p.signal(t, syscall.SIGINT)
 	if code := p.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("exit status %d after SIGINT; stderr:\n%s", code, p.stderr)
+	}
+	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("temporary data directory %s left behind: %v", dataDir, err)
 	}
 }

@@ -62,6 +62,7 @@ func testMain(m *testing.M) int {
 func startServer(dir string) ([]string, func(), error) {
 	cmd := exec.Command(discoBin, "etcd", "--client-port=0", "--peer-port=0", "--unsafe-no-fsync",
 		"--data-dir", filepath.Join(dir, "etcd"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // should the tests crash
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, nil, err
@@ -184,6 +185,7 @@ func startDisco(t *testing.T, args ...string) *proc {
 	p := &proc{cmd: exec.Command(discoBin, args...), stdout: newOutput(), stderr: newOutput(), done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), embedded.EnvEndpoints+"="+strings.Join(endpoints, ","))
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var err error
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
