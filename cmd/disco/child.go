@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
+)
+
+// Environment variables CMD gets while disco holds the lock or leads.
+const (
+	envToken = "FENCING_TOKEN" // the hold's fencing token, decimal
+	envScope = "FENCING_SCOPE" // the primitive's name (its prefix), the token's scope
+)
+
+// childExit is CMD's exit status when it was not zero: its own, or 128+N
+// if signal N killed it.
+type childExit struct {
+	code int
+	sig  syscall.Signal // the signal that killed CMD, or 0
+}
+
+func (c childExit) Error() string {
+	if c.sig != 0 {
+		return fmt.Sprintf("CMD killed by signal %d (%v)", int(c.sig), c.sig)
+	}
+	return fmt.Sprintf("CMD exited with status %d", c.code)
+}
+
+// errInterrupted ends a wait for a hold: disco got a signal before CMD ran.
+var errInterrupted = errors.New("interrupted")
+
+// supervisor runs CMD while a hold lasts. Before CMD starts, a SIGINT or
+// SIGTERM to disco ends the wait for the hold; once CMD runs, disco
+// forwards such signals to CMD's process group; after CMD exits, disco
+// ignores them while it releases.
+type supervisor struct {
+	what           string // "lock NAME", "leadership of NAME"
+	argv           []string
+	grace          time.Duration
+	stdin          io.Reader
+	stdout, stderr io.Writer
+
+	mu       sync.Mutex
+	cancel   context.CancelFunc // ends the wait for the hold
+	pgid     int                // CMD's process group while it runs, else 0
+	finished bool               // CMD has run
+	lost     bool               // the hold was lost while CMD ran
+	sig      syscall.Signal     // a signal that came before CMD started
+}
+
+// watchSignals makes ctx end at SIGINT or SIGTERM until CMD starts, and
+// forwards those signals to CMD while it runs. stop undoes it.
+func (s *supervisor) watchSignals(ctx context.Context) (context.Context, func()) {
+	ctx, s.cancel = context.WithCancel(ctx)
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case sig := <-ch:
+				s.signalled(sig.(syscall.Signal))
+			case <-quit:
+				return
+			}
+		}
+	})
+	return ctx, func() {
+		signal.Stop(ch)
+		close(quit)
+		wg.Wait()
+		s.cancel()
+	}
+}
+
+func (s *supervisor) signalled(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.pgid != 0:
+		_ = syscall.Kill(-s.pgid, sig)
+	case !s.finished && s.sig == 0:
+		s.sig = sig
+		s.cancel()
+	}
+}
+
+// interrupted returns the exit error for a wait ended by a signal, or nil.
+func (s *supervisor) interrupted(what string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sig == 0 {
+		return nil
+	}
+	return &exitError{code: 128 + int(s.sig), err: fmt.Errorf("interrupted (%v) while waiting for %s", s.sig, what)}
+}
+
+// run runs CMD with the token in its environment until it exits, or until
+// ctx ends (the hold was lost): then CMD's process group gets SIGTERM, and
+// SIGKILL once CMD exits or the grace period passes, whichever is first.
+// It returns nil if CMD exited with status 0, else a childExit or an
+// exitError saying why CMD could not run.
+func (s *supervisor) run(ctx context.Context, scope string, token fencing.Token) error {
+	cmd := exec.Command(s.argv[0], s.argv[1:]...)
+	cmd.Env = append(os.Environ(), envToken+"="+token.String(), envScope+"="+scope)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.stdin, s.stdout, s.stderr
+	// Its own process group, so that a loss stops CMD's children too; and
+	// killed if disco dies, since nothing would stop it at a loss then.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	s.mu.Lock()
+	if s.sig != 0 {
+		s.mu.Unlock()
+		return errInterrupted
+	}
+	if ctx.Err() != nil { // lost before CMD could start
+		s.finished = true
+		s.mu.Unlock()
+		return context.Cause(ctx)
+	}
+	if err := cmd.Start(); err != nil {
+		s.finished = true
+		s.mu.Unlock()
+		code := exitNoExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = exitNotFound
+		}
+		return &exitError{code: code, err: err}
+	}
+	s.pgid = cmd.Process.Pid
+	s.mu.Unlock()
+
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.lost = true
+		s.mu.Unlock()
+		fmt.Fprintf(s.stderr, "disco: %s lost: %v\ndisco: sending SIGTERM to %s (SIGKILL after %v)\n",
+			s.what, context.Cause(ctx), s.argv[0], s.grace)
+		_ = syscall.Kill(-s.pgid, syscall.SIGTERM)
+		grace := time.NewTimer(s.grace)
+		waited := false
+		select {
+		case err = <-exited:
+			waited = true
+		case <-grace.C:
+		}
+		grace.Stop()
+		// Whatever is left in the group would run on without the hold.
+		_ = syscall.Kill(-s.pgid, syscall.SIGKILL)
+		if !waited {
+			err = <-exited
+		}
+	}
+	s.mu.Lock()
+	s.pgid, s.finished = 0, true
+	s.mu.Unlock()
+	return exitStatus(err)
+}
+
+// exitStatus turns cmd.Wait's error into nil or a childExit.
+func exitStatus(err error) error {
+	var xe *exec.ExitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &xe):
+		if ws, ok := xe.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return childExit{code: 128 + int(ws.Signal()), sig: ws.Signal()}
+		}
+		return childExit{code: xe.ExitCode()}
+	default:
+		return &exitError{code: exitFailure, err: err}
+	}
+}
+
+// outcome turns what lock.Do or election.Lead returned into disco's exit:
+// 3 on loss (whatever CMD's status), CMD's status, or the error.
+func (s *supervisor) outcome(err error) error {
+	if err == nil {
+		return nil
+	}
+	if ie := s.interrupted(s.what); ie != nil && (errors.Is(err, errInterrupted) || errors.Is(err, context.Canceled)) {
+		return ie
+	}
+	var ce childExit
+	if errors.Is(err, primitives.ErrLost) {
+		s.mu.Lock()
+		seen := s.lost
+		s.mu.Unlock()
+		status := "CMD exited with status 0"
+		if errors.As(err, &ce) {
+			status = ce.Error()
+		}
+		if seen {
+			// The cause is told already.
+			return &exitError{code: exitLost, err: fmt.Errorf("%s lost while CMD ran; %s", s.what, status)}
+		}
+		return &exitError{code: exitLost, err: fmt.Errorf("%s lost while CMD ran (%s): %w", s.what, status, err)}
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee
+	}
+	if errors.As(err, &ce) {
+		// CMD's status, and whatever else went wrong (a failed release).
+		return &exitError{code: ce.code, err: besides(err, ce)}
+	}
+	return err
+}
+
+// besides returns the errors joined in err other than skip, or nil.
+func besides(err error, skip error) error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil
+	}
+	var rest []error
+	for _, e := range j.Unwrap() {
+		if e != skip {
+			rest = append(rest, e)
+		}
+	}
+	return errors.Join(rest...)
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/primitives/election"
+)
+
+func newElectCmd(g *globals) *cobra.Command {
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "elect NAME VALUE [-- CMD [ARGS...]]",
+		Short: "Campaign in the election NAME; run CMD while leading",
+		Long: `Campaign in the election NAME with VALUE.
+
+With CMD: once leading, run CMD with FENCING_TOKEN (the term's token, its
+key's creation revision) and FENCING_SCOPE (NAME) in its environment; when CMD
+exits, resign and exit with CMD's status. If leadership is lost while CMD
+runs, CMD's process group gets SIGTERM, then SIGKILL after --grace, and disco
+exits with status 3. Signals and process groups are handled as by 'disco
+lock'.
+
+Without CMD: print each term won (token, key) and campaign again after a
+loss, until interrupted; then resign.
+
+The election agrees with etcd's concurrency.Election and 'etcdctl elect' on
+the same NAME about who leads.`,
+		Args: args(cobra.MinimumNArgs(2)),
+		RunE: runE(func(cmd *cobra.Command, a []string) error {
+			if len(a) == 2 && cmd.ArgsLenAtDash() < 0 {
+				return runCampaigns(cmd.Context(), g, a[0], a[1])
+			}
+			if err := needDash(cmd, 2); err != nil {
+				return err
+			}
+			if len(a) == 2 {
+				return usageErr(errors.New("elect: nothing after --"))
+			}
+			return runElect(cmd.Context(), g, a[0], a[1], a[2:], grace)
+		}),
+	}
+	cmd.Flags().DurationVar(&grace, "grace", 5*time.Second, "after a loss, how long CMD has to exit after SIGTERM before SIGKILL")
+	return cmd
+}
+
+// newElection connects and makes a candidate in NAME.
+func newElection(ctx context.Context, g *globals, name string) (election.Service, func(), error) {
+	cli, err := g.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := g.commandCtx(ctx)
+	defer cancel()
+	e, err := etcdio.NewElection(cli, name, g.options(cctx)...)
+	if err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	return e, func() { e.Close(); cli.Close() }, nil
+}
+
+func runElect(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration) error {
+	sup := &supervisor{what: "leadership of " + name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
+	waitCtx, stop := sup.watchSignals(ctx)
+	defer stop()
+	e, closeAll, err := newElection(waitCtx, g, name)
+	if err != nil {
+		return orInterrupted(sup, "etcd", err)
+	}
+	defer closeAll()
+	g.logf("campaigning in %s", name)
+	err = election.Lead(waitCtx, e, value, func(ctx context.Context, l election.Leadership) error {
+		g.logf("leading %s: token %v, key %s; running %s", name, l.FencingToken, l.Key, argv[0])
+		return sup.run(ctx, name, l.FencingToken)
+	})
+	if err == nil {
+		g.logf("resigned %s", name)
+	}
+	return sup.outcome(err)
+}
+
+// runCampaigns campaigns, prints each term won and campaigns again after a
+// loss, until ctx ends or a signal comes; then it resigns.
+func runCampaigns(ctx context.Context, g *globals, name, value string) error {
+	ctx, stop := notifyContext(ctx)
+	defer stop()
+	out := newPrinter(g)
+	for retry := time.Duration(0); ; {
+		err := campaignOnce(ctx, g, name, value, out)
+		var ee *exitError
+		if ctx.Err() != nil || errors.As(err, &ee) {
+			return err // interrupted, or connecting failed
+		}
+		// The session is gone: start a new one after a pause.
+		retry = min(max(2*retry, 100*time.Millisecond), g.ttl)
+		t := time.NewTimer(retry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
+	}
+}
+
+// campaignOnce runs one candidate until its term is lost or ctx ends.
+func campaignOnce(ctx context.Context, g *globals, name, value string, out *printer) error {
+	e, closeAll, err := newElection(ctx, g, name)
+	if err != nil {
+		return &exitError{code: exitFailure, err: err}
+	}
+	defer closeAll()
+	for {
+		leading := false
+		err := election.Lead(ctx, e, value, func(ctx context.Context, l election.Leadership) error {
+			leading = true
+			out.event(termEvent{Event: "leading", Name: name, Key: l.Key, Value: l.Value, Token: int64(l.FencingToken), Lease: leaseHex(l.LeaseID)})
+			<-ctx.Done()
+			return nil
+		})
+		if ctx.Err() != nil {
+			if leading {
+				out.event(termEvent{Event: "resigned", Name: name})
+			}
+			return nil
+		}
+		if err == nil {
+			err = errors.New("term ended")
+		}
+		out.event(termEvent{Event: "lost", Name: name, Error: errString(err)})
+		if e.Err() != nil {
+			return err // the session is gone
+		}
+		// The key alone was lost: campaign again on the same session.
+	}
+}
+
+// termEvent is one line of 'disco elect' without CMD.
+type termEvent struct {
+	Event string `json:"event"` // leading, lost, resigned
+	Name  string `json:"name"`
+	Key   string `json:"key,omitempty"`
+	Value string `json:"value,omitempty"`
+	Token int64  `json:"token,omitempty"`
+	Lease string `json:"lease,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+func (t termEvent) String() string {
+	switch t.Event {
+	case "leading":
+		return fmt.Sprintf("leading %s: token %d, key %s, value %q, lease %s", t.Name, t.Token, t.Key, t.Value, t.Lease)
+	case "lost":
+		return fmt.Sprintf("lost %s: %s", t.Name, t.Error)
+	}
+	return t.Event + " " + t.Name
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

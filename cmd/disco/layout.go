@@ -1,0 +1,162 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/ahrtr/disco/etcdio"
+)
+
+// Kinds of primitive a prefix can hold.
+const (
+	kindLock     = "lock"
+	kindRWLock   = "rwlock"
+	kindElection = "election"
+)
+
+// queueEntry is one key in a primitive's queue, in creation order.
+type queueEntry struct {
+	Position int    `json:"position"` // 1 = first in line
+	Role     string `json:"role"`     // holder, waiter (locks, rwlocks); leader, candidate (elections)
+	Mode     string `json:"mode,omitempty"`
+	Key      string `json:"key"`
+	Value    string `json:"value,omitempty"`
+	// CreatedRevision is the key's creation revision: it names the hold
+	// (Created in disco's API). A lock's fencing token is the revision at
+	// which it was acquired, not stored in etcd; a leader's token is its
+	// CreatedRevision.
+	CreatedRevision int64 `json:"created_revision"`
+	// Token is set for a leader only, whose token is stored: its key's
+	// creation revision.
+	Token int64  `json:"token,omitempty"`
+	Lease string `json:"lease,omitempty"` // hex, as etcdctl prints it
+	// LeaseTTL is the lease's remaining time to live in seconds (-1: gone),
+	// LeaseGrantedTTL its TTL when granted.
+	LeaseTTL        *int64 `json:"lease_ttl_seconds,omitempty"`
+	LeaseGrantedTTL int64  `json:"lease_granted_ttl_seconds,omitempty"`
+	leaseID         int64
+}
+
+// epochInfo is a rwlock's epoch key: its last advance names the newest
+// token issued.
+type epochInfo struct {
+	Key   string `json:"key"`
+	Value string `json:"value"` // read or write: who advanced it last
+	// Revision is its ModRevision: the token of the last holder that
+	// advanced it (readers share theirs).
+	Revision int64 `json:"revision"`
+}
+
+// report is what 'disco status' shows about one prefix.
+type report struct {
+	Name     string       `json:"name"`
+	Kind     string       `json:"kind"`      // lock, rwlock, election; "" if no keys
+	KindFrom string       `json:"kind_from"` // layout, flag
+	Revision int64        `json:"revision"`  // the store's revision of the read
+	Queue    []queueEntry `json:"queue"`
+	Epoch    *epochInfo   `json:"epoch,omitempty"`
+}
+
+// detectKind tells from the keys under name+"/" and the epoch key what
+// primitive uses name: rwlock keys sit under read/ and write/ beside an
+// epoch key; an election's keys hold candidates' values; a lock's are
+// empty. Nothing there gives "".
+func detectKind(name string, kvs []*mvccpb.KeyValue, epoch *mvccpb.KeyValue) string {
+	if epoch != nil {
+		return kindRWLock
+	}
+	kind := ""
+	for _, kv := range kvs {
+		rest := strings.TrimPrefix(string(kv.Key), name+"/")
+		if strings.HasPrefix(rest, "read/") || strings.HasPrefix(rest, "write/") {
+			return kindRWLock
+		}
+		if len(kv.Value) > 0 {
+			kind = kindElection
+		} else if kind == "" {
+			kind = kindLock
+		}
+	}
+	return kind
+}
+
+// checkKind validates a --kind value ("" means detect).
+func checkKind(kind string) error {
+	switch kind {
+	case "", kindLock, kindRWLock, kindElection:
+		return nil
+	}
+	return fmt.Errorf("--kind %q: want lock, rwlock or election", kind)
+}
+
+// classify orders the keys under name+"/" by creation and gives each its
+// role under kind, as disco (and etcd's recipes) decide who holds:
+// a lock's or an election's first key holds or leads; a rwlock's writer
+// holds when no key was created before it, a reader when no writer was.
+func classify(name, kind string, kvs []*mvccpb.KeyValue) []queueEntry {
+	kvs = slices.Clone(kvs)
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmpInt(a.CreateRevision, b.CreateRevision) })
+	entries := make([]queueEntry, 0, len(kvs))
+	writerAhead := false
+	for i, kv := range kvs {
+		e := queueEntry{Position: i + 1, Key: string(kv.Key), CreatedRevision: kv.CreateRevision, leaseID: kv.Lease}
+		if kv.Lease != 0 {
+			e.Lease = leaseHex(kv.Lease)
+		}
+		switch kind {
+		case kindElection:
+			e.Value = string(kv.Value)
+			e.Role = "candidate"
+			if i == 0 {
+				e.Role, e.Token = "leader", kv.CreateRevision
+			}
+		case kindRWLock:
+			e.Mode = "write"
+			if strings.HasPrefix(e.Key, name+"/read/") {
+				e.Mode = "read"
+			}
+			e.Role = "waiter"
+			if (e.Mode == "write" && i == 0) || (e.Mode == "read" && !writerAhead) {
+				e.Role = "holder"
+			}
+			if e.Mode == "write" {
+				writerAhead = true
+			}
+		default:
+			e.Role = "waiter"
+			if i == 0 {
+				e.Role = "holder"
+			}
+		}
+		entries = append(entries, e)
+	}
+	return entries
+}
+
+// epochOf describes a rwlock's epoch key, or nil.
+func epochOf(kv *mvccpb.KeyValue) *epochInfo {
+	if kv == nil {
+		return nil
+	}
+	return &epochInfo{Key: string(kv.Key), Value: string(kv.Value), Revision: kv.ModRevision}
+}
+
+// epochKey is the epoch key a rwlock on name keeps beside its keys.
+func epochKey(name string) string { return name + etcdio.EpochSuffix }
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// leaseHex formats a lease ID as etcdctl does.
+func leaseHex(id int64) string { return strconv.FormatInt(id, 16) }

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/primitives/lock"
+)
+
+func newLockCmd(g *globals) *cobra.Command {
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "lock NAME -- CMD [ARGS...]",
+		Short: "Run CMD while holding the lock NAME",
+		Long: `Wait for the lock NAME, run CMD with FENCING_TOKEN (the hold's fencing token)
+and FENCING_SCOPE (NAME) in its environment, and release the lock when CMD
+exits. disco exits with CMD's status.
+
+If the lock is lost while CMD runs (the lease expired or was revoked, the key
+was deleted), CMD's process group gets SIGTERM, then SIGKILL after --grace,
+and disco exits with status 3. SIGINT and SIGTERM sent to disco are passed
+on to CMD; before CMD starts they end the wait (status 128+signal).
+
+CMD runs in a process group of its own, so that a loss stops its children
+too (it is then not in the terminal's foreground group: it should not read
+the terminal). If disco itself is killed, CMD gets SIGKILL.
+
+The lock excludes disco's library (etcdio.NewLock), etcd's concurrency.Mutex
+and 'etcdctl lock' on the same NAME.`,
+		Args: args(cobra.MinimumNArgs(2)),
+		RunE: runE(func(cmd *cobra.Command, a []string) error {
+			if err := needDash(cmd, 1); err != nil {
+				return err
+			}
+			return runLock(cmd.Context(), g, a[0], a[1:], grace)
+		}),
+	}
+	cmd.Flags().DurationVar(&grace, "grace", 5*time.Second, "after a loss, how long CMD has to exit after SIGTERM before SIGKILL")
+	return cmd
+}
+
+// needDash requires "--" right after the first n arguments, so that CMD's
+// own flags are never taken for disco's.
+func needDash(cmd *cobra.Command, n int) error {
+	if cmd.ArgsLenAtDash() != n {
+		return usageErr(errors.New(cmd.Name() + ": put -- before CMD: " + cmd.Use))
+	}
+	return nil
+}
+
+func runLock(ctx context.Context, g *globals, name string, argv []string, grace time.Duration) error {
+	sup := &supervisor{what: "lock " + name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
+	waitCtx, stop := sup.watchSignals(ctx)
+	defer stop()
+	cli, err := g.connect(waitCtx)
+	if err != nil {
+		return orInterrupted(sup, "etcd", err)
+	}
+	defer cli.Close()
+	cctx, cancel := g.commandCtx(waitCtx)
+	l, err := etcdio.NewLock(cli, name, g.options(cctx)...)
+	cancel()
+	if err != nil {
+		return orInterrupted(sup, "etcd", err)
+	}
+	defer l.Close()
+	g.logf("waiting for lock %s", name)
+	err = lock.Do(waitCtx, l, func(ctx context.Context, gr lock.Grant) error {
+		g.logf("locked %s: token %v, key %s; running %s", name, gr.FencingToken, gr.Key, argv[0])
+		return sup.run(ctx, name, gr.FencingToken)
+	})
+	if err == nil {
+		g.logf("released %s", name)
+	}
+	return sup.outcome(err)
+}
+
+// orInterrupted returns the interruption if a signal ended the wait, else err.
+func orInterrupted(sup *supervisor, what string, err error) error {
+	if ie := sup.interrupted(what); ie != nil {
+		return ie
+	}
+	return err
+}

@@ -1,0 +1,15 @@
+// Command disco drives disco's etcd primitives from a shell: run a command
+// while holding a lock or leading an election, with its fencing token in
+// the environment; watch an election; show who holds and waits under a
+// prefix; and run a single-member etcd for local development.
+//
+// Exit statuses: CMD's own status; 1 for an error of disco's (etcd
+// unreachable, a request timed out); 2 for bad usage; 3 when the lock or
+// the leadership was lost while CMD ran (CMD was then terminated); 126 or
+// 127 when CMD could not be started or found; 128+N when disco was ended by
+// signal N before CMD started, or CMD was killed by signal N.
+package main
+
+import "os"
+
+func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }

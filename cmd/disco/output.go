@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/signal"
+	"sync"
+	"syscall"
+)
+
+// printer writes one line per event: its String, or with --json one JSON
+// object.
+type printer struct {
+	mu   sync.Mutex
+	w    io.Writer
+	json bool
+}
+
+func newPrinter(g *globals) *printer { return &printer{w: g.stdout, json: g.json} }
+
+func (p *printer) event(v fmt.Stringer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.json {
+		b, err := json.Marshal(v)
+		if err == nil {
+			fmt.Fprintf(p.w, "%s\n", b)
+			return
+		}
+	}
+	fmt.Fprintln(p.w, v.String())
+}
+
+// notifyContext returns a context that ends at SIGINT or SIGTERM.
+func notifyContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+}

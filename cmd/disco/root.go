@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/etcdio/embedded"
+)
+
+// Exit statuses of disco's own (CMD's status passes through otherwise).
+const (
+	exitFailure  = 1   // disco's own error: etcd unreachable, a request failed
+	exitUsage    = 2   // bad flags or arguments
+	exitLost     = 3   // the lock or leadership was lost while CMD ran
+	exitNoExec   = 126 // CMD exists but could not be started
+	exitNotFound = 127 // CMD not found
+)
+
+// defaultEndpoint is used when neither --endpoints nor ETCD_ENDPOINTS is set.
+const defaultEndpoint = "127.0.0.1:2379"
+
+// exitError ends disco with code, printing err (if not nil) on stderr.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErr marks err as bad usage (exit status 2).
+func usageErr(err error) error { return &exitError{code: exitUsage, err: err} }
+
+// globals are the flags every command shares, and where output goes.
+type globals struct {
+	endpoints      []string
+	ttl            time.Duration
+	json           bool
+	verbose        bool
+	dialTimeout    time.Duration
+	commandTimeout time.Duration
+
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// run parses args, runs the command and returns disco's exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		// Errors cobra found while parsing (an unknown command, say).
+		ee = &exitError{code: exitUsage, err: err}
+	}
+	if ee.err != nil {
+		fmt.Fprintln(stderr, "disco:", ee.err)
+		if ee.code == exitUsage {
+			fmt.Fprintln(stderr, "Run 'disco --help' for usage.")
+		}
+	}
+	return ee.code
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "disco",
+		Short: "Locks and elections with fencing tokens on etcd, from the shell",
+		Long: `disco runs commands under etcd locks and elections and hands them a fencing
+token (FENCING_TOKEN) to pass to the resources they write to.
+
+Exit statuses: CMD's own; 1 disco's error (etcd unreachable, a timeout);
+2 bad usage; 3 the lock or leadership was lost while CMD ran (CMD was
+terminated); 126/127 CMD could not be started / was not found; 128+N disco
+was interrupted by signal N before CMD started, or CMD died of signal N.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+	def := embedded.EndpointsFromEnv()
+	if len(def) == 0 {
+		def = []string{defaultEndpoint}
+	}
+	f := root.PersistentFlags()
+	f.StringSliceVar(&g.endpoints, "endpoints", def, "etcd endpoints, comma-separated; "+embedded.EnvEndpoints+" sets the default")
+	f.DurationVar(&g.ttl, "ttl", 10*time.Second, "lease TTL of lock and election sessions, whole seconds: how long a hold outlives a crashed disco")
+	f.BoolVar(&g.json, "json", false, "machine-readable output of status, observe and elect without CMD: one JSON object per line")
+	f.BoolVarP(&g.verbose, "verbose", "v", false, "report progress (waiting, acquired, released) on stderr")
+	f.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "give up when etcd does not answer within this")
+	f.DurationVar(&g.commandTimeout, "command-timeout", 5*time.Second, "bound on each of disco's own etcd requests (not the wait for a lock)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.check() }
+	root.AddCommand(newLockCmd(g), newElectCmd(g), newObserveCmd(g), newStatusCmd(g), newEtcdCmd(g))
+	return root
+}
+
+// check validates the global flags.
+func (g *globals) check() error {
+	switch {
+	case len(g.endpoints) == 0:
+		return usageErr(errors.New("--endpoints: no endpoint given"))
+	case g.ttl < time.Second || g.ttl%time.Second != 0:
+		return usageErr(fmt.Errorf("--ttl %v: must be whole seconds, at least 1s", g.ttl))
+	case g.dialTimeout <= 0:
+		return usageErr(fmt.Errorf("--dial-timeout %v: must be positive", g.dialTimeout))
+	case g.commandTimeout <= 0:
+		return usageErr(fmt.Errorf("--command-timeout %v: must be positive", g.commandTimeout))
+	}
+	return nil
+}
+
+// args wraps a cobra argument check so that its error is a usage error.
+func args(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, a []string) error {
+		if err := check(cmd, a); err != nil {
+			return usageErr(err)
+		}
+		return nil
+	}
+}
+
+// runE adapts f to cobra: an error that is not already an exitError is
+// disco's own failure (exit status 1).
+func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, a []string) error {
+		err := f(cmd, a)
+		var ee *exitError
+		switch {
+		case err == nil || errors.As(err, &ee):
+			return err
+		case errors.Is(err, etcdio.ErrInvalidArgument):
+			return usageErr(err) // a bad NAME, say
+		}
+		return &exitError{code: exitFailure, err: err}
+	}
+}
+
+// connect returns a client of g.endpoints that has answered a request
+// within the dial timeout, so a dead endpoint fails fast with a clear error.
+func (g *globals) connect(ctx context.Context) (*clientv3.Client, error) {
+	where := strings.Join(g.endpoints, ",")
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   g.endpoints,
+		DialTimeout: g.dialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd at %s: %w", where, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+	defer cancel()
+	if _, err := cli.Get(ctx, "disco-ping", clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("etcd at %s did not answer within %v (--dial-timeout): %w", where, g.dialTimeout, err)
+		}
+		return nil, fmt.Errorf("etcd at %s: %w", where, err)
+	}
+	return cli, nil
+}
+
+// options returns the etcdio options of a primitive disco holds: its TTL,
+// and construction (the lease grant) bounded by the command timeout.
+func (g *globals) options(ctx context.Context) []etcdio.Option {
+	return []etcdio.Option{etcdio.WithTTL(g.ttl), etcdio.WithContext(ctx)}
+}
+
+// commandCtx returns a context bounding one of disco's own requests.
+func (g *globals) commandCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.commandTimeout)
+}
+
+// logf reports progress on stderr with --verbose.
+func (g *globals) logf(format string, a ...any) {
+	if g.verbose {
+		fmt.Fprintf(g.stderr, "disco: "+format+"\n", a...)
+	}
+}

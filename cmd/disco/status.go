@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var kind string
+	cmd := &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show who holds, waits for or leads NAME",
+		Long: `Show the keys under NAME in the order they were created: the holders and
+waiters of a lock or rwlock, the leader and candidates of an election, each
+key's creation revision (CREATED; a lock's fencing token is issued at
+acquisition and not stored in etcd, a leader's token is its CREATED), each
+lease with its remaining TTL, and a rwlock's epoch key.
+
+The kind of NAME is told from its key layout: rwlock keys under NAME/read/
+and NAME/write/ (and the epoch key NAME.epoch), election keys holding the
+candidates' values, lock keys empty. --kind overrides it (an election whose
+candidates have empty values looks like a lock).`,
+		Args: args(cobra.ExactArgs(1)),
+		PreRunE: func(*cobra.Command, []string) error {
+			if err := checkKind(kind); err != nil {
+				return usageErr(err)
+			}
+			return nil
+		},
+		RunE: runE(func(cmd *cobra.Command, a []string) error {
+			r, err := readStatus(cmd.Context(), g, a[0], kind)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return json.NewEncoder(g.stdout).Encode(r)
+			}
+			return r.render(g.stdout)
+		}),
+	}
+	cmd.Flags().StringVar(&kind, "kind", "", "lock, rwlock or election (default: from the key layout)")
+	return cmd
+}
+
+// readStatus reads the keys of name at one revision, then their leases.
+func readStatus(ctx context.Context, g *globals, name, kind string) (*report, error) {
+	cli, err := g.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	cctx, cancel := g.commandCtx(ctx)
+	defer cancel()
+	resp, err := cli.Txn(cctx).Then(
+		clientv3.OpGet(name+"/", clientv3.WithPrefix()),
+		clientv3.OpGet(epochKey(name)),
+	).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("status %s: %w", name, err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	var epoch *mvccpb.KeyValue
+	if ekv := resp.Responses[1].GetResponseRange().Kvs; len(ekv) > 0 {
+		epoch = ekv[0]
+	}
+	r := &report{Name: name, Kind: kind, KindFrom: "flag", Revision: resp.Header.Revision, Epoch: epochOf(epoch)}
+	if kind == "" {
+		r.Kind, r.KindFrom = detectKind(name, kvs, epoch), "layout"
+	}
+	r.Queue = classify(name, r.Kind, kvs)
+	ttls := map[int64]*clientv3.LeaseTimeToLiveResponse{}
+	for i := range r.Queue {
+		e := &r.Queue[i]
+		if e.leaseID == 0 {
+			continue
+		}
+		t, ok := ttls[e.leaseID]
+		if !ok {
+			if t, err = cli.TimeToLive(cctx, clientv3.LeaseID(e.leaseID)); err != nil {
+				return nil, fmt.Errorf("status %s: lease %s: %w", name, e.Lease, err)
+			}
+			ttls[e.leaseID] = t
+		}
+		e.LeaseTTL, e.LeaseGrantedTTL = &t.TTL, t.GrantedTTL
+	}
+	return r, nil
+}
+
+// render writes r as a table a person reads at a glance.
+func (r *report) render(w io.Writer) error {
+	if len(r.Queue) == 0 && r.Epoch == nil {
+		_, err := fmt.Fprintf(w, "%s: no keys under %s/ (nobody holds, waits or leads) at revision %d\n", r.Name, r.Name, r.Revision)
+		return err
+	}
+	fmt.Fprintf(w, "%s: %s (kind from %s), %d keys at revision %d\n", r.Name, r.Kind, r.KindFrom, len(r.Queue), r.Revision)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	switch r.Kind {
+	case kindElection:
+		fmt.Fprintln(tw, "POS\tROLE\tVALUE\tTOKEN\tKEY\tLEASE\tTTL")
+	case kindRWLock:
+		fmt.Fprintln(tw, "POS\tROLE\tMODE\tCREATED\tKEY\tLEASE\tTTL")
+	default:
+		fmt.Fprintln(tw, "POS\tROLE\tCREATED\tKEY\tLEASE\tTTL")
+	}
+	for _, e := range r.Queue {
+		switch r.Kind {
+		case kindElection:
+			fmt.Fprintf(tw, "%d\t%s\t%q\t%d\t%s\t%s\t%s\n", e.Position, e.Role, e.Value, e.CreatedRevision, e.Key, orDash(e.Lease), e.ttl())
+		case kindRWLock:
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, e.Role, e.Mode, e.CreatedRevision, e.Key, orDash(e.Lease), e.ttl())
+		default:
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", e.Position, e.Role, e.CreatedRevision, e.Key, orDash(e.Lease), e.ttl())
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	switch r.Kind {
+	case kindElection:
+		fmt.Fprintln(w, "TOKEN: the candidate's key's creation revision, the leader's fencing token.")
+	case kindRWLock:
+		fmt.Fprintln(w, "CREATED: the key's creation revision, not its fencing token (tokens come from the epoch key).")
+	default:
+		fmt.Fprintln(w, "CREATED: the key's creation revision, not its fencing token (a lock's token is issued at acquisition and not stored in etcd).")
+	}
+	if r.Epoch != nil {
+		fmt.Fprintf(w, "epoch %s: last advanced by a %s, at revision %d (the newest token issued)\n", r.Epoch.Key, r.Epoch.Value, r.Epoch.Revision)
+	}
+	return nil
+}
+
+// ttl formats the lease's remaining TTL.
+func (e queueEntry) ttl() string {
+	switch {
+	case e.LeaseTTL == nil:
+		return "-"
+	case *e.LeaseTTL < 0:
+		return "expired"
+	}
+	return fmt.Sprintf("%ds/%ds", *e.LeaseTTL, e.LeaseGrantedTTL)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
