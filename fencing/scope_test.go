@@ -159,7 +159,10 @@ func TestScopedClientInterceptors(t *testing.T) {
 	tok.Store(5)
 	for _, call := range []func() error{
 		func() error { return u(context.Background(), "/svc/M", nil, nil, nil, invoker) },
-		func() error { _, err := s(context.Background(), &grpc.StreamDesc{}, nil, "/svc/S", streamer); return err },
+		func() error {
+			_, err := s(context.Background(), &grpc.StreamDesc{}, nil, "/svc/S", streamer)
+			return err
+		},
 	} {
 		sent = nil
 		if err := call(); err != nil {
