@@ -25,8 +25,8 @@ import (
 // that raised it is accepted), so a scope with no request in progress can be
 // dropped from memory and read back from the store when it is next used: the
 // mark read back is at least the one dropped, and no token below a mark once
-// enforced is ever accepted. Memory is then bounded by the scopes in use plus
-// WithMaxIdleScopes idle ones.
+// enforced is ever accepted. Memory is then bounded: at most about twice the
+// larger of WithMaxIdleScopes and the number of scopes in use at once.
 type Keyed struct {
 	cfg config
 
