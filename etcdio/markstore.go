@@ -72,13 +72,13 @@ func (s *MarkStore) Raise(ctx context.Context, scope string, t fencing.Token) er
 		if t <= cur {
 			return nil
 		}
-		resp, err := s.cli.Txn(ctx).
+		resp, txnErr := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, strconv.FormatInt(int64(t), 10))).
 			Else(clientv3.OpGet(key)).
 			Commit()
-		if err != nil {
-			return fmt.Errorf("etcdio: MarkStore: raising %q to %d: %w", key, t, err)
+		if txnErr != nil {
+			return fmt.Errorf("etcdio: MarkStore: raising %q to %d: %w", key, t, txnErr)
 		}
 		if resp.Succeeded {
 			return nil
