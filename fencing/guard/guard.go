@@ -38,12 +38,30 @@
 // Guard, the mark is 0 again, and a zombie client still holding an old token
 // (paused, partitioned, unaware that its grant ended) would be accepted
 // again: the protection would be silently gone. A resource that outlives its
-// process must therefore persist its mark durably, alongside the data it
-// protects and atomically with it (in the same transaction, the same row,
-// the same file write), so that no write is ever durable without the mark
-// that admitted it. After a restart, read the persisted mark back and pass it
-// to [WithInitialMark]. Persisting the highest token that was applied is
-// enough; [Guard.Mark] reports the current value.
+// process must therefore keep its mark durably. Two ways:
+//
+//   - [WithStore]: the guard raises the mark in a [MarkStore] (a directory of
+//     files or a SQL table, package markstore; etcd, etcdio.MarkStore)
+//     before it accepts a token above it, and reads it back after a restart.
+//     Tokens equal to the mark cost no store access, so steady traffic runs
+//     at in-memory speed; each new grant costs one durable write.
+//   - By hand: persist the mark alongside the data it protects and
+//     atomically with it (in the same transaction, the same row, the same
+//     file write), so that no write is ever durable without the mark that
+//     admitted it, and pass it to [WithInitialMark] after a restart.
+//     [Guard.Mark] reports the current value.
+//
+// # Many locks: scopes and the Keyed guard
+//
+// Tokens of one etcd cluster are revisions, comparable across locks, so one
+// mark for a resource that follows many locks (one per order, say) would
+// reject a legitimate holder of one lock whose grant is older than another
+// lock's latest token. A [Keyed] guard keeps a mark per scope (the lock's
+// name, which clients send beside the token: fencing.ScopeHTTPHeader), takes
+// from the resource which scope each request needs, and rejects a token of
+// another scope with its own status (403, PermissionDenied). On a store, it
+// keeps only the scopes in use (and a bounded number of idle ones) in
+// memory.
 //
 // # What a Guard does not do
 //

@@ -130,7 +130,7 @@ func Crash(t *testing.T, arg string, env []string, open func(arg string) (guard.
 		return
 	}
 	for round := range 8 {
-		last := crashRound(t, arg, env, rand.IntN(12)+1)
+		last := crashRound(t, arg, env, rand.IntN(12)+2) // at least 2: the zombie is last-1 > 0
 		s, closeStore, err := open(arg)
 		if err != nil {
 			t.Fatalf("round %d: reopening the store: %v", round, err)
