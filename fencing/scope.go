@@ -206,23 +206,11 @@ func ScopeFromIncomingContext(ctx context.Context) (string, error) {
 // empty scope or t <= 0, removes) the scope key, replacing any scope already
 // in ctx's outgoing metadata.
 func NewScopedOutgoingContext(ctx context.Context, scope string, t Token) context.Context {
-	md, ok := metadata.FromOutgoingContext(ctx)
-	if !ok {
-		if t <= 0 {
-			return ctx
+	return withOutgoing(ctx, t, func(md metadata.MD) {
+		if t <= 0 || scope == "" {
+			delete(md, ScopeGRPCMetadataKey)
+		} else {
+			md[ScopeGRPCMetadataKey] = []string{EncodeScope(scope)}
 		}
-		md = make(metadata.MD, 2)
-	}
-	if t <= 0 {
-		delete(md, GRPCMetadataKey)
-		delete(md, ScopeGRPCMetadataKey)
-		return metadata.NewOutgoingContext(ctx, md)
-	}
-	md[GRPCMetadataKey] = []string{t.String()}
-	if scope == "" {
-		delete(md, ScopeGRPCMetadataKey)
-	} else {
-		md[ScopeGRPCMetadataKey] = []string{EncodeScope(scope)}
-	}
-	return metadata.NewOutgoingContext(ctx, md)
+	})
 }
