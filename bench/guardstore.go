@@ -120,7 +120,7 @@ func keyedGuardStore(ctx context.Context, r *runner) (*result, error) {
 			}
 			sd.Load = loadBetween(before, after, sd.Count)
 		}
-		rows = append(rows, &row{Scenario: name, Contenders: 1, Baseline: st.name + " store", Unit: "raises/s", Latency: "cycle", Disco: sd})
+		rows = append(rows, &row{Scenario: name + "/raise-" + st.name, Contenders: 1, Unit: "raises/s", Latency: "cycle", Disco: sd})
 	}
 	return &result{Scenario: name, Rows: rows,
 		chart: chart{title: fmt.Sprintf("keyed guard, %d goroutines, equal tokens", guardStoreGoroutines), yLabel: "million ops/s", bars: bars}}, nil
