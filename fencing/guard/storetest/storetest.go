@@ -111,7 +111,7 @@ const (
 // child, where Crash's arg is not used.
 func IsChild() bool { return os.Getenv(childEnv) != "" }
 
-// Crash checks restart safety: in rounds, a child process (this test
+// Crash checks restart safety: in five rounds, a child process (this test
 // binary, re-run for this test only) raises the mark of one scope through a
 // guard on the store opened by open(arg), token after token, reporting each
 // token the guard accepted, and is killed with SIGKILL at a random point,
@@ -129,7 +129,7 @@ func Crash(t *testing.T, arg string, env []string, open func(arg string) (guard.
 		crashChild(os.Getenv(argEnv), scope, open)
 		return
 	}
-	for round := range 8 {
+	for round := range 5 {
 		last := crashRound(t, arg, env, rand.IntN(12)+2) // at least 2: the zombie is last-1 > 0
 		s, closeStore, err := open(arg)
 		if err != nil {
