@@ -408,3 +408,40 @@ func TestKeyedGRPCInterceptors(t *testing.T) {
 		}
 	}
 }
+
+// TestDroppingNeverLowersAMark: many goroutines check random tokens on a
+// few scopes of a stored Keyed guard that may keep only one idle scope, so
+// scopes are dropped and reloaded all the time. A token below a mark that
+// was enforced (accepted) before the check began is never accepted.
+func TestDroppingNeverLowersAMark(t *testing.T) {
+	k := guard.NewKeyed(guard.WithStore(fileStore(t, t.TempDir())), guard.WithMaxIdleScopes(1))
+	const scopes = 8
+	var enforced [scopes]atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 300 {
+				i := rand.IntN(scopes)
+				tok := fencing.Token(1 + rand.IntN(40))
+				before := enforced[i].Load()
+				err := k.Check(fmt.Sprintf("/s/%d", i), tok)
+				switch {
+				case err == nil && int64(tok) < before:
+					t.Errorf("scope %d accepted %d below the enforced mark %d", i, tok, before)
+					return
+				case err == nil:
+					for {
+						cur := enforced[i].Load()
+						if int64(tok) <= cur || enforced[i].CompareAndSwap(cur, int64(tok)) {
+							break
+						}
+					}
+				case !errors.Is(err, fencing.ErrTokenStale):
+					t.Errorf("Check: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
