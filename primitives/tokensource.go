@@ -40,9 +40,13 @@ type heldGrant struct {
 // is done (its event channel closes); from then on the token is none. scope
 // is the primitive's name as passed to its constructor (the prefix), the
 // scope that Scoped reports. Call it before acquiring, so that the Acquired
-// event is not missed.
+// event is not missed. A nil s gives a GrantToken that never has a token.
 func FollowGrants(ctx context.Context, scope string, s Subscriber) *GrantToken {
 	g := &GrantToken{scope: scope, done: make(chan struct{})}
+	if s == nil {
+		close(g.done)
+		return g
+	}
 	events := s.Subscribe(ctx)
 	go g.follow(events)
 	return g

@@ -110,3 +110,15 @@ func TestGrantTokenFollowsLock(t *testing.T) {
 		t.Fatal("GrantToken still following after its context ended")
 	}
 }
+
+func TestFollowGrantsNil(t *testing.T) {
+	src := primitives.FollowGrants(context.Background(), "/x", nil)
+	if s, tok := src.Scoped(); tok != 0 || s != "/x" {
+		t.Fatalf("Scoped() = %q, %d", s, tok)
+	}
+	select {
+	case <-src.Done():
+	default:
+		t.Fatal("a GrantToken with nothing to follow is not done")
+	}
+}

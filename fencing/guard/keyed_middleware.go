@@ -26,7 +26,12 @@ func wrongScope(need, have string) error {
 //     scopeOf returns "" (the resource named none);
 //   - 400 Bad Request also for a malformed or repeated scope;
 //   - 403 Forbidden: the token names another scope (fencing.ErrWrongScope).
+//
+// A nil scopeOf names no scope for any request (every request gets 428).
 func (k *Keyed) HTTPMiddleware(scopeOf func(*http.Request) string, next http.Handler) http.Handler {
+	if scopeOf == nil {
+		scopeOf = func(*http.Request) string { return "" }
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, done, err := k.admitHTTP(scopeOf, r)
 		if err != nil {
@@ -73,7 +78,13 @@ func (k *Keyed) matchScope(need string, have func() (string, error)) error {
 // that scope. Codes are Guard.UnaryInterceptor's, plus InvalidArgument for a
 // missing or malformed scope (or scopeOf returning "") and PermissionDenied
 // for a token of another scope.
+//
+// A nil scopeOf names no scope for any call (every call gets
+// InvalidArgument).
 func (k *Keyed) UnaryInterceptor(scopeOf func(ctx context.Context, method string, req any) string) grpc.UnaryServerInterceptor {
+	if scopeOf == nil {
+		scopeOf = func(context.Context, string, any) string { return "" }
+	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		actx, done, err := k.admitGRPC(ctx, scopeOf(ctx, info.FullMethod, req))
 		if err != nil {
@@ -87,7 +98,11 @@ func (k *Keyed) UnaryInterceptor(scopeOf func(ctx context.Context, method string
 // StreamInterceptor is UnaryInterceptor for streams: the scope is decided
 // from the method alone, when the stream starts (no message has arrived
 // yet), and the stream is admitted once.
+// A nil scopeOf names no scope for any stream.
 func (k *Keyed) StreamInterceptor(scopeOf func(ctx context.Context, method string) string) grpc.StreamServerInterceptor {
+	if scopeOf == nil {
+		scopeOf = func(context.Context, string) string { return "" }
+	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		actx, done, err := k.admitGRPC(ss.Context(), scopeOf(ss.Context(), info.FullMethod))
 		if err != nil {

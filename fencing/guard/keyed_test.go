@@ -445,3 +445,47 @@ func TestDroppingNeverLowersAMark(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestKeyedMiddlewareEdges: a nil scopeOf answers 428 (no scope), and a
+// failing store 503 over HTTP and Unavailable over gRPC, admitting nothing.
+func TestKeyedMiddlewareEdges(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "marks")
+	k := guard.NewKeyed(guard.WithStore(fileStore(t, dir)))
+	var ran atomic.Int64
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran.Add(1) })
+	serve := func(h http.Handler, tok fencing.Token) int {
+		r := httptest.NewRequest(http.MethodPut, "/x", nil)
+		fencing.InjectScopedHTTP(r, "/x", tok)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if code := serve(k.HTTPMiddleware(nil, next), 3); code != http.StatusPreconditionRequired {
+		t.Fatalf("nil scopeOf: %d, want 428", code)
+	}
+	h := k.HTTPMiddleware(func(r *http.Request) string { return r.URL.Path }, next)
+	if code := serve(h, 3); code != http.StatusOK {
+		t.Fatalf("first request: %d", code)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if code := serve(h, 4); code != http.StatusServiceUnavailable {
+		t.Fatalf("failing store: %d, want 503", code)
+	}
+	icpt := k.UnaryInterceptor(func(context.Context, string, any) string { return "/x" })
+	ctx := metadata.NewIncomingContext(context.Background(), fencing.ToScopedGRPCMetadata("/x", 5))
+	_, err := icpt(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/svc/M"}, func(context.Context, any) (any, error) {
+		ran.Add(1)
+		return nil, nil
+	})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("failing store over gRPC: %v, want Unavailable", err)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Fatalf("handlers ran %d times, want 1", n)
+	}
+	if m := k.Mark("/x"); m != 3 {
+		t.Fatalf("mark %d after failed raises, want 3", m)
+	}
+}
