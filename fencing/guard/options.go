@@ -77,9 +77,11 @@ func (c *config) newState() *state {
 
 // check is Check on s: the store, then the state, then metrics.
 func (c *config) check(ctx context.Context, s *state, scope string, t fencing.Token) error {
-	if err := c.ensure(ctx, s, scope, t); err != nil {
-		c.metrics.reject(err)
-		return err
+	if c.store != nil {
+		if err := c.ensure(ctx, s, scope, t); err != nil {
+			c.metrics.reject(err)
+			return err
+		}
 	}
 	if err := s.check(t); err != nil {
 		c.metrics.reject(err)

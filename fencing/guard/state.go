@@ -13,8 +13,11 @@ import (
 // admitted requests and the drain of lower tokens. Its zero value has mark 0.
 type state struct {
 	// mark is the high-water mark: the highest token seen. It only grows.
-	// It has a cache line of its own, so that the bookkeeping of Admit
-	// (active, mu) does not slow down Check's read-only fast path.
+	// It has a cache line of its own (padding on both sides, as the state
+	// need not start on a cache line), so that neither the bookkeeping of
+	// Admit (active, mu) nor a neighbouring allocation slows down Check's
+	// read-only fast path.
+	_    [cacheLine]byte
 	mark atomic.Int64
 	_    [cacheLine - 8]byte
 	// active counts Admit calls in progress and admitted requests that have
