@@ -68,7 +68,7 @@ func keyedGuardStore(ctx context.Context, r *runner) (*result, error) {
 	ratio := ratioOf(memSide.PerSec, storedSide.PerSec)
 	steady.Goals = []goal{judge(fmt.Sprintf("within %gx of in-memory keyed", storedGuardGoal),
 		storedSide.PerSec > 0 && ratio <= storedGuardGoal,
-		fmt.Sprintf("%.0f vs %.0f ops/s (in-memory %.2fx faster)", storedSide.PerSec, memSide.PerSec, ratio))}
+		fmt.Sprintf("%.0f vs %.0f ops/s (in-memory/stored %.2f)", storedSide.PerSec, memSide.PerSec, ratio))}
 	rows := []*row{steady}
 	bars := []bar{{memSide.Lib, memSide.PerSec}, {storedSide.Lib, storedSide.PerSec}}
 
