@@ -11,10 +11,29 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
 
 // PostgresInstall is the command that installs PostgreSQL's server binaries.
 const PostgresInstall = "apt-get install -y postgresql"
@@ -68,7 +87,7 @@ func Postgres(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
+	var logs lockedBuffer // written by exec's copying goroutines while we wait
 	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
 		"-h", "127.0.0.1", "-k", dir, "-c", "fsync=off", "-c", "full_page_writes=off")
 	srv.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
