@@ -176,3 +176,24 @@ func TestScopedClientInterceptors(t *testing.T) {
 		}
 	}
 }
+
+// FuzzScope: every scope survives the wire, its wire form is a valid header
+// value, and DecodeScope never panics on any input.
+func FuzzScope(f *testing.F) {
+	for _, s := range []string{"/locks/a", "%", "%41", "a b", "\x00", "ü"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		w := fencing.EncodeScope(s)
+		got, err := fencing.DecodeScope(w)
+		if err != nil || got != s {
+			t.Fatalf("round trip of %q: %q, %v", s, got, err)
+		}
+		for i := 0; i < len(w); i++ {
+			if w[i] <= ' ' || w[i] >= 0x7f {
+				t.Fatalf("wire form %q of %q holds byte %#x", w, s, w[i])
+			}
+		}
+		_, _ = fencing.DecodeScope(s)
+	})
+}
