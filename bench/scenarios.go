@@ -109,6 +109,7 @@ func allScenarios(contenders []int, guardGoroutines int, wc waitersCfg) []scenar
 		scenario{name: fmt.Sprintf("guard-check-%d", guardGoroutines), run: guardScenario("check", guardGoroutines)},
 		scenario{name: "guard-admit-1", run: guardScenario("admit", 1)},
 		scenario{name: fmt.Sprintf("guard-admit-%d", guardGoroutines), run: guardScenario("admit", guardGoroutines)},
+		scenario{name: "keyed-guard-store", run: keyedGuardStore},
 	)
 	s = append(s,
 		scenario{name: fmt.Sprintf("rwlock-read-heavy-%d", rwContenders), run: rwScenario(fmt.Sprintf("rwlock-read-heavy-%d", rwContenders), 0.95)},

@@ -36,13 +36,6 @@ func (e *refusal) GRPCStatus() *status.Status {
 	return status.New(codes.FailedPrecondition, e.Error())
 }
 
-func current(src TokenSource) Token {
-	if src == nil {
-		return 0
-	}
-	return src()
-}
-
 // NewTransport returns an http.RoundTripper that stamps every request with
 // the token src returns, in HTTPHeader (replacing any value the request
 // already had), and then sends it through base (http.DefaultTransport when
@@ -57,16 +50,44 @@ func NewTransport(base http.RoundTripper, src TokenSource) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return &transport{base: base, src: src}
+	return &transport{base: base, src: unscoped(src)}
+}
+
+// NewScopedTransport is NewTransport for scoped tokens: it stamps every
+// request with the token and the scope src returns (HTTPHeader and
+// ScopeHTTPHeader, replacing any values the request had; an empty scope
+// removes ScopeHTTPHeader) and refuses, as NewTransport does, to send a
+// request while src has no token.
+func NewScopedTransport(base http.RoundTripper, src ScopedTokenSource) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &transport{base: base, src: src, scoped: true}
+}
+
+// unscoped adapts a TokenSource to the scoped form; a nil source stays nil.
+func unscoped(src TokenSource) ScopedTokenSource {
+	if src == nil {
+		return nil
+	}
+	return func() (string, Token) { return "", src() }
 }
 
 type transport struct {
-	base http.RoundTripper
-	src  TokenSource
+	base   http.RoundTripper
+	src    ScopedTokenSource
+	scoped bool // stamp (or clear) ScopeHTTPHeader too
+}
+
+func currentScoped(src ScopedTokenSource) (string, Token) {
+	if src == nil {
+		return "", 0
+	}
+	return src()
 }
 
 func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	t := current(tr.src)
+	scope, t := currentScoped(tr.src)
 	if t <= 0 {
 		// A RoundTripper must close the body, even on errors.
 		if req.Body != nil {
@@ -76,6 +97,13 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	out := req.Clone(req.Context())
 	out.Header.Set(HTTPHeader, t.String())
+	if tr.scoped {
+		if scope == "" {
+			out.Header.Del(ScopeHTTPHeader)
+		} else {
+			out.Header.Set(ScopeHTTPHeader, EncodeScope(scope))
+		}
+	}
 	return tr.base.RoundTrip(out)
 }
 
@@ -101,13 +129,31 @@ func redactedURL(req *http.Request) string {
 // error wrapping ErrNoToken, with gRPC status code FailedPrecondition, without
 // invoking the next handler.
 func UnaryClientInterceptor(src TokenSource) grpc.UnaryClientInterceptor {
+	return unaryClient(unscoped(src), false)
+}
+
+// ScopedUnaryClientInterceptor is UnaryClientInterceptor for scoped tokens:
+// it stamps the token and the scope src returns (NewScopedOutgoingContext)
+// and refuses, with the same error, to send a call while src has no token.
+func ScopedUnaryClientInterceptor(src ScopedTokenSource) grpc.UnaryClientInterceptor {
+	return unaryClient(src, true)
+}
+
+func unaryClient(src ScopedTokenSource, scoped bool) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		t := current(src)
+		scope, t := currentScoped(src)
 		if t <= 0 {
 			return &refusal{what: "gRPC call " + method}
 		}
-		return invoker(NewOutgoingContext(ctx, t), method, req, reply, cc, opts...)
+		return invoker(stamp(ctx, scoped, scope, t), method, req, reply, cc, opts...)
 	}
+}
+
+func stamp(ctx context.Context, scoped bool, scope string, t Token) context.Context {
+	if scoped {
+		return NewScopedOutgoingContext(ctx, scope, t)
+	}
+	return NewOutgoingContext(ctx, t)
 }
 
 // StreamClientInterceptor is UnaryClientInterceptor for streams: it stamps
@@ -115,11 +161,21 @@ func UnaryClientInterceptor(src TokenSource) grpc.UnaryClientInterceptor {
 // refuses (FailedPrecondition, wrapping ErrNoToken) to create one without a
 // token. The token is fixed for the life of the stream.
 func StreamClientInterceptor(src TokenSource) grpc.StreamClientInterceptor {
+	return streamClient(unscoped(src), false)
+}
+
+// ScopedStreamClientInterceptor is StreamClientInterceptor for scoped
+// tokens: token and scope are fixed when the stream is created.
+func ScopedStreamClientInterceptor(src ScopedTokenSource) grpc.StreamClientInterceptor {
+	return streamClient(src, true)
+}
+
+func streamClient(src ScopedTokenSource, scoped bool) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		t := current(src)
+		scope, t := currentScoped(src)
 		if t <= 0 {
 			return nil, &refusal{what: "gRPC stream " + method}
 		}
-		return streamer(NewOutgoingContext(ctx, t), desc, cc, method, opts...)
+		return streamer(stamp(ctx, scoped, scope, t), desc, cc, method, opts...)
 	}
 }

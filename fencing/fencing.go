@@ -38,6 +38,12 @@
 // Parsing is strict and never guesses: a value that is not canonical, or a
 // header or metadata key that carries several values, is rejected.
 //
+// A token may carry its scope, the name of the lock it was issued for, in
+// [ScopeHTTPHeader] or [ScopeGRPCMetadataKey] beside it (see [EncodeScope]);
+// a resource that follows many locks (guard.Keyed) needs it, a plain guard
+// ignores it. [NewScopedTransport], [ScopedUnaryClientInterceptor] and
+// [ScopedStreamClientInterceptor] stamp both from a [ScopedTokenSource].
+//
 // # Errors
 //
 // Every error about a token that is absent or unusable wraps [ErrNoToken].

@@ -63,17 +63,27 @@ func FromGRPCMetadata(md metadata.MD) (Token, error) {
 // replaces, never appends to, any fencing token already there, so a request
 // never carries two tokens. For t <= 0 the key is removed instead.
 func NewOutgoingContext(ctx context.Context, t Token) context.Context {
+	return withOutgoing(ctx, t, nil)
+}
+
+// withOutgoing returns ctx with the token of its outgoing metadata set to t
+// (removed for t <= 0) and then edit, if not nil, applied to the metadata.
+// Without outgoing metadata and a token, ctx is returned as is.
+func withOutgoing(ctx context.Context, t Token, edit func(metadata.MD)) context.Context {
 	md, ok := metadata.FromOutgoingContext(ctx) // a fresh copy, keys lower-cased
 	if !ok {
 		if t <= 0 {
 			return ctx
 		}
-		md = make(metadata.MD, 1)
+		md = make(metadata.MD, 2)
 	}
 	if t <= 0 {
 		delete(md, GRPCMetadataKey)
 	} else {
 		md[GRPCMetadataKey] = []string{t.String()}
+	}
+	if edit != nil {
+		edit(md)
 	}
 	return metadata.NewOutgoingContext(ctx, md)
 }

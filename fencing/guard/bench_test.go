@@ -62,3 +62,48 @@ func BenchmarkAdmitSameToken(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkKeyedAdmitSameToken: Admit+done of the current token of one
+// scope, in memory and on a file store: the steady state of a stored keyed
+// guard, which does no store access.
+func BenchmarkKeyedAdmitSameToken(b *testing.B) {
+	for _, stored := range []bool{false, true} {
+		name := "memory"
+		var opts []guard.Option
+		if stored {
+			name = "file-store"
+			opts = append(opts, guard.WithStore(fileStore(b, b.TempDir())))
+		}
+		b.Run(name, func(b *testing.B) {
+			k := guard.NewKeyed(opts...)
+			if err := k.Check("/bench", 42); err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					_, done, err := k.Admit(ctx, "/bench", 42)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					done()
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkFileStoreRaise: the cost of one durable mark raise in a file
+// store (write, fsync, rename, directory fsync).
+func BenchmarkFileStoreRaise(b *testing.B) {
+	s := fileStore(b, b.TempDir())
+	ctx := context.Background()
+	tok := fencing.Token(0)
+	for b.Loop() {
+		tok++
+		if err := s.Raise(ctx, "/bench", tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

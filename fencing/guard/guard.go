@@ -38,12 +38,30 @@
 // Guard, the mark is 0 again, and a zombie client still holding an old token
 // (paused, partitioned, unaware that its grant ended) would be accepted
 // again: the protection would be silently gone. A resource that outlives its
-// process must therefore persist its mark durably, alongside the data it
-// protects and atomically with it (in the same transaction, the same row,
-// the same file write), so that no write is ever durable without the mark
-// that admitted it. After a restart, read the persisted mark back and pass it
-// to [WithInitialMark]. Persisting the highest token that was applied is
-// enough; [Guard.Mark] reports the current value.
+// process must therefore keep its mark durably. Two ways:
+//
+//   - [WithStore]: the guard raises the mark in a [MarkStore] (a directory of
+//     files or a SQL table, package markstore; etcd, etcdio.MarkStore)
+//     before it accepts a token above it, and reads it back after a restart.
+//     Tokens equal to the mark cost no store access, so steady traffic runs
+//     at in-memory speed; each new grant costs one durable write.
+//   - By hand: persist the mark alongside the data it protects and
+//     atomically with it (in the same transaction, the same row, the same
+//     file write), so that no write is ever durable without the mark that
+//     admitted it, and pass it to [WithInitialMark] after a restart.
+//     [Guard.Mark] reports the current value.
+//
+// # Many locks: scopes and the Keyed guard
+//
+// Tokens of one etcd cluster are revisions, comparable across locks, so one
+// mark for a resource that follows many locks (one per order, say) would
+// reject a legitimate holder of one lock whose grant is older than another
+// lock's latest token. A [Keyed] guard keeps a mark per scope (the lock's
+// name, which clients send beside the token: fencing.ScopeHTTPHeader), takes
+// from the resource which scope each request needs, and rejects a token of
+// another scope with its own status (403, PermissionDenied). On a store, it
+// keeps only the scopes in use (and a bounded number of idle ones) in
+// memory.
 //
 // # What a Guard does not do
 //
@@ -59,91 +77,44 @@ package guard
 
 import (
 	"context"
-	"fmt"
-	"sync"
-	"sync/atomic"
 
 	"github.com/ahrtr/disco/fencing"
 )
 
 // Guard is a fencing-token validator for one resource. Its zero value is
-// ready to use with mark 0; New applies options. A Guard is safe for
-// concurrent use and must not be copied after first use.
+// ready to use with mark 0 and no store; New applies options. A Guard is
+// safe for concurrent use and must not be copied after first use.
 type Guard struct {
-	// mark is the high-water mark: the highest token seen. It only grows.
-	// It has a cache line of its own, so that the bookkeeping of Admit
-	// (active, mu) does not slow down Check's read-only fast path.
-	mark atomic.Int64
-	_    [cacheLine - 8]byte
-	// active counts Admit calls in progress and admitted requests that have
-	// not called done. Check takes its slow path (the mutex) after raising
-	// the mark only when active is non-zero. Admit raises active before it
-	// reads the mark, and Check raises the mark before it reads active, so
-	// (all sync/atomic operations being sequentially consistent) either
-	// Check sees the admission or the admission sees the new mark.
-	active atomic.Int64
-
-	mu sync.Mutex
-	// running holds the admitted requests that have neither been superseded
-	// nor called done. They all carry the token cur.
-	running map[*ticket]struct{}
-	cur     fencing.Token
-	// draining counts admitted requests that were superseded (their
-	// contexts cancelled) but have not called done yet. A token is admitted
-	// only when draining is zero.
-	draining int
-	// wake, when not nil, is closed to make waiting Admit calls look again.
-	wake chan struct{}
-}
-
-// cacheLine is a common cache line size, used for padding.
-const cacheLine = 64
-
-// ticket is one admitted request.
-type ticket struct {
-	cancel context.CancelCauseFunc
-	done   bool // guarded by Guard.mu
-}
-
-// Option configures a Guard in New.
-type Option func(*Guard)
-
-// WithInitialMark starts the Guard with mark t instead of 0, so that tokens
-// below t are rejected from the first request on. Use it to restore a mark
-// persisted before a restart (see the package documentation). Values <= 0
-// leave the mark at 0.
-func WithInitialMark(t fencing.Token) Option {
-	return func(g *Guard) {
-		if t > 0 {
-			g.mark.Store(int64(t))
-		}
-	}
+	s   state
+	cfg config
 }
 
 // New returns a Guard with the given options applied.
 func New(opts ...Option) *Guard {
 	g := &Guard{}
-	for _, o := range opts {
-		if o != nil {
-			o(g)
-		}
+	g.cfg.apply(opts)
+	if g.cfg.initial > 0 {
+		g.s.mark.Store(int64(g.cfg.initial))
 	}
 	return g
 }
 
 // Mark returns the high-water mark: the highest token this Guard has seen
 // (in Check or Admit, admitted or not), or the initial mark if it is higher.
-// It never decreases.
+// It never decreases. A Guard on a store reads the stored mark at its first
+// Check or Admit (or at Load); until then Mark does not include it.
 func (g *Guard) Mark() fencing.Token {
-	return fencing.Token(g.mark.Load())
+	return fencing.Token(g.s.mark.Load())
 }
 
-func staleError(t, mark fencing.Token) error {
-	return fmt.Errorf("guard: token %d is below the mark %d: %w", t, mark, fencing.ErrTokenStale)
-}
-
-func noTokenError(t fencing.Token) error {
-	return fmt.Errorf("guard: %d is not a token (tokens are > 0): %w", t, fencing.ErrNoToken)
+// Load reads the stored mark now (see WithStore), so that Mark reports it
+// and the first request does not wait for the read. Without a store, or
+// once loaded, it does nothing. Errors wrap ErrStore.
+func (g *Guard) Load(ctx context.Context) error {
+	if g.cfg.store == nil || g.s.loaded.Load() {
+		return nil
+	}
+	return g.cfg.load(ctx, &g.s, "")
 }
 
 // Check accepts t if it is at least the mark, raising the mark to t, and
@@ -158,53 +129,16 @@ func noTokenError(t fencing.Token) error {
 // to finish: Check is a bare check, and a request accepted by Check may still
 // run alongside requests admitted earlier with a lower token. Use Admit for
 // a critical section.
+//
+// On a store (WithStore), a token above the mark is first raised in the
+// store, durably, and accepted only if that succeeds (an error wrapping
+// ErrStore otherwise); a token equal to the mark costs no store access.
 func (g *Guard) Check(t fencing.Token) error {
-	if t <= 0 {
-		return noTokenError(t)
+	if g.cfg.store == nil && g.cfg.metrics == nil {
+		return g.s.check(t) // the plain guard's fast path, nothing around it
 	}
-	for {
-		m := g.mark.Load()
-		if int64(t) == m {
-			return nil
-		}
-		if int64(t) < m {
-			return staleError(t, fencing.Token(m))
-		}
-		if g.mark.CompareAndSwap(m, int64(t)) {
-			if g.active.Load() > 0 {
-				g.mu.Lock()
-				g.supersedeLocked(fencing.Token(g.mark.Load()))
-				g.broadcastLocked()
-				g.mu.Unlock()
-			}
-			return nil
-		}
-	}
+	return g.cfg.check(context.Background(), &g.s, "", t)
 }
-
-// supersedeLocked cancels the running requests if their token is below m
-// and moves them to draining.
-func (g *Guard) supersedeLocked(m fencing.Token) {
-	if len(g.running) == 0 || g.cur >= m {
-		return
-	}
-	cause := fmt.Errorf("guard: token %d superseded by token %d: %w", g.cur, m, fencing.ErrTokenStale)
-	for tk := range g.running {
-		tk.cancel(cause)
-	}
-	g.draining += len(g.running)
-	clear(g.running)
-}
-
-// broadcastLocked wakes every waiting Admit so it looks at the state again.
-func (g *Guard) broadcastLocked() {
-	if g.wake != nil {
-		close(g.wake)
-		g.wake = nil
-	}
-}
-
-func noop() {}
 
 // Admit is Check plus a critical section. If t is below the mark it fails at
 // once with an error wrapping fencing.ErrTokenStale (and if t <= 0, wrapping
@@ -230,71 +164,11 @@ func noop() {}
 // done is idempotent and also cancels the returned context, releasing its
 // resources. On error the returned context is nil and done is a no-op (safe
 // to call).
+//
+// On a store (WithStore), a token above the mark is raised in the store,
+// durably, before it is admitted or raises the mark in memory; if that fails
+// Admit returns an error wrapping ErrStore and the mark stays where it was.
+// Tokens equal to the mark cost no store access.
 func (g *Guard) Admit(ctx context.Context, t fencing.Token) (context.Context, func(), error) {
-	if t <= 0 {
-		return nil, noop, noTokenError(t)
-	}
-	g.active.Add(1) // before reading the mark: see Guard.active
-	g.mu.Lock()
-	for {
-		m := fencing.Token(g.mark.Load())
-		if t < m {
-			g.mu.Unlock()
-			g.active.Add(-1)
-			return nil, noop, staleError(t, m)
-		}
-		if t > m {
-			if !g.mark.CompareAndSwap(int64(m), int64(t)) {
-				continue // a concurrent Check moved the mark
-			}
-			g.broadcastLocked() // waiters below t are stale now
-		}
-		g.supersedeLocked(t)
-		if g.draining == 0 {
-			break
-		}
-		n := g.draining
-		if g.wake == nil {
-			g.wake = make(chan struct{})
-		}
-		wake := g.wake
-		g.mu.Unlock()
-		select {
-		case <-wake:
-			g.mu.Lock()
-		case <-ctx.Done():
-			g.active.Add(-1)
-			return nil, noop, fmt.Errorf("guard: token %d not admitted: gave up waiting for %d in-flight requests with lower tokens to finish: %w", t, n, ctx.Err())
-		}
-	}
-	actx, cancel := context.WithCancelCause(ctx)
-	tk := &ticket{cancel: cancel}
-	if g.running == nil {
-		g.running = make(map[*ticket]struct{})
-	}
-	g.cur = t
-	g.running[tk] = struct{}{}
-	g.mu.Unlock()
-	return actx, func() { g.release(tk) }, nil
-}
-
-// release is the done function of an admitted request.
-func (g *Guard) release(tk *ticket) {
-	g.mu.Lock()
-	if tk.done {
-		g.mu.Unlock()
-		return
-	}
-	tk.done = true
-	if _, ok := g.running[tk]; ok {
-		delete(g.running, tk)
-	} else {
-		g.draining--
-		if g.draining == 0 {
-			g.broadcastLocked()
-		}
-	}
-	g.mu.Unlock()
-	tk.cancel(nil)
-	g.active.Add(-1)
+	return g.cfg.admit(ctx, &g.s, "", t)
 }

@@ -24,16 +24,14 @@ import (
 //     stale while it waited to be admitted;
 //   - 503 Service Unavailable: the request's context ended while it waited
 //     for requests with lower tokens to finish (the client went away or a
-//     server timeout fired); the client may retry.
+//     server timeout fired), or the store failed (WithStore); the client may
+//     retry.
 func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, err := fencing.FromHTTP(r)
 		if err != nil {
-			code := http.StatusPreconditionRequired
-			if errors.Is(err, fencing.ErrMalformedToken) {
-				code = http.StatusBadRequest
-			}
-			http.Error(w, err.Error(), code)
+			g.cfg.metrics.reject(err)
+			http.Error(w, err.Error(), httpStatus(err))
 			return
 		}
 		ctx, done, err := g.Admit(r.Context(), t)
@@ -46,10 +44,14 @@ func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
 	})
 }
 
+// httpStatus is the status of a rejection: see HTTPMiddleware and
+// Keyed.HTTPMiddleware.
 func httpStatus(err error) int {
 	switch {
 	case errors.Is(err, fencing.ErrTokenStale):
 		return http.StatusConflict
+	case errors.Is(err, fencing.ErrWrongScope):
+		return http.StatusForbidden
 	case errors.Is(err, fencing.ErrMalformedToken):
 		return http.StatusBadRequest
 	case errors.Is(err, fencing.ErrNoToken):
@@ -67,6 +69,7 @@ func httpStatus(err error) int {
 //
 //   - codes.InvalidArgument: no token, a malformed token, or several values;
 //   - codes.FailedPrecondition: a token below the mark (stale);
+//   - codes.Unavailable: the store failed (WithStore);
 //   - codes.Canceled or codes.DeadlineExceeded: the call's context ended while
 //     it waited for calls with lower tokens to finish.
 func (g *Guard) UnaryInterceptor() grpc.UnaryServerInterceptor {
@@ -98,22 +101,33 @@ func (g *Guard) StreamInterceptor() grpc.StreamServerInterceptor {
 func (g *Guard) admitGRPC(ctx context.Context) (context.Context, func(), error) {
 	t, err := fencing.FromIncomingContext(ctx)
 	if err != nil {
-		return nil, noop, status.Error(codes.InvalidArgument, err.Error())
+		g.cfg.metrics.reject(err)
+		return nil, noop, grpcError(err)
 	}
 	actx, done, err := g.Admit(ctx, t)
 	if err != nil {
-		switch {
-		case errors.Is(err, fencing.ErrTokenStale):
-			return nil, noop, status.Error(codes.FailedPrecondition, err.Error())
-		case errors.Is(err, fencing.ErrNoToken):
-			return nil, noop, status.Error(codes.InvalidArgument, err.Error())
-		case errors.Is(err, context.DeadlineExceeded):
-			return nil, noop, status.Error(codes.DeadlineExceeded, err.Error())
-		default:
-			return nil, noop, status.Error(codes.Canceled, err.Error())
-		}
+		return nil, noop, grpcError(err)
 	}
 	return actx, done, nil
+}
+
+// grpcError is the status of a rejection: see UnaryInterceptor and
+// Keyed.UnaryInterceptor.
+func grpcError(err error) error {
+	code := codes.Canceled
+	switch {
+	case errors.Is(err, fencing.ErrTokenStale):
+		code = codes.FailedPrecondition
+	case errors.Is(err, fencing.ErrWrongScope):
+		code = codes.PermissionDenied
+	case errors.Is(err, fencing.ErrNoToken):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrStore):
+		code = codes.Unavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	}
+	return status.Error(code, err.Error())
 }
 
 // admittedStream is a grpc.ServerStream whose Context is the admitted one.

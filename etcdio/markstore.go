@@ -1,0 +1,96 @@
+package etcdio
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/fencing"
+)
+
+// MarkStore keeps fencing guards' marks in etcd (guard.WithStore): one key
+// per scope, prefix + scope, holding the mark in decimal. Raise is a
+// compare-and-swap on the key's ModRevision (or its absence), retried until
+// the stored mark is at least the token, so concurrent raises from any
+// number of processes never lower a mark; a raise is durable once etcd has
+// committed it (a majority of members).
+//
+// The caller owns cli; MarkStore never closes it.
+type MarkStore struct {
+	cli    *clientv3.Client
+	prefix string
+}
+
+// NewMarkStore returns a MarkStore over the keys under prefix (non-empty;
+// end it with "/" to keep the scopes' keys apart from other keys).
+func NewMarkStore(cli *clientv3.Client, prefix string) (*MarkStore, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("etcdio: NewMarkStore: nil client: %w", ErrInvalidArgument)
+	}
+	if prefix == "" {
+		return nil, fmt.Errorf("etcdio: NewMarkStore: empty prefix: %w", ErrInvalidArgument)
+	}
+	return &MarkStore{cli: cli, prefix: prefix}, nil
+}
+
+// get returns the stored mark of key and the key's ModRevision (0: absent).
+func (s *MarkStore) get(ctx context.Context, key string) (fencing.Token, int64, error) {
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return 0, 0, fmt.Errorf("etcdio: MarkStore: reading %q: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, 0, nil
+	}
+	kv := resp.Kvs[0]
+	t, err := fencing.ParseToken(string(kv.Value))
+	if err != nil {
+		return 0, 0, fmt.Errorf("etcdio: MarkStore: key %q does not hold a mark: %w", key, err)
+	}
+	return t, kv.ModRevision, nil
+}
+
+// Load returns the mark of scope, 0 if it has none.
+func (s *MarkStore) Load(ctx context.Context, scope string) (fencing.Token, error) {
+	t, _, err := s.get(ctx, s.prefix+scope)
+	return t, err
+}
+
+// Raise sets the mark of scope to t if t is above it.
+func (s *MarkStore) Raise(ctx context.Context, scope string, t fencing.Token) error {
+	if t <= 0 {
+		return fmt.Errorf("etcdio: MarkStore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
+	}
+	key := s.prefix + scope
+	cur, rev, err := s.get(ctx, key)
+	for {
+		if err != nil {
+			return err
+		}
+		if t <= cur {
+			return nil
+		}
+		resp, txnErr := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, strconv.FormatInt(int64(t), 10))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if txnErr != nil {
+			return fmt.Errorf("etcdio: MarkStore: raising %q to %d: %w", key, t, txnErr)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		// Someone else wrote the key in between: look at what it holds now.
+		cur, rev = 0, 0
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			rev = kvs[0].ModRevision
+			cur, err = fencing.ParseToken(string(kvs[0].Value))
+			if err != nil {
+				err = fmt.Errorf("etcdio: MarkStore: key %q does not hold a mark: %w", key, err)
+			}
+		}
+	}
+}

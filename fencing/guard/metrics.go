@@ -1,0 +1,159 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ahrtr/disco/fencing"
+)
+
+// Metrics is a set of Prometheus collectors a guard reports to
+// (WithMetrics). Make one per guard with NewMetrics; nothing is registered
+// anywhere but on the Registerer given to NewMetrics. Labels stay bounded:
+// the rejection reason, and the scope only for the per-scope mark, which
+// exists only with WithScopeLabels.
+//
+// Series:
+//
+//   - disco_guard_admitted_total: tokens accepted by Check or admitted by
+//     Admit (and so by the middleware and interceptors);
+//   - disco_guard_rejected_total{reason}: requests refused, by reason:
+//     missing, malformed, stale, wrong_scope, store (the store failed),
+//     canceled (the request's context ended while it waited);
+//   - disco_guard_admit_wait_seconds: how long Admit took to admit a request,
+//     including the drain of lower tokens and any store write;
+//   - disco_guard_mark: the highest mark of the guard (for a Keyed guard, the
+//     highest mark of any scope it has seen since it started);
+//   - disco_guard_scope_mark{scope}: each scope's mark, with WithScopeLabels.
+type Metrics struct {
+	admitted  prometheus.Counter
+	rejected  *prometheus.CounterVec
+	wait      prometheus.Histogram
+	mark      prometheus.Gauge
+	scopeMark *prometheus.GaugeVec // nil unless WithScopeLabels
+
+	mu  sync.Mutex // orders mark updates, so a gauge never goes back
+	max atomic.Int64
+}
+
+// Rejection reasons, the values of disco_guard_rejected_total's reason label.
+const (
+	ReasonMissing    = "missing"
+	ReasonMalformed  = "malformed"
+	ReasonStale      = "stale"
+	ReasonWrongScope = "wrong_scope"
+	ReasonStore      = "store"
+	ReasonCanceled   = "canceled"
+)
+
+// MetricsOption configures NewMetrics.
+type MetricsOption func(*metricsConfig)
+
+type metricsConfig struct{ scopeLabels bool }
+
+// WithScopeLabels adds disco_guard_scope_mark, a gauge per scope. Its
+// cardinality is the number of scopes the guard sees: use it only where
+// scopes are few.
+func WithScopeLabels() MetricsOption {
+	return func(c *metricsConfig) { c.scopeLabels = true }
+}
+
+// NewMetrics creates the collectors and registers them on reg. It fails if
+// reg is nil or refuses them (for example, a second NewMetrics on the same
+// registry: wrap reg with prometheus.WrapRegistererWith to tell guards
+// apart).
+func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("guard: NewMetrics: nil Registerer")
+	}
+	var mc metricsConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&mc)
+		}
+	}
+	m := &Metrics{
+		admitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "disco_guard_admitted_total",
+			Help: "Tokens accepted by Check or admitted by Admit."}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "disco_guard_rejected_total",
+			Help: "Requests refused, by reason: missing, malformed, stale, wrong_scope, store, canceled."}, []string{"reason"}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "disco_guard_admit_wait_seconds",
+			Help:    "Time Admit took to admit a request (drain of lower tokens, store writes).",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12)}),
+		mark: prometheus.NewGauge(prometheus.GaugeOpts{Name: "disco_guard_mark",
+			Help: "The highest mark of the guard (any scope)."}),
+	}
+	cs := []prometheus.Collector{m.admitted, m.rejected, m.wait, m.mark}
+	if mc.scopeLabels {
+		m.scopeMark = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "disco_guard_scope_mark",
+			Help: "The mark of each scope."}, []string{"scope"})
+		cs = append(cs, m.scopeMark)
+	}
+	for _, r := range []string{ReasonMissing, ReasonMalformed, ReasonStale, ReasonWrongScope, ReasonStore, ReasonCanceled} {
+		m.rejected.WithLabelValues(r) // so every reason shows, at 0
+	}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("guard: NewMetrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// reason classifies a rejection.
+func reason(err error) string {
+	switch {
+	case errors.Is(err, fencing.ErrWrongScope):
+		return ReasonWrongScope
+	case errors.Is(err, fencing.ErrTokenStale):
+		return ReasonStale
+	case errors.Is(err, fencing.ErrMalformedToken):
+		return ReasonMalformed
+	case errors.Is(err, fencing.ErrNoToken):
+		return ReasonMissing
+	case errors.Is(err, ErrStore):
+		return ReasonStore
+	default:
+		return ReasonCanceled
+	}
+}
+
+func (m *Metrics) reject(err error) {
+	if m == nil {
+		return
+	}
+	m.rejected.WithLabelValues(reason(err)).Inc()
+}
+
+// admit records an accepted token t of scope, held in s; wait > 0 only for
+// Admit.
+func (m *Metrics) admit(s *state, scope string, t fencing.Token, wait time.Duration) {
+	if m == nil {
+		return
+	}
+	m.admitted.Inc()
+	if wait > 0 {
+		m.wait.Observe(wait.Seconds())
+	}
+	if int64(t) <= m.max.Load() && (m.scopeMark == nil || int64(t) <= s.reported.Load()) {
+		return // nothing new: the common case, without the mutex
+	}
+	m.mu.Lock()
+	if int64(t) > m.max.Load() {
+		m.max.Store(int64(t))
+		m.mark.Set(float64(t))
+	}
+	if m.scopeMark != nil && int64(t) > s.reported.Load() {
+		s.reported.Store(int64(t))
+		m.scopeMark.WithLabelValues(scope).Set(float64(t))
+	}
+	m.mu.Unlock()
+}

@@ -1,0 +1,101 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
+)
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := guard.NewMetrics(reg, guard.WithScopeLabels())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := guard.NewMetrics(reg); err == nil {
+		t.Fatal("a second NewMetrics on one registry succeeded")
+	}
+	if _, err := guard.NewMetrics(nil); err == nil {
+		t.Fatal("NewMetrics(nil) succeeded")
+	}
+	k := guard.NewKeyed(guard.WithMetrics(m))
+	ctx := context.Background()
+	_ = k.Check("/a", 5)                                   // admitted
+	_ = k.Check("/a", 5)                                   // admitted
+	_ = k.Check("/b", 9)                                   // admitted
+	_ = k.Check("/a", 4)                                   // stale
+	if _, done, err := k.Admit(ctx, "/a", 6); err == nil { // admitted, waited
+		done()
+	}
+	_ = k.Check("", 6) // missing (no scope)
+	h := k.HTTPMiddleware(func(*http.Request) string { return "/a" }, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, hdr := range []map[string]string{
+		{fencing.HTTPHeader: "7", fencing.ScopeHTTPHeader: "/b"}, // wrong scope
+		{fencing.HTTPHeader: "x", fencing.ScopeHTTPHeader: "/a"}, // malformed
+		{fencing.ScopeHTTPHeader: "/a"},                          // missing
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+
+	want := `
+# HELP disco_guard_admitted_total Tokens accepted by Check or admitted by Admit.
+# TYPE disco_guard_admitted_total counter
+disco_guard_admitted_total 4
+# HELP disco_guard_rejected_total Requests refused, by reason: missing, malformed, stale, wrong_scope, store, canceled.
+# TYPE disco_guard_rejected_total counter
+disco_guard_rejected_total{reason="canceled"} 0
+disco_guard_rejected_total{reason="malformed"} 1
+disco_guard_rejected_total{reason="missing"} 2
+disco_guard_rejected_total{reason="stale"} 1
+disco_guard_rejected_total{reason="store"} 0
+disco_guard_rejected_total{reason="wrong_scope"} 1
+# HELP disco_guard_mark The highest mark of the guard (any scope).
+# TYPE disco_guard_mark gauge
+disco_guard_mark 9
+# HELP disco_guard_scope_mark The mark of each scope.
+# TYPE disco_guard_scope_mark gauge
+disco_guard_scope_mark{scope="/a"} 6
+disco_guard_scope_mark{scope="/b"} 9
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "disco_guard_admitted_total", "disco_guard_rejected_total", "disco_guard_mark", "disco_guard_scope_mark"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "disco_guard_admit_wait_seconds"); n != 1 {
+		t.Errorf("admit wait series: %d", n)
+	}
+
+	// A plain Guard without scope labels: no per-scope series.
+	reg2 := prometheus.NewPedanticRegistry()
+	m2, err := guard.NewMetrics(reg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := guard.New(guard.WithMetrics(m2))
+	_ = g.Check(3)
+	if err := g.Check(2); !errors.Is(err, fencing.ErrTokenStale) {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg2, "disco_guard_scope_mark"); n != 0 {
+		t.Errorf("%d per-scope series without WithScopeLabels", n)
+	}
+	if err := testutil.GatherAndCompare(reg2, strings.NewReader(`
+# HELP disco_guard_mark The highest mark of the guard (any scope).
+# TYPE disco_guard_mark gauge
+disco_guard_mark 3
+`), "disco_guard_mark"); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,162 @@
+package testserver
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// PostgresInstall is the command that installs PostgreSQL's server binaries.
+const PostgresInstall = "apt-get install -y postgresql"
+
+// postgresBin returns the bin directory of the newest PostgreSQL installed
+// under /usr/lib/postgresql, or "".
+func postgresBin() string {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return vi > vj
+	})
+	for _, d := range dirs {
+		if FirstExisting(filepath.Join(d, "initdb")) != "" && FirstExisting(filepath.Join(d, "postgres")) != "" {
+			return d
+		}
+	}
+	return ""
+}
+
+// Postgres starts a throwaway PostgreSQL server for t and returns a URL
+// for it (user postgres, database postgres, no password, loopback only),
+// usable with pgx's stdlib driver. The server's data lives in a temporary
+// directory; both are gone when t ends. It runs as user nobody when the
+// tests run as root (PostgreSQL refuses root). Without the binaries, t is
+// skipped (or failed, see Missing).
+func Postgres(t testing.TB) string {
+	t.Helper()
+	bin := postgresBin()
+	if bin == "" {
+		Missing(t, "PostgreSQL (initdb and postgres under /usr/lib/postgresql/*/bin)", PostgresInstall)
+	}
+	dir, err := os.MkdirTemp("", "disco-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	cred, err := pgCredential(dir)
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.Dir = dir
+	if out, err := initdb.CombinedOutput(); err != nil {
+		t.Fatalf("postgres: initdb: %v\n%s", err, out)
+	}
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer // written by exec's copying goroutines while we wait
+	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
+		"-h", "127.0.0.1", "-k", dir, "-c", "fsync=off", "-c", "full_page_writes=off")
+	srv.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	srv.Dir = dir
+	srv.Stdout, srv.Stderr = &logs, &logs
+	if err := srv.Start(); err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = srv.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = srv.Process.Signal(syscall.SIGINT) // fast shutdown
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = srv.Process.Kill()
+			<-exited
+		}
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		// The server accepts connections once it is ready; pg_isready would
+		// say the same, one process later.
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			c.Close()
+			if pgReady(bin, port, cred) {
+				break
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("postgres exited at start:\n%s", logs.String())
+		case <-ctx.Done():
+			t.Fatalf("postgres not ready within 30s:\n%s", logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr)
+}
+
+// pgReady asks pg_isready (when installed) whether the server accepts
+// sessions, not just connections.
+func pgReady(bin string, port int, cred *syscall.Credential) bool {
+	p := filepath.Join(bin, "pg_isready")
+	if FirstExisting(p) == "" {
+		return true
+	}
+	cmd := exec.Command(p, "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "postgres")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	return cmd.Run() == nil
+}
+
+// pgCredential returns the user to run PostgreSQL as: nil (this process's)
+// unless it is root, then nobody, who is given dir.
+func pgCredential(dir string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		return nil, fmt.Errorf("running as root and no user nobody to run the server as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return nil, err
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
