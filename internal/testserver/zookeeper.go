@@ -40,12 +40,12 @@ type ZooKeeper struct {
 	// Addr is the client address, "127.0.0.1:port".
 	Addr string
 
-	dir      string
-	cfg      string
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	stderr   *limitedWriter
+	dir    string
+	cfg    string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	stderr *limitedWriter
 }
 
 // ZooKeeperTickTime is the servers' tick: sessions may time out between 2
