@@ -82,8 +82,8 @@ func nextOf[E primitives.Event](t *testing.T, ch <-chan primitives.Event, within
 // can have expired its session; lock.Do's context ends with ErrLost; the
 // successor's token is higher, and a guard rejects the zombie's.
 func TestPartitionPastTimeoutLoses(t *testing.T) {
+	t.Parallel()
 	servers := startZooKeeper(t)
-	noLeaks(t)
 	p, via := newPartition(t, servers[0])
 	const path = "/fault/partition"
 	const timeout = 2 * time.Second
@@ -162,8 +162,8 @@ func TestPartitionPastTimeoutLoses(t *testing.T) {
 // timeout is Suspended, then Resumed once it reaches ZooKeeper again, and
 // still holds.
 func TestShortPartitionResumes(t *testing.T) {
+	t.Parallel()
 	servers := startZooKeeper(t)
-	noLeaks(t)
 	p, via := newPartition(t, servers[0])
 	const path = "/fault/short"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,18 +27,40 @@ const curatorInstall = "apt-get install libcurator-recipes-java default-jdk-head
 // returns the classpath to run it with (or skips the test).
 func curatorClasspath(t *testing.T) string {
 	t.Helper()
+	curator.once.Do(func() { curator.cp, curator.missing, curator.err = compileCurator() })
+	if curator.missing {
+		testserver.Missing(t, "Apache Curator (with a JDK)", curatorInstall)
+	}
+	if curator.err != nil {
+		t.Fatal(curator.err)
+	}
+	return curator.cp
+}
+
+// curator is the compiled CuratorPeer, shared by the tests.
+var curator struct {
+	once    sync.Once
+	cp      string
+	missing bool
+	err     error
+}
+
+func compileCurator() (cp string, missing bool, err error) {
 	javac := testserver.LookPath("javac")
 	recipes := testserver.FirstExisting("/usr/share/java/curator-recipes.jar")
 	if javac == "" || recipes == "" || testserver.ZooKeeperClasspath() == "" {
-		testserver.Missing(t, "Apache Curator (with a JDK)", curatorInstall)
+		return "", true, nil
 	}
-	cp := recipes + string(os.PathListSeparator) + testserver.ZooKeeperClasspath()
-	out := t.TempDir()
+	cp = recipes + string(os.PathListSeparator) + testserver.ZooKeeperClasspath()
+	out, err := os.MkdirTemp(shared.dir, "curator-")
+	if err != nil {
+		return "", false, err
+	}
 	cmd := exec.Command(javac, "-nowarn", "-cp", cp, "-d", out, filepath.Join("testdata", "CuratorPeer.java"))
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("javac: %v\n%s", err, b)
+		return "", false, fmt.Errorf("javac: %v\n%s", err, b)
 	}
-	return out + string(os.PathListSeparator) + cp
+	return out + string(os.PathListSeparator) + cp, false, nil
 }
 
 // peer is a running CuratorPeer.
@@ -134,6 +157,7 @@ func queued(t *testing.T, servers []string, path string, n int) {
 // TestInteropCuratorMutex: a disco lock and Curator's InterProcessMutex on
 // the same path exclude each other, in the order they queued.
 func TestInteropCuratorMutex(t *testing.T) {
+	t.Parallel()
 	servers := startZooKeeper(t)
 	cp := curatorClasspath(t)
 	const path = "/interop/mutex"
@@ -186,6 +210,7 @@ func TestInteropCuratorMutex(t *testing.T) {
 // TestInteropCuratorLeaderLatch: a disco election and Curator's LeaderLatch
 // on the same path agree on who leads.
 func TestInteropCuratorLeaderLatch(t *testing.T) {
+	t.Parallel()
 	servers := startZooKeeper(t)
 	cp := curatorClasspath(t)
 	const path = "/interop/latch"

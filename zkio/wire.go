@@ -9,9 +9,10 @@ import (
 // wire wraps every TCP connection a session's ZooKeeper client makes, to
 // learn when the server last heard from the session: the send time of the
 // last request written before a reply arrived. The server extended the
-// session no earlier than that, so a deadline counted from it is never
+// session no earlier than that, so a deadline counted from it is not
 // later than the server's. (For the idle exchange, one ping and its reply,
-// it is exact; with requests in flight it errs early, never late.)
+// it is exact; a reply that arrives after a later request was written
+// makes it err late by at most the time that request is in flight.)
 //
 // A test may gate the wire (pause): reads, writes and dials then wait, as
 // they would in a process frozen by a long garbage collection pause.

@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -66,19 +67,40 @@ func StartZooKeeper(t testing.TB) *ZooKeeper {
 // them when t ends.
 func StartZooKeeperEnsemble(t testing.TB, n int) []*ZooKeeper {
 	t.Helper()
+	zks, err := LaunchZooKeeper(t.TempDir(), n)
+	if errors.Is(err, ErrNotInstalled) {
+		Missing(t, "ZooKeeper (with a Java runtime)", ZooKeeperInstall)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, zk := range zks {
+		t.Cleanup(zk.Stop)
+	}
+	return zks
+}
+
+// ErrNotInstalled is returned by LaunchZooKeeper when ZooKeeper or Java is
+// missing.
+var ErrNotInstalled = errors.New("testserver: not installed")
+
+// LaunchZooKeeper starts n ZooKeeper servers forming one ensemble with
+// their data under root, for a TestMain that shares them between tests; the
+// caller stops them. It returns an error wrapping ErrNotInstalled if
+// ZooKeeper or Java is missing (a test then calls Missing).
+func LaunchZooKeeper(root string, n int) ([]*ZooKeeper, error) {
 	java := LookPath("java")
 	cp := ZooKeeperClasspath()
 	if java == "" || cp == "" {
-		Missing(t, "ZooKeeper (with a Java runtime)", ZooKeeperInstall)
+		return nil, fmt.Errorf("ZooKeeper (with a Java runtime): %w", ErrNotInstalled)
 	}
-	root := t.TempDir()
 	type ports struct{ client, peer, election int }
 	ps := make([]ports, n)
 	for i := range ps {
 		for _, p := range []*int{&ps[i].client, &ps[i].peer, &ps[i].election} {
 			port, err := FreePort()
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			*p = port
 		}
@@ -88,7 +110,7 @@ func StartZooKeeperEnsemble(t testing.TB, n int) []*ZooKeeper {
 		dir := filepath.Join(root, fmt.Sprint("zk", i+1))
 		data := filepath.Join(dir, "data")
 		if err := os.MkdirAll(data, 0o755); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		var cfg strings.Builder
 		fmt.Fprintf(&cfg, "tickTime=%d\n", ZooKeeperTickTime.Milliseconds())
@@ -101,27 +123,33 @@ func StartZooKeeperEnsemble(t testing.TB, n int) []*ZooKeeper {
 				fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", j+1, p.peer, p.election)
 			}
 			if err := os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprintln(i+1)), 0o644); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 		}
 		path := filepath.Join(dir, "zoo.cfg")
 		if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		zks[i] = &ZooKeeper{Addr: fmt.Sprintf("127.0.0.1:%d", ps[i].client), dir: dir, cfg: path}
 	}
+	stopAll := func() {
+		for _, zk := range zks {
+			zk.Stop()
+		}
+	}
 	for _, zk := range zks {
 		if err := zk.start(java, cp); err != nil {
-			t.Fatal(err)
+			stopAll()
+			return nil, err
 		}
-		t.Cleanup(zk.Stop)
 	}
 	for _, zk := range zks {
 		if err := zk.waitServing(30 * time.Second); err != nil {
-			t.Fatal(err)
+			stopAll()
+			return nil, err
 		}
 	}
-	return zks
+	return zks, nil
 }
 
 func (z *ZooKeeper) start(java, cp string) error {
