@@ -14,3 +14,6 @@ func PauseSession(s *Session, resume <-chan struct{}) {
 	s.wire.pause(resume)
 	s.post(func() { s.pausing = resume })
 }
+
+// ServerOf returns the address of the server s is connected to.
+func ServerOf(s *Session) string { return s.conn.Server() }

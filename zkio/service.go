@@ -172,6 +172,10 @@ func (svc *service) acquire(ctx context.Context, value string, try bool) (*held,
 	h, err := svc.acquireSlot(ctx, value, try)
 	if err != nil {
 		<-svc.slot
+		// A request cut short by the session's end says so.
+		if e := svc.Err(); e != nil && !errors.Is(err, primitives.ErrLost) && !errors.Is(err, primitives.ErrClosed) {
+			err = fmt.Errorf("%w (%v)", e, err)
+		}
 	}
 	return h, err
 }

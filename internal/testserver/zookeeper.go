@@ -253,3 +253,14 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// Output returns the start of what the server wrote to stderr, for
+// diagnosis.
+func (z *ZooKeeper) Output() string {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.stderr == nil {
+		return ""
+	}
+	return z.stderr.String()
+}

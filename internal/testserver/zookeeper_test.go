@@ -3,6 +3,7 @@ package testserver_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ahrtr/disco/internal/testserver"
 )
@@ -33,5 +34,31 @@ func TestZooKeeperEnsemble(t *testing.T) {
 	}
 	if leaders != 1 {
 		t.Fatalf("%d leaders in a 3-server ensemble", leaders)
+	}
+}
+
+func TestZooKeeperEnsembleSurvivesLeaderLoss(t *testing.T) {
+	zks := testserver.StartZooKeeperEnsemble(t, 3)
+	var rest []*testserver.ZooKeeper
+	for _, zk := range zks {
+		out, _ := testserver.FourLetter(zk.Addr, "srvr")
+		if strings.Contains(out, "Mode: leader") {
+			zk.Stop()
+		} else {
+			rest = append(rest, zk)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, zk := range rest {
+		for {
+			out, err := testserver.FourLetter(zk.Addr, "srvr")
+			if err == nil && strings.Contains(out, "Mode: ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not serving after the leader died: %q, %v\n%s", zk.Addr, out, err, zk.Output())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
