@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 
 // startZooKeeper returns the shared ZooKeeper server's address, starting
 // it if need be (or skips t if ZooKeeper is not installed).
-func startZooKeeper(t *testing.T) []string {
+func startZooKeeper(t testing.TB) []string {
 	t.Helper()
 	shared.once.Do(func() {
 		shared.dir, shared.err = os.MkdirTemp("", "zkio-test-")
