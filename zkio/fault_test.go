@@ -189,3 +189,38 @@ func TestShortPartitionResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCancelOnSuspend: with WithCancelOnSuspend, lock.Do ends fn's context
+// already at Suspended, with a cause wrapping ErrSuspended.
+func TestCancelOnSuspend(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	p, via := newPartition(t, servers[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, "/fault/cancel", zkio.WithSessionTimeout(6*time.Second), zkio.WithCancelOnSuspend()))
+	running := make(chan struct{})
+	cause := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- lock.Do(ctx, l, func(ctx context.Context, g lock.Grant) error {
+			close(running)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return nil
+		})
+	}()
+	select {
+	case <-running:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	p.cut()
+	if err := <-cause; !errors.Is(err, primitives.ErrSuspended) {
+		t.Fatalf("fn's context ended with %v, want ErrSuspended", err)
+	}
+	p.heal()
+	if err := <-done; !errors.Is(err, primitives.ErrSuspended) {
+		t.Fatalf("Do = %v, want ErrSuspended", err)
+	}
+}
