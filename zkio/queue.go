@@ -70,17 +70,17 @@ func (svc *service) pauseRetry(ctx context.Context) bool {
 }
 
 // create writes a new ephemeral sequential znode in the queue, creating the
-// path's missing parents, and returns its path and creation zxid. A create
+// path's missing parents, and returns its path. A create
 // whose outcome is unknown (the connection broke) is looked up by its uuid
 // once the client reconnects, so no znode is left behind unknown.
-func (svc *service) create(ctx context.Context, data []byte) (string, int64, error) {
+func (svc *service) create(ctx context.Context, data []byte) (string, error) {
 	conn := svc.s.conn
 	guid := uuid.NewString()
 	prefix := svc.path + "/" + protectedPrefix + guid + "-" + svc.spec.name + "-"
 	var node string
 	for node == "" {
 		if err := svc.live(ctx); err != nil {
-			return "", 0, err
+			return "", err
 		}
 		p, err := conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
 		switch {
@@ -88,37 +88,66 @@ func (svc *service) create(ctx context.Context, data []byte) (string, int64, err
 			node = p
 		case errors.Is(err, zk.ErrNoNode):
 			if err := svc.createParents(ctx); err != nil {
-				return "", 0, err
+				return "", err
 			}
 		case retryable(err):
 			if !svc.pauseRetry(ctx) {
 				svc.s.forget(svc.path, guid)
-				return "", 0, svc.cause(ctx)
+				return "", svc.cause(ctx)
 			}
 			found, ferr := svc.findGUID(guid)
 			if ferr == nil && found != "" {
 				node = found
 			}
 		default:
-			return "", 0, fmt.Errorf("zkio: create in %s: %w", svc.path, err)
+			return "", fmt.Errorf("zkio: create in %s: %w", svc.path, err)
 		}
 	}
-	for {
-		ok, st, err := conn.Exists(node)
-		switch {
-		case err == nil && ok:
-			return node, st.Czxid, nil
-		case err == nil:
-			return "", 0, fmt.Errorf("zkio: %s deleted as it was created", node)
-		case retryable(err) && svc.pauseRetry(ctx):
-			continue
+	return node, nil
+}
+
+// stat asks for the znode's creation zxid at once, on its own goroutine, so
+// that the request travels with the queue's first listing (one round trip
+// for both); the answer waits on the returned channel.
+func (svc *service) stat(node string) <-chan statResult {
+	ch := make(chan statResult, 1)
+	go func() {
+		ok, st, err := svc.s.conn.Exists(node)
+		if err == nil && !ok {
+			err = zk.ErrNoNode
 		}
-		svc.withdraw(node)
-		if err == nil || retryable(err) {
-			return "", 0, svc.cause(ctx)
+		var czxid int64
+		if st != nil {
+			czxid = st.Czxid
 		}
-		return "", 0, fmt.Errorf("zkio: read %s: %w", node, err)
+		ch <- statResult{czxid, err}
+	}()
+	return ch
+}
+
+type statResult struct {
+	czxid int64
+	err   error
+}
+
+// created returns the znode's creation zxid from the early stat, asking
+// again while the connection is down. On failure the znode is withdrawn.
+func (svc *service) created(ctx context.Context, node string, early <-chan statResult) (int64, error) {
+	r := <-early
+	for retryable(r.err) && svc.pauseRetry(ctx) {
+		r = <-svc.stat(node)
 	}
+	switch {
+	case r.err == nil:
+		return r.czxid, nil
+	case errors.Is(r.err, zk.ErrNoNode):
+		return 0, fmt.Errorf("zkio: %s deleted as it was created", node)
+	}
+	svc.withdraw(node)
+	if retryable(r.err) {
+		return 0, svc.cause(ctx)
+	}
+	return 0, fmt.Errorf("zkio: read %s: %w", node, r.err)
 }
 
 // findGUID returns the znode of the queue whose name carries guid, or "".

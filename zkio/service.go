@@ -181,11 +181,16 @@ func (svc *service) acquire(ctx context.Context, value string, try bool) (*held,
 }
 
 func (svc *service) acquireSlot(ctx context.Context, value string, try bool) (*held, error) {
-	node, created, err := svc.create(ctx, []byte(value))
+	node, err := svc.create(ctx, []byte(value))
 	if err != nil {
 		return nil, err
 	}
+	early := svc.stat(node)
 	if err := svc.wait(ctx, node, try); err != nil {
+		return nil, err
+	}
+	created, err := svc.created(ctx, node, early)
+	if err != nil {
 		return nil, err
 	}
 	h := &held{node: node, created: created, value: value, lease: svc.s.SessionID(), timeout: svc.s.Timeout()}
