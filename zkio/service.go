@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,6 +53,11 @@ type service struct {
 
 	closeStarted atomic.Bool
 
+	acqMu   sync.Mutex
+	acqN    int           // acquisitions under way
+	acqStop bool          // Close began: no new acquisition
+	acqIdle chan struct{} // closed when acqStop and acqN == 0
+
 	// Loop only.
 	grant     *held
 	isEnded   bool
@@ -77,6 +83,7 @@ func newService(servers []string, path string, sp *spec, opts []Option) (*servic
 		events:          actor.NewFanout(primitives.Coalescable),
 		ended:           make(chan struct{}),
 		done:            make(chan struct{}),
+		acqIdle:         make(chan struct{}),
 	}
 	if o.session != nil {
 		if len(servers) > 0 {
@@ -154,6 +161,21 @@ func (svc *service) acquire(ctx context.Context, value string, try bool) (*held,
 	if err := svc.live(ctx); err != nil {
 		return nil, err
 	}
+	svc.acqMu.Lock()
+	if svc.acqStop {
+		svc.acqMu.Unlock()
+		return nil, fmt.Errorf("zkio: %s: %w", svc.path, primitives.ErrClosed)
+	}
+	svc.acqN++
+	svc.acqMu.Unlock()
+	defer func() {
+		svc.acqMu.Lock()
+		svc.acqN--
+		if svc.acqStop && svc.acqN == 0 {
+			close(svc.acqIdle)
+		}
+		svc.acqMu.Unlock()
+	}()
 	if try {
 		select {
 		case svc.slot <- struct{}{}:
@@ -396,6 +418,12 @@ func (svc *service) Close() error {
 	closedErr := fmt.Errorf("zkio: %s: %w", svc.path, primitives.ErrClosed)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	svc.acqMu.Lock()
+	svc.acqStop = true
+	if svc.acqN == 0 {
+		close(svc.acqIdle)
+	}
+	svc.acqMu.Unlock()
 	// The loop stops the service's acquisitions (they withdraw their
 	// znodes) and hands over its hold, which Close deletes.
 	h, err := call(ctx, svc, func(r actor.Reply[*held]) {
@@ -420,6 +448,12 @@ func (svc *service) Close() error {
 		if derr = svc.s.conn.Delete(h.node, -1); errors.Is(derr, zk.ErrNoNode) {
 			derr = nil
 		}
+	}
+	// Acquisitions under way saw the service end and withdraw their
+	// znodes; wait for them, so that Close leaves nothing behind.
+	select {
+	case <-svc.acqIdle:
+	case <-ctx.Done():
 	}
 	svc.s.post(func() {
 		svc.end(closedErr)
