@@ -1,11 +1,14 @@
 package zkio_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -87,5 +90,22 @@ func TestTrailingSlash(t *testing.T) {
 	}
 	if _, err := b.TryLock(ctx); err == nil {
 		t.Fatal(`"/slash/a/" and "/slash/a" are different locks`)
+	}
+}
+
+// TestUnreachable: construction against servers that do not answer gives
+// up when WithContext's context ends.
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	port, err := testserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = zkio.NewLock([]string{fmt.Sprintf("127.0.0.1:%d", port)}, "/unreachable", zkio.WithContext(ctx))
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Fatalf("NewLock with no server: %v after %v, want DeadlineExceeded soon", err, time.Since(start))
 	}
 }
