@@ -46,7 +46,9 @@
 // ephemeral and sequential; a queue is ordered by its sequence numbers, as
 // Curator orders it; each waiter watches only the znode just ahead of it
 // (no herd): its deletion is the only change that can make the waiter
-// first. So:
+// first, so a handoff sends one watch event, to the next waiter only. An
+// uncontended Lock costs two round trips (the create; then the new znode's
+// stat and the queue's listing, sent together), Unlock one. So:
 //
 //   - a disco lock and an InterProcessMutex on the same path exclude each
 //     other, served in the order they queued; and since LeaderSelector is
