@@ -1,0 +1,59 @@
+package zkio
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// forgetNode has a helper delete a znode this session wrote and no longer
+// wants, retrying while the session lives: a delete that failed with the
+// connection never leaves a znode under a live session.
+func (s *Session) forgetNode(node string) {
+	s.helper(func() {
+		for {
+			err := s.conn.Delete(node, -1)
+			if err == nil || errors.Is(err, zk.ErrNoNode) || !retryable(err) {
+				return
+			}
+			if !s.sleep(retryPause) {
+				return
+			}
+		}
+	})
+}
+
+// forget has a helper delete the znode named with guid under path, if a
+// create whose outcome is unknown made one.
+func (s *Session) forget(path, guid string) {
+	s.helper(func() {
+		for {
+			children, _, err := s.conn.Children(path)
+			if err == nil {
+				for _, c := range children {
+					if strings.HasPrefix(c, protectedPrefix+guid) {
+						s.forgetNode(path + "/" + c)
+					}
+				}
+				return
+			}
+			if !retryable(err) || !s.sleep(retryPause) {
+				return
+			}
+		}
+	})
+}
+
+// sleep waits d; false if the session ended first.
+func (s *Session) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.quit:
+		return false
+	}
+}

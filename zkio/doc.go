@@ -1,0 +1,114 @@
+// Package zkio is disco's ZooKeeper backend: a Session that owns one
+// ZooKeeper session and one event loop, and the lock and election that run
+// on it, in the znode layouts of Apache Curator's recipes.
+//
+//	lk, err := zkio.NewLock([]string{"zk1:2181", "zk2:2181"}, "/locks/orders")
+//	el, err := zkio.NewElection(servers, "/elections/scheduler")
+//
+// A primitive made with servers has a session of its own, which its Close
+// ends. WithSession runs several primitives on one session (then pass nil
+// servers); their Close keeps the session, which the caller closes.
+//
+// It offers no read/write lock: rwlock interop with Curator is not
+// required, and none is built yet.
+//
+// # The session loop
+//
+// Each Session runs one event-loop goroutine (package actor). The loop
+// alone owns the session's state: whether it is connected, suspended or
+// ended, and each primitive's hold, its election view and its observers.
+// Its rules:
+//
+//   - Nothing blocks the loop. Every ZooKeeper request runs elsewhere: a
+//     caller's own requests (create its znode, list the queue, delete on
+//     Unlock) run on the caller's goroutine, and the session's own work
+//     (watching a held znode, following an election, deleting znodes a
+//     caller gave up) runs on the session's helper goroutines. They post
+//     their results to the loop's mailbox, which never blocks; the loop
+//     answers through replies that never block either. A caller that gave
+//     up (its context ended) costs the loop nothing: it withdraws its own
+//     znode, and a grant answered after it gave up is released by a helper.
+//   - The loop owns the session-state events of the ZooKeeper client, and
+//     every hold's watch reports to it. A slow subscriber never stalls it:
+//     events are queued per subscriber; Acquired, Released, Lost, Suspended
+//     and Resumed are never dropped or coalesced; LeaderChanged and
+//     Observe's states may be coalesced for a slow reader, the latest
+//     always delivered.
+//   - Who may block: callers (on ZooKeeper, or on their reply, until their
+//     context ends) and helpers (on ZooKeeper, until the session ends).
+//
+// # Layouts and interoperability
+//
+// A lock's znodes are <path>/_c_<uuid>-lock-<seq>, as Curator's
+// InterProcessMutex creates them (with protection); an election's are
+// <path>/_c_<uuid>-latch-<seq>, as LeaderLatch creates them, with the
+// candidate's value as data (LeaderLatch's participant id). All are
+// ephemeral and sequential; a queue is ordered by its sequence numbers, as
+// Curator orders it; each waiter watches only the znode just ahead of it
+// (no herd): its deletion is the only change that can make the waiter
+// first, so a handoff sends one watch event, to the next waiter only. An
+// uncontended Lock costs two round trips (the create; then the new znode's
+// stat and the queue's listing, sent together), Unlock one. So:
+//
+//   - a disco lock and an InterProcessMutex on the same path exclude each
+//     other, served in the order they queued; and since LeaderSelector is
+//     built on an InterProcessMutex, a disco lock on a LeaderSelector's path
+//     takes part as one of its participants;
+//   - a disco election and LeaderLatch participants on the same path agree
+//     on who leads; Leader and Observe report a LeaderLatch leader with its
+//     id as Value, and LeaderLatch.getLeader reports a disco leader with its
+//     value as id;
+//   - not interoperable: a disco election with LeaderSelector (different
+//     layout), Curator's read/write lock, semaphores and revocation; and a
+//     disco lock is not reentrant, as InterProcessMutex is per thread.
+//
+// Children of the path that do not end in "lock-<digits>" (or
+// "latch-<digits>") are not in disco's queue; Curator sorts them too, so do
+// not put other znodes there. Missing parents of the path are created as
+// persistent znodes (Curator makes containers; either works for both).
+//
+// # Fencing tokens
+//
+// A hold's token is the czxid of its znode, the zxid of the transaction
+// that created it; Created is the same number. Why the token laws hold: a
+// znode holds the lock (or leads) only when no znode with a lower sequence
+// number is left in its queue, and ZooKeeper assigns sequence numbers and
+// zxids in the same order, the one total order of its transactions. Take
+// two holds, the first on znode a, the next on znode b. When a held, b
+// either existed and so had a higher sequence number, hence a higher czxid,
+// or was created later, hence a higher czxid. So tokens strictly increase
+// from holder to holder, across sessions, servers and ensemble leader
+// changes (a zxid's high half is the leader's epoch), and a term's token
+// stays the same throughout it. Every Lock and Campaign creates a new znode,
+// so no two holds share a token. A holder whose session died keeps its old
+// token, which the successor's exceeds: a guard rejects the zombie. A
+// Curator holder that wants to be fenced by the same guard can use its own
+// lock znode's czxid. (The order is Curator's too; it breaks, for both,
+// only after 2^31 sequential znodes under one path.)
+//
+// # Loss, suspension and resumption
+//
+// The ZooKeeper server expires a session when it has heard nothing from it
+// for the session timeout (the one the server granted, which the session
+// learns at connect). The session counts the same deadline from the send
+// time of the last request the server answered (the client pings every
+// third of the timeout), so it gives up no later than the server can have:
+// the deadline errs by at most the time a request is in flight. When the
+// connection drops, or no request has been answered for half the timeout,
+// every holder gets Suspended with that deadline: no one else can acquire
+// before it. If the client reconnects to any server of the ensemble before
+// it, with the same session, holders get Resumed. The session is lost when
+// the deadline passes, when ZooKeeper reports it expired, or when its
+// connection closes under it; then every primitive on it gets Lost for what
+// it held, its waiters fail, Done closes, and every later call fails with an
+// error wrapping primitives.ErrLost. The session then closes its client:
+// the ZooKeeper client would otherwise open a new session, without the
+// holds.
+//
+// If a held znode is deleted by someone else while the session lives, only
+// that hold ends, with Lost; the primitive stays usable.
+//
+// Close deletes what the primitive holds and withdraws its waiting
+// acquisition before it returns, so others proceed at once rather than
+// after the session timeout; on its own session it also ends the session.
+package zkio

@@ -1,0 +1,98 @@
+package zkio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives/election"
+)
+
+var electionSpec = &spec{name: "latch", notHeld: election.ErrNotLeader, taken: election.ErrNotLeader, election: true}
+
+// NewElection returns a candidate in the election on the znode path, in the
+// layout of Curator's LeaderLatch: a disco election and LeaderLatch
+// participants on the same path agree on who leads. Sessions as NewLock.
+func NewElection(servers []string, path string, opts ...Option) (election.Service, error) {
+	svc, err := newService(servers, path, electionSpec, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &zkElection{svc}, nil
+}
+
+type zkElection struct{ *service }
+
+func leadership(h *held) election.Leadership {
+	return election.Leadership{Key: h.node, Value: h.value, FencingToken: fencing.Token(h.created), LeaseID: h.lease, Created: h.created}
+}
+
+func (e *zkElection) Campaign(ctx context.Context, value string) error {
+	_, err := e.acquire(ctx, value, false)
+	return err
+}
+
+func (e *zkElection) Proclaim(ctx context.Context, value string) error {
+	h, err := call(ctx, e.service, func(r actor.Reply[*held]) {
+		switch {
+		case e.isEnded || e.closing:
+			r.Answer(nil, e.endedErr())
+		case e.grant == nil || e.grant.releasing:
+			r.Answer(nil, election.ErrNotLeader)
+		default:
+			r.Answer(e.grant, nil)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := e.s.conn.Set(h.node, []byte(value), -1); err != nil {
+		if errors.Is(err, zk.ErrNoNode) {
+			return election.ErrNotLeader
+		}
+		return fmt.Errorf("zkio: proclaim on %s: %w", h.node, err)
+	}
+	_, err = call(context.WithoutCancel(ctx), e.service, func(r actor.Reply[struct{}]) {
+		if e.grant == h {
+			nh := *h
+			nh.value = value
+			e.term.Store(&nh)
+		}
+		r.Answer(struct{}{}, nil)
+	})
+	return err
+}
+
+func (e *zkElection) Resign(ctx context.Context) error { return e.release(ctx, 0, true) }
+
+// ResignTerm ends exactly the term it names (by Created); ErrNotLeader if
+// that term is over, even if this candidate leads in a later one.
+func (e *zkElection) ResignTerm(ctx context.Context, term election.Leadership) error {
+	if term.Created == 0 {
+		if err := e.live(ctx); err != nil {
+			return err
+		}
+		return election.ErrNotLeader
+	}
+	return e.release(ctx, term.Created, false)
+}
+
+func (e *zkElection) Leader(ctx context.Context) (election.Leadership, error) {
+	return e.currentLeader(ctx)
+}
+
+func (e *zkElection) Term() (election.Leadership, bool) {
+	h := e.term.Load()
+	if h == nil || e.Err() != nil {
+		return election.Leadership{}, false
+	}
+	return leadership(h), true
+}
+
+func (e *zkElection) Observe(ctx context.Context) <-chan election.Leadership {
+	return e.observe(ctx)
+}

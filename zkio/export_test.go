@@ -1,0 +1,19 @@
+package zkio
+
+// Test hooks, compiled only into this package's tests.
+
+// KillSession ends s at the server, as an expiry would: the client closes
+// the session (ZooKeeper deletes its ephemeral znodes at once) without s
+// being told, so s learns it from its connection, as it would learn of an
+// expiry.
+func KillSession(s *Session) { s.conn.Close() }
+
+// PauseSession freezes s as a long garbage collection pause would: its loop
+// and its connection's traffic stop until resume is closed.
+func PauseSession(s *Session, resume <-chan struct{}) {
+	s.wire.pause(resume)
+	s.post(func() { s.pausing = resume })
+}
+
+// ServerOf returns the address of the server s is connected to.
+func ServerOf(s *Session) string { return s.conn.Server() }

@@ -1,0 +1,226 @@
+package zkio_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.uber.org/zap"
+
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/zkio"
+)
+
+// partition is a TCP proxy between one client and a ZooKeeper server that
+// can drop everything in both directions.
+type partition struct{ srv proxy.Server }
+
+func newPartition(t *testing.T, server string) (*partition, string) {
+	t.Helper()
+	port, err := testserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := fmt.Sprintf("127.0.0.1:%d", port)
+	srv := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(),
+		From: url.URL{Scheme: "tcp", Host: from}, To: url.URL{Scheme: "tcp", Host: server}})
+	select {
+	case err := <-srv.Error():
+		_ = srv.Close()
+		t.Fatal(err)
+	case <-srv.Ready():
+	}
+	drained := make(chan struct{})
+	go func() { // the proxy reports each broken connection; nobody needs them
+		defer close(drained)
+		for {
+			select {
+			case <-srv.Error():
+			case <-srv.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { _ = srv.Close(); <-drained })
+	return &partition{srv}, from
+}
+
+func (p *partition) cut()  { p.srv.BlackholeTx(); p.srv.BlackholeRx() }
+func (p *partition) heal() { p.srv.UnblackholeTx(); p.srv.UnblackholeRx() }
+
+// nextOf returns the next event of type E on ch, skipping others.
+func nextOf[E primitives.Event](t *testing.T, ch <-chan primitives.Event, within time.Duration) E {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case e, ok := <-ch:
+			if !ok {
+				var zero E
+				t.Fatalf("events closed before a %T", zero)
+			}
+			if e, ok := e.(E); ok {
+				return e
+			}
+		case <-deadline:
+			var zero E
+			t.Fatalf("no %T within %v", zero, within)
+		}
+	}
+}
+
+// TestPartitionPastTimeoutLoses: a holder cut off from ZooKeeper for longer
+// than its session timeout is Suspended, then Lost no later than the server
+// can have expired its session; lock.Do's context ends with ErrLost; the
+// successor's token is higher, and a guard rejects the zombie's.
+func TestPartitionPastTimeoutLoses(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	p, via := newPartition(t, servers[0])
+	const path = "/fault/partition"
+	const timeout = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithSessionTimeout(timeout)))
+	w := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(timeout)))
+	events := h.Subscribe(ctx)
+	gd := guard.New()
+	held := make(chan lock.Grant, 1)
+	cause := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- lock.Do(ctx, h, func(ctx context.Context, g lock.Grant) error {
+			held <- g
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return nil
+		})
+	}()
+	var gh lock.Grant
+	select {
+	case gh = <-held:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	if err := gd.Check(gh.Token()); err != nil {
+		t.Fatal(err)
+	}
+	successor := make(chan lock.Grant, 1)
+	acquiredAt := make(chan time.Time, 1)
+	go func() {
+		g, err := w.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		acquiredAt <- time.Now()
+		successor <- g
+	}()
+
+	p.cut()
+	sus := nextOf[primitives.Suspended](t, events, 10*time.Second)
+	lost := nextOf[primitives.Lost](t, events, 10*time.Second)
+	if sus.Created != gh.Created || lost.Created != gh.Created || !errors.Is(lost.Err, primitives.ErrLost) {
+		t.Fatalf("Suspended %+v, Lost %+v for grant %+v", sus, lost, gh)
+	}
+	if err := <-cause; !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Do's context ended with %v, want ErrLost", err)
+	}
+	if err := <-done; !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Do = %v, want ErrLost", err)
+	}
+	if !errors.Is(h.Err(), primitives.ErrLost) {
+		t.Fatalf("Err = %v after the partition", h.Err())
+	}
+	gw := <-successor
+	if at := <-acquiredAt; at.Before(sus.Deadline) {
+		t.Fatalf("successor acquired at %v, before the zombie's deadline %v", at, sus.Deadline)
+	}
+	if gw.Token() <= gh.Token() {
+		t.Fatalf("successor's token %d not above the zombie's %d", gw.Token(), gh.Token())
+	}
+	if err := gd.Check(gw.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := gd.Check(gh.Token()); !errors.Is(err, fencing.ErrTokenStale) {
+		t.Fatalf("guard given the zombie's token: %v, want ErrTokenStale", err)
+	}
+	p.heal()
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestShortPartitionResumes: a holder cut off for less than its session
+// timeout is Suspended, then Resumed once it reaches ZooKeeper again, and
+// still holds.
+func TestShortPartitionResumes(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	p, via := newPartition(t, servers[0])
+	const path = "/fault/short"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithSessionTimeout(6*time.Second)))
+	o := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(6*time.Second)))
+	events := h.Subscribe(ctx)
+	g, err := h.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cut()
+	sus := nextOf[primitives.Suspended](t, events, 10*time.Second)
+	p.heal()
+	res := nextOf[primitives.Resumed](t, events, 10*time.Second)
+	if sus.Created != g.Created || res.Created != g.Created || time.Now().After(sus.Deadline) {
+		t.Fatalf("Suspended %+v, Resumed %+v for %+v (now %v)", sus, res, g, time.Now())
+	}
+	if _, err := o.TryLock(ctx); !errors.Is(err, lock.ErrLockTaken) {
+		t.Fatalf("TryLock by another owner after Resumed: %v, want ErrLockTaken", err)
+	}
+	if err := h.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCancelOnSuspend: with WithCancelOnSuspend, lock.Do ends fn's context
+// already at Suspended, with a cause wrapping ErrSuspended.
+func TestCancelOnSuspend(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	p, via := newPartition(t, servers[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, "/fault/cancel", zkio.WithSessionTimeout(6*time.Second), zkio.WithCancelOnSuspend()))
+	running := make(chan struct{})
+	cause := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- lock.Do(ctx, l, func(ctx context.Context, g lock.Grant) error {
+			close(running)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return nil
+		})
+	}()
+	select {
+	case <-running:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	p.cut()
+	if err := <-cause; !errors.Is(err, primitives.ErrSuspended) {
+		t.Fatalf("fn's context ended with %v, want ErrSuspended", err)
+	}
+	p.heal()
+	if err := <-done; !errors.Is(err, primitives.ErrSuspended) {
+		t.Fatalf("Do = %v, want ErrSuspended", err)
+	}
+}

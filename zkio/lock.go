@@ -1,0 +1,57 @@
+package zkio
+
+import (
+	"context"
+
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives/lock"
+)
+
+var lockSpec = &spec{name: "lock", notHeld: lock.ErrNotHeld, taken: lock.ErrLockTaken}
+
+// NewLock returns a lock on the znode path, in the layout of Curator's
+// InterProcessMutex: a disco lock and an InterProcessMutex on the same path
+// exclude each other. It connects to servers with a session of its own,
+// which Close ends; or, with WithSession (and nil servers), it runs on that
+// session.
+func NewLock(servers []string, path string, opts ...Option) (lock.Service, error) {
+	svc, err := newService(servers, path, lockSpec, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &zkLock{svc}, nil
+}
+
+type zkLock struct{ *service }
+
+func (l *zkLock) grant(h *held) lock.Grant {
+	return lock.Grant{FencingToken: fencing.Token(h.created), Key: h.node, LeaseID: h.lease, TTL: h.timeout, Created: h.created}
+}
+
+func (l *zkLock) Lock(ctx context.Context) (lock.Grant, error) {
+	h, err := l.acquire(ctx, "", false)
+	if err != nil {
+		return lock.Grant{}, err
+	}
+	return l.grant(h), nil
+}
+
+func (l *zkLock) TryLock(ctx context.Context) (lock.Grant, error) {
+	h, err := l.acquire(ctx, "", true)
+	if err != nil {
+		return lock.Grant{}, err
+	}
+	return l.grant(h), nil
+}
+
+func (l *zkLock) Unlock(ctx context.Context) error { return l.release(ctx, 0, true) }
+
+func (l *zkLock) Release(ctx context.Context, g lock.Grant) error {
+	if g.Created == 0 {
+		if err := l.live(ctx); err != nil {
+			return err
+		}
+		return lock.ErrNotHeld
+	}
+	return l.release(ctx, g.Created, false)
+}

@@ -1,0 +1,275 @@
+package zkio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/google/uuid"
+)
+
+// Znode layout, as Apache Curator's recipes name their znodes with
+// protection: <path>/_c_<uuid>-<name>-<sequence>, where name is "lock" for
+// InterProcessMutex and "latch" for LeaderLatch, and sequence is the ten
+// digits ZooKeeper appends to a sequential znode. The queue is ordered by
+// sequence; znodes that do not follow the layout are not in it.
+const protectedPrefix = "_c_"
+
+// member is one znode of a queue.
+type member struct {
+	name string // base name
+	seq  string // the digits after "<name>-"
+}
+
+// queueOf returns the children that are members of a queue of kind name,
+// in queue order.
+func queueOf(children []string, name string) []member {
+	marker := name + "-"
+	var q []member
+	for _, c := range children {
+		i := strings.LastIndex(c, marker)
+		if i < 0 {
+			continue
+		}
+		seq := c[i+len(marker):]
+		if seq == "" || strings.Trim(seq, "0123456789") != "" {
+			continue
+		}
+		q = append(q, member{name: c, seq: seq})
+	}
+	slices.SortFunc(q, func(a, b member) int { return strings.Compare(a.seq, b.seq) })
+	return q
+}
+
+// retryable reports whether a ZooKeeper error is the connection's, not the
+// request's: the request may be retried once the client reconnects.
+func retryable(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
+		errors.Is(err, zk.ErrSessionMoved)
+}
+
+// retryPause is how long a caller waits before retrying a request that
+// failed with the connection.
+const retryPause = 50 * time.Millisecond
+
+// pauseRetry waits before a retry; false if ctx or the service ended.
+func (svc *service) pauseRetry(ctx context.Context) bool {
+	t := time.NewTimer(retryPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-svc.ended:
+	}
+	return false
+}
+
+// create writes a new ephemeral sequential znode in the queue, creating the
+// path's missing parents, and returns its path. A create
+// whose outcome is unknown (the connection broke) is looked up by its uuid
+// once the client reconnects, so no znode is left behind unknown.
+func (svc *service) create(ctx context.Context, data []byte) (string, error) {
+	conn := svc.s.conn
+	guid := uuid.NewString()
+	prefix := svc.path + "/" + protectedPrefix + guid + "-" + svc.spec.name + "-"
+	var node string
+	for node == "" {
+		if err := svc.live(ctx); err != nil {
+			return "", err
+		}
+		p, err := conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+		switch {
+		case err == nil:
+			node = p
+		case errors.Is(err, zk.ErrNoNode):
+			if err := svc.createParents(ctx); err != nil {
+				return "", err
+			}
+		case retryable(err):
+			if !svc.pauseRetry(ctx) {
+				svc.s.forget(svc.path, guid)
+				return "", svc.cause(ctx)
+			}
+			found, ferr := svc.findGUID(guid)
+			if ferr == nil && found != "" {
+				node = found
+			}
+		default:
+			return "", fmt.Errorf("zkio: create in %s: %w", svc.path, err)
+		}
+	}
+	return node, nil
+}
+
+// stat asks for the znode's creation zxid at once, on its own goroutine, so
+// that the request travels with the queue's first listing (one round trip
+// for both); the answer waits on the returned channel.
+func (svc *service) stat(node string) <-chan statResult {
+	ch := make(chan statResult, 1)
+	go func() {
+		ok, st, err := svc.s.conn.Exists(node)
+		if err == nil && !ok {
+			err = zk.ErrNoNode
+		}
+		var czxid int64
+		if st != nil {
+			czxid = st.Czxid
+		}
+		ch <- statResult{czxid, err}
+	}()
+	return ch
+}
+
+type statResult struct {
+	czxid int64
+	err   error
+}
+
+// created returns the znode's creation zxid from the early stat, asking
+// again while the connection is down. On failure the znode is withdrawn.
+func (svc *service) created(ctx context.Context, node string, early <-chan statResult) (int64, error) {
+	r := <-early
+	for retryable(r.err) && svc.pauseRetry(ctx) {
+		r = <-svc.stat(node)
+	}
+	switch {
+	case r.err == nil:
+		return r.czxid, nil
+	case errors.Is(r.err, zk.ErrNoNode):
+		return 0, fmt.Errorf("zkio: %s deleted as it was created", node)
+	}
+	svc.withdraw(node)
+	if retryable(r.err) {
+		return 0, svc.cause(ctx)
+	}
+	return 0, fmt.Errorf("zkio: read %s: %w", node, r.err)
+}
+
+// findGUID returns the znode of the queue whose name carries guid, or "".
+func (svc *service) findGUID(guid string) (string, error) {
+	children, _, err := svc.s.conn.Children(svc.path)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range children {
+		if strings.HasPrefix(c, protectedPrefix+guid) {
+			return svc.path + "/" + c, nil
+		}
+	}
+	return "", nil
+}
+
+// createParents creates the path and its missing ancestors as persistent
+// znodes (Curator creates containers; either serves).
+func (svc *service) createParents(ctx context.Context) error {
+	parts := strings.Split(svc.path[1:], "/")
+	for i := range parts {
+		p := "/" + strings.Join(parts[:i+1], "/")
+		for {
+			_, err := svc.s.conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+			if err == nil || errors.Is(err, zk.ErrNodeExists) {
+				break
+			}
+			if retryable(err) && svc.pauseRetry(ctx) {
+				continue
+			}
+			if retryable(err) {
+				return svc.cause(ctx)
+			}
+			return fmt.Errorf("zkio: create %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// live returns the reason to stop now: ctx's end or the service's.
+func (svc *service) live(ctx context.Context) error {
+	select {
+	case <-svc.ended:
+		return svc.Err()
+	default:
+	}
+	return ctx.Err()
+}
+
+// cause returns why a wait stopped: the service's end, else ctx's.
+func (svc *service) cause(ctx context.Context) error {
+	select {
+	case <-svc.ended:
+		return svc.Err()
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("zkio: %s: connection to ZooKeeper lost", svc.path)
+}
+
+// withdraw deletes a znode this service no longer wants, now, or by a
+// session helper if the connection is down.
+func (svc *service) withdraw(node string) {
+	err := svc.s.conn.Delete(node, -1)
+	if err == nil || errors.Is(err, zk.ErrNoNode) {
+		return
+	}
+	svc.s.forgetNode(node)
+}
+
+// wait queues the znode and returns once it is first in its queue; with
+// try, it returns taken at once if anyone is ahead. On any failure the
+// znode is withdrawn.
+func (svc *service) wait(ctx context.Context, node string, try bool) error {
+	conn := svc.s.conn
+	base := node[strings.LastIndex(node, "/")+1:]
+	fail := func(err error) error {
+		svc.withdraw(node)
+		return err
+	}
+	for {
+		if err := svc.live(ctx); err != nil {
+			return fail(err)
+		}
+		children, _, err := conn.Children(svc.path)
+		if err != nil {
+			if retryable(err) && svc.pauseRetry(ctx) {
+				continue
+			}
+			return fail(fmt.Errorf("zkio: list %s: %w", svc.path, errors.Join(err, svc.cause(ctx))))
+		}
+		q := queueOf(children, svc.spec.name)
+		i := slices.IndexFunc(q, func(m member) bool { return m.name == base })
+		switch {
+		case i < 0:
+			return fmt.Errorf("zkio: %s deleted while it waited", node)
+		case i == 0:
+			return nil
+		case try:
+			return fail(svc.spec.taken)
+		}
+		// Watch only the znode just ahead: its deletion is the only change
+		// that can make this one first.
+		ahead := svc.path + "/" + q[i-1].name
+		exists, _, ch, err := conn.ExistsW(ahead)
+		if err != nil {
+			if retryable(err) && svc.pauseRetry(ctx) {
+				continue
+			}
+			return fail(fmt.Errorf("zkio: watch %s: %w", ahead, errors.Join(err, svc.cause(ctx))))
+		}
+		if !exists {
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-svc.ended:
+			return fail(svc.Err())
+		}
+	}
+}
