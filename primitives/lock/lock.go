@@ -63,21 +63,22 @@ type Service interface {
 
 // Grant describes one hold of the lock.
 type Grant struct {
-	// FencingToken is a backend revision at which this hold's key exists and
-	// no earlier waiter's key does. It is strictly greater than every earlier
-	// holder's token.
+	// FencingToken is strictly greater than every earlier holder's token on
+	// this lock. How a backend derives it is in its package doc (etcd: a
+	// revision at which this hold's key exists and no earlier waiter's key
+	// does; ZooKeeper: the czxid of the hold's znode).
 	FencingToken fencing.Token
 	// Key is the backend key that represents this hold: never the key of
 	// the Service's previous hold, though a backend may reuse names of
 	// older ones (each hold's key is created anew). Key and FencingToken
 	// alone do not name one hold: Created does.
 	Key string
-	// LeaseID is the lease the key is attached to.
+	// LeaseID is the lease (or session) the key is attached to.
 	LeaseID int64
 	// TTL is the lease's time to live.
 	TTL time.Duration
 	// Created is the backend's creation sequence of Key (etcd: its
-	// CreateRevision). It names this hold: no later hold, of this owner or
+	// CreateRevision; ZooKeeper: its czxid). It names this hold: no later hold, of this owner or
 	// any other, has the same. Release matches by it; zero never matches.
 	Created int64
 }
