@@ -20,6 +20,7 @@
 //	curl -i -X PUT -H 'Fencing-Token: 5' -d stale http://127.0.0.1:8080/kv/doc   # 409
 //	curl -i -X PUT -d none http://127.0.0.1:8080/kv/doc                          # 428
 //	curl http://127.0.0.1:8080/kv/doc                                            # hello
+//	curl http://127.0.0.1:8080/metrics   # disco_guard_admitted_total, disco_guard_rejected_total{reason}, disco_guard_mark, ...
 package main
 
 import (
@@ -30,6 +31,9 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ahrtr/disco/examples/internal/story"
 	"github.com/ahrtr/disco/examples/lock/http/store"
@@ -44,11 +48,19 @@ func run(ctx context.Context, ln net.Listener, out io.Writer) error {
 	// resource stores the mark durably with its data and restores it here
 	// with guard.WithInitialMark(persisted); otherwise a restart forgets every
 	// token it has seen and lets a zombie write in again.
-	srv := &http.Server{
-		Handler:           store.New().Handler(guard.New(), story.Logf(out)),
-		ReadHeaderTimeout: 10 * time.Second,
+	//
+	// The guard reports to a registry of this resource's own, served on
+	// /metrics: requests admitted, rejected by reason, Admit's wait, the mark.
+	reg := prometheus.NewRegistry()
+	m, err := guard.NewMetrics(reg)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(out, "resource: key/value store on http://%s (PUT /kv/{key} needs a Fencing-Token header; GET /kv/{key})\n", ln.Addr())
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", store.New().Handler(guard.New(guard.WithMetrics(m)), story.Logf(out)))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(out, "resource: key/value store on http://%s (PUT /kv/{key} needs a Fencing-Token header; GET /kv/{key}; GET /metrics)\n", ln.Addr())
 	serve := func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err

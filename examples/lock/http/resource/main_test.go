@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -41,6 +42,25 @@ func TestResource(t *testing.T) {
 	}
 	if code := put(0, "none"); code != http.StatusPreconditionRequired {
 		t.Errorf("PUT without token: %d, want 428", code)
+	}
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"disco_guard_admitted_total 1",
+		`disco_guard_rejected_total{reason="stale"} 1`,
+		`disco_guard_rejected_total{reason="missing"} 1`,
+		"disco_guard_mark 7",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
 	}
 	tr.CloseIdleConnections()
 
