@@ -58,7 +58,9 @@ func TestTokensRiseAcrossRestartWithAOF(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r.Restart()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	after := grants(t, lockOn(t, r, "aof"), 3)
 	prev := before[len(before)-1].Token()
 	for _, g := range after {
@@ -87,7 +89,9 @@ func TestTokensGoBackWithoutAOF(t *testing.T) {
 	if err := gd.Check(last); err != nil {
 		t.Fatal(err)
 	}
-	r.Restart()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	after := grants(t, lockOn(t, r, "volatile"), 1)[0]
 	if after.Token() > last {
 		t.Fatalf("token %d after %d: the counter survived a restart without persistence", after.Token(), last)

@@ -23,7 +23,6 @@ type Redis struct {
 	// Dir is the server's working directory (its AOF lives there).
 	Dir string
 
-	t    testing.TB
 	bin  string
 	args []string
 	cmd  *exec.Cmd
@@ -41,12 +40,32 @@ func WithoutAOF() RedisOption { return func(c *redisConfig) { c.aof = false } }
 // StartRedis starts redis-server on a free loopback port with a fresh
 // directory, by default with appendonly yes, appendfsync always and no
 // snapshots, and waits until it answers PING. It skips t (or fails it under
-// DISCO_REQUIRE_SERVERS=1) when redis-server is not installed.
+// DISCO_REQUIRE_SERVERS=1) when redis-server is not installed, and stops the
+// server when t ends.
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
-	bin := LookPath("redis-server", "/usr/bin/redis-server", "/usr/local/bin/redis-server")
-	if bin == "" {
+	if RedisBinary() == "" {
 		Missing(t, "redis-server", RedisInstall)
+	}
+	r, err := LaunchRedis(t.TempDir(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// RedisBinary is the path of redis-server, or "" if it is not installed.
+func RedisBinary() string {
+	return LookPath("redis-server", "/usr/bin/redis-server", "/usr/local/bin/redis-server")
+}
+
+// LaunchRedis is StartRedis for programs (bench): it starts redis-server in
+// dir and returns it; the caller stops it.
+func LaunchRedis(dir string, opts ...RedisOption) (*Redis, error) {
+	bin := RedisBinary()
+	if bin == "" {
+		return nil, fmt.Errorf("redis-server is not installed; install it with: %s", RedisInstall)
 	}
 	c := redisConfig{aof: true}
 	for _, o := range opts {
@@ -54,9 +73,9 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	}
 	port, err := FreePort()
 	if err != nil {
-		t.Fatalf("redis: free port: %v", err)
+		return nil, fmt.Errorf("redis: free port: %w", err)
 	}
-	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: t.TempDir(), t: t, bin: bin}
+	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, bin: bin}
 	r.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", r.Dir,
 		"--save", "", "--daemonize", "no", "--protected-mode", "no"}
 	if c.aof {
@@ -64,26 +83,27 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	} else {
 		r.args = append(r.args, "--appendonly", "no")
 	}
-	r.start()
-	t.Cleanup(r.Stop)
-	return r
+	if err := r.start(); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
-func (r *Redis) start() {
-	r.t.Helper()
+func (r *Redis) start() error {
 	r.cmd = exec.Command(r.bin, r.args...)
 	r.cmd.Dir = r.Dir
 	if err := r.cmd.Start(); err != nil {
-		r.t.Fatalf("redis: start %s: %v", r.bin, err)
+		return fmt.Errorf("redis: start %s: %w", r.bin, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for !ping(r.Addr) {
 		if time.Now().After(deadline) {
 			r.Stop()
-			r.t.Fatalf("redis: %s did not answer PING within 10s", r.Addr)
+			return fmt.Errorf("redis: %s did not answer PING within 10s", r.Addr)
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval while the server starts
 	}
+	return nil
 }
 
 // Stop stops the server (SIGTERM, then SIGKILL after 5s); calling it again is
@@ -107,10 +127,9 @@ func (r *Redis) Stop() {
 
 // Restart stops the server and starts it again on the same port and
 // directory, so that it reloads its append-only file if it has one.
-func (r *Redis) Restart() {
-	r.t.Helper()
+func (r *Redis) Restart() error {
 	r.Stop()
-	r.start()
+	return r.start()
 }
 
 // ping reports whether a Redis server at addr answers PING.
