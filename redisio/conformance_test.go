@@ -12,6 +12,7 @@ import (
 	"github.com/ahrtr/disco/primitives/conformance"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
 	"github.com/ahrtr/disco/redisio"
 	"github.com/ahrtr/disco/redisio/internal/testhook"
 )
@@ -57,6 +58,12 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 		NewLock: func(t *testing.T, name string) lock.Service {
 			cli, s := owner(t)
 			l := closedAtEnd[lock.Service](t)(redisio.NewLock(cli, name, redisio.WithSession(s)))
+			sessions.Store(l, s)
+			return l
+		},
+		NewRWLock: func(t *testing.T, name string) rwlock.Service {
+			cli, s := owner(t)
+			l := closedAtEnd[rwlock.Service](t)(redisio.NewRWLock(cli, name, redisio.WithSession(s)))
 			sessions.Store(l, s)
 			return l
 		},

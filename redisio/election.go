@@ -21,7 +21,7 @@ var (
 // token is its Created, so tokens rise from term to term. Options and bad
 // input as NewLock.
 func NewElection(cli *redis.Client, name string, opts ...Option) (election.Service, error) {
-	v, err := newService(cli, "election", name, false, opts)
+	v, err := newService(cli, "election", name, kindElection, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +30,7 @@ func NewElection(cli *redis.Client, name string, opts ...Option) (election.Servi
 
 // Campaign blocks until this candidate leads with value.
 func (e *Election) Campaign(ctx context.Context, value string) error {
-	_, err := e.acquire(ctx, false, value)
+	_, err := e.acquire(ctx, false, value, 'w')
 	return err
 }
 
@@ -67,11 +67,11 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 }
 
 // Resign ends this candidate's term; election.ErrNotLeader if it has none.
-func (e *Election) Resign(ctx context.Context) error { return e.release(ctx, 0, true) }
+func (e *Election) Resign(ctx context.Context) error { return e.release(ctx, 0, true, 0) }
 
 // ResignTerm ends exactly term, matched by its Created.
 func (e *Election) ResignTerm(ctx context.Context, term election.Leadership) error {
-	return e.release(ctx, term.Created, false)
+	return e.release(ctx, term.Created, false, 0)
 }
 
 // Term is this candidate's own current term.

@@ -20,7 +20,7 @@ var _ lock.Service = (*Lock)(nil)
 // is an error wrapping primitives.ErrInvalidArgument, and nothing is
 // written to Redis.
 func NewLock(cli *redis.Client, name string, opts ...Option) (lock.Service, error) {
-	v, err := newService(cli, "lock", name, true, opts)
+	v, err := newService(cli, "lock", name, kindLock, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +33,7 @@ func (l *Lock) grant(h hold) lock.Grant {
 
 // Lock blocks until this owner holds the lock.
 func (l *Lock) Lock(ctx context.Context) (lock.Grant, error) {
-	h, err := l.acquire(ctx, false, "")
+	h, err := l.acquire(ctx, false, "", 'w')
 	if err != nil {
 		return lock.Grant{}, err
 	}
@@ -42,7 +42,7 @@ func (l *Lock) Lock(ctx context.Context) (lock.Grant, error) {
 
 // TryLock takes the lock only if nobody holds it or waits for it.
 func (l *Lock) TryLock(ctx context.Context) (lock.Grant, error) {
-	h, err := l.acquire(ctx, true, "")
+	h, err := l.acquire(ctx, true, "", 'w')
 	if err != nil {
 		return lock.Grant{}, err
 	}
@@ -50,9 +50,9 @@ func (l *Lock) TryLock(ctx context.Context) (lock.Grant, error) {
 }
 
 // Unlock releases the current hold; lock.ErrNotHeld if there is none.
-func (l *Lock) Unlock(ctx context.Context) error { return l.release(ctx, 0, true) }
+func (l *Lock) Unlock(ctx context.Context) error { return l.release(ctx, 0, true, 0) }
 
 // Release releases exactly g, matched by its Created.
 func (l *Lock) Release(ctx context.Context, g lock.Grant) error {
-	return l.release(ctx, g.Created, false)
+	return l.release(ctx, g.Created, false, 0)
 }

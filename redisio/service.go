@@ -17,6 +17,7 @@ import (
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
 // service is every primitive: a lock or an election on one scope (a name),
@@ -24,11 +25,12 @@ import (
 type service struct {
 	s       *Session
 	own     bool // the session was made for this service; Close closes it
-	isLock  bool // a lock issues its token at grant; an election's is Created
+	kind    kind
 	what    string
 	name    string
 	seq     string
 	queue   string
+	rtok    string
 	wake    string
 	notHeld error
 	taken   error
@@ -56,9 +58,20 @@ type service struct {
 	leaderSeq uint64
 }
 
+// kind is what a service is: it decides the scripts, the token rule and
+// the errors.
+type kind int
+
+const (
+	kindLock     kind = iota // token: a new increment at grant
+	kindElection             // token: the hold's Created
+	kindRWLock               // token: a new increment (writer) or the read epoch's (reader)
+)
+
 // hold is one grant (or a waiting acquisition) in Redis.
 type hold struct {
 	key       string
+	mode      byte // 'w', or 'r' for an rwlock's read hold
 	created   int64
 	token     int64
 	value     string
@@ -66,7 +79,7 @@ type hold struct {
 	suspended bool
 }
 
-func newService(cli *redis.Client, what, name string, isLock bool, opts []Option) (*service, error) {
+func newService(cli *redis.Client, what, name string, k kind, opts []Option) (*service, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("redisio: %s: nil client: %w", what, primitives.ErrInvalidArgument)
 	}
@@ -87,14 +100,18 @@ func newService(cli *redis.Client, what, name string, isLock bool, opts []Option
 		return nil, fmt.Errorf("redisio: %s %q: the session runs on another client: %w", what, name, primitives.ErrInvalidArgument)
 	}
 	v := &service{
-		s: s, own: own, isLock: isLock, what: what, name: name,
-		seq: name + "/seq", queue: name + "/queue", wake: name + "/wake",
+		s: s, own: own, kind: k, what: what, name: name,
+		seq: name + "/seq", queue: name + "/queue", rtok: name + "/rtok", wake: name + "/wake",
 		fan: actor.NewFanout(primitives.Coalescable), sem: make(chan struct{}, 1), done: make(chan struct{}),
 		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{},
 	}
-	v.notHeld, v.taken = lock.ErrNotHeld, lock.ErrLockTaken
-	if !isLock {
-		v.notHeld = election.ErrNotLeader
+	switch k {
+	case kindLock:
+		v.notHeld, v.taken = lock.ErrNotHeld, lock.ErrLockTaken
+	case kindRWLock:
+		v.notHeld, v.taken = rwlock.ErrNotHeld, rwlock.ErrRWLockTaken
+	case kindElection:
+		v.notHeld, v.taken = election.ErrNotLeader, lock.ErrLockTaken
 		v.obs = actor.NewFanout(func(election.Leadership) bool { return true })
 	}
 	if err := s.subscribe(o.ctx, v.wake); err != nil {
@@ -106,7 +123,7 @@ func newService(cli *redis.Client, what, name string, isLock bool, opts []Option
 			return struct{}{}, s.Err()
 		}
 		s.services[v] = struct{}{}
-		if !isLock {
+		if k == kindElection {
 			s.helpers.Add(1)
 			go v.watch()
 		}
@@ -155,7 +172,7 @@ func (v *service) recheck() time.Duration {
 }
 
 // acquire is Lock, TryLock and Campaign: one hold at a time per service.
-func (v *service) acquire(ctx context.Context, try bool, value string) (hold, error) {
+func (v *service) acquire(ctx context.Context, try bool, value string, mode byte) (hold, error) {
 	if err := v.Err(); err != nil {
 		return hold{}, err
 	}
@@ -177,7 +194,7 @@ func (v *service) acquire(ctx context.Context, try bool, value string) (hold, er
 			return hold{}, v.Err()
 		}
 	}
-	h, err := v.enqueue(ctx, try, value)
+	h, err := v.enqueue(ctx, try, value, mode)
 	if err != nil {
 		<-v.sem
 	}
@@ -185,7 +202,7 @@ func (v *service) acquire(ctx context.Context, try bool, value string) (hold, er
 }
 
 // enqueue creates the hold in Redis and waits for its turn.
-func (v *service) enqueue(ctx context.Context, try bool, value string) (hold, error) {
+func (v *service) enqueue(ctx context.Context, try bool, value string, mode byte) (hold, error) {
 	tryArg := "0"
 	if try {
 		tryArg = "1"
@@ -194,8 +211,15 @@ func (v *service) enqueue(ctx context.Context, try bool, value string) (hold, er
 	// short by ctx; an unknown outcome leaves at most a key that nobody
 	// refreshes, which dies with the TTL.
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	res, err := enqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.s.key},
-		v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id).Int64Slice()
+	var res []int64
+	var err error
+	if v.kind == kindRWLock {
+		res, err = rwEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.s.key, v.rtok},
+			v.name, tryArg, string(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id).Int64Slice()
+	} else {
+		res, err = enqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.s.key},
+			v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id).Int64Slice()
+	}
 	cancel()
 	if err != nil {
 		return hold{}, v.errf("enqueue: %w", err)
@@ -206,7 +230,7 @@ func (v *service) enqueue(ctx context.Context, try bool, value string) (hold, er
 	case -2:
 		return hold{}, v.errf("%w", v.taken)
 	}
-	h := hold{key: v.name + "/" + strconv.FormatInt(res[0], 10), created: res[0], token: res[1], value: value}
+	h := hold{key: v.name + "/" + strconv.FormatInt(res[0], 10), mode: mode, created: res[0], token: res[1], value: value}
 	if h.token != 0 {
 		return h, v.grant(h)
 	}
@@ -267,7 +291,7 @@ func (v *service) wait(ctx context.Context, h hold) (hold, error) {
 		}
 		t.Reset(v.recheck())
 		cctx, cancel := context.WithTimeout(ctx, opTimeout)
-		res, err := checkScript.Run(cctx, v.s.cli, []string{v.seq, v.queue, v.s.key, h.key}, boolArg(v.isLock), v.wake).Int64Slice()
+		res, err := v.check(cctx, h.key)
 		cancel()
 		if err != nil {
 			v.s.log.Debug("redisio: check", zap.String("key", h.key), zap.Error(err))
@@ -290,11 +314,16 @@ func (v *service) wait(ctx context.Context, h hold) (hold, error) {
 	}
 }
 
-func boolArg(b bool) string {
-	if b {
-		return "1"
+// check runs the script that grants a waiting hold at its turn.
+func (v *service) check(ctx context.Context, key string) ([]int64, error) {
+	switch v.kind {
+	case kindRWLock:
+		return rwCheckScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.s.key, key, v.rtok}, v.wake).Int64Slice()
+	case kindLock:
+		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.s.key, key}, "1", v.wake).Int64Slice()
+	default:
+		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.s.key, key}, "0", v.wake).Int64Slice()
 	}
-	return "0"
 }
 
 // withdraw forgets a waiting key and deletes it in Redis.
@@ -307,13 +336,15 @@ func (v *service) withdraw(key string) {
 	}
 }
 
-// release ends the current hold (any) or the one named by created.
-func (v *service) release(ctx context.Context, created int64, any bool) error {
+// release ends the current hold (any, of mode if mode is not 0) or the one
+// named by created.
+func (v *service) release(ctx context.Context, created int64, any bool, mode byte) error {
 	h, err := loopCall(v.s, ctx, func() (hold, error) {
 		if v.ended || v.closing {
 			return hold{}, v.Err()
 		}
-		if v.held == nil || v.held.releasing || (!any && (created == 0 || created != v.held.created)) {
+		if v.held == nil || v.held.releasing || (!any && (created == 0 || created != v.held.created)) ||
+			(mode != 0 && v.held.mode != mode) {
 			return hold{}, v.errf("%w", v.notHeld)
 		}
 		v.held.releasing = true
@@ -499,7 +530,7 @@ func (v *service) wokenLoop(head string) {
 		default:
 		}
 	}
-	if !v.isLock {
+	if v.kind == kindElection {
 		select {
 		case v.watchWake <- struct{}{}:
 		default:
