@@ -1,6 +1,9 @@
 // Package redisio is disco's Redis backend: a Session that owns one
-// liveness key and one event loop, and the lock and election that run on
-// it, with fencing tokens that a guard (package fencing/guard) can check.
+// liveness key and one event loop, and the lock, read/write lock and
+// election that run on it, with fencing tokens that a guard (package
+// fencing/guard) can check. The constructors have etcdio's shape:
+// NewSession(cli, opts...), NewLock, NewRWLock and NewElection(cli, name,
+// opts...).
 //
 // It is built on github.com/redis/go-redis/v9: a maintained client whose
 // redis.Script runs a Lua script by EVALSHA and falls back to EVAL when the
@@ -42,8 +45,8 @@
 // user passes it) is its scope; its keys are name/seq (the counter: every
 // hold's Created, and every lock token), name/queue (a sorted set of hold
 // keys by Created), name/<Created> (one hold: a hash naming its session,
-// with the session's expiry) and the pub/sub channel name/wake. The counter
-// is never deleted: it is what keeps tokens rising. The scripts address
+// with the session's expiry), for an rwlock name/rtok (the read epoch's
+// token), and the pub/sub channel name/wake. The counter is never deleted: it is what keeps tokens rising. The scripts address
 // keys they compute, so a name's keys and the session keys must live on
 // one server: Redis Cluster is not supported.
 //
@@ -55,8 +58,12 @@
 // queue, and one script grants it: a lock's token is a new increment of the
 // counter in that script (grant and token are one step); an election's
 // token is its hold's Created, which rises from term to term because
-// candidates lead in the order they queued. Waiters are served first come,
-// first served. Unlock, Resign and Close run one script that deletes the hold
+// candidates lead in the order they queued. An rwlock's readers and writers
+// share one queue: a writer is granted at its head, a reader when no writer
+// is ahead of it; a writer's token is a new increment and ends the read
+// epoch, and the first reader after it opens the next epoch with a new
+// increment that the readers granted until the next writer share (see
+// NewRWLock). Waiters are served first come, first served. Unlock, Resign and Close run one script that deletes the hold
 // and publishes the key of the queue's new head.
 //
 // A hold is dead when its key or its session's key is gone. Every script
@@ -67,8 +74,11 @@
 //
 // A waiting Lock or Campaign is its caller's goroutine. The session's one
 // pub/sub connection listens on the wake channel of every name its
-// primitives use; the loop hands a message only to the waiter whose key it
-// names, so a release wakes one waiter, not all of them. Because a session
+// primitives use. A release publishes the key of the first hold still
+// waiting, and the loop hands a message only to the waiter whose key it
+// names, so a release wakes one waiter, not all of them; an rwlock reader
+// that is granted wakes the hold behind it, so that readers queued together
+// follow each other in. Because a session
 // that expires publishes nothing, and a message can be missed around a
 // reconnect, each waiter also looks again every TTL/4 (at least 50 ms, at
 // most 1 s): a bounded re-check, one small script per waiter, not a polling

@@ -358,7 +358,7 @@ func (s *Session) refresher() {
 		case <-s.quit:
 			return
 		}
-		testhook.Wait(s, s.quit)
+		testhook.WaitRefresh(s, s.quit)
 		keys, err := loopCall(s, context.Background(), func() ([]string, error) { return s.holdKeys(), nil })
 		if err != nil {
 			return
