@@ -104,9 +104,13 @@ local function firstWaiting(q)
 end
 `
 
-// releaseScript deletes a hold (held or waiting) of this session and wakes
-// the first waiter.
-// KEYS: queue, hold key, session key. ARGV: wake channel.
+// releaseScript deletes a hold (held or waiting) of this session and hands
+// the lock on: for a lock or an election it grants the queue's new head in
+// the same step (a lock's token a new increment of the counter, an
+// election's the head's Created), so that the next holder's own check only
+// reads; then it wakes that head, or for an rwlock the first waiter.
+// KEYS: queue, hold key, session key, seq. ARGV: wake channel, handoff
+// (lock, election or "").
 // Returns 1 if the hold existed, 0 if it was already gone.
 var releaseScript = redis.NewScript(luaHead + luaFirstWaiting + `
 local r = 0
@@ -116,8 +120,19 @@ if redis.call('HGET', KEYS[2], 's') == KEYS[3] then
 end
 local queued = redis.call('ZREM', KEYS[1], KEYS[2])
 if r == 1 or queued == 1 then
-  head(KEYS[1])
-  redis.call('PUBLISH', ARGV[1], firstWaiting(KEYS[1]))
+  local h = head(KEYS[1])
+  if h and ARGV[2] ~= '' and redis.call('HEXISTS', h, 't') == 0 then
+    local t
+    if ARGV[2] == 'lock' then
+      t = redis.call('INCR', KEYS[4])
+    else
+      t = redis.call('ZSCORE', KEYS[1], h)
+    end
+    redis.call('HSET', h, 't', t)
+    redis.call('PUBLISH', ARGV[1], h)
+  else
+    redis.call('PUBLISH', ARGV[1], firstWaiting(KEYS[1]))
+  end
 end
 return r
 `)

@@ -162,7 +162,16 @@ func (v *service) errf(format string, args ...any) error {
 	return fmt.Errorf("redisio: %s %q: "+format, append([]any{v.what, v.name}, args...)...)
 }
 
-func (v *service) ref(key string) holdRef { return holdRef{queue: v.queue, key: key, wake: v.wake} }
+func (v *service) ref(key string) holdRef {
+	r := holdRef{queue: v.queue, key: key, wake: v.wake, seq: v.seq}
+	switch v.kind {
+	case kindLock:
+		r.handoff = "lock"
+	case kindElection:
+		r.handoff = "election"
+	}
+	return r
+}
 
 // recheck is how often a waiter, and an election's watcher, look again
 // when no wake message came: the bound on a missed message or on a dead
@@ -331,7 +340,7 @@ func (v *service) withdraw(key string) {
 	v.s.mb.Post(func() { delete(v.waiting, key) })
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := releaseScript.Run(ctx, v.s.cli, []string{v.queue, key, v.s.key}, v.wake).Err(); err != nil {
+	if _, err := v.s.release(ctx, v.ref(key)); err != nil {
 		v.s.log.Debug("redisio: withdraw", zap.String("key", key), zap.Error(err))
 	}
 }
@@ -353,7 +362,7 @@ func (v *service) release(ctx context.Context, created int64, any bool, mode byt
 	if err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, v.s.cli, []string{v.queue, h.key, v.s.key}, v.wake).Int64()
+	n, err := v.s.release(ctx, v.ref(h.key))
 	if err != nil {
 		v.s.mb.Post(func() {
 			if v.held != nil && v.held.created == h.created {
@@ -420,7 +429,7 @@ func (v *service) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	for _, r := range refs {
-		if err := releaseScript.Run(ctx, v.s.cli, []string{r.queue, r.key, v.s.key}, r.wake).Err(); err != nil {
+		if _, err := v.s.release(ctx, r); err != nil {
 			v.s.log.Debug("redisio: release at Close", zap.String("key", r.key), zap.Error(err))
 		}
 	}
@@ -490,7 +499,7 @@ func (v *service) checkHeldLoop(gone map[string]bool) {
 		defer s.helpers.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
-		_ = releaseScript.Run(ctx, s.cli, []string{ref.queue, ref.key, s.key}, ref.wake).Err()
+		_, _ = s.release(ctx, ref)
 	}()
 }
 

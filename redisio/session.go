@@ -164,8 +164,14 @@ func (s *Session) stop() {
 	})
 }
 
-// holdRef names a hold key in Redis for a release.
-type holdRef struct{ queue, key, wake string }
+// holdRef names a hold key in Redis for a release, with what its scope's
+// release needs.
+type holdRef struct{ queue, key, wake, seq, handoff string }
+
+// release runs releaseScript for ref on behalf of the session s.
+func (s *Session) release(ctx context.Context, ref holdRef) (int64, error) {
+	return releaseScript.Run(ctx, s.cli, []string{ref.queue, ref.key, s.key, ref.seq}, ref.wake, ref.handoff).Int64()
+}
 
 // cleanup releases keys and deletes the session's key, bounded by
 // opTimeout; errors only log (the keys expire with the TTL anyway).
@@ -173,7 +179,7 @@ func (s *Session) cleanup(keys []holdRef) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	for _, k := range keys {
-		if err := releaseScript.Run(ctx, s.cli, []string{k.queue, k.key, s.key}, k.wake).Err(); err != nil {
+		if _, err := s.release(ctx, k); err != nil {
 			s.log.Debug("redisio: release at session end", zap.String("key", k.key), zap.Error(err))
 		}
 	}
