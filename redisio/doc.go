@@ -55,16 +55,20 @@
 // Lock and Campaign run one script that takes the next Created from the
 // counter, writes the hold and queues it; if nobody is ahead it is granted in
 // that same script. Otherwise the caller waits until its hold heads the
-// queue, and one script grants it: a lock's token is a new increment of the
-// counter in that script (grant and token are one step); an election's
+// queue, and one script grants it: the release of the hold before it, which
+// grants the new head in the same step (one write per handoff), or the
+// waiter's own look if it finds itself at the head ungranted (the hold
+// before it died). A lock's token is a new increment of the counter in the
+// granting script (grant and token are one step); an election's
 // token is its hold's Created, which rises from term to term because
 // candidates lead in the order they queued. An rwlock's readers and writers
 // share one queue: a writer is granted at its head, a reader when no writer
 // is ahead of it; a writer's token is a new increment and ends the read
 // epoch, and the first reader after it opens the next epoch with a new
 // increment that the readers granted until the next writer share (see
-// NewRWLock). Waiters are served first come, first served. Unlock, Resign and Close run one script that deletes the hold
-// and publishes the key of the queue's new head.
+// NewRWLock). Waiters are served first come, first served. Unlock, Resign
+// and Close run one script that deletes the hold, grants the next (a lock
+// or an election) and publishes its key.
 //
 // A hold is dead when its key or its session's key is gone. Every script
 // that looks at a queue removes dead holds from its front, so a waiter
