@@ -168,3 +168,57 @@ func TestPausedHolderIsFencedByGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRestartWhileWaiting: with AOF, a holder and a waiter ride out a
+// server restart (their session keys and the queue come back from the
+// append-only file, the pub/sub connection resubscribes), and the waiter
+// takes over with a higher token once the holder unlocks.
+func TestRestartWhileWaiting(t *testing.T) {
+	r := testserver.StartRedis(t)
+	noLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder := lockOn(t, r, "restart-wait", redisio.WithTTL(3*time.Second))
+	waiter := lockOn(t, r, "restart-wait", redisio.WithTTL(3*time.Second))
+	gh, err := holder.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		g   lock.Grant
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		g, err := waiter.Lock(ctx)
+		got <- res{g, err}
+	}()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case o := <-got:
+		t.Fatalf("waiter acquired while the holder holds: %+v, %v", o.g, o.err)
+	default:
+	}
+	var uerr error
+	for range 50 { // the client may need a few tries to reconnect
+		if uerr = holder.Unlock(ctx); uerr == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // retry interval, not synchronisation
+	}
+	if uerr != nil {
+		t.Fatalf("Unlock after the restart: %v", uerr)
+	}
+	o := <-got
+	if o.err != nil {
+		t.Fatalf("waiter's Lock across the restart: %v", o.err)
+	}
+	if o.g.Token() <= gh.Token() {
+		t.Fatalf("waiter's token %d not above the holder's %d", o.g.Token(), gh.Token())
+	}
+	if err := holder.Err(); err != nil {
+		t.Fatalf("holder's session did not survive the restart: %v", err)
+	}
+}
