@@ -27,6 +27,7 @@ type options struct {
 	session *Session
 	log     *zap.Logger
 	ctx     context.Context
+	cancel  bool // cancel Do's and Lead's fn at Suspended
 	errs    []error
 }
 
@@ -63,6 +64,12 @@ func WithLogger(l *zap.Logger) Option {
 		}
 	}
 }
+
+// WithCancelOnSuspend makes lock.Do, rwlock.DoRead, rwlock.DoWrite and
+// election.Lead end fn's context already at Suspended (with a cause
+// wrapping primitives.ErrSuspended), not only at Lost, for owners that
+// would rather stop than risk a late write while the session is in doubt.
+func WithCancelOnSuspend() Option { return func(o *options) { o.cancel = true } }
 
 // WithContext bounds construction (creating the session, subscribing to
 // the scope's channel), never the session's life.

@@ -34,6 +34,7 @@ type service struct {
 	wake    string
 	notHeld error
 	taken   error
+	cancel  bool // WithCancelOnSuspend
 
 	fan  *actor.Fanout[primitives.Event]
 	obs  *actor.Fanout[election.Leadership] // elections only
@@ -100,7 +101,7 @@ func newService(cli *redis.Client, what, name string, k kind, opts []Option) (*s
 		return nil, fmt.Errorf("redisio: %s %q: the session runs on another client: %w", what, name, primitives.ErrInvalidArgument)
 	}
 	v := &service{
-		s: s, own: own, kind: k, what: what, name: name,
+		s: s, own: own, kind: k, what: what, name: name, cancel: o.cancel,
 		seq: name + "/seq", queue: name + "/queue", rtok: name + "/rtok", wake: name + "/wake",
 		fan: actor.NewFanout(primitives.Coalescable), sem: make(chan struct{}, 1), done: make(chan struct{}),
 		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{},
@@ -141,6 +142,10 @@ func (v *service) Err() error {
 	defer v.errMu.Unlock()
 	return v.err
 }
+
+// CancelOnSuspend reports whether Do and Lead end fn's context at
+// Suspended (WithCancelOnSuspend).
+func (v *service) CancelOnSuspend() bool { return v.cancel }
 
 // Done is closed when the service is lost or closed.
 func (v *service) Done() <-chan struct{} { return v.done }

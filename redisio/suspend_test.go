@@ -2,11 +2,13 @@ package redisio_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
 	"github.com/ahrtr/disco/redisio/internal/testhook"
 )
@@ -67,5 +69,38 @@ func TestSuspendedThenResumed(t *testing.T) {
 	}
 	if err := l.Release(ctx, g); err != nil {
 		t.Fatalf("Release after Resumed: %v", err)
+	}
+}
+
+// TestCancelOnSuspend: with WithCancelOnSuspend, lock.Do's fn sees its
+// context end at Suspended, with a cause wrapping primitives.ErrSuspended.
+func TestCancelOnSuspend(t *testing.T) {
+	r := testserver.StartRedis(t)
+	noLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cli := newClient(t, r)
+	s, err := redisio.NewSession(cli, redisio.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	l, err := redisio.NewLock(cli, "cancel-on-suspend", redisio.WithSession(s), redisio.WithCancelOnSuspend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	resume := make(chan struct{})
+	defer close(resume)
+	err = lock.Do(ctx, l, func(fctx context.Context, _ lock.Grant) error {
+		testhook.PauseRefresh(s, resume)
+		<-fctx.Done()
+		if cause := context.Cause(fctx); !errors.Is(cause, primitives.ErrSuspended) {
+			t.Errorf("fn's context ended with %v, want a cause wrapping ErrSuspended", cause)
+		}
+		return nil
+	})
+	if !errors.Is(err, primitives.ErrSuspended) {
+		t.Fatalf("Do = %v, want an error wrapping ErrSuspended", err)
 	}
 }
