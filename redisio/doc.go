@@ -11,6 +11,18 @@
 // by itself after a reconnect. Every state change here is one Lua script;
 // the pub/sub connection wakes waiters.
 //
+// # Map
+//
+//   - scripts.go: every Lua script, and the keys they use.
+//   - session.go: the Session, its loop (run) and its end (lose, Close).
+//     refresh.go: the refresher, the deadline, Suspended and Resumed.
+//     pubsub.go: the session's channel subscriptions and wake-ups.
+//   - service.go: one type, service, is every primitive; lock.go,
+//     rwlock.go and election.go are the public methods over it, watch.go
+//     an election's leader reads.
+//   - queue.go: how an acquisition queues, waits and is granted.
+//     grant.go: the loop's record of a hold, its events and its end.
+//
 // # The safety contract
 //
 // A token is strictly greater than every token issued before it on the same
