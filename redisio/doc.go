@@ -50,6 +50,20 @@
 // and a guard in front of the resource are what make such a holder
 // harmless; see TestPausedHolderIsFencedByGuard.
 //
+// # Running Redis for redisio
+//
+//   - appendonly yes, appendfsync always: the contract above.
+//   - maxmemory-policy noeviction: an evicted counter starts tokens again;
+//     an evicted session or hold key ends a hold early.
+//   - One server (or one primary): not Redis Cluster (see Keys).
+//   - Client retries: go-redis sends a command again when the connection
+//     drops before the reply (MaxRetries, 3 by default), so a script may
+//     run twice. That never breaks exclusion: a second enqueue leaves a hold
+//     that no caller waits for, which blocks the name until its key expires
+//     (one TTL at most), and a second release finds its hold gone, so
+//     Unlock reports ErrNotHeld (and Lost) for a hold it did release. Set
+//     MaxRetries: -1 on the client to rule both out.
+//
 // # Keys
 //
 // A session is the key disco/session/<id> (id from the counter
