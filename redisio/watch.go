@@ -38,7 +38,9 @@ func (v *service) watch() {
 	defer v.s.helpers.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	v.s.helpers.Add(1)
 	go func() {
+		defer v.s.helpers.Done()
 		select {
 		case <-v.done:
 		case <-v.s.quit:
