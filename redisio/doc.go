@@ -72,7 +72,10 @@
 // hold's Created, and every lock token), name/queue (a sorted set of hold
 // keys by Created), name/<Created> (one hold: a hash naming its session,
 // with the session's expiry), for an rwlock name/rtok (the read epoch's
-// token), and the pub/sub channel name/wake. The counter is never deleted: it is what keeps tokens rising. The scripts address
+// token), and the pub/sub channel name/wake. A name is one primitive: a
+// lock, an rwlock and an election must not share one (services of the same
+// kind on one name contend, whatever their sessions). The counter is never
+// deleted: it is what keeps tokens rising. The scripts address
 // keys they compute, so a name's keys and the session keys must live on
 // one server: Redis Cluster is not supported.
 //

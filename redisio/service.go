@@ -18,7 +18,7 @@ import (
 	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
-// service is every primitive: a lock or an election on one scope (a name),
+// service is every primitive: a lock, rwlock or election on one scope (a name),
 // owned by one session. Its loop-only fields belong to the session's loop.
 type service struct {
 	s       *Session
