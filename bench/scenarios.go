@@ -121,6 +121,7 @@ func allScenarios(contenders []int, guardGoroutines int, wc waitersCfg) []scenar
 		scenario{name: "election-failover-expiry", run: failoverScenario(failExpiry)},
 		scenario{name: fmt.Sprintf("semaphore-%d-of-%d", semPermits, semContenders), run: semScenario},
 	)
+	s = append(s, redisScenarios(contenders)...)
 	return s
 }
 

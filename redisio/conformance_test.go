@@ -1,0 +1,109 @@
+package redisio_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives/conformance"
+	"github.com/ahrtr/disco/primitives/election"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
+	"github.com/ahrtr/disco/redisio"
+	"github.com/ahrtr/disco/redisio/internal/testhook"
+)
+
+// conformanceTTL keeps the suite's pause laws (which wait for an expiry)
+// quick without expiring healthy sessions on a loaded machine.
+const conformanceTTL = 2 * time.Second
+
+// TestConformance runs the backend-independent suite against redisio on a
+// real redis-server with appendfsync always.
+func TestConformance(t *testing.T) {
+	r := testserver.StartRedis(t)
+	noLeaks(t)
+	conformance.Run(t, redisBackend(t, r))
+}
+
+// redisBackend makes each owner its own client and its own session, so
+// that the hooks can kill or pause exactly that owner's session.
+func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
+	admin := newClient(t, r)
+	var sessions sync.Map // service -> *redisio.Session
+	session := func(t *testing.T, svc any) *redisio.Session {
+		t.Helper()
+		s, ok := sessions.Load(svc)
+		if !ok {
+			t.Fatalf("conformance hook given a service the factory did not make: %T", svc)
+		}
+		return s.(*redisio.Session)
+	}
+	owner := func(t *testing.T) (*redis.Client, *redisio.Session) {
+		t.Helper()
+		cli := newClient(t, r)
+		s, err := redisio.NewSession(cli, redisio.WithTTL(conformanceTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return cli, s
+	}
+	return conformance.Backend{
+		Name: "redis",
+		TTL:  conformanceTTL,
+		NewLock: func(t *testing.T, name string) lock.Service {
+			cli, s := owner(t)
+			l := closedAtEnd[lock.Service](t)(redisio.NewLock(cli, name, redisio.WithSession(s)))
+			sessions.Store(l, s)
+			return l
+		},
+		NewRWLock: func(t *testing.T, name string) rwlock.Service {
+			cli, s := owner(t)
+			l := closedAtEnd[rwlock.Service](t)(redisio.NewRWLock(cli, name, redisio.WithSession(s)))
+			sessions.Store(l, s)
+			return l
+		},
+		NewElection: func(t *testing.T, name string) election.Service {
+			cli, s := owner(t)
+			e := closedAtEnd[election.Service](t)(redisio.NewElection(cli, name, redisio.WithSession(s)))
+			sessions.Store(e, s)
+			return e
+		},
+		KillSession: func(t *testing.T, svc any) {
+			t.Helper()
+			if err := admin.Del(context.Background(), session(t, svc).Key()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Pause: func(t *testing.T, svc any) func() {
+			t.Helper()
+			resume := make(chan struct{})
+			testhook.PauseSession(session(t, svc), resume)
+			var once sync.Once
+			return func() { once.Do(func() { close(resume) }) }
+		},
+		DeleteKey: func(t *testing.T, key string) {
+			t.Helper()
+			if err := admin.Del(context.Background(), key).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
+
+// closedAtEnd fails t on a constructor's error and closes the service when
+// t ends.
+func closedAtEnd[S interface{ Close() error }](t *testing.T) func(S, error) S {
+	return func(s S, err error) S {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+}

@@ -1,0 +1,158 @@
+// Package redisio is disco's Redis backend: a Session that owns one
+// liveness key and one event loop, and the lock, read/write lock and
+// election that run on it, with fencing tokens that a guard (package
+// fencing/guard) can check. The constructors have etcdio's shape:
+// NewSession(cli, opts...), NewLock, NewRWLock and NewElection(cli, name,
+// opts...).
+//
+// It is built on github.com/redis/go-redis/v9: a maintained client whose
+// redis.Script runs a Lua script by EVALSHA and falls back to EVAL when the
+// server does not know it (after a restart, say), and whose PubSub resubscribes
+// by itself after a reconnect. Every state change here is one Lua script;
+// the pub/sub connection wakes waiters.
+//
+// # Map
+//
+//   - scripts.go: every Lua script, and the keys they use.
+//   - session.go: the Session, its loop (run) and its end (lose, Close).
+//     refresh.go: the refresher, the deadline, Suspended and Resumed.
+//     pubsub.go: the session's channel subscriptions and wake-ups.
+//   - service.go: one type, service, is every primitive; lock.go,
+//     rwlock.go and election.go are the public methods over it, watch.go
+//     an election's leader reads.
+//   - queue.go: how an acquisition queues, waits and is granted.
+//     grant.go: the loop's record of a hold, its events and its end.
+//
+// # The safety contract
+//
+// A token is strictly greater than every token issued before it on the same
+// name only while the name's counter cannot go back. That holds on a single
+// primary that writes every change to its append-only file before it
+// answers: appendonly yes with appendfsync always. It also survives a
+// restart of that server: TestTokensRiseAcrossRestartWithAOF shows it.
+//
+// It does not hold when the counter can be forgotten: no persistence (a
+// restart starts the counter again, TestTokensGoBackWithoutAOF), appendfsync
+// everysec (up to a second of increments lost in a crash), or an
+// asynchronous failover to a replica that had not received the latest
+// increments. Then a token can be handed out again: two holders may carry
+// the same token, which a guard treats as equal and admits both; or a new
+// holder's token is below the guard's mark and it is refused. redisio
+// offers no protection against that (no WAIT for replicas); run it on one
+// primary with appendfsync always, or use a backend with consensus (etcdio)
+// where failover must be safe. There is no Redlock: a majority of
+// independent Redis servers without fsync gives no token that a resource
+// can trust, and a lock without a token cannot stop a paused owner.
+//
+// Mutual exclusion itself rests on expiry: a holder whose session key
+// expires (it paused, or lost its connection) is no longer the holder in
+// Redis, while it may still believe it is until its loop notices. The token
+// and a guard in front of the resource are what make such a holder
+// harmless; see TestPausedHolderIsFencedByGuard.
+//
+// # Running Redis for redisio
+//
+//   - appendonly yes, appendfsync always: the contract above.
+//   - maxmemory-policy noeviction: an evicted counter starts tokens again;
+//     an evicted session or hold key ends a hold early.
+//   - One server (or one primary): not Redis Cluster (see Keys).
+//   - Client retries: go-redis sends a command again when the connection
+//     drops before the reply (MaxRetries, 3 by default), so a script may
+//     run twice. That never breaks exclusion: a second enqueue leaves a hold
+//     that no caller waits for, which blocks the name until its key expires
+//     (one TTL at most), and a second release finds its hold gone, so
+//     Unlock reports ErrNotHeld (and Lost) for a hold it did release. Set
+//     MaxRetries: -1 on the client to rule both out.
+//
+// # Keys
+//
+// A session is the key disco/session/<id> (id from the counter
+// disco/sessions), with a PX expiry of the TTL. A primitive's name (as its
+// user passes it) is its scope; its keys are name/seq (the counter: every
+// hold's Created, and every lock token), name/queue (a sorted set of hold
+// keys by Created), name/<Created> (one hold: a hash naming its session,
+// with the session's expiry), for an rwlock name/rtok (the read epoch's
+// token), and the pub/sub channel name/wake. A name is one primitive: a
+// lock, an rwlock and an election must not share one (services of the same
+// kind on one name contend, whatever their sessions). The counter is never
+// deleted: it is what keeps tokens rising. The scripts address
+// keys they compute, so a name's keys and the session keys must live on
+// one server: Redis Cluster is not supported.
+//
+// # Grants and tokens
+//
+// Lock and Campaign run one script that takes the next Created from the
+// counter, writes the hold and queues it; if nobody is ahead it is granted in
+// that same script. Otherwise the caller waits until its hold heads the
+// queue, and one script grants it: the release of the hold before it, which
+// grants the new head in the same step (one write per handoff), or the
+// waiter's own look if it finds itself at the head ungranted (the hold
+// before it died). A lock's token is a new increment of the counter in the
+// granting script (grant and token are one step); an election's
+// token is its hold's Created, which rises from term to term because
+// candidates lead in the order they queued. An rwlock's readers and writers
+// share one queue: a writer is granted at its head, a reader when no writer
+// is ahead of it; a writer's token is a new increment and ends the read
+// epoch, and the first reader after it opens the next epoch with a new
+// increment that the readers granted until the next writer share (see
+// NewRWLock). Waiters are served first come, first served. Unlock, Resign
+// and Close run one script that deletes the hold, grants the next (a lock
+// or an election) and publishes its key.
+//
+// A hold is dead when its key or its session's key is gone. Every script
+// that looks at a queue removes dead holds from its front, so a waiter
+// behind a holder whose session expired takes over at its next look.
+//
+// # Waking waiters
+//
+// A waiting Lock or Campaign is its caller's goroutine. The session's one
+// pub/sub connection listens on the wake channel of every name its
+// primitives use. A release publishes the key of the first hold still
+// waiting, and the loop hands a message only to the waiter whose key it
+// names, so a release wakes one waiter, not all of them; an rwlock reader
+// that is granted wakes the hold behind it, so that readers queued together
+// follow each other in. Because a session
+// that expires publishes nothing, and a message can be missed around a
+// reconnect, each waiter also looks again every TTL/4 (at least 50 ms, at
+// most 1 s): a bounded re-check, one small script per waiter, not a polling
+// storm. An election's observers read the head on each message and at the
+// same interval.
+//
+// # The session loop
+//
+// Each Session runs one event-loop goroutine (package actor). The loop
+// alone owns the session's state: the refresh deadline, each primitive's
+// hold, its waiters' wake channels and an election's last known leader.
+// Its rules:
+//
+//   - Nothing blocks the loop. Every Redis request runs elsewhere: a
+//     caller's own script (Lock, Unlock, Campaign, Proclaim) on the
+//     caller's goroutine, the session's own (refresh, an election's leader
+//     reads, cleanup) on the session's helper goroutines. They post their
+//     results to the loop's mailbox, which never blocks; the loop answers
+//     callers through replies that never block either.
+//   - Who may block: callers (on their reply or their script, until their
+//     context ends) and helpers (each request bounded by a timeout). Never
+//     the loop.
+//   - A slow subscriber never stalls the loop: events are queued per
+//     subscriber; Acquired, Released, Lost, Suspended and Resumed are never
+//     dropped or coalesced; LeaderChanged and Observe states may be
+//     coalesced for a slow reader, the latest always delivered.
+//   - Every call parked on a service is answered when the service ends.
+//
+// # Loss, suspension and resumption
+//
+// A helper refreshes the session every TTL/3 with one script that sets the
+// session key's PX expiry, and its holds' keys', to the TTL and reports
+// which hold keys are gone. The server set the expiry no earlier than the
+// request was sent, so the loop counts the deadline from the send time of
+// the latest acknowledged refresh, never from the reply's arrival. Half a
+// TTL without an acknowledgement brings Suspended (with that deadline) to
+// every holder, an acknowledgement in time Resumed. At the deadline, or at
+// once when Redis says the session key is gone, the session is lost: every
+// primitive gets Lost for what it held, its waiters fail, Done closes, and
+// every later call fails with an error wrapping primitives.ErrLost. A hold
+// whose key alone is gone (deleted by someone) ends with Lost and the
+// primitive stays usable. Close instead deletes the holds and the session
+// key, so others proceed at once rather than after the TTL.
+package redisio

@@ -1,0 +1,107 @@
+package redisio
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ahrtr/disco/primitives"
+)
+
+// DefaultTTL is a session's time to live when WithTTL is not given.
+const DefaultTTL = 10 * time.Second
+
+// MinTTL is the shortest TTL WithTTL accepts.
+const MinTTL = 100 * time.Millisecond
+
+// maxName bounds a primitive's name.
+const maxName = 1024
+
+// Option configures NewSession, NewLock and NewElection.
+type Option func(*options)
+
+type options struct {
+	ttl     time.Duration
+	session *Session
+	log     *zap.Logger
+	ctx     context.Context
+	cancel  bool // cancel Do's and Lead's fn at Suspended
+	errs    []error
+}
+
+// WithTTL sets the session's time to live: its key's PX expiry, refreshed
+// every TTL/3. At least MinTTL; whole milliseconds.
+func WithTTL(d time.Duration) Option {
+	return func(o *options) {
+		if d < MinTTL {
+			o.errs = append(o.errs, fmt.Errorf("redisio: TTL %v below %v: %w", d, MinTTL, primitives.ErrInvalidArgument))
+			return
+		}
+		o.ttl = d.Truncate(time.Millisecond)
+	}
+}
+
+// WithSession runs a primitive on an existing session, sharing its event
+// loop, its key and its pub/sub connection. Close of the primitive then
+// keeps the session.
+func WithSession(s *Session) Option {
+	return func(o *options) {
+		if s == nil {
+			o.errs = append(o.errs, fmt.Errorf("redisio: nil session: %w", primitives.ErrInvalidArgument))
+			return
+		}
+		o.session = s
+	}
+}
+
+// WithLogger logs through l; the default is silent.
+func WithLogger(l *zap.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithCancelOnSuspend makes lock.Do, rwlock.DoRead, rwlock.DoWrite and
+// election.Lead end fn's context already at Suspended (with a cause
+// wrapping primitives.ErrSuspended), not only at Lost, for owners that
+// would rather stop than risk a late write while the session is in doubt.
+func WithCancelOnSuspend() Option { return func(o *options) { o.cancel = true } }
+
+// WithContext bounds construction (creating the session, subscribing to
+// the scope's channel), never the session's life.
+func WithContext(ctx context.Context) Option {
+	return func(o *options) {
+		if ctx != nil {
+			o.ctx = ctx
+		}
+	}
+}
+
+func buildOptions(opts []Option) (options, error) {
+	o := options{ttl: DefaultTTL, log: zap.NewNop(), ctx: context.Background()}
+	for _, f := range opts {
+		if f == nil {
+			return o, fmt.Errorf("redisio: nil option: %w", primitives.ErrInvalidArgument)
+		}
+		f(&o)
+	}
+	if len(o.errs) > 0 {
+		return o, o.errs[0]
+	}
+	return o, nil
+}
+
+// checkName validates a primitive's name: not empty, not "/", at most 1 KiB.
+func checkName(name string) error {
+	switch {
+	case name == "" || name == "/":
+		return fmt.Errorf("redisio: name %q: %w", name, primitives.ErrInvalidArgument)
+	case len(name) > maxName:
+		return fmt.Errorf("redisio: name %q... is %d bytes, over %d: %w", name[:32], len(name), maxName, primitives.ErrInvalidArgument)
+	}
+	return nil
+}

@@ -1,0 +1,276 @@
+package redisio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/redisio/internal/testhook"
+)
+
+const (
+	sessionCounter = "disco/sessions"
+	sessionPrefix  = "disco/session/"
+	// opTimeout bounds the requests a session makes on its own behalf
+	// (withdrawing, cleaning up) and those it makes when its caller's
+	// context has already ended.
+	opTimeout = 5 * time.Second
+)
+
+// Session is one client identity in Redis: a key disco/session/<id> whose
+// PX expiry its event loop refreshes, one pub/sub connection, and the
+// primitives that run on it. A Session is lost when its key is not
+// confirmed within its TTL; everything it holds is then lost with it.
+type Session struct {
+	cli *redis.Client
+	id  int64
+	key string
+	ttl time.Duration
+	log *zap.Logger
+
+	mb       *actor.Mailbox[func()]
+	quit     chan struct{} // closed to stop the loop and the helpers
+	stopped  chan struct{} // closed when the loop has returned
+	done     chan struct{} // closed when the session is lost or closed
+	endOnce  sync.Once
+	errMu    sync.Mutex
+	err      error
+	helpers  sync.WaitGroup
+	closeMu  sync.Mutex
+	quitOnce sync.Once
+
+	ps    *redis.PubSub
+	subMu sync.Mutex
+	subs  map[string]int // wake channel -> services subscribed
+
+	// Loop only.
+	services  map[*service]struct{}
+	lastAck   time.Time // send time of the latest acknowledged refresh
+	suspended bool
+	ended     bool
+}
+
+// NewSession creates a session on cli: a new id and its key, with the TTL
+// (WithTTL, default DefaultTTL). The caller owns cli; Close never closes it.
+func NewSession(cli *redis.Client, opts ...Option) (*Session, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("redisio: nil client: %w", primitives.ErrInvalidArgument)
+	}
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newSession(cli, o)
+}
+
+func newSession(cli *redis.Client, o options) (*Session, error) {
+	sent := time.Now()
+	id, err := sessionScript.Run(o.ctx, cli, []string{sessionCounter}, sessionPrefix, o.ttl.Milliseconds()).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("redisio: create session: %w", err)
+	}
+	s := &Session{
+		cli: cli, id: id, key: sessionPrefix + strconv.FormatInt(id, 10), ttl: o.ttl, log: o.log,
+		mb: actor.NewMailbox[func()](), quit: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{}),
+		subs: map[string]int{}, services: map[*service]struct{}{}, lastAck: sent,
+	}
+	// The session's own channel opens the pub/sub connection at once, so
+	// that scopes subscribed later share it.
+	s.ps = cli.Subscribe(o.ctx, s.key)
+	if _, err := s.ps.Receive(o.ctx); err != nil {
+		s.ps.Close()
+		s.cleanup(nil)
+		return nil, fmt.Errorf("redisio: subscribe: %w", err)
+	}
+	msgs := s.ps.Channel()
+	s.helpers.Add(3)
+	go s.run()
+	go s.refresher()
+	go func() {
+		defer s.helpers.Done()
+		for m := range msgs {
+			s.mb.Post(func() { s.woken(m.Channel, m.Payload) })
+		}
+	}()
+	return s, nil
+}
+
+// LeaseID is the session's id, the number in its key.
+func (s *Session) LeaseID() int64 { return s.id }
+
+// Key is the session's liveness key, disco/session/<id>.
+func (s *Session) Key() string { return s.key }
+
+// TTL is the session's time to live.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Done is closed when the session is lost or closed.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is nil while the session lives; then it wraps primitives.ErrLost or
+// primitives.ErrClosed.
+func (s *Session) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+// Close ends every primitive on the session (they see Released for what
+// they held), deletes their keys and the session's key in Redis, and stops
+// the loop. It never closes the client.
+func (s *Session) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	keys, err := loopCall(s, context.Background(), func() ([]holdRef, error) {
+		if s.ended {
+			return nil, s.Err()
+		}
+		var refs []holdRef
+		for v := range s.services {
+			refs = append(refs, v.endLoop(primitives.ErrClosed, true)...)
+		}
+		s.end(fmt.Errorf("redisio: session %d: %w", s.id, primitives.ErrClosed))
+		return refs, nil
+	})
+	if err == nil {
+		s.cleanup(keys)
+	}
+	s.shutdown()
+	if errors.Is(err, primitives.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// shutdown stops the loop and every helper and waits for them.
+func (s *Session) shutdown() {
+	s.stop()
+	s.helpers.Wait()
+}
+
+// stop tells the loop and the helpers to return; any goroutine.
+func (s *Session) stop() {
+	s.quitOnce.Do(func() {
+		close(s.quit)
+		s.ps.Close()
+	})
+}
+
+// holdRef names a hold key in Redis for a release, with what its scope's
+// release needs.
+type holdRef struct{ queue, key, wake, seq, handoff string }
+
+// release runs releaseScript for ref on behalf of the session s.
+func (s *Session) release(ctx context.Context, ref holdRef) (int64, error) {
+	return releaseScript.Run(ctx, s.cli, []string{ref.queue, ref.key, s.key, ref.seq}, ref.wake, ref.handoff).Int64()
+}
+
+// cleanup releases keys and deletes the session's key, bounded by
+// opTimeout; errors only log (the keys expire with the TTL anyway).
+func (s *Session) cleanup(keys []holdRef) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	for _, k := range keys {
+		if _, err := s.release(ctx, k); err != nil {
+			s.log.Debug("redisio: release at session end", zap.String("key", k.key), zap.Error(err))
+		}
+	}
+	if err := s.cli.Del(ctx, s.key).Err(); err != nil {
+		s.log.Debug("redisio: delete session key", zap.String("key", s.key), zap.Error(err))
+	}
+}
+
+// end records the session's end. Loop only.
+func (s *Session) end(err error) {
+	s.endOnce.Do(func() {
+		s.errMu.Lock()
+		s.err = err
+		s.errMu.Unlock()
+		s.ended = true
+		close(s.done)
+		s.mb.Close()
+	})
+}
+
+// lose ends the session as lost: every primitive gets Lost for what it
+// held, its waiters fail, and a helper deletes what is left of its keys.
+// Loop only.
+func (s *Session) lose(cause error) {
+	if s.ended {
+		return
+	}
+	err := fmt.Errorf("redisio: session %d: %v: %w", s.id, cause, primitives.ErrLost)
+	s.log.Info("redisio: session lost", zap.Int64("session", s.id), zap.Error(cause))
+	var refs []holdRef
+	for v := range s.services {
+		refs = append(refs, v.endLoop(err, false)...)
+	}
+	s.end(err)
+	s.helpers.Add(1)
+	go func() {
+		defer s.helpers.Done()
+		s.cleanup(refs)
+	}()
+}
+
+// loseAsync asks the loop to end the session as lost; any goroutine.
+func (s *Session) loseAsync(cause error) { s.mb.Post(func() { s.lose(cause) }) }
+
+// loopCall runs f on the loop and returns its result; if the loop has
+// stopped, the session's error.
+func loopCall[T any](s *Session, ctx context.Context, f func() (T, error)) (T, error) {
+	v, err := actor.Call(ctx, s.stopped, func(r actor.Reply[T]) bool {
+		return s.mb.Post(func() { r.Answer(f()) })
+	})
+	if errors.Is(err, actor.ErrStopped) {
+		if serr := s.Err(); serr != nil {
+			return v, serr
+		}
+	}
+	return v, err
+}
+
+// run is the session's event loop. Its entry points are the functions
+// posted to its mailbox (each marked "Loop only") and its timer, which
+// marks the suspension point and the deadline. Nothing here waits on Redis.
+func (s *Session) run() {
+	defer s.helpers.Done()
+	defer close(s.stopped)
+	defer s.stop()
+	defer s.mb.Close()
+	timer := time.NewTimer(s.nextTick())
+	defer timer.Stop()
+	var buf []func()
+	for {
+		select {
+		case <-s.mb.Ready():
+			testhook.Wait(s, s.quit)
+			s.tick()
+			buf = s.mb.Drain(buf)
+			for _, f := range buf {
+				f()
+			}
+		case <-timer.C:
+			testhook.Wait(s, s.quit)
+			s.tick()
+		case <-s.quit:
+			return
+		}
+		if s.ended {
+			// Answer whatever was posted before the mailbox closed.
+			for _, f := range s.mb.Drain(buf) {
+				f()
+			}
+			return
+		}
+		timer.Reset(s.nextTick())
+	}
+}
