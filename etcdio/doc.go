@@ -118,7 +118,18 @@
 // TTL, between 250 ms and 2 s) it asks etcd for a progress notification, and
 // if none comes it moves to a new gRPC stream, which the client may open on
 // another member; a member cut off from this client would otherwise hold
-// the watch forever while the keepalive moved on.
+// the watch forever while the keepalive moved on. Opening a watch and asking
+// for progress are bounded by the same spell, since the client waits on a
+// stuck connection for as long as it stays stuck. A keepalive whose
+// acknowledgement is late likewise moves to a new stream (see keepalive.go).
+//
+// The client's balancer, not disco, picks the member of each new stream, and
+// it keeps a connection whose peer went silent (its TCP connection is up) in
+// the rotation; it may pick that member again. Configure the etcd client
+// with gRPC keepalives (clientv3.Config DialKeepAliveTime, at least etcd's
+// --grpc-keepalive-min-time, 5 s by default, and DialKeepAliveTimeout) so
+// that it drops such a connection itself: disco's checks then bound the
+// wait until it does, and the keepalives bound it after.
 //
 // To notice a held key deleted by someone else, each session also keeps one
 // long-lived watch per queue on its own keys only (its lease's key prefix),

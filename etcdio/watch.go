@@ -63,7 +63,15 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 	// Watches with equal metadata share one gRPC stream; a new epoch's
 	// metadata makes a new stream.
 	wctx = metadata.AppendToOutgoingContext(wctx, "disco-watch-stream", strconv.FormatUint(epoch, 10))
+	// Watch itself waits until the stream's sender takes the request, which
+	// it cannot while the connection under it is stuck: bound the wait.
+	stuck := time.AfterFunc(s.silence(), cancel)
 	wch := s.cli.Watch(wctx, f.key, append(f.opts, clientv3.WithCreatedNotify())...)
+	if !stuck.Stop() {
+		s.log.Debug("watch stream takes no requests; moving to a new stream", zap.String("key", f.key))
+		s.streamEpoch.CompareAndSwap(epoch, epoch+1)
+		return
+	}
 	quiet := time.NewTimer(s.silence())
 	defer quiet.Stop()
 	probed, synced := false, false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
@@ -28,6 +29,26 @@ func countUnder(t *testing.T, cli *clientv3.Client, prefix string) int64 {
 	return resp.Count
 }
 
+// newKeepaliveClient is a client of the cluster configured as etcdio's doc
+// advises for production: gRPC keepalives drop a connection whose peer went
+// silent, which a blackhole can leave hung even after it ends (bytes it
+// dropped mid-frame).
+func newKeepaliveClient(t *testing.T, c *embedded.Cluster) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            c.Endpoints(),
+		DialTimeout:          embedded.ClientDialTimeout,
+		DialKeepAliveTime:    5 * time.Second, // etcd's --grpc-keepalive-min-time
+		DialKeepAliveTimeout: 2 * time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
 func newClientOf(t *testing.T, newClient func() (*clientv3.Client, error)) *clientv3.Client {
 	t.Helper()
 	cli, err := newClient()
@@ -44,7 +65,7 @@ func newClientOf(t *testing.T, newClient func() (*clientv3.Client, error)) *clie
 func TestCloseKeyDeletedAfterFailedDelete(t *testing.T) {
 	c := cluster(t)
 	defer restoreCluster(t, c)
-	cli := newClientOf(t, c.NewClient)
+	cli := newKeepaliveClient(t, c)
 	prefix := "/safety/hardening/" + t.Name()
 	s, err := etcdio.NewSession(cli, etcdio.WithTTL(20*time.Second))
 	if err != nil {
@@ -201,8 +222,10 @@ func TestWaiterSeesHandoffWhenItsMemberGoesDark(t *testing.T) {
 		_ = waiter.Close()
 		_ = holder.Close()
 		cancel()
-		if !eventually(10*time.Second, func() bool { return countUnder(t, observer((k+2)%3), prefix+"/") == 0 }) {
-			t.Fatalf("keys left under %s after both closed", prefix)
+		// Close deletes the waiter's key with retries; a connection the
+		// blackhole left hung fails them until the client drops it.
+		if !eventually(30*time.Second, func() bool { return countUnder(t, observer((k+2)%3), prefix+"/") == 0 }) {
+			t.Fatalf("keys left under %s 30s after both closed", prefix)
 		}
 		restoreCluster(t, c)
 	}
