@@ -16,17 +16,21 @@ import (
 
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/redisio"
+	"github.com/ahrtr/disco/zkio"
 )
 
-// redisAddr is the redis-server the Redis lockers of the running scenario
-// dial; their lockLib.open ignores the etcd client it is given.
-var redisAddr string
+// redisAddr and zkAddr are the servers the Redis and ZooKeeper lockers of
+// the running scenario dial; their lockLib.open ignores the etcd client it
+// is given.
+var redisAddr, zkAddr string
 
-// redisScenarios are redis-lock-N: lock contention on Redis beside etcd in
-// the same run, one scenario per contention level: disco on etcd, disco on
-// Redis (redisio), and the usual Redis lock (SET NX PX, poll while taken,
-// as redsync does). Each scenario starts its own redis-server (appendfsync
-// always, redisio's safety contract). Without redis-server installed there
+// redisScenarios are redis-lock-N: lock contention on Redis beside etcd and
+// ZooKeeper in the same run, one scenario per contention level: disco on
+// etcd, disco on Redis (redisio), disco on ZooKeeper (zkio, when ZooKeeper
+// is installed), and the usual Redis lock (SET NX PX, poll while taken, as
+// redsync does). Each scenario starts its own redis-server (appendfsync
+// always, redisio's safety contract) and ZooKeeper (forceSync=no: it does
+// not fsync, unlike the other two). Without redis-server installed there
 // are none (-list does not show them).
 func redisScenarios(contenders []int) []scenario {
 	if testserver.RedisBinary() == "" {
@@ -55,8 +59,20 @@ func redisContended(ctx context.Context, r *runner, name string, n int) (*result
 	defer srv.Stop()
 	redisAddr = srv.Addr
 	etcd := lockLib{name: "disco-etcd", open: discoLib.open}
+	libs := []lockLib{etcd, redisioLib, setNXLib}
+	zks, err := testserver.LaunchZooKeeper(dir, 1)
+	switch {
+	case errors.Is(err, testserver.ErrNotInstalled):
+		r.logf("  %s: ZooKeeper is not installed (%s): no zkio side", name, testserver.ZooKeeperInstall)
+	case err != nil:
+		return nil, err
+	default:
+		defer zks[0].Stop()
+		zkAddr = zks[0].Addr
+		libs = append(libs, zkioLib)
+	}
 	sides := map[string]*side{}
-	for _, lib := range []lockLib{etcd, redisioLib, setNXLib} {
+	for _, lib := range libs {
 		r.logf("  %s: %s ...", name, lib.name)
 		s, err := runContended(ctx, r.env, lib, n, r.cfg)
 		if err != nil {
@@ -65,14 +81,19 @@ func redisContended(ctx context.Context, r *runner, name string, n int) (*result
 		sides[lib.name] = s
 	}
 	d, e, p := sides[redisioLib.name], sides[etcd.name], sides[setNXLib.name]
-	return &result{Scenario: name,
+	res := &result{Scenario: name,
 		Rows: []*row{
 			{Scenario: name, Contenders: n, Baseline: e.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: e},
 			{Scenario: name, Contenders: n, Baseline: p.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: p},
 		},
-		chart: chart{title: fmt.Sprintf("Lock on Redis and etcd, %d contenders: handoff, CDF", n), xLabel: "handoff (ms)",
+		chart: chart{title: fmt.Sprintf("Lock on Redis, etcd and ZooKeeper, %d contenders: handoff, CDF", n), xLabel: "handoff (ms)",
 			cdfs: []series{{"disco-redis", d.handoffs}, {"disco-etcd", e.handoffs}, {"redis-setnx-poll", p.handoffs}}},
-	}, nil
+	}
+	if z, ok := sides[zkioLib.name]; ok {
+		res.Rows = append(res.Rows, &row{Scenario: name, Contenders: n, Baseline: z.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: z})
+		res.chart.cdfs = append(res.chart.cdfs, series{"disco-zk", z.handoffs})
+	}
+	return res, nil
 }
 
 // newRedisClient dials the scenario's server: one connection pool per
@@ -90,7 +111,7 @@ var redisioLib = lockLib{name: "disco-redis", open: func(_ *clientv3.Client, pre
 		return nil, err
 	}
 	return redisioLocker{discoLocker{l}, cli}, nil
-}}
+}, offEtcd: true}
 
 type redisioLocker struct {
 	discoLocker
@@ -106,7 +127,7 @@ func (l redisioLocker) close() error { return errors.Join(l.discoLocker.close(),
 // acquisitions locally so that the hold log can check exclusion.
 var setNXLib = lockLib{name: "redis-setnx-poll", open: func(_ *clientv3.Client, prefix string) (locker, error) {
 	return &setNX{cli: newRedisClient(), key: prefix}, nil
-}}
+}, offEtcd: true}
 
 var setNXCount atomic.Int64
 
@@ -147,3 +168,12 @@ func (l *setNX) unlock(ctx context.Context) error {
 }
 
 func (l *setNX) close() error { return l.cli.Close() }
+
+// zkioLib is disco's zkio.NewLock, one ZooKeeper session per owner.
+var zkioLib = lockLib{name: "disco-zk", open: func(_ *clientv3.Client, prefix string) (locker, error) {
+	l, err := zkio.NewLock([]string{zkAddr}, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return discoLocker{l}, nil
+}, offEtcd: true}
