@@ -616,3 +616,18 @@ func (m *Member) Proxy() proxy.Server {
 	}
 	return m.px.srv
 }
+
+// PeerProxy returns the proxy in front of the member's peer port in a
+// cluster started WithPeerProxies, or nil (no such proxy, a nil or stopped
+// Member). Like Proxy's, it is replaced when the member restarts.
+func (m *Member) PeerProxy() proxy.Server {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.peerPx == nil {
+		return nil
+	}
+	return m.peerPx.srv
+}

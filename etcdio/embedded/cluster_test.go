@@ -234,10 +234,10 @@ func TestClusterClose(t *testing.T) {
 	}
 }
 
-// With peer proxies, delaying the followers slows a write that a client
-// sends to the leader directly: the leader's commit waits for a follower's
-// answer, which crosses a delayed link.
-func TestClusterPeerDelay(t *testing.T) {
+// With peer proxies, every byte between members passes a proxy: with all
+// of them paused no write can commit, and once they resume one does.
+// (Without peer proxies the members would commit directly.)
+func TestClusterPeerProxies(t *testing.T) {
 	c, err := StartCluster(3, WithPeerProxies())
 	if err != nil {
 		t.Fatal(err)
@@ -247,15 +247,14 @@ func TestClusterPeerDelay(t *testing.T) {
 			t.Errorf("cluster Close: %v", err)
 		}
 	})
-	li := leader(t, c)
-	lc, err := c.Member(li).NewClient()
+	cli, err := c.NewClient()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeClient(t, lc)
+	defer closeClient(t, cli)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ml, err := lc.MemberList(ctx)
+	ml, err := cli.MemberList(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,23 +265,35 @@ func TestClusterPeerDelay(t *testing.T) {
 			}
 		}
 	}
-	put(t, lc, "k", "v")
+	put(t, cli, "k", "v")
 
-	const d = 100 * time.Millisecond
-	for i, m := range c.Members() {
-		if i != li {
-			m.Delay(d)
-		}
+	for _, m := range c.Members() {
+		m.PeerProxy().PauseTx()
+		m.PeerProxy().PauseRx()
 	}
-	start := time.Now()
-	put(t, lc, "k", "v2")
-	if took := time.Since(start); took < d {
-		t.Fatalf("Put through the undelayed leader with delayed followers took %v, want >= %v", took, d)
-	} else {
-		t.Logf("Put with followers' links delayed by %v took %v", d, took)
+	pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
+	_, err = cli.Put(pctx, "k", "cut off")
+	pcancel()
+	if err == nil {
+		t.Fatal("a write committed with every peer link paused")
 	}
 	for _, m := range c.Members() {
-		m.Undelay()
+		m.PeerProxy().UnpauseTx()
+		m.PeerProxy().UnpauseRx()
 	}
-	put(t, lc, "k", "v3")
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	for {
+		_, err := cli.Put(wctx, "k", "v2")
+		if err == nil {
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatalf("no write committed after the peer links resumed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval (a new leader is being elected)
+	}
+	if m := c.Member(0); (&Member{}).PeerProxy() != nil || m.Proxy() == m.PeerProxy() {
+		t.Error("PeerProxy of a member without one, or the client proxy")
+	}
 }
