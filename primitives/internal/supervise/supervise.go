@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -107,7 +108,7 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 		if cfg.onRetry != nil {
 			cfg.onRetry(failures, why)
 		}
-		if !sleep(ctx, cfg.delay(failures)) {
+		if !ctxtime.Sleep(ctx, cfg.delay(failures)) {
 			return ctx.Err()
 		}
 	}
@@ -175,16 +176,4 @@ func (r *runner[S]) finish(err error) error {
 		return fmt.Errorf("%s: close: %w", r.helper, cerr)
 	}
 	return err
-}
-
-// sleep waits d or until ctx ends, and reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
