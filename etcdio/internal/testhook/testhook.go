@@ -4,11 +4,17 @@
 // pauses a session).
 package testhook
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 var (
 	paused      sync.Map // session (any) -> <-chan struct{}: loop and keepalive
 	pausedRenew sync.Map // session (any) -> <-chan struct{}: keepalive only
+	// ever is set by the first pause: until then (always, in production) a
+	// lookup costs one atomic load, not a map lookup per loop wake-up.
+	ever atomic.Bool
 )
 
 // PauseSession freezes session (an *etcdio.Session) as a long garbage
@@ -16,12 +22,14 @@ var (
 // stop at their next step until resume is closed. Calls made meanwhile wait;
 // the lease expires if the pause outlasts it.
 func PauseSession(session any, resume <-chan struct{}) {
+	ever.Store(true)
 	paused.Store(session, resume)
 }
 
 // PauseKeepalive stops only session's keepalive until resume is closed, as
 // when keepalives cannot reach etcd: the loop goes on.
 func PauseKeepalive(session any, resume <-chan struct{}) {
+	ever.Store(true)
 	pausedRenew.Store(session, resume)
 }
 
@@ -37,6 +45,9 @@ func WaitKeepalive(session any, stop <-chan struct{}) {
 }
 
 func wait(m *sync.Map, session any, stop <-chan struct{}) {
+	if !ever.Load() {
+		return
+	}
 	v, ok := m.Load(session)
 	if !ok {
 		return
