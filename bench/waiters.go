@@ -162,10 +162,26 @@ func runWaiters(ctx context.Context, e *env, lib waitersLib, n, clients int, cfg
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	// Waiters join the queue a batch at a time: ten thousand enqueues at once
+	// would overload etcd ("too many requests") and turn into a retry storm.
+	const batch = 64
+	gates := make([]chan struct{}, (n-1+batch-1)/batch)
+	for b := range gates {
+		gates[b] = make(chan struct{})
+	}
+	joined := make([]bool, n-1) // each owner's own
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		contend(runCtx, n-1, &errs, func(ctx context.Context, i int) error {
+			if !joined[i] {
+				select {
+				case <-gates[i/batch]:
+					joined[i] = true
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			l := ls[i+1]
 			called := log.now()
 			tok, err := l.lock(ctx)
@@ -187,22 +203,27 @@ func runWaiters(ctx context.Context, e *env, lib waitersLib, n, clients int, cfg
 			return nil
 		})
 	}()
-	// Parked: every owner's key is in the queue. A count that fails (a
-	// loaded etcd) is tried again.
+	// Parked: every owner's key is in the queue. Each batch is let in once
+	// the previous one has queued. A count that fails (a loaded etcd) is
+	// tried again.
 	probeCli := clis.hs[0]
-	for {
-		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := probeCli.Get(gctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		cancel()
-		if err == nil && resp.Count >= int64(n) {
-			break
+	for b, gate := range gates {
+		close(gate)
+		want := int64(min(1+(b+1)*batch, n))
+		for {
+			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			resp, err := probeCli.Get(gctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			cancel()
+			if err == nil && resp.Count >= want {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				stop()
+				<-done
+				return nil, err
+			}
+			time.Sleep(10 * time.Millisecond) // polling interval
 		}
-		if err := ctx.Err(); err != nil {
-			stop()
-			<-done
-			return nil, err
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
 	}
 	heap1, g1 := heapAndGoroutines()
 	s.Footprint = &footprint{Waiters: n - 1, Sessions: leases, Clients: clients,
@@ -221,9 +242,12 @@ func runWaiters(ctx context.Context, e *env, lib waitersLib, n, clients int, cfg
 	}
 	<-done
 	w.end(ctx)
-	log.analyze(s, w.since(w.from), w.since(w.deadline), &errs)
+	// The hold log's clock started before the waiters queued, the window's
+	// after: offsets are on the log's.
+	at := func(t time.Time) int64 { return int64(t.Sub(log.start)) }
+	log.analyze(s, at(w.from), at(w.deadline), &errs)
 	errs.into(s)
-	if s.Load, err = w.load(func(from, to time.Time) int { return log.count(w.since(from), w.since(to)) }); err != nil {
+	if s.Load, err = w.load(func(from, to time.Time) int { return log.count(at(from), at(to)) }); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -2,6 +2,7 @@ package etcdio
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -56,6 +57,17 @@ func (s *Session) silence() time.Duration {
 	return max(250*time.Millisecond, min(s.ttl/4, 2*time.Second))
 }
 
+// quietSpell is silence plus up to half again, at random. etcd answers a
+// progress request with one notification that the client hands to every
+// watch on the stream, which restarts all their quiet spells together; the
+// jitter lets one of them ask first and the answer spare the others, so a
+// stream of many quiet watches (thousands of parked waiters) makes about one
+// request per spell rather than one per watch.
+func (s *Session) quietSpell() time.Duration {
+	d := s.silence()
+	return d + rand.N(d/2)
+}
+
 func (s *Session) watchOnce(ctx context.Context, f follower) {
 	epoch := s.streamEpoch.Load()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -72,7 +84,7 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 		s.streamEpoch.CompareAndSwap(epoch, epoch+1)
 		return
 	}
-	quiet := time.NewTimer(s.silence())
+	quiet := time.NewTimer(s.quietSpell())
 	defer quiet.Stop()
 	probed, synced := false, false
 	read := func(run func(context.Context) error) bool {
@@ -93,7 +105,7 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 				}
 				return
 			}
-			quiet.Reset(s.silence())
+			quiet.Reset(s.quietSpell())
 			probed = false
 			switch {
 			case wr.IsProgressNotify():
@@ -131,7 +143,7 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 				return
 			}
 			probed = true
-			quiet.Reset(s.silence())
+			quiet.Reset(s.quietSpell())
 		case <-ctx.Done():
 			return
 		}
