@@ -32,6 +32,9 @@
 //   - barrier.go, barrier_double.go: the barriers, on etcd's recipe
 //     layouts. They run on their callers' goroutines, not on the loop; a
 //     double barrier uses its session only for the lease.
+//   - metrics.go: the Prometheus collectors the loop reports to
+//     (WithMetrics). markstore.go: a guard's mark store in etcd, for
+//     fencing/guard (no session: one compare-and-swap per raise).
 //
 // # The session loop
 //
