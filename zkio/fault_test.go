@@ -25,18 +25,30 @@ type partition struct{ srv proxy.Server }
 
 func newPartition(t *testing.T, server string) (*partition, string) {
 	t.Helper()
-	port, err := testserver.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	from := fmt.Sprintf("127.0.0.1:%d", port)
-	srv := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(),
-		From: url.URL{Scheme: "tcp", Host: from}, To: url.URL{Scheme: "tcp", Host: server}})
-	select {
-	case err := <-srv.Error():
-		_ = srv.Close()
-		t.Fatal(err)
-	case <-srv.Ready():
+	var from string
+	var srv proxy.Server
+	// The port may be taken by another process between FreePort and the
+	// proxy's listen: try a few.
+	for attempt := 1; ; attempt++ {
+		port, err := testserver.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		from = fmt.Sprintf("127.0.0.1:%d", port)
+		srv = proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(),
+			From: url.URL{Scheme: "tcp", Host: from}, To: url.URL{Scheme: "tcp", Host: server}})
+		var lerr error
+		select {
+		case lerr = <-srv.Error():
+			_ = srv.Close()
+		case <-srv.Ready():
+		}
+		if lerr == nil {
+			break
+		}
+		if attempt == 5 {
+			t.Fatal(lerr)
+		}
 	}
 	drained := make(chan struct{})
 	go func() { // the proxy reports each broken connection; nobody needs them

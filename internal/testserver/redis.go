@@ -71,22 +71,28 @@ func LaunchRedis(dir string, opts ...RedisOption) (*Redis, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, fmt.Errorf("redis: free port: %w", err)
+	// A port free when picked may be taken by another process (tests of
+	// other packages run at the same time) before redis-server binds it:
+	// try again with a fresh one.
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var port int
+		if port, err = FreePort(); err != nil {
+			return nil, fmt.Errorf("redis: free port: %w", err)
+		}
+		r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, bin: bin}
+		r.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", r.Dir,
+			"--save", "", "--daemonize", "no", "--protected-mode", "no"}
+		if c.aof {
+			r.args = append(r.args, "--appendonly", "yes", "--appendfsync", "always")
+		} else {
+			r.args = append(r.args, "--appendonly", "no")
+		}
+		if err = r.start(); err == nil {
+			return r, nil
+		}
 	}
-	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, bin: bin}
-	r.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", r.Dir,
-		"--save", "", "--daemonize", "no", "--protected-mode", "no"}
-	if c.aof {
-		r.args = append(r.args, "--appendonly", "yes", "--appendfsync", "always")
-	} else {
-		r.args = append(r.args, "--appendonly", "no")
-	}
-	if err := r.start(); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return nil, err
 }
 
 func (r *Redis) start() error {

@@ -56,6 +56,23 @@ func LookPath(names ...string) string {
 	return ""
 }
 
+// FreePorts returns n distinct free TCP ports on 127.0.0.1: the listeners
+// are held open together, so no port is handed out twice, and closed
+// before returning. Another process may still take one before its user
+// binds it; a caller that starts a server retries with fresh ports.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -94,16 +94,28 @@ func LaunchZooKeeper(root string, n int) ([]*ZooKeeper, error) {
 	if java == "" || cp == "" {
 		return nil, fmt.Errorf("ZooKeeper (with a Java runtime): %w", ErrNotInstalled)
 	}
+	// A port free when picked may be taken by another process (tests of
+	// other packages run at the same time) before ZooKeeper binds it: try
+	// again with fresh ports.
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var zks []*ZooKeeper
+		if zks, err = launchZooKeeper(filepath.Join(root, fmt.Sprint("try", attempt)), n, java, cp); err == nil {
+			return zks, nil
+		}
+	}
+	return nil, err
+}
+
+func launchZooKeeper(root string, n int, java, cp string) ([]*ZooKeeper, error) {
 	type ports struct{ client, peer, election int }
 	ps := make([]ports, n)
+	free, err := FreePorts(3 * n)
+	if err != nil {
+		return nil, err
+	}
 	for i := range ps {
-		for _, p := range []*int{&ps[i].client, &ps[i].peer, &ps[i].election} {
-			port, err := FreePort()
-			if err != nil {
-				return nil, err
-			}
-			*p = port
-		}
+		ps[i] = ports{free[3*i], free[3*i+1], free[3*i+2]}
 	}
 	zks := make([]*ZooKeeper, n)
 	for i := range zks {
