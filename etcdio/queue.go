@@ -156,14 +156,23 @@ func (svc *service) park(ctx context.Context, w *waiter, post func(actor.Reply[g
 	return g, nil
 }
 
-// enqueued parks the caller of a lock's new key until it holds. Loop only.
-func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[grant]) {
+// parkable reports whether w's caller can be parked; if not (the service
+// ended, or w's key is already gone) it answers r. Loop only.
+func (svc *service) parkable(w *waiter, r actor.Reply[grant]) bool {
 	switch {
 	case svc.ended:
 		r.Answer(grant{}, svc.Err())
-		return
+		return false
 	case svc.gone(w.key, w.created):
 		r.Answer(grant{}, fmt.Errorf("%s: key %s deleted before it was granted: %w", svc.name, w.key, primitives.ErrLost))
+		return false
+	}
+	return true
+}
+
+// enqueued parks the caller of a lock's new key until it holds. Loop only.
+func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[grant]) {
+	if !svc.parkable(w, r) {
 		return
 	}
 	w.reply = r

@@ -57,12 +57,7 @@ func (m semService) enqueueSem(ctx context.Context, try bool) (grant, error) {
 // it, until it holds. Loop only.
 func (m semService) semEnqueued(w *waiter, count int, r actor.Reply[grant]) {
 	svc := m.service
-	switch {
-	case svc.ended:
-		r.Answer(grant{}, svc.Err())
-		return
-	case svc.gone(w.key, w.created):
-		r.Answer(grant{}, fmt.Errorf("%s: key %s deleted before it was granted: %w", svc.name, w.key, primitives.ErrLost))
+	if !svc.parkable(w, r) {
 		return
 	}
 	w.reply = r
