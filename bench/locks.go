@@ -107,13 +107,7 @@ func (p *putDelete) close() error { return nil }
 
 // openLockers opens n owners of lib on prefix.
 func openLockers(e *env, lib lockLib, prefix string, n int) (*owners[locker], error) {
-	return openOwners(e, n, func(cli *clientv3.Client) (locker, error) {
-		l, err := lib.open(cli, prefix)
-		if err != nil {
-			return nil, fmt.Errorf("%s: open: %w", lib.name, err)
-		}
-		return l, nil
-	}, locker.close)
+	return openOwners(e, n, lib.name, func(cli *clientv3.Client) (locker, error) { return lib.open(cli, prefix) }, locker.close)
 }
 
 // runContended runs n owners, each in its own client and session, that loop
@@ -138,26 +132,8 @@ func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (
 	defer stop()
 	var total atomic.Int64
 	contend(runCtx, n, &errs, func(ctx context.Context, i int) error {
-		l := os.hs[i]
-		called := log.now()
-		tok, err := l.lock(ctx)
-		if err != nil {
-			return fmt.Errorf("lock: %w", err)
-		}
-		h := log.acquired(called, log.now(), tok)
-		// The critical section: what a holder does with its token before
-		// touching the protected resource.
-		if err := g.Check(fencing.Token(tok)); err != nil {
-			errs.add(err)
-		}
-		log.setReleaseCalled(h, log.now())
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		err = l.unlock(uctx)
-		cancel()
-		if err != nil {
-			errs.add(fmt.Errorf("unlock: %w", err))
-		} else {
-			log.setReleased(h, log.now())
+		if err := holdOnce(ctx, os.hs[i], log, g, &errs); err != nil {
+			return err
 		}
 		if cfg.maxAcq > 0 && total.Add(1) >= int64(cfg.maxAcq) {
 			stop()
@@ -182,6 +158,31 @@ func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (
 		s.Load = nil
 	}
 	return s, nil
+}
+
+// holdOnce is one turn of a contending owner, recorded in log: Lock, the
+// critical section (present the token to g, as a holder does before it
+// touches the protected resource), Unlock. A failed Lock is returned; a
+// stale token or a failed Unlock is counted in errs.
+func holdOnce(ctx context.Context, l locker, log *holdLog, g *guard.Guard, errs *errCount) error {
+	called := log.now()
+	tok, err := l.lock(ctx)
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	h := log.acquired(called, log.now(), tok)
+	if err := g.Check(fencing.Token(tok)); err != nil {
+		errs.add(err)
+	}
+	log.setReleaseCalled(h, log.now())
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := l.unlock(uctx); err != nil {
+		errs.add(fmt.Errorf("unlock: %w", err))
+	} else {
+		log.setReleased(h, log.now())
+	}
+	return nil
 }
 
 // runUncontended loops Lock -> Unlock with a single owner and measures the

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -137,9 +138,9 @@ type owners[T any] struct {
 	closer func(T) error
 }
 
-// openOwners opens n owners with open, at most 16 at a time; on an error it
-// closes the ones it opened.
-func openOwners[T any](e *env, n int, open func(*clientv3.Client) (T, error), closer func(T) error) (*owners[T], error) {
+// openOwners opens n owners of the implementation named name with open, at
+// most 16 at a time; on an error it closes the ones it opened.
+func openOwners[T any](e *env, n int, name string, open func(*clientv3.Client) (T, error), closer func(T) error) (*owners[T], error) {
 	o := &owners[T]{hs: make([]T, n), opened: make([]bool, n), clis: make([]*clientv3.Client, n), closer: closer}
 	var g errgroup.Group
 	g.SetLimit(16)
@@ -152,7 +153,7 @@ func openOwners[T any](e *env, n int, open func(*clientv3.Client) (T, error), cl
 			o.clis[i] = cli
 			h, err := open(cli)
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: open: %w", name, err)
 			}
 			o.hs[i], o.opened[i] = h, true
 			return nil

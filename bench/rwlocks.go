@@ -82,13 +82,7 @@ func (e *etcdRW) close() error                         { return e.s.Close() }
 // (reads and writes together) and the wait of each call.
 func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac float64, cfg runCfg) (*side, error) {
 	prefix := e.prefix(fmt.Sprintf("rw%d-%s", n, lib.name))
-	os, err := openOwners(e, n, func(cli *clientv3.Client) (rwLocker, error) {
-		l, err := lib.open(cli, prefix)
-		if err != nil {
-			return nil, fmt.Errorf("%s: open: %w", lib.name, err)
-		}
-		return l, nil
-	}, rwLocker.close)
+	os, err := openOwners(e, n, lib.name, func(cli *clientv3.Client) (rwLocker, error) { return lib.open(cli, prefix) }, rwLocker.close)
 	if err != nil {
 		return nil, err
 	}

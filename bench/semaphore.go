@@ -132,13 +132,7 @@ func semScenario(ctx context.Context, r *runner) (*result, error) {
 
 func runSemContended(ctx context.Context, e *env, lib semLib, cfg runCfg) (*side, error) {
 	prefix := e.prefix("sem-" + lib.name)
-	os, err := openOwners(e, semContenders, func(cli *clientv3.Client) (permitter, error) {
-		p, err := lib.open(cli, prefix)
-		if err != nil {
-			return nil, fmt.Errorf("%s: open: %w", lib.name, err)
-		}
-		return p, nil
-	}, permitter.close)
+	os, err := openOwners(e, semContenders, lib.name, func(cli *clientv3.Client) (permitter, error) { return lib.open(cli, prefix) }, permitter.close)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 )
 
@@ -137,7 +136,7 @@ func heapAndGoroutines() (uint64, int) {
 // measures the handoffs and etcd's load per handoff.
 func runWaiters(ctx context.Context, e *env, lib waitersLib, n, clients int, cfg runCfg) (*side, error) {
 	prefix := e.prefix(fmt.Sprintf("waiters%d-%s", n, lib.name))
-	clis, err := openOwners(e, clients, func(cli *clientv3.Client) (*clientv3.Client, error) { return cli, nil },
+	clis, err := openOwners(e, clients, "client", func(cli *clientv3.Client) (*clientv3.Client, error) { return cli, nil },
 		func(*clientv3.Client) error { return nil })
 	if err != nil {
 		return nil, err
@@ -182,25 +181,7 @@ func runWaiters(ctx context.Context, e *env, lib waitersLib, n, clients int, cfg
 					return ctx.Err()
 				}
 			}
-			l := ls[i+1]
-			called := log.now()
-			tok, err := l.lock(ctx)
-			if err != nil {
-				return fmt.Errorf("lock: %w", err)
-			}
-			h := log.acquired(called, log.now(), tok)
-			if err := g.Check(fencing.Token(tok)); err != nil {
-				errs.add(err)
-			}
-			log.setReleaseCalled(h, log.now())
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if err := l.unlock(uctx); err != nil {
-				errs.add(fmt.Errorf("unlock: %w", err))
-			} else {
-				log.setReleased(h, log.now())
-			}
-			return nil
+			return holdOnce(ctx, ls[i+1], log, g, &errs)
 		})
 	}()
 	// Parked: every owner's key is in the queue. Each batch is let in once
