@@ -58,7 +58,7 @@ func (s *Session) openMirror(prefix string, puts bool, svc *service) *mirror {
 		}
 		s.goHelper(func(context.Context) {
 			s.follow(ctx, follower{key: prefix, opts: opts,
-				synced: func(rctx context.Context) error {
+				synced: func(rctx context.Context, _ int64) error {
 					resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix())
 					if err != nil {
 						return err

@@ -196,8 +196,10 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
 	w.ahead = pred
 	ctx, cancel := context.WithCancel(svc.s.ctx)
 	w.stopWatch = cancel
-	look := func(rctx context.Context) error {
-		next, rev, err := svc.look(rctx, w)
+	// look reads what is ahead of w as of at least revision after (the
+	// watch's start, or the delete just seen).
+	look := func(rctx context.Context, after int64) error {
+		next, rev, err := svc.look(rctx, w, after)
 		if err != nil && !lostErr(err) {
 			return err // transient: follow reopens the watch and looks again
 		}
@@ -212,7 +214,7 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
 			changed: func(rctx context.Context, evs []*clientv3.Event) error {
 				for _, ev := range evs {
 					if ev.Type == clientv3.EventTypeDelete {
-						return look(rctx)
+						return look(rctx, ev.Kv.ModRevision)
 					}
 				}
 				return nil
@@ -227,11 +229,23 @@ func sameKey(a, b *mvccpb.KeyValue) bool {
 
 // look returns the blocker now just ahead of w's key (nil: none) and the
 // revision of the read, in a transaction that also confirms w's key still
-// exists. Helper goroutine only.
-func (svc *service) look(ctx context.Context, w *waiter) (*mvccpb.KeyValue, int64, error) {
+// exists. The read reflects revision after (and w's key's creation) or a
+// later one.
+//
+// It is first served by the member the client picks, from its own state,
+// without a consensus round (a serializable read): whatever that state
+// shows is a committed revision's, so a key there exists and none before it
+// does at that revision, which is all a token needs. A member that has not
+// yet applied after would show the deleted blocker still there (the waiter
+// would wait for an event already seen), or not yet w's key; then the read
+// is repeated linearizable. Helper goroutine only.
+func (svc *service) look(ctx context.Context, w *waiter, after int64) (*mvccpb.KeyValue, int64, error) {
 	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
 	ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.created-1))
-	resp, err := svc.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(w.blockers, ahead...)).Commit()
+	resp, err := svc.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(w.blockers, append(ahead, clientv3.WithSerializable())...)).Commit()
+	if err == nil && resp.Header.Revision < max(after, w.created) {
+		resp, err = svc.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(w.blockers, ahead...)).Commit()
+	}
 	if err != nil {
 		return nil, 0, err
 	}

@@ -131,7 +131,7 @@ func (m semService) watchQueue(w *waiter) {
 	svc.s.goHelper(func(context.Context) {
 		svc.s.follow(ctx, follower{key: m.queueDir,
 			opts:   []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV()},
-			synced: look, changed: changed,
+			synced: func(rctx context.Context, _ int64) error { return look(rctx) }, changed: changed,
 		})
 	})
 }

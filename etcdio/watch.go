@@ -19,9 +19,10 @@ type follower struct {
 	key  string
 	opts []clientv3.OpOption // WithPrefix, WithFilterPut, ...
 	// synced runs on the helper each time the watch is (re)opened and etcd
-	// confirmed it: a read that catches up with what happened before. An
-	// error reopens the watch.
-	synced func(ctx context.Context) error
+	// confirmed it at revision rev: a read that catches up with what
+	// happened up to rev (the watch delivers what comes after). An error
+	// reopens the watch.
+	synced func(ctx context.Context, rev int64) error
 	// changed runs on the helper for each batch of events after synced. An
 	// error reopens the watch.
 	changed func(ctx context.Context, evs []*clientv3.Event) error
@@ -113,7 +114,8 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 					f.progress(wr.Header.Revision)
 				}
 			case wr.Created && !synced:
-				if !read(f.synced) {
+				rev := wr.Header.Revision
+				if !read(func(rctx context.Context) error { return f.synced(rctx, rev) }) {
 					return
 				}
 				synced = true
