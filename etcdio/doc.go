@@ -109,9 +109,12 @@
 // from now is in sync at once, whereas the Mutex's watch from a past
 // revision is served by etcd's catch-up path, which runs every 100 ms. When
 // the key ahead is deleted, one transaction confirms that the waiter's own
-// key still exists and nothing is left ahead; its revision is the token. So
-// a handoff costs the next holder one read round trip after the delete
-// event (about 0.3 ms on loopback, see bench/), and sends one watch event to
+// key still exists and nothing is left ahead; its revision is the token.
+// The read is serializable, served by a member from its own state without a
+// consensus round: whatever a member shows is a committed revision's state,
+// which is all a token needs; an answer from before the delete just seen is
+// refused and the read asked again linearizably. So a handoff costs the next
+// holder one local read after the delete event, and sends one watch event to
 // one waiter however many wait: load per handoff stays flat. (The
 // alternative, every session watching the whole prefix, needs no read but
 // sends every event to every contender: at 128 contenders an order of
