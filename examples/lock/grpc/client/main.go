@@ -232,7 +232,7 @@ func wantStale(what string, t fencing.Token, err error) error {
 func dial(addr string, src fencing.TokenSource) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(pb.CodecName)),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(pb.Codec)),
 		grpc.WithUnaryInterceptor(fencing.UnaryClientInterceptor(src)),
 		grpc.WithStreamInterceptor(fencing.StreamClientInterceptor(src)),
 	)

@@ -1,6 +1,6 @@
 // Package pb defines the gRPC service of the lock examples by hand, without
-// protoc: plain Go structs for the messages, a JSON codec registered with
-// gRPC under the name "json", and a hand-written grpc.ServiceDesc.
+// protoc: plain Go structs for the messages, a JSON codec (Codec, content
+// subtype "json"), and a hand-written grpc.ServiceDesc.
 //
 // The service is a tiny key/value store, disco.examples.lock.KV:
 //
@@ -8,11 +8,10 @@
 //	Get(GetRequest) returns (GetReply)                             unary
 //	WriteStream(stream WriteRequest) returns (stream WriteReply)   bidi streaming
 //
-// Clients must select the codec on every call, most simply with
+// Both ends name the codec explicitly (nothing is registered globally):
 //
-//	grpc.WithDefaultCallOptions(grpc.CallContentSubtype(pb.CodecName))
-//
-// Importing this package registers the codec; servers need nothing more.
+//	grpc.NewServer(grpc.ForceServerCodec(pb.Codec))
+//	grpc.NewClient(addr, grpc.WithDefaultCallOptions(grpc.ForceCodec(pb.Codec)))
 package pb
 
 import (
@@ -20,12 +19,14 @@ import (
 	"encoding/json"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/encoding"
 )
 
 // CodecName is the content subtype of the JSON codec: requests travel as
 // "application/grpc+json".
 const CodecName = "json"
+
+// Codec marshals the messages with encoding/json.
+var Codec jsonCodec
 
 // jsonCodec is an encoding.Codec that marshals messages with encoding/json.
 type jsonCodec struct{}
@@ -33,8 +34,6 @@ type jsonCodec struct{}
 func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
 func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 func (jsonCodec) Name() string                       { return CodecName }
-
-func init() { encoding.RegisterCodec(jsonCodec{}) }
 
 // WriteRequest stores Value under Key.
 type WriteRequest struct {

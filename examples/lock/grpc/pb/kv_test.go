@@ -6,10 +6,13 @@ import (
 	"google.golang.org/grpc/encoding"
 )
 
+// Codec is a gRPC codec named for its content subtype.
+var _ encoding.Codec = Codec
+
 func TestJSONCodec(t *testing.T) {
-	c := encoding.GetCodec(CodecName)
-	if c == nil {
-		t.Fatalf("no codec registered under %q", CodecName)
+	c := Codec
+	if c.Name() != CodecName {
+		t.Fatalf("codec named %q, want %q", c.Name(), CodecName)
 	}
 	b, err := c.Marshal(&WriteRequest{Key: "k", Value: "v"})
 	if err != nil {

@@ -22,7 +22,7 @@ func TestResource(t *testing.T) {
 
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(pb.CodecName)))
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(pb.Codec)))
 	if err != nil {
 		t.Fatal(err)
 	}

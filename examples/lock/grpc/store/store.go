@@ -44,6 +44,7 @@ func NewServer(g *guard.Guard, logf func(format string, args ...any), opts ...gr
 		logf = func(string, ...any) {}
 	}
 	opts = append([]grpc.ServerOption{
+		grpc.ForceServerCodec(pb.Codec),
 		// Logging runs first, so it sees the guard's answers too.
 		grpc.ChainUnaryInterceptor(logUnary(g, logf), g.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(logStream(g, logf), g.StreamInterceptor()),
