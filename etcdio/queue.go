@@ -188,7 +188,8 @@ func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[gra
 
 // watchAhead has a session helper watch pred, the blocker just ahead of w,
 // and look again whenever it is deleted (and once the watch is in place, in
-// case it went before). Loop only.
+// case it went before, unless the watch is known to start before any change
+// after w's key was written). Loop only.
 func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
 	if w.stopWatch != nil {
 		w.stopWatch()
@@ -210,7 +211,15 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
 	}
 	svc.s.goHelper(func(context.Context) {
 		svc.s.follow(ctx, follower{key: string(pred.Key), opts: []clientv3.OpOption{clientv3.WithFilterPut()},
-			synced: look,
+			synced: func(rctx context.Context, rev int64) error {
+				if rev <= w.created {
+					// etcd confirmed the watch at a revision no later than
+					// w's key's creation, when pred existed: the watch sees
+					// every change since, so there is nothing to catch up.
+					return nil
+				}
+				return look(rctx, rev)
+			},
 			changed: func(rctx context.Context, evs []*clientv3.Event) error {
 				for _, ev := range evs {
 					if ev.Type == clientv3.EventTypeDelete {
