@@ -2,11 +2,9 @@ package etcdio
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/internal/ctxtime"
@@ -24,7 +22,9 @@ type etcdBarrier struct {
 
 // NewBarrier returns a barrier held while key exists, interoperable with
 // etcd's recipes.Barrier on the same key. It needs no session: the key has no
-// lease. The caller owns cli.
+// lease. Without a session, its Wait's watch runs on the caller's goroutine:
+// the one watch in this package that no session keeps, and so the one
+// without follow's liveness check (see Wait). The caller owns cli.
 func NewBarrier(cli *clientv3.Client, key string) (barrier.Barrier, error) {
 	if err := checkPrefix(key); err != nil {
 		return nil, fmt.Errorf("etcdio: new barrier %s: %w", quote(key), err)
@@ -60,97 +60,55 @@ func (b *etcdBarrier) Release(ctx context.Context) error {
 	return nil
 }
 
-// Wait watches the key until it is absent.
+// Wait returns once the key is absent: at once if it is, or when a watch of
+// it sees it deleted. It fails with ctx's error when ctx ends, or with an
+// error wrapping ErrClientClosed once the client is closed.
+//
+// The watch runs on the caller's goroutine: a barrier has no session, so no
+// loop or helper to own it. A watch that fails is reopened, but nothing checks
+// that a silent one is alive: if its member is cut off from the client, Wait
+// waits until ctx ends, or until the client drops the connection itself,
+// which takes gRPC keepalives (clientv3.Config DialKeepAliveTime and
+// DialKeepAliveTimeout; see the package doc).
 func (b *etcdBarrier) Wait(ctx context.Context) error {
-	if err := awaitKey(ctx, b.cli, b.key, func(kv *mvccpb.KeyValue) bool { return kv == nil }); err != nil {
-		return fmt.Errorf("etcdio: %s: wait: %w", b.name, err)
-	}
-	return nil
-}
-
-// awaitKey returns once done holds for key (kv nil: absent): checked with a
-// read once a watch of key is in place, and after each of its events.
-func awaitKey(ctx context.Context, cli *clientv3.Client, key string, done func(kv *mvccpb.KeyValue) bool) error {
-	return await(ctx, cli, awaiter{key: key,
-		check: func(ctx context.Context) (bool, error) {
-			resp, err := cli.Get(ctx, key)
-			if err != nil {
-				return false, err
-			}
-			var kv *mvccpb.KeyValue
-			if len(resp.Kvs) > 0 {
-				kv = resp.Kvs[0]
-			}
-			return done(kv), nil
-		},
-		event: func(ev *clientv3.Event) (bool, error) {
-			if ev.Type == mvccpb.DELETE {
-				return done(nil), nil
-			}
-			return done(ev.Kv), nil
-		},
-	})
-}
-
-// awaiter is a wait on a watch of key (opts: WithPrefix, ...): check reads
-// once the watch is in place, event looks at each event; either ends the
-// wait with true, or with an error that is final. A check that fails is
-// transient: the watch is reopened.
-type awaiter struct {
-	key   string
-	opts  []clientv3.OpOption
-	check func(ctx context.Context) (bool, error)
-	event func(ev *clientv3.Event) (bool, error)
-}
-
-// errFinal marks an error of an awaiter's event or check that ends the wait.
-type errFinal struct{ error }
-
-func (e errFinal) Unwrap() error { return e.error }
-
-// await runs a's wait until it ends, ctx ends (ctx's error, unwrapped) or
-// the client is closed. The watch starts from the current revision, so etcd
-// serves it in sync (a watch from a past revision is served by its catch-up
-// path, up to 100 ms late). A watch that ends early (the member lost its
-// leader, a compaction) is reopened after a short pause.
-func await(ctx context.Context, cli *clientv3.Client, a awaiter) error {
 	for {
-		ok, err := awaitOnce(ctx, cli, a)
-		var final errFinal
+		if b.absent(ctx) {
+			return nil
+		}
 		switch {
 		case ctx.Err() != nil:
-			return ctx.Err()
-		case ok:
-			return nil
-		case errors.As(err, &final):
-			return final.error
-		case cli.Ctx().Err() != nil:
-			return fmt.Errorf("watch %s: %w", a.key, ErrClientClosed)
+			return fmt.Errorf("etcdio: %s: wait: %w", b.name, ctx.Err())
+		case b.cli.Ctx().Err() != nil:
+			return fmt.Errorf("etcdio: %s: wait: watch %s: %w", b.name, b.key, ErrClientClosed)
 		}
 		ctxtime.Sleep(ctx, 50*time.Millisecond)
 	}
 }
 
-// awaitOnce is one watch of await. A false without an errFinal means the
-// watch ended early.
-func awaitOnce(ctx context.Context, cli *clientv3.Client, a awaiter) (bool, error) {
+// absent is one watch of Wait: true once the key is seen absent, by a read
+// once the watch is in place (it starts from the current revision, so etcd
+// serves it in sync, without its catch-up path's delay) or by a delete
+// event; false if the watch ended first (ctx, a member without a leader, a
+// compaction, a failed read).
+func (b *etcdBarrier) absent(ctx context.Context) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	opts := append([]clientv3.OpOption{clientv3.WithCreatedNotify()}, a.opts...)
-	for wresp := range cli.Watch(wctx, a.key, opts...) {
+	for wresp := range b.cli.Watch(wctx, b.key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut()) {
 		if wresp.Created {
-			if ok, err := a.check(ctx); ok || err != nil {
-				return ok, err // an error other than errFinal is transient
+			resp, err := b.cli.Get(ctx, b.key, clientv3.WithCountOnly())
+			if err != nil {
+				return false
+			}
+			if resp.Count == 0 {
+				return true
 			}
 		}
-		for _, ev := range wresp.Events {
-			if ok, err := a.event(ev); ok || err != nil {
-				return ok, errFinal{err}
-			}
+		if len(wresp.Events) > 0 {
+			return true // a delete: puts are filtered
 		}
 		if wresp.Err() != nil {
-			return false, nil
+			return false
 		}
 	}
-	return false, nil
+	return false
 }

@@ -32,6 +32,10 @@ import (
 // ready and its own key; every other party deletes its key and waits for
 // the lowest's. A party whose lease ends is gone from the barrier with its
 // key, so nobody waits for it.
+//
+// Enter and Leave make their requests on the caller's goroutine, but each
+// of their waits is a watch kept by a helper of the session (await), with
+// follow's liveness check; the caller waits for the outcome.
 type doubleBarrier struct {
 	s      *Session
 	owned  bool
@@ -215,33 +219,120 @@ func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) error 
 // or someone deleted it) ends the wait with an error wrapping
 // primitives.ErrLost, and has the session check its lease now.
 func (d *doubleBarrier) awaitReady(ctx context.Context, key string, rev int64) error {
-	lost := func() error {
+	lost := func() (bool, error) {
 		d.s.post(d.s.checkLease)
-		return errFinal{fmt.Errorf("key %s is gone: %w", key, primitives.ErrLost)}
+		return true, fmt.Errorf("key %s is gone: %w", key, primitives.ErrLost)
 	}
-	return await(ctx, d.s.cli, awaiter{key: d.key + "/", opts: []clientv3.OpOption{clientv3.WithPrefix()},
-		check: func(ctx context.Context) (bool, error) {
+	return d.await(ctx, waitFor{key: d.key + "/", opts: []clientv3.OpOption{clientv3.WithPrefix()},
+		settled: func(ctx context.Context) (bool, error) {
 			resp, err := d.s.cli.Txn(ctx).Then(clientv3.OpGet(d.ready()), clientv3.OpGet(key)).Commit()
 			if err != nil {
 				return false, err
 			}
 			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != rev {
-				return false, lost()
+				return lost()
 			}
 			kvs := resp.Responses[0].GetResponseRange().Kvs
 			return len(kvs) > 0 && kvs[0].ModRevision >= rev, nil
 		},
-		event: func(ev *clientv3.Event) (bool, error) {
+		seen: func(ev *clientv3.Event) (bool, error) {
 			switch string(ev.Kv.Key) {
 			case d.ready():
 				return ev.Type == mvccpb.PUT && ev.Kv.ModRevision >= rev, nil
 			case key:
 				if ev.Type == mvccpb.DELETE {
-					return false, lost()
+					return lost()
 				}
 			}
 			return false, nil
 		},
+	})
+}
+
+// awaitGone waits until kv's key is gone: deleted, or another key of its
+// name created since.
+func (d *doubleBarrier) awaitGone(ctx context.Context, kv *mvccpb.KeyValue) error {
+	key := string(kv.Key)
+	return d.await(ctx, waitFor{key: key, opts: []clientv3.OpOption{clientv3.WithFilterPut()},
+		settled: func(ctx context.Context) (bool, error) {
+			resp, err := d.s.cli.Get(ctx, key)
+			if err != nil {
+				return false, err
+			}
+			return len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != kv.CreateRevision, nil
+		},
+		seen: func(*clientv3.Event) (bool, error) { return true, nil }, // a delete: puts are filtered
+	})
+}
+
+// waitFor is what a double barrier waits for on a watch of key (opts:
+// WithPrefix, ...). settled reads once the watch is in place (again after
+// each reopening; a linearizable read, so it sees at least what came before
+// the watch's start); seen looks at each event. Either ends the wait when it
+// says over, with its error (nil: what was awaited happened). An error of
+// settled that is not over is transient: the watch is reopened.
+type waitFor struct {
+	key     string
+	opts    []clientv3.OpOption
+	settled func(ctx context.Context) (over bool, err error)
+	seen    func(ev *clientv3.Event) (over bool, err error)
+}
+
+// await runs w's watch on a helper of the session, kept by follow (which
+// reopens a failed watch and moves a silent one to a new stream), and waits
+// for its outcome until ctx ends (ctx's error, unwrapped) or the client is
+// closed. The helper's watch ends when await returns.
+func (d *doubleBarrier) await(ctx context.Context, w waitFor) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := make(chan error, 1)
+	if !d.s.post(func() { d.watchFor(ctx, w, out) }) {
+		return fmt.Errorf("watch %s: the session ended", w.key) // d.fail says how
+	}
+	select {
+	case err := <-out:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.s.cli.Ctx().Done():
+		return fmt.Errorf("watch %s: %w", w.key, ErrClientClosed)
+	}
+}
+
+// watchFor has a session helper follow w's watch until ctx ends or w is
+// over, and send the outcome to out. Loop only: the loop starts helpers only
+// while the session lives, so Close always waits for this one.
+func (d *doubleBarrier) watchFor(ctx context.Context, w waitFor, out chan<- error) {
+	d.s.goHelper(func(sctx context.Context) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(sctx, cancel)()
+		over := false
+		settle := func(done bool, err error) error {
+			if !done {
+				return err // transient: follow reopens the watch
+			}
+			over = true
+			out <- err
+			cancel() // ends follow
+			return nil
+		}
+		d.s.follow(ctx, follower{key: w.key, opts: w.opts,
+			synced: func(rctx context.Context, _ int64) error {
+				if over {
+					return nil
+				}
+				return settle(w.settled(rctx))
+			},
+			changed: func(_ context.Context, evs []*clientv3.Event) error {
+				for _, ev := range evs {
+					if done, err := w.seen(ev); done && !over {
+						return settle(done, err)
+					}
+				}
+				return nil
+			},
+		})
 	})
 }
 
@@ -304,8 +395,7 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 			}
 			d.mine = keyRev{}
 		}
-		gone := func(kv *mvccpb.KeyValue) bool { return kv == nil || kv.CreateRevision != wait.CreateRevision }
-		if err := awaitKey(wctx, d.s.cli, string(wait.Key), gone); err != nil {
+		if err := d.awaitGone(wctx, wait); err != nil {
 			return d.fail(ctx, err)
 		}
 	}

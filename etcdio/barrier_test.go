@@ -3,6 +3,8 @@ package etcdio_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -355,5 +357,120 @@ func TestDoubleBarrierLostWhileEntering(t *testing.T) {
 	}
 	if n := countKeys(t, cli, key); n != 0 {
 		t.Fatalf("%d keys left", n)
+	}
+}
+
+// barrierWatches counts the goroutines in which a double barrier's wait is
+// kept: session helpers (started by the loop through watchFor) running
+// follow. A double barrier's session has no other follow.
+func barrierWatches() int {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		// watchFor's helper, as its own frame or inlined in await's.
+		if strings.Contains(g, "etcdio.(*Session).follow(") && strings.Contains(g, "(*doubleBarrier).watchFor") {
+			count++
+		}
+	}
+	return count
+}
+
+// The waits of Enter and Leave run their watch on a helper of the party's
+// session, kept by follow, and the helper ends with the wait: a cancelled
+// Enter or Leave leaves no watch behind, and the party can try again.
+func TestDoubleBarrierWaitsOnSessionHelper(t *testing.T) {
+	noLeaks(t)
+	key := prefixOf(t)
+	cli := newClient(t)
+	a, b := newDoubleBarrier(t, cli, key, 2), newDoubleBarrier(t, newClient(t), key, 2)
+	ctx := testCtx(t, 20*time.Second)
+	watches := func(n int, what string) {
+		t.Helper()
+		eventually(t, 5*time.Second, what, func() bool { return barrierWatches() == n })
+	}
+
+	actx, cancel := context.WithCancel(ctx)
+	aIn := make(chan error, 1)
+	go func() { aIn <- a.Enter(actx) }()
+	watches(1, "a helper keeping the waiting Enter's watch")
+	cancel()
+	if err := within(t, aIn, "the cancelled Enter"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Enter: %v, want context.Canceled", err)
+	}
+	watches(0, "the cancelled Enter's helper to end")
+
+	go func() { aIn <- a.Enter(ctx) }()
+	watches(1, "a helper keeping the waiting Enter's watch")
+	if err := b.Enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, aIn, "Enter"); err != nil {
+		t.Fatal(err)
+	}
+	watches(0, "Enter's helper to end")
+
+	// a's key was written first: its Leave waits for b's key to go.
+	lctx, cancel := context.WithCancel(ctx)
+	aOut, bOut := make(chan error, 1), make(chan error, 1)
+	go func() { aOut <- a.Leave(lctx) }()
+	watches(1, "a helper keeping the waiting Leave's watch")
+	cancel()
+	if err := within(t, aOut, "the cancelled Leave"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Leave: %v, want context.Canceled", err)
+	}
+	watches(0, "the cancelled Leave's helper to end")
+
+	// b deletes its key and waits for a's; a, still entered, leaves last.
+	go func() { bOut <- b.Leave(ctx) }()
+	watches(1, "a helper keeping b's Leave's watch")
+	stillBlocked(t, bOut, "Leave while the lowest party stays")
+	if err := a.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, bOut, "Leave"); err != nil {
+		t.Fatal(err)
+	}
+	watches(0, "Leave's helper to end")
+	if n := countKeys(t, cli, key); n != 0 {
+		t.Fatalf("%d keys left after every party left", n)
+	}
+}
+
+// Close of a party waiting in Enter on a shared session ends the wait with
+// ErrClosed, deletes its key and ends the wait's helper; the session lives
+// on.
+func TestDoubleBarrierCloseWhileEntering(t *testing.T) {
+	noLeaks(t)
+	key := prefixOf(t)
+	cli := newClient(t)
+	sess, err := etcdio.NewSession(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	a := newDoubleBarrier(t, cli, key, 2, etcdio.WithSession(sess))
+	in := make(chan error, 1)
+	go func() { in <- a.Enter(testCtx(t, 20*time.Second)) }()
+	eventually(t, 5*time.Second, "a helper keeping the waiting Enter's watch", func() bool { return barrierWatches() == 1 })
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, in, "Enter of a closed party"); !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("Enter of a party closed while waiting: %v, want ErrClosed", err)
+	}
+	eventually(t, 5*time.Second, "the closed party's helper to end", func() bool { return barrierWatches() == 0 })
+	if n := countKeys(t, cli, key); n != 0 {
+		t.Fatalf("%d keys left after Close", n)
+	}
+	if err := sess.Err(); err != nil {
+		t.Fatalf("the shared session ended with the party: %v", err)
 	}
 }

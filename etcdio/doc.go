@@ -30,8 +30,13 @@
 //     slot; its waiter parks like a lock's (semEnqueued) but counts down
 //     the keys ahead from a watch of the queue (semLooked on its turn).
 //   - barrier.go, barrier_double.go: the barriers, on etcd's recipe
-//     layouts. They run on their callers' goroutines, not on the loop; a
-//     double barrier uses its session only for the lease.
+//     layouts. Their requests run on their callers' goroutines. A double
+//     barrier's waits (Enter's for ready, Leave's for a key to go) are
+//     watches its session's helpers keep with follow, started from the loop
+//     (watchFor); the caller waits for the outcome (await). A barrier has no
+//     session: its Wait's watch runs on the caller's goroutine, the one
+//     watch no session keeps, so without follow's liveness check; it relies
+//     on the client's gRPC keepalives (see below) or the caller's context.
 //   - metrics.go: the Prometheus collectors the loop reports to
 //     (WithMetrics). markstore.go: a guard's mark store in etcd, for
 //     fencing/guard (no session: one compare-and-swap per raise).
