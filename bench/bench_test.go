@@ -201,6 +201,12 @@ func TestScenariosSmoke(t *testing.T) {
 					t.Errorf("%s: goal %+v", s.name, g)
 				}
 			}
+			if strings.HasPrefix(s.name, "lock-contended-") {
+				// Judged against a rate measured in this run: never n/a.
+				if g := goalNamed(row, ">= 1.2x put+delete"); g == nil || g.Status == "n/a" {
+					t.Errorf("%s: put+delete goal %+v in %+v", s.name, g, row.Goals)
+				}
+			}
 		}
 	}
 	var sb strings.Builder
@@ -218,6 +224,41 @@ func TestScenariosSmoke(t *testing.T) {
 	}
 	if want := 1 + len(all); len(files) != want {
 		t.Errorf("wrote %d files, want %d: %v", len(files), want, files)
+	}
+}
+
+// goalNamed returns the goal of row named name, or nil.
+func goalNamed(row *row, name string) *goal {
+	for i := range row.Goals {
+		if row.Goals[i].Name == name {
+			return &row.Goals[i]
+		}
+	}
+	return nil
+}
+
+// TestContendedMeasuresPutDelete: without lock-uncontended, the first
+// lock-contended scenario of a run measures the Put+Delete reference and
+// later ones judge against that same measurement.
+func TestContendedMeasuresPutDelete(t *testing.T) {
+	r := &runner{env: sharedEnv(t), cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond}}
+	res, err := lockContended(context.Background(), r, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := r.putDelete
+	if pd == nil || pd.Lib != putDeleteLib.name || pd.Count == 0 || r.putDeleteFrom != "lock-contended-2" {
+		t.Fatalf("reference %+v from %q", pd, r.putDeleteFrom)
+	}
+	g := goalNamed(res.Rows[0], ">= 1.2x put+delete")
+	if g == nil || g.Status == "n/a" || !strings.Contains(g.Detail, fmt.Sprintf("vs %.0f/s", pd.PerSec)) {
+		t.Fatalf("goal %+v, reference %.0f/s", g, pd.PerSec)
+	}
+	if _, err := lockContended(context.Background(), r, 2); err != nil {
+		t.Fatal(err)
+	}
+	if r.putDelete != pd {
+		t.Error("the reference was measured again in the same run")
 	}
 }
 

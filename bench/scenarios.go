@@ -36,6 +36,12 @@ type runner struct {
 	// side (0: defaultExpiryTTL, defaultExpiryRounds).
 	expiryTTL    time.Duration
 	expiryRounds int
+
+	// Figures measured at most once per run, when a goal first needs them,
+	// and shared by every scenario of the run that judges against them.
+	// Scenarios run one after another: no locking.
+	putDelete     *side  // one client's uncontended Put+Delete cycles
+	putDeleteFrom string // the scenario that measured putDelete
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -89,6 +95,12 @@ var throughputGoal = map[int]float64{2: 30, 8: 10, 32: 2}
 // uncontendedGoal: disco's uncontended Lock+Unlock rate within this factor
 // of one Put plus one Delete.
 const uncontendedGoal = 1.1
+
+// handoffVsPutDeleteGoal: at every contention level, disco's handoffs per
+// second at least this many times one client's uncontended Put+Delete
+// cycles per second, measured in the same run. A handoff needs one commit
+// (the holder's delete) and one watch event; a Put+Delete cycle two commits.
+const handoffVsPutDeleteGoal = 1.2
 
 // loadGoalAt: at this many contenders, disco may make no more etcd requests
 // per acquisition than etcd's Mutex.
@@ -175,6 +187,8 @@ func lockUncontended(ctx context.Context, r *runner) (*result, error) {
 		sides[lib.name] = s
 	}
 	d, m, pd := sides[discoLib.name], sides[etcdMutexLib.name], sides[putDeleteLib.name]
+	// The run's Put+Delete reference: the contended goals judge against it.
+	r.putDelete, r.putDeleteFrom = pd, name
 	limitRow := &row{Scenario: name, Contenders: 1, Baseline: pd.Lib, Unit: "acq/s", Latency: "cycle", Disco: d, Base: pd}
 	floor := pd.PerSec / uncontendedGoal
 	limitRow.Goals = []goal{judge(fmt.Sprintf("within %.1fx of put+delete", uncontendedGoal), d.PerSec >= floor,
@@ -201,8 +215,15 @@ func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 		}
 		sides = append(sides, s)
 	}
+	pd, err := r.putDeleteRef(ctx, name)
+	if err != nil {
+		return nil, err
+	}
 	d, m := sides[0], sides[1]
 	rw := &row{Scenario: name, Contenders: n, Baseline: m.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: m}
+	pdRatio := ratioOf(d.PerSec, pd.PerSec)
+	rw.Goals = append(rw.Goals, judge(fmt.Sprintf(">= %gx put+delete", handoffVsPutDeleteGoal), pd.PerSec > 0 && pdRatio >= handoffVsPutDeleteGoal,
+		fmt.Sprintf("%.2fx (%.0f vs %.0f/s)", pdRatio, d.PerSec, pd.PerSec)))
 	rw.Goals = append(rw.Goals, judge(fmt.Sprintf("handoff p99 < %gms", handoffP99Goal), d.Handoff.N > 0 && d.Handoff.P99 < handoffP99Goal,
 		fmt.Sprintf("disco handoff p99 %.2fms", d.Handoff.P99)))
 	if want, ok := throughputGoal[n]; ok {
@@ -223,6 +244,21 @@ func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 			cdfs: []series{{"disco handoff", d.handoffs}, {"etcd-mutex handoff", m.handoffs},
 				{"disco wait", d.waits}, {"etcd-mutex wait", m.waits}}},
 	}, nil
+}
+
+// putDeleteRef returns the run's Put+Delete reference: lock-uncontended's
+// put+delete side when that scenario ran, else one measured now, once per
+// run, by the same loop (runUncontended with putDeleteLib).
+func (r *runner) putDeleteRef(ctx context.Context, scenario string) (*side, error) {
+	if r.putDelete == nil {
+		r.logf("  %s: put+delete reference (lock-uncontended not run) ...", scenario)
+		s, err := runUncontended(ctx, r.env, putDeleteLib, r.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: put+delete reference: %w", scenario, err)
+		}
+		r.putDelete, r.putDeleteFrom = s, scenario
+	}
+	return r.putDelete, nil
 }
 
 func ratioOf(a, b float64) float64 {
