@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -209,8 +211,16 @@ func TestScenariosSmoke(t *testing.T) {
 			}
 		}
 	}
+	sum := r.summary(results)
+	if len(sum.Goals) == 0 || !strings.HasPrefix(sum.Goals[0].Name, "lock-contended flatness") ||
+		!slices.Contains([]string{"met", "MISSED", "n/a"}, sum.Goals[0].Status) {
+		t.Errorf("cross-scenario goals %+v", sum.Goals)
+	}
+	if sum.PutDelete == nil || sum.PutDeleteFrom != "lock-uncontended" {
+		t.Errorf("put+delete reference %+v from %q", sum.PutDelete, sum.PutDeleteFrom)
+	}
 	var sb strings.Builder
-	if err := printTable(&sb, results, e, r.cfg); err != nil {
+	if err := printTable(&sb, results, sum, e, r.cfg); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range all {
@@ -218,12 +228,65 @@ func TestScenariosSmoke(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", s.name, sb.String())
 		}
 	}
-	files, err := writeOutputs(t.TempDir(), time.Now(), results, e, r.cfg)
+	for _, want := range []string{"goals across scenarios:", sum.Goals[0].Name + ": " + sum.Goals[0].Status, "put+delete reference"} {
+		if !strings.Contains(sb.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, sb.String())
+		}
+	}
+	dir := t.TempDir()
+	files, err := writeOutputs(dir, time.Now(), results, sum, e, r.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := 1 + len(all); len(files) != want {
 		t.Errorf("wrote %d files, want %d: %v", len(files), want, files)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Summary struct {
+			Goals     []goal `json:"goals"`
+			PutDelete *side  `json:"put_delete"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Summary.Goals) != len(sum.Goals) || rep.Summary.Goals[0] != sum.Goals[0] || rep.Summary.PutDelete == nil {
+		t.Errorf("results.json summary %+v, want %+v", rep.Summary, sum)
+	}
+}
+
+// TestFlatness judges the cross-scenario goal on made-up results.
+func TestFlatness(t *testing.T) {
+	contended := func(n int, perSec float64) *result {
+		name := fmt.Sprintf("lock-contended-%d", n)
+		return &result{Scenario: name, Rows: []*row{{Scenario: name, Contenders: n,
+			Disco: &side{Lib: "disco", PerSec: perSec}, Base: &side{Lib: "etcd-mutex", PerSec: 1}}}}
+	}
+	redis := &result{Scenario: "redis-lock-128", Rows: []*row{{Scenario: "redis-lock-128", Contenders: 128,
+		Disco: &side{Lib: "disco-etcd", PerSec: 1e6}}}}
+	for _, tc := range []struct {
+		levels  []int
+		results []*result
+		status  string
+		detail  string
+	}{
+		{[]int{2, 8, 32, 128}, []*result{contended(2, 1000), contended(8, 900), contended(128, 800)}, "met", "0.80x (800 vs 1000 acq/s)"},
+		{[]int{2, 8, 32, 128}, []*result{contended(2, 1000), contended(128, 799)}, "MISSED", "0.80x (799 vs 1000 acq/s)"},
+		{[]int{2, 128}, []*result{contended(2, 0), contended(128, 0)}, "MISSED", "0.00x (0 vs 0 acq/s)"},
+		{[]int{2, 8, 32, 128}, []*result{contended(2, 1000), contended(8, 900), redis}, "n/a", "lock-contended-128 not run"},
+		{[]int{2, 8}, []*result{contended(8, 900)}, "n/a", "lock-contended-2 not run"},
+		{[]int{8, 32}, []*result{contended(8, 900), contended(32, 900)}, "n/a", "needs 2 and a higher level in -contenders"},
+		{[]int{2}, []*result{contended(2, 1000)}, "n/a", "needs 2 and a higher level in -contenders"},
+		{[]int{2, 128}, nil, "n/a", "lock-contended-2 and lock-contended-128 not run"},
+	} {
+		g := flatness(tc.levels, tc.results)
+		if g.Status != tc.status || g.Detail != tc.detail {
+			t.Errorf("levels %v: %+v, want %s (%s)", tc.levels, g, tc.status, tc.detail)
+		}
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 
 // printTable writes one line per row: throughput, latency and etcd load for
 // disco and its baseline, and every goal judged plainly.
-func printTable(w io.Writer, results []*result, e *env, cfg runCfg) error {
+func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg runCfg) error {
 	fmt.Fprintf(w, "disco bench: etcd %s, %v per side (+%v warmup), GOMAXPROCS=%d, %s\n",
 		e.backend(), cfg.duration, cfg.warmup, runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintln(w, "latency in ms as p50/p99; handoff = previous holder calls Unlock -> next holder's Lock returns; cycle = one uncontended Lock+Unlock;")
@@ -58,6 +58,7 @@ func printTable(w io.Writer, results []*result, e *env, cfg runCfg) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	printSummary(w, sum)
 	if len(notes) > 0 {
 		fmt.Fprintln(w)
 		for _, n := range notes {
@@ -65,6 +66,23 @@ func printTable(w io.Writer, results []*result, e *env, cfg runCfg) error {
 		}
 	}
 	return nil
+}
+
+// printSummary writes the goals judged across scenarios and the reference
+// the contended goals were judged against.
+func printSummary(w io.Writer, sum *runSummary) {
+	if sum == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "goals across scenarios:")
+	for _, g := range sum.Goals {
+		fmt.Fprintf(w, "  %s: %s (%s)\n", g.Name, g.Status, g.Detail)
+	}
+	if pd := sum.PutDelete; pd != nil {
+		fmt.Fprintf(w, "put+delete reference of the lock-contended goals: %s, one client, measured in %s of this run\n",
+			fmtRate(pd.PerSec, "cycles/s"), sum.PutDeleteFrom)
+	}
 }
 
 func orDash(s string) string {
@@ -148,16 +166,18 @@ type report struct {
 	GOMAXPROCS int       `json:"gomaxprocs"`
 	GoVersion  string    `json:"go_version"`
 	Results    []*result `json:"results"`
+	// Goals judged across scenarios, and the references of the goals.
+	Summary *runSummary `json:"summary,omitempty"`
 }
 
 // writeOutputs writes results.json and one PNG chart per scenario into dir.
-func writeOutputs(dir string, started time.Time, results []*result, e *env, cfg runCfg) ([]string, error) {
+func writeOutputs(dir string, started time.Time, results []*result, sum *runSummary, e *env, cfg runCfg) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	rep := report{Started: started, Backend: e.backend(), Fsync: e.fsync, External: e.external,
 		Duration: cfg.duration.String(), Warmup: cfg.warmup.String(),
-		GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Results: results}
+		GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Results: results, Summary: sum}
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return nil, err

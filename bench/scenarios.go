@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,6 +102,14 @@ const uncontendedGoal = 1.1
 // cycles per second, measured in the same run. A handoff needs one commit
 // (the holder's delete) and one watch event; a Put+Delete cycle two commits.
 const handoffVsPutDeleteGoal = 1.2
+
+// flatnessGoal: disco's acquisitions per second at the highest contention
+// level at least this fraction of those at flatnessBase contenders, both
+// measured in the same run (a cross-scenario goal, judged after them all).
+const (
+	flatnessGoal = 0.8
+	flatnessBase = 2
+)
 
 // loadGoalAt: at this many contenders, disco may make no more etcd requests
 // per acquisition than etcd's Mutex.
@@ -259,6 +268,56 @@ func (r *runner) putDeleteRef(ctx context.Context, scenario string) (*side, erro
 		r.putDelete, r.putDeleteFrom = s, scenario
 	}
 	return r.putDelete, nil
+}
+
+// runSummary is what a run judged and measured beyond its scenarios' rows:
+// the goals that compare scenarios, and the figures goals were judged
+// against.
+type runSummary struct {
+	Goals         []goal `json:"goals"`
+	PutDelete     *side  `json:"put_delete,omitempty"`             // the Put+Delete reference of the contended goals
+	PutDeleteFrom string `json:"put_delete_measured_in,omitempty"` // the scenario that measured it
+}
+
+// summary judges the cross-scenario goals on results, the scenarios this
+// run completed.
+func (r *runner) summary(results []*result) *runSummary {
+	return &runSummary{Goals: []goal{flatness(r.contenders, results)},
+		PutDelete: r.putDelete, PutDeleteFrom: r.putDeleteFrom}
+}
+
+// flatness judges disco's acquisitions per second at the highest of levels
+// against those at flatnessBase contenders, from the lock-contended rows of
+// results: n/a unless both ran.
+func flatness(levels []int, results []*result) goal {
+	top := 0
+	for _, n := range levels {
+		top = max(top, n)
+	}
+	name := fmt.Sprintf("lock-contended flatness: disco acq/s at %d >= %gx at %d", top, flatnessGoal, flatnessBase)
+	if top <= flatnessBase || !slices.Contains(levels, flatnessBase) {
+		return goal{Name: name, Status: "n/a", Detail: fmt.Sprintf("needs %d and a higher level in -contenders", flatnessBase)}
+	}
+	rate := map[int]float64{}
+	for _, res := range results {
+		for _, rw := range res.Rows {
+			if rw.Scenario == fmt.Sprintf("lock-contended-%d", rw.Contenders) && rw.Disco != nil {
+				rate[rw.Contenders] = rw.Disco.PerSec
+			}
+		}
+	}
+	var missing []string
+	for _, n := range []int{flatnessBase, top} {
+		if _, ok := rate[n]; !ok {
+			missing = append(missing, fmt.Sprintf("lock-contended-%d", n))
+		}
+	}
+	if len(missing) > 0 {
+		return goal{Name: name, Status: "n/a", Detail: strings.Join(missing, " and ") + " not run"}
+	}
+	ratio := ratioOf(rate[top], rate[flatnessBase])
+	return judge(name, rate[flatnessBase] > 0 && ratio >= flatnessGoal,
+		fmt.Sprintf("%.2fx (%.0f vs %.0f acq/s)", ratio, rate[top], rate[flatnessBase]))
 }
 
 func ratioOf(a, b float64) float64 {
