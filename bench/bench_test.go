@@ -208,6 +208,7 @@ func TestScenariosSmoke(t *testing.T) {
 				if g := goalNamed(row, ">= 1.2x put+delete"); g == nil || g.Status == "n/a" {
 					t.Errorf("%s: put+delete goal %+v in %+v", s.name, g, row.Goals)
 				}
+				checkSplit(t, s.name, row.Disco)
 			}
 		}
 	}
@@ -219,6 +220,9 @@ func TestScenariosSmoke(t *testing.T) {
 	if sum.PutDelete == nil || sum.PutDeleteFrom != "lock-uncontended" {
 		t.Errorf("put+delete reference %+v from %q", sum.PutDelete, sum.PutDeleteFrom)
 	}
+	if sr := sum.SerializableRead; sr == nil || sr.N == 0 || sr.P50 <= 0 || sr.P99 < sr.P50 {
+		t.Errorf("serializable read %+v", sr)
+	}
 	var sb strings.Builder
 	if err := printTable(&sb, results, sum, e, r.cfg); err != nil {
 		t.Fatal(err)
@@ -228,7 +232,8 @@ func TestScenariosSmoke(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", s.name, sb.String())
 		}
 	}
-	for _, want := range []string{"goals across scenarios:", sum.Goals[0].Name + ": " + sum.Goals[0].Status, "put+delete reference"} {
+	for _, want := range []string{"goals across scenarios:", sum.Goals[0].Name + ": " + sum.Goals[0].Status, "put+delete reference",
+		"lock-contended-2 disco handoff p50 ", "= Unlock (delete commit) p50 ", "; serializable read p50 "} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, sb.String())
 		}
@@ -247,15 +252,32 @@ func TestScenariosSmoke(t *testing.T) {
 	}
 	var rep struct {
 		Summary struct {
-			Goals     []goal `json:"goals"`
-			PutDelete *side  `json:"put_delete"`
+			Goals            []goal `json:"goals"`
+			PutDelete        *side  `json:"put_delete"`
+			SerializableRead *dist  `json:"serializable_read"`
 		} `json:"summary"`
 	}
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Summary.Goals) != len(sum.Goals) || rep.Summary.Goals[0] != sum.Goals[0] || rep.Summary.PutDelete == nil {
+	if len(rep.Summary.Goals) != len(sum.Goals) || rep.Summary.Goals[0] != sum.Goals[0] || rep.Summary.PutDelete == nil ||
+		rep.Summary.SerializableRead == nil || *rep.Summary.SerializableRead != *sum.SerializableRead {
 		t.Errorf("results.json summary %+v, want %+v", rep.Summary, sum)
+	}
+}
+
+// checkSplit checks a contended disco side's handoff split: every handoff
+// split, and the parts' means adding up to the handoff's.
+func checkSplit(t *testing.T, scenario string, d *side) {
+	t.Helper()
+	sp := d.Split
+	if sp == nil || sp.Handoff.N == 0 || sp.Handoff.N != d.Handoff.N || sp.Unlock.N != sp.Handoff.N || sp.Rest.N != sp.Handoff.N ||
+		sp.Unlock.P50 <= 0 || sp.Handoff != d.Handoff {
+		t.Errorf("%s: handoff split %+v of handoffs %+v", scenario, sp, d.Handoff)
+		return
+	}
+	if diff := sp.Handoff.Mean - sp.Unlock.Mean - sp.Rest.Mean; diff > 1e-5 || diff < -1e-5 { // ms: 10ns of rounding
+		t.Errorf("%s: means %.6f != %.6f + %.6f ms", scenario, sp.Handoff.Mean, sp.Unlock.Mean, sp.Rest.Mean)
 	}
 }
 
@@ -300,10 +322,11 @@ func goalNamed(row *row, name string) *goal {
 	return nil
 }
 
-// TestContendedMeasuresPutDelete: without lock-uncontended, the first
-// lock-contended scenario of a run measures the Put+Delete reference and
-// later ones judge against that same measurement.
-func TestContendedMeasuresPutDelete(t *testing.T) {
+// TestContendedMeasuresReferences: without lock-uncontended, the first
+// lock-contended scenario of a run measures the Put+Delete reference (and,
+// always, the serializable read), and later ones use those same
+// measurements.
+func TestContendedMeasuresReferences(t *testing.T) {
 	r := &runner{env: sharedEnv(t), cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond}}
 	res, err := lockContended(context.Background(), r, 2)
 	if err != nil {
@@ -317,11 +340,15 @@ func TestContendedMeasuresPutDelete(t *testing.T) {
 	if g == nil || g.Status == "n/a" || !strings.Contains(g.Detail, fmt.Sprintf("vs %.0f/s", pd.PerSec)) {
 		t.Fatalf("goal %+v, reference %.0f/s", g, pd.PerSec)
 	}
+	sr := r.serialRead
+	if sr == nil || sr.N == 0 {
+		t.Fatalf("serializable read %+v", sr)
+	}
 	if _, err := lockContended(context.Background(), r, 2); err != nil {
 		t.Fatal(err)
 	}
-	if r.putDelete != pd {
-		t.Error("the reference was measured again in the same run")
+	if r.putDelete != pd || r.serialRead != sr {
+		t.Error("a reference was measured again in the same run")
 	}
 }
 

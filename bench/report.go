@@ -59,6 +59,7 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 		return err
 	}
 	printSummary(w, sum)
+	printSplits(w, results, sum)
 	if len(notes) > 0 {
 		fmt.Fprintln(w)
 		for _, n := range notes {
@@ -82,6 +83,46 @@ func printSummary(w io.Writer, sum *runSummary) {
 	if pd := sum.PutDelete; pd != nil {
 		fmt.Fprintf(w, "put+delete reference of the lock-contended goals: %s, one client, measured in %s of this run\n",
 			fmtRate(pd.PerSec, "cycles/s"), sum.PutDeleteFrom)
+	}
+}
+
+// printSplits writes where the time of a disco handoff goes, per
+// lock-contended level: what bench timed from outside the lock, and what it
+// infers from that.
+func printSplits(w io.Writer, results []*result, sum *runSummary) {
+	var lines []string
+	for _, res := range results {
+		for _, r := range res.Rows {
+			sp := r.Disco.Split
+			if !strings.HasPrefix(r.Scenario, "lock-contended-") || sp == nil || sp.Handoff.N == 0 {
+				continue
+			}
+			line := fmt.Sprintf("  %s disco handoff p50 %.2f ms = Unlock (delete commit) p50 %.2f ms + rest %.2f ms",
+				r.Scenario, sp.Handoff.P50, sp.Unlock.P50, sp.Handoff.P50-sp.Unlock.P50)
+			if sum != nil && sum.SerializableRead != nil {
+				line += fmt.Sprintf("; serializable read p50 %.2f ms", sum.SerializableRead.P50)
+			}
+			lines = append(lines, line+fmt.Sprintf(" (means %.2f = %.2f + %.2f ms, %d handoffs)",
+				sp.Handoff.Mean, sp.Unlock.Mean, sp.Rest.Mean, sp.Handoff.N))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "where a disco handoff's time goes, timed from outside the lock:")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w, "  Unlock: the previous holder's Unlock call, timed: its delete's commit as its client sees it, plus its session loop's bookkeeping.")
+	fmt.Fprintln(w, "  rest: handoff p50 minus Unlock p50, inferred, not timed apart: the watch event's delivery + the waiter's read + its session loop + client.")
+	fmt.Fprintln(w, "  Means add up handoff by handoff; p50s need not (rest can be negative: the next Lock may return before the Unlock does).")
+	if sum != nil && sum.SerializableRead != nil {
+		fmt.Fprintf(w, "  serializable read: one client's Txn of one Compare and a serializable Get of one key, on an idle etcd, %d reads once per run:\n", sum.SerializableRead.N)
+		fmt.Fprintln(w, "  it approximates the waiter's read after the delete event (that one reads a prefix, under contention).")
+	}
+	if sum != nil && sum.PutDelete != nil && sum.PutDelete.Cycle.N > 0 {
+		fmt.Fprintf(w, "  For scale: one commit ~ put+delete cycle p50 / 2 = %.2f ms.\n", sum.PutDelete.Cycle.P50/2)
 	}
 }
 

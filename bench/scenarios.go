@@ -43,6 +43,7 @@ type runner struct {
 	// Scenarios run one after another: no locking.
 	putDelete     *side  // one client's uncontended Put+Delete cycles
 	putDeleteFrom string // the scenario that measured putDelete
+	serialRead    *dist  // a waiter-like serializable read Txn (measureSerialRead)
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -228,6 +229,14 @@ func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.serialRead == nil {
+		r.logf("  %s: serializable read (once per run) ...", name)
+		sr, err := measureSerialRead(ctx, r.env, r.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: serializable read: %w", name, err)
+		}
+		r.serialRead = &sr
+	}
 	d, m := sides[0], sides[1]
 	rw := &row{Scenario: name, Contenders: n, Baseline: m.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: m}
 	pdRatio := ratioOf(d.PerSec, pd.PerSec)
@@ -277,13 +286,18 @@ type runSummary struct {
 	Goals         []goal `json:"goals"`
 	PutDelete     *side  `json:"put_delete,omitempty"`             // the Put+Delete reference of the contended goals
 	PutDeleteFrom string `json:"put_delete_measured_in,omitempty"` // the scenario that measured it
+	// One client's serializable single-key read Txn on an idle etcd (see
+	// measureSerialRead): what a disco waiter's read after the delete
+	// event costs, approximately. Measured with the first lock-contended
+	// scenario.
+	SerializableRead *dist `json:"serializable_read,omitempty"`
 }
 
 // summary judges the cross-scenario goals on results, the scenarios this
 // run completed.
 func (r *runner) summary(results []*result) *runSummary {
 	return &runSummary{Goals: []goal{flatness(r.contenders, results)},
-		PutDelete: r.putDelete, PutDeleteFrom: r.putDeleteFrom}
+		PutDelete: r.putDelete, PutDeleteFrom: r.putDeleteFrom, SerializableRead: r.serialRead}
 }
 
 // flatness judges disco's acquisitions per second at the highest of levels
