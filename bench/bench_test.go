@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -201,10 +203,28 @@ func TestScenariosSmoke(t *testing.T) {
 					t.Errorf("%s: goal %+v", s.name, g)
 				}
 			}
+			if strings.HasPrefix(s.name, "lock-contended-") {
+				// Judged against a rate measured in this run: never n/a.
+				if g := goalNamed(row, ">= 1.2x put+delete"); g == nil || g.Status == "n/a" {
+					t.Errorf("%s: put+delete goal %+v in %+v", s.name, g, row.Goals)
+				}
+				checkSplit(t, s.name, row.Disco)
+			}
 		}
 	}
+	sum := r.summary(results)
+	if len(sum.Goals) == 0 || !strings.HasPrefix(sum.Goals[0].Name, "lock-contended flatness") ||
+		!slices.Contains([]string{"met", "MISSED", "n/a"}, sum.Goals[0].Status) {
+		t.Errorf("cross-scenario goals %+v", sum.Goals)
+	}
+	if sum.PutDelete == nil || sum.PutDeleteFrom != "lock-uncontended" {
+		t.Errorf("put+delete reference %+v from %q", sum.PutDelete, sum.PutDeleteFrom)
+	}
+	if sr := sum.SerializableRead; sr == nil || sr.N == 0 || sr.P50 <= 0 || sr.P99 < sr.P50 {
+		t.Errorf("serializable read %+v", sr)
+	}
 	var sb strings.Builder
-	if err := printTable(&sb, results, e, r.cfg); err != nil {
+	if err := printTable(&sb, results, sum, e, r.cfg); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range all {
@@ -212,12 +232,123 @@ func TestScenariosSmoke(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", s.name, sb.String())
 		}
 	}
-	files, err := writeOutputs(t.TempDir(), time.Now(), results, e, r.cfg)
+	for _, want := range []string{"goals across scenarios:", sum.Goals[0].Name + ": " + sum.Goals[0].Status, "put+delete reference",
+		"lock-contended-2 disco handoff p50 ", "= Unlock (delete commit) p50 ", "; serializable read p50 "} {
+		if !strings.Contains(sb.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, sb.String())
+		}
+	}
+	dir := t.TempDir()
+	files, err := writeOutputs(dir, time.Now(), results, sum, e, r.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := 1 + len(all); len(files) != want {
 		t.Errorf("wrote %d files, want %d: %v", len(files), want, files)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Summary struct {
+			Goals            []goal `json:"goals"`
+			PutDelete        *side  `json:"put_delete"`
+			SerializableRead *dist  `json:"serializable_read"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Summary.Goals) != len(sum.Goals) || rep.Summary.Goals[0] != sum.Goals[0] || rep.Summary.PutDelete == nil ||
+		rep.Summary.SerializableRead == nil || *rep.Summary.SerializableRead != *sum.SerializableRead {
+		t.Errorf("results.json summary %+v, want %+v", rep.Summary, sum)
+	}
+}
+
+// checkSplit checks a contended disco side's handoff split: every handoff
+// split, and the parts' means adding up to the handoff's.
+func checkSplit(t *testing.T, scenario string, d *side) {
+	t.Helper()
+	sp := d.Split
+	if sp == nil || sp.Handoff.N == 0 || sp.Handoff.N != d.Handoff.N || sp.Unlock.N != sp.Handoff.N || sp.Rest.N != sp.Handoff.N ||
+		sp.Unlock.P50 <= 0 || sp.Handoff != d.Handoff {
+		t.Errorf("%s: handoff split %+v of handoffs %+v", scenario, sp, d.Handoff)
+		return
+	}
+	if diff := sp.Handoff.Mean - sp.Unlock.Mean - sp.Rest.Mean; diff > 1e-5 || diff < -1e-5 { // ms: 10ns of rounding
+		t.Errorf("%s: means %.6f != %.6f + %.6f ms", scenario, sp.Handoff.Mean, sp.Unlock.Mean, sp.Rest.Mean)
+	}
+}
+
+// TestFlatness judges the cross-scenario goal on made-up results.
+func TestFlatness(t *testing.T) {
+	contended := func(n int, perSec float64) *result {
+		name := fmt.Sprintf("lock-contended-%d", n)
+		return &result{Scenario: name, Rows: []*row{{Scenario: name, Contenders: n,
+			Disco: &side{Lib: "disco", PerSec: perSec}, Base: &side{Lib: "etcd-mutex", PerSec: 1}}}}
+	}
+	redis := &result{Scenario: "redis-lock-128", Rows: []*row{{Scenario: "redis-lock-128", Contenders: 128,
+		Disco: &side{Lib: "disco-etcd", PerSec: 1e6}}}}
+	for _, tc := range []struct {
+		levels  []int
+		results []*result
+		status  string
+		detail  string
+	}{
+		{[]int{2, 8, 32, 128}, []*result{contended(2, 1000), contended(8, 900), contended(128, 800)}, "met", "0.80x (800 vs 1000 acq/s)"},
+		{[]int{2, 8, 32, 128}, []*result{contended(2, 1000), contended(128, 799)}, "MISSED", "0.80x (799 vs 1000 acq/s)"},
+		{[]int{2, 128}, []*result{contended(2, 0), contended(128, 0)}, "MISSED", "0.00x (0 vs 0 acq/s)"},
+		{[]int{2, 8, 32, 128}, []*result{contended(2, 1000), contended(8, 900), redis}, "n/a", "lock-contended-128 not run"},
+		{[]int{2, 8}, []*result{contended(8, 900)}, "n/a", "lock-contended-2 not run"},
+		{[]int{8, 32}, []*result{contended(8, 900), contended(32, 900)}, "n/a", "needs 2 and a higher level in -contenders"},
+		{[]int{2}, []*result{contended(2, 1000)}, "n/a", "needs 2 and a higher level in -contenders"},
+		{[]int{2, 128}, nil, "n/a", "lock-contended-2 and lock-contended-128 not run"},
+	} {
+		g := flatness(tc.levels, tc.results)
+		if g.Status != tc.status || g.Detail != tc.detail {
+			t.Errorf("levels %v: %+v, want %s (%s)", tc.levels, g, tc.status, tc.detail)
+		}
+	}
+}
+
+// goalNamed returns the goal of row named name, or nil.
+func goalNamed(row *row, name string) *goal {
+	for i := range row.Goals {
+		if row.Goals[i].Name == name {
+			return &row.Goals[i]
+		}
+	}
+	return nil
+}
+
+// TestContendedMeasuresReferences: without lock-uncontended, the first
+// lock-contended scenario of a run measures the Put+Delete reference (and,
+// always, the serializable read), and later ones use those same
+// measurements.
+func TestContendedMeasuresReferences(t *testing.T) {
+	r := &runner{env: sharedEnv(t), cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond}}
+	res, err := lockContended(context.Background(), r, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := r.putDelete
+	if pd == nil || pd.Lib != putDeleteLib.name || pd.Count == 0 || r.putDeleteFrom != "lock-contended-2" {
+		t.Fatalf("reference %+v from %q", pd, r.putDeleteFrom)
+	}
+	g := goalNamed(res.Rows[0], ">= 1.2x put+delete")
+	if g == nil || g.Status == "n/a" || !strings.Contains(g.Detail, fmt.Sprintf("vs %.0f/s", pd.PerSec)) {
+		t.Fatalf("goal %+v, reference %.0f/s", g, pd.PerSec)
+	}
+	sr := r.serialRead
+	if sr == nil || sr.N == 0 {
+		t.Fatalf("serializable read %+v", sr)
+	}
+	if _, err := lockContended(context.Background(), r, 2); err != nil {
+		t.Fatal(err)
+	}
+	if r.putDelete != pd || r.serialRead != sr {
+		t.Error("a reference was measured again in the same run")
 	}
 }
 

@@ -83,6 +83,25 @@ func (h *holdLog) analyze(s *side, from, to int64, errs *errCount) {
 	s.rate()
 }
 
+// split divides each handoff into holds acquired in [from, to) at the
+// moment the previous holder's release call returned (see handoffSplit).
+// Handoffs whose release failed are left out.
+func (h *holdLog) split(from, to int64) *handoffSplit {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var handoffs, releases, rests []time.Duration
+	for i := 1; i < len(h.holds); i++ {
+		prev, cur := h.holds[i-1], h.holds[i]
+		if cur.acquired < from || cur.acquired >= to || prev.released == 0 {
+			continue
+		}
+		handoffs = append(handoffs, time.Duration(cur.acquired-prev.releaseCalled))
+		releases = append(releases, time.Duration(prev.released-prev.releaseCalled))
+		rests = append(rests, time.Duration(cur.acquired-prev.released))
+	}
+	return &handoffSplit{Handoff: summarize(handoffs), Unlock: summarize(releases), Rest: summarize(rests)}
+}
+
 // count returns how many holds were acquired in [from, to).
 func (h *holdLog) count(from, to int64) int {
 	h.mu.Lock()

@@ -150,6 +150,7 @@ func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (
 		to = log.last() + 1
 	}
 	log.analyze(s, w.since(w.from), to, &errs)
+	s.Split = log.split(w.since(w.from), to)
 	errs.into(s)
 	if s.Load, err = w.load(func(from, to time.Time) int { return log.count(w.since(from), w.since(to)) }); err != nil {
 		return nil, err
@@ -234,4 +235,49 @@ func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side
 		return nil, err
 	}
 	return s, nil
+}
+
+// serialReads is the most reads measureSerialRead times.
+const serialReads = 1000
+
+// measureSerialRead times, from one client on an otherwise idle etcd, a
+// transaction shaped like a disco waiter's read after its predecessor's
+// delete event: one Compare (a key's create revision) and a serializable Get
+// of that key, which a member answers from its own state without a
+// consensus round. It runs cfg.warmup unmeasured, then times up to
+// serialReads reads within cfg.duration (at least one).
+func measureSerialRead(ctx context.Context, e *env, cfg runCfg) (dist, error) {
+	cli, err := e.newClient()
+	if err != nil {
+		return dist{}, err
+	}
+	defer cli.Close()
+	key := e.prefix("serializable-read") + "/k"
+	put, err := cli.Put(ctx, key, "")
+	if err != nil {
+		return dist{}, err
+	}
+	defer func() { _, _ = cli.Delete(context.WithoutCancel(ctx), key) }()
+	read := func() error {
+		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", put.Header.Revision)).
+			Then(clientv3.OpGet(key, clientv3.WithSerializable())).Commit()
+		if err == nil && (!resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) != 1) {
+			err = fmt.Errorf("serializable read of %s: compare failed or key missing", key)
+		}
+		return err
+	}
+	for warm := time.Now().Add(cfg.warmup); time.Now().Before(warm); {
+		if err := read(); err != nil {
+			return dist{}, err
+		}
+	}
+	samples := make([]time.Duration, 0, serialReads)
+	for deadline := time.Now().Add(cfg.duration); len(samples) < serialReads && (len(samples) == 0 || time.Now().Before(deadline)); {
+		t0 := time.Now()
+		if err := read(); err != nil {
+			return dist{}, err
+		}
+		samples = append(samples, time.Since(t0))
+	}
+	return summarize(samples), nil
 }

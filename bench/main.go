@@ -107,11 +107,15 @@ func run() error {
 	fmt.Fprintf(os.Stderr, "bench: %d scenarios on etcd %s\n", len(chosen), e.backend())
 	results, err := runAll(ctx, r, chosen)
 	if len(results) > 0 {
-		if perr := printTable(os.Stdout, results, e, cfg); perr != nil {
+		sum := r.summary(results)
+		for _, g := range sum.Goals {
+			fmt.Fprintf(os.Stderr, "bench: %s: %s\n", g.Name, g.Status)
+		}
+		if perr := printTable(os.Stdout, results, sum, e, cfg); perr != nil {
 			return perr
 		}
 		if *out != "" {
-			files, werr := writeOutputs(*out, started, results, e, cfg)
+			files, werr := writeOutputs(*out, started, results, sum, e, cfg)
 			for _, f := range files {
 				fmt.Fprintln(os.Stderr, "bench: wrote", f)
 			}

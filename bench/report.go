@@ -14,7 +14,7 @@ import (
 
 // printTable writes one line per row: throughput, latency and etcd load for
 // disco and its baseline, and every goal judged plainly.
-func printTable(w io.Writer, results []*result, e *env, cfg runCfg) error {
+func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg runCfg) error {
 	fmt.Fprintf(w, "disco bench: etcd %s, %v per side (+%v warmup), GOMAXPROCS=%d, %s\n",
 		e.backend(), cfg.duration, cfg.warmup, runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintln(w, "latency in ms as p50/p99; handoff = previous holder calls Unlock -> next holder's Lock returns; cycle = one uncontended Lock+Unlock;")
@@ -58,6 +58,8 @@ func printTable(w io.Writer, results []*result, e *env, cfg runCfg) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	printSummary(w, sum)
+	printSplits(w, results, sum)
 	if len(notes) > 0 {
 		fmt.Fprintln(w)
 		for _, n := range notes {
@@ -65,6 +67,63 @@ func printTable(w io.Writer, results []*result, e *env, cfg runCfg) error {
 		}
 	}
 	return nil
+}
+
+// printSummary writes the goals judged across scenarios and the reference
+// the contended goals were judged against.
+func printSummary(w io.Writer, sum *runSummary) {
+	if sum == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "goals across scenarios:")
+	for _, g := range sum.Goals {
+		fmt.Fprintf(w, "  %s: %s (%s)\n", g.Name, g.Status, g.Detail)
+	}
+	if pd := sum.PutDelete; pd != nil {
+		fmt.Fprintf(w, "put+delete reference of the lock-contended goals: %s, one client, measured in %s of this run\n",
+			fmtRate(pd.PerSec, "cycles/s"), sum.PutDeleteFrom)
+	}
+}
+
+// printSplits writes where the time of a disco handoff goes, per
+// lock-contended level: what bench timed from outside the lock, and what it
+// infers from that.
+func printSplits(w io.Writer, results []*result, sum *runSummary) {
+	var lines []string
+	for _, res := range results {
+		for _, r := range res.Rows {
+			sp := r.Disco.Split
+			if !strings.HasPrefix(r.Scenario, "lock-contended-") || sp == nil || sp.Handoff.N == 0 {
+				continue
+			}
+			line := fmt.Sprintf("  %s disco handoff p50 %.2f ms = Unlock (delete commit) p50 %.2f ms + rest %.2f ms",
+				r.Scenario, sp.Handoff.P50, sp.Unlock.P50, sp.Handoff.P50-sp.Unlock.P50)
+			if sum != nil && sum.SerializableRead != nil {
+				line += fmt.Sprintf("; serializable read p50 %.2f ms", sum.SerializableRead.P50)
+			}
+			lines = append(lines, line+fmt.Sprintf(" (means %.2f = %.2f + %.2f ms, %d handoffs)",
+				sp.Handoff.Mean, sp.Unlock.Mean, sp.Rest.Mean, sp.Handoff.N))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "where a disco handoff's time goes, timed from outside the lock:")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w, "  Unlock: the previous holder's Unlock call, timed: its delete's commit as its client sees it, plus its session loop's bookkeeping.")
+	fmt.Fprintln(w, "  rest: handoff p50 minus Unlock p50, inferred, not timed apart: the watch event's delivery + the waiter's read + its session loop + client.")
+	fmt.Fprintln(w, "  Means add up handoff by handoff; p50s need not (rest can be negative: the next Lock may return before the Unlock does).")
+	if sum != nil && sum.SerializableRead != nil {
+		fmt.Fprintf(w, "  serializable read: one client's Txn of one Compare and a serializable Get of one key, on an idle etcd, %d reads once per run:\n", sum.SerializableRead.N)
+		fmt.Fprintln(w, "  it approximates the waiter's read after the delete event (that one reads a prefix, under contention).")
+	}
+	if sum != nil && sum.PutDelete != nil && sum.PutDelete.Cycle.N > 0 {
+		fmt.Fprintf(w, "  For scale: one commit ~ put+delete cycle p50 / 2 = %.2f ms.\n", sum.PutDelete.Cycle.P50/2)
+	}
 }
 
 func orDash(s string) string {
@@ -148,16 +207,18 @@ type report struct {
 	GOMAXPROCS int       `json:"gomaxprocs"`
 	GoVersion  string    `json:"go_version"`
 	Results    []*result `json:"results"`
+	// Goals judged across scenarios, and the references of the goals.
+	Summary *runSummary `json:"summary,omitempty"`
 }
 
 // writeOutputs writes results.json and one PNG chart per scenario into dir.
-func writeOutputs(dir string, started time.Time, results []*result, e *env, cfg runCfg) ([]string, error) {
+func writeOutputs(dir string, started time.Time, results []*result, sum *runSummary, e *env, cfg runCfg) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	rep := report{Started: started, Backend: e.backend(), Fsync: e.fsync, External: e.external,
 		Duration: cfg.duration.String(), Warmup: cfg.warmup.String(),
-		GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Results: results}
+		GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Results: results, Summary: sum}
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return nil, err

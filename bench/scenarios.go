@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,13 @@ type runner struct {
 	// side (0: defaultExpiryTTL, defaultExpiryRounds).
 	expiryTTL    time.Duration
 	expiryRounds int
+
+	// Figures measured at most once per run, when a goal first needs them,
+	// and shared by every scenario of the run that judges against them.
+	// Scenarios run one after another: no locking.
+	putDelete     *side  // one client's uncontended Put+Delete cycles
+	putDeleteFrom string // the scenario that measured putDelete
+	serialRead    *dist  // a waiter-like serializable read Txn (measureSerialRead)
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -89,6 +97,20 @@ var throughputGoal = map[int]float64{2: 30, 8: 10, 32: 2}
 // uncontendedGoal: disco's uncontended Lock+Unlock rate within this factor
 // of one Put plus one Delete.
 const uncontendedGoal = 1.1
+
+// handoffVsPutDeleteGoal: at every contention level, disco's handoffs per
+// second at least this many times one client's uncontended Put+Delete
+// cycles per second, measured in the same run. A handoff needs one commit
+// (the holder's delete) and one watch event; a Put+Delete cycle two commits.
+const handoffVsPutDeleteGoal = 1.2
+
+// flatnessGoal: disco's acquisitions per second at the highest contention
+// level at least this fraction of those at flatnessBase contenders, both
+// measured in the same run (a cross-scenario goal, judged after them all).
+const (
+	flatnessGoal = 0.8
+	flatnessBase = 2
+)
 
 // loadGoalAt: at this many contenders, disco may make no more etcd requests
 // per acquisition than etcd's Mutex.
@@ -175,6 +197,8 @@ func lockUncontended(ctx context.Context, r *runner) (*result, error) {
 		sides[lib.name] = s
 	}
 	d, m, pd := sides[discoLib.name], sides[etcdMutexLib.name], sides[putDeleteLib.name]
+	// The run's Put+Delete reference: the contended goals judge against it.
+	r.putDelete, r.putDeleteFrom = pd, name
 	limitRow := &row{Scenario: name, Contenders: 1, Baseline: pd.Lib, Unit: "acq/s", Latency: "cycle", Disco: d, Base: pd}
 	floor := pd.PerSec / uncontendedGoal
 	limitRow.Goals = []goal{judge(fmt.Sprintf("within %.1fx of put+delete", uncontendedGoal), d.PerSec >= floor,
@@ -201,8 +225,23 @@ func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 		}
 		sides = append(sides, s)
 	}
+	pd, err := r.putDeleteRef(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if r.serialRead == nil {
+		r.logf("  %s: serializable read (once per run) ...", name)
+		sr, err := measureSerialRead(ctx, r.env, r.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: serializable read: %w", name, err)
+		}
+		r.serialRead = &sr
+	}
 	d, m := sides[0], sides[1]
 	rw := &row{Scenario: name, Contenders: n, Baseline: m.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: m}
+	pdRatio := ratioOf(d.PerSec, pd.PerSec)
+	rw.Goals = append(rw.Goals, judge(fmt.Sprintf(">= %gx put+delete", handoffVsPutDeleteGoal), pd.PerSec > 0 && pdRatio >= handoffVsPutDeleteGoal,
+		fmt.Sprintf("%.2fx (%.0f vs %.0f/s)", pdRatio, d.PerSec, pd.PerSec)))
 	rw.Goals = append(rw.Goals, judge(fmt.Sprintf("handoff p99 < %gms", handoffP99Goal), d.Handoff.N > 0 && d.Handoff.P99 < handoffP99Goal,
 		fmt.Sprintf("disco handoff p99 %.2fms", d.Handoff.P99)))
 	if want, ok := throughputGoal[n]; ok {
@@ -223,6 +262,76 @@ func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 			cdfs: []series{{"disco handoff", d.handoffs}, {"etcd-mutex handoff", m.handoffs},
 				{"disco wait", d.waits}, {"etcd-mutex wait", m.waits}}},
 	}, nil
+}
+
+// putDeleteRef returns the run's Put+Delete reference: lock-uncontended's
+// put+delete side when that scenario ran, else one measured now, once per
+// run, by the same loop (runUncontended with putDeleteLib).
+func (r *runner) putDeleteRef(ctx context.Context, scenario string) (*side, error) {
+	if r.putDelete == nil {
+		r.logf("  %s: put+delete reference (lock-uncontended not run) ...", scenario)
+		s, err := runUncontended(ctx, r.env, putDeleteLib, r.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: put+delete reference: %w", scenario, err)
+		}
+		r.putDelete, r.putDeleteFrom = s, scenario
+	}
+	return r.putDelete, nil
+}
+
+// runSummary is what a run judged and measured beyond its scenarios' rows:
+// the goals that compare scenarios, and the figures goals were judged
+// against.
+type runSummary struct {
+	Goals         []goal `json:"goals"`
+	PutDelete     *side  `json:"put_delete,omitempty"`             // the Put+Delete reference of the contended goals
+	PutDeleteFrom string `json:"put_delete_measured_in,omitempty"` // the scenario that measured it
+	// One client's serializable single-key read Txn on an idle etcd (see
+	// measureSerialRead): what a disco waiter's read after the delete
+	// event costs, approximately. Measured with the first lock-contended
+	// scenario.
+	SerializableRead *dist `json:"serializable_read,omitempty"`
+}
+
+// summary judges the cross-scenario goals on results, the scenarios this
+// run completed.
+func (r *runner) summary(results []*result) *runSummary {
+	return &runSummary{Goals: []goal{flatness(r.contenders, results)},
+		PutDelete: r.putDelete, PutDeleteFrom: r.putDeleteFrom, SerializableRead: r.serialRead}
+}
+
+// flatness judges disco's acquisitions per second at the highest of levels
+// against those at flatnessBase contenders, from the lock-contended rows of
+// results: n/a unless both ran.
+func flatness(levels []int, results []*result) goal {
+	top := 0
+	for _, n := range levels {
+		top = max(top, n)
+	}
+	name := fmt.Sprintf("lock-contended flatness: disco acq/s at %d >= %gx at %d", top, flatnessGoal, flatnessBase)
+	if top <= flatnessBase || !slices.Contains(levels, flatnessBase) {
+		return goal{Name: name, Status: "n/a", Detail: fmt.Sprintf("needs %d and a higher level in -contenders", flatnessBase)}
+	}
+	rate := map[int]float64{}
+	for _, res := range results {
+		for _, rw := range res.Rows {
+			if rw.Scenario == fmt.Sprintf("lock-contended-%d", rw.Contenders) && rw.Disco != nil {
+				rate[rw.Contenders] = rw.Disco.PerSec
+			}
+		}
+	}
+	var missing []string
+	for _, n := range []int{flatnessBase, top} {
+		if _, ok := rate[n]; !ok {
+			missing = append(missing, fmt.Sprintf("lock-contended-%d", n))
+		}
+	}
+	if len(missing) > 0 {
+		return goal{Name: name, Status: "n/a", Detail: strings.Join(missing, " and ") + " not run"}
+	}
+	ratio := ratioOf(rate[top], rate[flatnessBase])
+	return judge(name, rate[flatnessBase] > 0 && ratio >= flatnessGoal,
+		fmt.Sprintf("%.2fx (%.0f vs %.0f acq/s)", ratio, rate[top], rate[flatnessBase]))
 }
 
 func ratioOf(a, b float64) float64 {

@@ -58,8 +58,27 @@ type side struct {
 	// Waiters: what the parked waiters cost the process.
 	Footprint *footprint `json:"footprint,omitempty"`
 
+	// Contended locks: each handoff divided at the return of the previous
+	// holder's Unlock.
+	Split *handoffSplit `json:"handoff_split,omitempty"`
+
 	// Raw samples, for plots.
 	handoffs, waits, cycles []time.Duration
+}
+
+// handoffSplit divides each handoff (previous holder calls Unlock -> next
+// holder's Lock returns) at the moment the previous holder's Unlock call
+// returned, as measured from outside the lock: Handoff = Unlock + Rest
+// sample by sample, so the means add up; the percentiles need not.
+type handoffSplit struct {
+	Handoff dist `json:"handoff"` // the handoffs split (those whose Unlock succeeded)
+	// The previous holder's Unlock call: its delete's commit as its client
+	// sees it (disco: plus the session loop's bookkeeping around it).
+	Unlock dist `json:"unlock"`
+	// Unlock returned -> the next holder's Lock returned: the watch event's
+	// delivery, the waiter's read, its session loop and client, not timed
+	// apart. Negative when the next Lock returned first.
+	Rest dist `json:"rest"`
 }
 
 func (s *side) rate() {
