@@ -125,7 +125,9 @@
 // sends every event to every contender: at 128 contenders an order of
 // magnitude less throughput.)
 //
-// Every watch checks its own liveness: after a quiet spell (a quarter of the
+// Every watch a session keeps checks its own liveness (a sessionless
+// barrier's Wait, which no session keeps, relies on the client's gRPC
+// keepalives and its caller's ctx): after a quiet spell (a quarter of the
 // TTL, between 250 ms and 2 s) it asks etcd for a progress notification, and
 // if none comes it moves to a new gRPC stream, which the client may open on
 // another member; a member cut off from this client would otherwise hold

@@ -201,10 +201,13 @@ func (s *Session) Close() error {
 //
 //   - The mailbox. Every message is a call of one loop-only method, posted by
 //     a caller or a helper. From callers: (*service).joined, enqueued,
-//     campaigned, withGrant, released, proclaimed, observe, closed. From the
-//     helpers: keptAlive (keepalive), (*mirror).load and apply (a mirror's
-//     watch), (*service).aheadDeleted and looked (a lock waiter's watch and
-//     read), (*service).tokenIssued (an rwlock grant's token), leaseChecked.
+//     semEnqueued, campaigned, withdraw, onGrant (withGrant), released,
+//     observe, closed; (*doubleBarrier).watchFor; checkLease (a barrier
+//     party's key gone), leaseGone (a write found the lease gone) and end
+//     (Close). From the helpers: keptAlive (keepalive), mirrorLoaded,
+//     mirrorChanged and mirrorProgressed (a mirror's watch), (*service).looked
+//     and semLooked (a waiter's watch and read), tokenIssued (a grant's
+//     token), leaseChecked (checkLease's read).
 //   - The deadline timer: the lease surely ended (end).
 //   - The suspend timer: no keepalive was acknowledged for a while (suspend).
 //
