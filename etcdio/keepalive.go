@@ -114,11 +114,9 @@ func (s *Session) keptAlive(sent time.Time, ttl int64, rtt time.Duration) {
 	s.metrics.keptAlive(rtt, time.Until(s.deadline))
 	if d := sent.Add(time.Duration(ttl) * time.Second); d.After(s.deadline) {
 		s.deadline = d
-		s.timer.Reset(time.Until(d))
 	}
 	if sent.After(s.lastSent) {
 		s.lastSent = sent
-		s.suspendT.Reset(time.Until(sent.Add(s.suspendAfter)))
 	}
 	if s.suspended && time.Since(s.lastSent) < s.suspendAfter {
 		s.suspended = false
@@ -127,16 +125,26 @@ func (s *Session) keptAlive(sent time.Time, ttl int64, rtt time.Duration) {
 			svc.resume()
 		}
 	}
+	s.armTimer()
 }
 
-// suspend tells every holder that the session has gone unconfirmed for
-// suspendAfter: it may be lost at the deadline. Loop only.
-func (s *Session) suspend() {
-	if s.suspended {
-		return
+// alarm is when the loop must next act on its own: the moment the session
+// has gone unconfirmed for suspendAfter (unless it is suspended already),
+// or the lease's deadline, whichever comes first. Loop only.
+func (s *Session) alarm() time.Time {
+	if at := s.lastSent.Add(s.suspendAfter); !s.suspended && at.Before(s.deadline) {
+		return at
 	}
-	if d := time.Until(s.lastSent.Add(s.suspendAfter)); d > 0 {
-		s.suspendT.Reset(d)
+	return s.deadline
+}
+
+// armTimer sets the loop's timer for the alarm. Loop only.
+func (s *Session) armTimer() { s.timer.Reset(time.Until(s.alarm())) }
+
+// suspend tells every holder that the session has gone unconfirmed for
+// suspendAfter, if it has: it may be lost at the deadline. Loop only.
+func (s *Session) suspend() {
+	if s.suspended || time.Now().Before(s.lastSent.Add(s.suspendAfter)) {
 		return
 	}
 	s.suspended = true

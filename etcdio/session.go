@@ -60,11 +60,10 @@ type Session struct {
 	closeErr  error
 
 	// Owned by the loop.
-	deadline  time.Time // the lease surely ends then
-	lossCause string    // why the session was lost, for metrics
-	lastSent  time.Time // send time of the latest acknowledged keepalive
-	timer     *time.Timer
-	suspendT  *time.Timer
+	deadline  time.Time   // the lease surely ends then
+	lossCause string      // why the session was lost, for metrics
+	lastSent  time.Time   // send time of the latest acknowledged keepalive
+	timer     *time.Timer // set for the alarm
 	suspended bool
 	checking  bool // a lease check is in flight
 	mirrors   map[string]*mirror
@@ -131,8 +130,7 @@ func newSession(cli *clientv3.Client, o options) (*Session, error) {
 		services:     make(map[*service]struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.timer = time.NewTimer(time.Until(s.deadline))
-	s.suspendT = time.NewTimer(time.Until(sent.Add(s.suspendAfter)))
+	s.timer = time.NewTimer(time.Until(s.alarm()))
 	s.wg.Add(1)
 	go s.keepalive()
 	go s.run()
@@ -208,8 +206,9 @@ func (s *Session) Close() error {
 //     mirrorChanged and mirrorProgressed (a mirror's watch), (*service).looked
 //     and semLooked (a waiter's watch and read), tokenIssued (a grant's
 //     token), leaseChecked (checkLease's read).
-//   - The deadline timer: the lease surely ended (end).
-//   - The suspend timer: no keepalive was acknowledged for a while (suspend).
+//   - The timer, set for the next of two moments (alarm): the lease's
+//     deadline (end), and before it the moment no keepalive has been
+//     acknowledged for suspendAfter (suspend).
 //
 // No message is acted on past the lease's deadline.
 func (s *Session) run() {
@@ -235,15 +234,13 @@ func (s *Session) run() {
 			}
 		case <-s.timer.C:
 			testhook.Wait(s, s.ctx.Done())
-			if d := time.Until(s.deadline); d > 0 {
-				s.timer.Reset(d)
-				continue
+			if !time.Now().Before(s.deadline) {
+				s.lossCause = CauseLeaseExpired
+				s.end(s.expired())
+				return
 			}
-			s.lossCause = CauseLeaseExpired
-			s.end(s.expired())
-			return
-		case <-s.suspendT.C:
 			s.suspend()
+			s.armTimer()
 		}
 	}
 }
@@ -284,7 +281,6 @@ func (s *Session) end(err error) {
 	s.mirrors = nil
 	s.mb.Close()
 	s.timer.Stop()
-	s.suspendT.Stop()
 	s.cancel()
 	close(s.done)
 }

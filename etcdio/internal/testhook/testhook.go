@@ -35,7 +35,11 @@ func PauseKeepalive(session any, resume <-chan struct{}) {
 
 // Wait blocks while session is paused, or until stop is closed. The loop
 // calls it.
-func Wait(session any, stop <-chan struct{}) { wait(&paused, session, stop) }
+func Wait(session any, stop <-chan struct{}) {
+	if ever.Load() { // inlined: one atomic load per wake-up in production
+		wait(&paused, session, stop)
+	}
+}
 
 // WaitKeepalive blocks while session or its keepalive is paused, or until
 // stop is closed. The keepalive calls it.
