@@ -130,6 +130,9 @@ func launchZooKeeper(root string, n int, java, cp string) ([]*ZooKeeper, error) 
 		fmt.Fprintf(&cfg, "clientPort=%d\nclientPortAddress=127.0.0.1\n", ps[i].client)
 		cfg.WriteString("admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat\n")
 		cfg.WriteString("initLimit=10\nsyncLimit=5\nforceSync=no\n")
+		// Every client comes from 127.0.0.1: no cap per address (the
+		// default is 60; bench opens one connection per contender).
+		cfg.WriteString("maxClientCnxns=0\n")
 		if n > 1 {
 			for j, p := range ps {
 				fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", j+1, p.peer, p.election)

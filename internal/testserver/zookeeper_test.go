@@ -1,6 +1,7 @@
 package testserver_test
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,22 @@ func TestZooKeeperEnsembleSurvivesLeaderLoss(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// Every client of a test server comes from 127.0.0.1: the server takes more
+// connections from one address than ZooKeeper's default of 60 (bench opens
+// one per contender, 128 and more).
+func TestZooKeeperTakesManyConnectionsFromOneAddress(t *testing.T) {
+	zk := testserver.StartZooKeeper(t)
+	for range 80 {
+		c, err := net.Dial("tcp", zk.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	if out, err := testserver.FourLetter(zk.Addr, "ruok"); err != nil || out != "imok" {
+		t.Fatalf("ruok with 80 connections open = %q, %v", out, err)
 	}
 }
