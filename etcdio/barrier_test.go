@@ -316,11 +316,7 @@ func TestDoubleBarrierLostWhileEntering(t *testing.T) {
 	noLeaks(t)
 	key := prefixOf(t)
 	cli := newClient(t)
-	sess, err := etcdio.NewSession(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
+	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	a := newDoubleBarrier(t, cli, key, 3)
 	victim := newDoubleBarrier(t, cli, key, 3, etcdio.WithSession(sess))
 	ctx := testCtx(t, 20*time.Second)
@@ -451,11 +447,7 @@ func TestDoubleBarrierCloseWhileEntering(t *testing.T) {
 	noLeaks(t)
 	key := prefixOf(t)
 	cli := newClient(t)
-	sess, err := etcdio.NewSession(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
+	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	a := newDoubleBarrier(t, cli, key, 2, etcdio.WithSession(sess))
 	in := make(chan error, 1)
 	go func() { in <- a.Enter(testCtx(t, 20*time.Second)) }()

@@ -290,11 +290,7 @@ func TestSemaphoreSessionLost(t *testing.T) {
 	noLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
-	sess, err := etcdio.NewSession(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
+	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	a := newSem(t, cli, prefix, 1, etcdio.WithSession(sess))
 	ga := mustAcquire(t, a)
 	b := newSem(t, newClient(t), prefix, 1)
@@ -432,11 +428,7 @@ func TestSemaphoreSharedSession(t *testing.T) {
 	noLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
-	sess, err := etcdio.NewSession(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
+	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	a := newSem(t, cli, prefix, 2, etcdio.WithSession(sess))
 	b := newSem(t, cli, prefix, 2, etcdio.WithSession(sess))
 	c := newSem(t, cli, prefix, 2, etcdio.WithSession(sess))
