@@ -13,6 +13,7 @@ import (
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/etcdio/internal/testhook"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/primitives"
@@ -509,5 +510,47 @@ func TestLockWaiterSessionLost(t *testing.T) {
 	}
 	if n := countKeys(t, cli, prefix); n != 1 {
 		t.Fatalf("%d keys, want only the holder's", n)
+	}
+}
+
+// A waiter whose blocker is deleted after the waiter's key is written but
+// before its watch of the blocker opens still holds: the watch opens at a
+// revision after the delete, so the waiter reads once and finds nobody
+// ahead. (A waiter skips that read only when etcd confirms its watch at a
+// revision no later than its own key's creation.)
+func TestWaiterWhoseBlockerGoesBeforeItsWatchOpens(t *testing.T) {
+	noLeaks(t)
+	prefix := prefixOf(t)
+	cli := newClient(t)
+	holder := newLock(t, cli, prefix)
+	mustLock(t, holder)
+	wcli := newClient(t)
+	s := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(wcli))
+	waiter := newLock(t, wcli, prefix, etcdio.WithSession(s))
+
+	// The waiter's loop stops at its next step: its Lock writes its key on
+	// the caller's goroutine, then waits for the loop to open the watch.
+	resume := make(chan struct{})
+	testhook.PauseSession(s, resume)
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(testCtx(t, 20*time.Second))
+		got <- err
+	}()
+	eventually(t, 5*time.Second, "the waiter's key", func() bool { return countKeys(t, cli, prefix) == 2 })
+	if err := holder.Unlock(testCtx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never held: its blocker went before its watch opened")
+	}
+	if err := waiter.Unlock(testCtx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
 	}
 }
