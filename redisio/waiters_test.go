@@ -64,8 +64,17 @@ func TestParkedWaitersDoNotPoll(t *testing.T) {
 			got <- res{g, err}
 		}()
 	}
-	// Let every waiter queue and make its first look.
-	time.Sleep(300 * time.Millisecond) // settling time before counting, not synchronisation
+	// Every waiter has queued (the holder heads the queue).
+	for {
+		n, err := admin.ZCard(ctx, "parked/queue").Result()
+		if err == nil && n == waiters+1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("waiters never all queued: %d holds queued, %v", n, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
 	before := scriptCalls(t, admin)
 	time.Sleep(park) // the measured quiet spell, not synchronisation
 	calls := scriptCalls(t, admin) - before
