@@ -198,7 +198,7 @@ func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side
 	s := &side{Lib: lib.name}
 	var errs errCount
 	w := newWindow(ctx, e, cfg)
-	var acquiredAt []time.Time
+	rec := &waits{w: w, s: s} // one owner: its fields are used directly
 	// The window stays open until at least one cycle was measured (a loaded
 	// machine can take longer than a short window for one), within reason.
 	hardStop := w.deadline.Add(30 * time.Second)
@@ -218,20 +218,15 @@ func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side
 			continue
 		}
 		t2 := time.Now()
-		acquiredAt = append(acquiredAt, t1)
+		rec.at = append(rec.at, t1)
 		if !t0.Before(w.from) {
 			s.waits = append(s.waits, t1.Sub(t0))
 			s.cycles = append(s.cycles, t2.Sub(t0))
 		}
 	}
-	s.Window = time.Since(w.from)
-	w.end(ctx)
 	s.Count = len(s.cycles)
-	s.rate()
-	s.Wait = summarize(s.waits)
 	s.Cycle = summarize(s.cycles)
-	errs.into(s)
-	if s.Load, err = w.load(countBetween(acquiredAt)); err != nil {
+	if err := rec.close(ctx, time.Since(w.from), &errs); err != nil {
 		return nil, err
 	}
 	return s, nil

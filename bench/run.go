@@ -94,6 +94,41 @@ func (w *window) load(count func(from, to time.Time) int) (*load, error) {
 	return loadBetween(w.probe.before, w.probe.after, count(w.probe.before.at, w.probe.after.at)), nil
 }
 
+// waits records the acquisitions of a run whose figure is the wait per
+// acquisition (rwlocks, semaphores, one uncontended owner): every
+// acquisition's time, for etcd's load, and in the window its wait, into s.
+// acquired is safe for concurrent use.
+type waits struct {
+	w  *window
+	s  *side
+	mu sync.Mutex
+	at []time.Time // every acquisition, in or out of the window
+}
+
+// acquired records an acquisition that began at t0 and held at t1.
+func (r *waits) acquired(t0, t1 time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.at = append(r.at, t1)
+	if !t1.Before(r.w.from) && t1.Before(r.w.deadline) {
+		r.s.Count++
+		r.s.waits = append(r.s.waits, t1.Sub(t0))
+	}
+}
+
+// close ends the window and completes s, measured over length: its rate,
+// wait summary, errors and etcd's load per acquisition.
+func (r *waits) close(ctx context.Context, length time.Duration, errs *errCount) error {
+	r.w.end(ctx)
+	r.s.Window = length
+	r.s.rate()
+	r.s.Wait = summarize(r.s.waits)
+	errs.into(r.s)
+	var err error
+	r.s.Load, err = r.w.load(countBetween(r.at))
+	return err
+}
+
 // loadProbe scrapes the metrics endpoint at the start and end of the
 // measured window; acquisitions between the two scrapes are the divisor.
 type loadProbe struct {

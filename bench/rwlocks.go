@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,10 +92,9 @@ func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac 
 	w := newWindow(ctx, e, cfg)
 	runCtx, stop := context.WithDeadline(ctx, w.deadline)
 	defer stop()
-	var acquiredAt []time.Time
+	rec := &waits{w: w, s: s}
 
 	var readers, writers atomic.Int64 // holders now, for the exclusion check
-	var mu sync.Mutex
 	rngs := make([]*rand.Rand, n)
 	for i := range rngs {
 		rngs[i] = rand.New(rand.NewPCG(uint64(i), 42))
@@ -129,13 +127,7 @@ func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac 
 				errs.add(err)
 			}
 		}
-		mu.Lock()
-		acquiredAt = append(acquiredAt, t1)
-		if !t1.Before(w.from) && t1.Before(w.deadline) {
-			s.Count++
-			s.waits = append(s.waits, t1.Sub(t0))
-		}
-		mu.Unlock()
+		rec.acquired(t0, t1)
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if read {
@@ -150,12 +142,7 @@ func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac 
 		}
 		return nil
 	})
-	w.end(ctx)
-	s.Window = cfg.duration
-	s.rate()
-	s.Wait = summarize(s.waits)
-	errs.into(s)
-	if s.Load, err = w.load(countBetween(acquiredAt)); err != nil {
+	if err := rec.close(ctx, cfg.duration, &errs); err != nil {
 		return nil, err
 	}
 	return s, nil

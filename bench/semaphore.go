@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -148,8 +147,7 @@ func runSemContended(ctx context.Context, e *env, lib semLib, cfg runCfg) (*side
 	defer stop()
 	var holding atomic.Int64
 	var inSlot [semPermits]atomic.Bool
-	var mu sync.Mutex
-	var acquiredAt []time.Time
+	rec := &waits{w: w, s: s}
 	contend(runCtx, semContenders, &errs, func(ctx context.Context, i int) error {
 		p := os.hs[i]
 		t0 := time.Now()
@@ -167,13 +165,7 @@ func runSemContended(ctx context.Context, e *env, lib semLib, cfg runCfg) (*side
 		} else if err := guards[slot].Check(fencing.Token(tok)); err != nil {
 			errs.add(err)
 		}
-		mu.Lock()
-		acquiredAt = append(acquiredAt, t1)
-		if !t1.Before(w.from) && t1.Before(w.deadline) {
-			s.Count++
-			s.waits = append(s.waits, t1.Sub(t0))
-		}
-		mu.Unlock()
+		rec.acquired(t0, t1)
 		if valid {
 			inSlot[slot].Store(false)
 		}
@@ -185,12 +177,7 @@ func runSemContended(ctx context.Context, e *env, lib semLib, cfg runCfg) (*side
 		}
 		return nil
 	})
-	w.end(ctx)
-	s.Window = cfg.duration
-	s.rate()
-	s.Wait = summarize(s.waits)
-	errs.into(s)
-	if s.Load, err = w.load(countBetween(acquiredAt)); err != nil {
+	if err := rec.close(ctx, cfg.duration, &errs); err != nil {
 		return nil, err
 	}
 	return s, nil
