@@ -58,27 +58,16 @@ type doubleBarrier struct {
 // Without WithSession the party runs its own session, closed by its Close.
 func NewDoubleBarrier(cli *clientv3.Client, key string, count int, opts ...Option) (barrier.DoubleBarrier, error) {
 	fail := func(err error) error { return fmt.Errorf("etcdio: new double barrier %s: %w", quote(key), err) }
-	o, err := buildOptions(opts)
+	o, err := checkArgs(cli, key, opts)
 	if err != nil {
-		return nil, fail(err)
-	}
-	if err := checkPrefix(key); err != nil {
-		return nil, fail(err)
-	}
-	if err := checkClient(cli); err != nil {
 		return nil, fail(err)
 	}
 	if count < 1 {
 		return nil, fail(fmt.Errorf("count %d, want at least 1: %w", count, ErrInvalidArgument))
 	}
 	d := &doubleBarrier{key: key, count: count, name: "double barrier " + quote(key)}
-	if d.s = o.session; d.s == nil {
-		if d.s, err = newSession(cli, o); err != nil {
-			return nil, fail(err)
-		}
-		d.owned = true
-	} else if d.s.cli != cli {
-		return nil, fail(fmt.Errorf("WithSession: the session uses another etcd client: %w", ErrInvalidArgument))
+	if d.s, d.owned, err = sessionFor(cli, o); err != nil {
+		return nil, fail(err)
 	}
 	d.id = d.s.ownerID()
 	d.life, d.cancel = context.WithCancel(d.s.ctx)

@@ -74,14 +74,8 @@ const maxPermits = 1 << 12
 // Without WithSession it runs its own session, closed by its Close.
 func NewSemaphore(cli *clientv3.Client, prefix string, n int, opts ...Option) (semaphore.Service, error) {
 	fail := func(err error) error { return fmt.Errorf("etcdio: new semaphore %s: %w", quote(prefix), err) }
-	o, err := buildOptions(opts)
+	o, err := checkArgs(cli, prefix, opts)
 	if err != nil {
-		return nil, fail(err)
-	}
-	if err := checkPrefix(prefix); err != nil {
-		return nil, fail(err)
-	}
-	if err := checkClient(cli); err != nil {
 		return nil, fail(err)
 	}
 	if n < 1 || n > maxPermits {

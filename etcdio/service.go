@@ -89,14 +89,8 @@ type service struct {
 // the service on its loop.
 func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*service, error) {
 	fail := func(err error) error { return fmt.Errorf("etcdio: new %s %s: %w", sp.kind, quote(prefix), err) }
-	o, err := buildOptions(opts)
+	o, err := checkArgs(cli, prefix, opts)
 	if err != nil {
-		return nil, fail(err)
-	}
-	if err := checkPrefix(prefix); err != nil {
-		return nil, fail(err)
-	}
-	if err := checkClient(cli); err != nil {
 		return nil, fail(err)
 	}
 	svc := &service{
@@ -111,16 +105,11 @@ func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*
 	if sp.mirrorAll {
 		svc.observers = actor.NewFanout(func(election.Leadership) bool { return true })
 	}
-	s := o.session
-	if s == nil {
-		if s, err = newSession(cli, o); err != nil {
-			return nil, fail(err)
-		}
-		svc.owned = true
-	} else if s.cli != cli {
-		return nil, fail(fmt.Errorf("WithSession: the session uses another etcd client: %w", ErrInvalidArgument))
+	s, owned, err := sessionFor(cli, o)
+	if err != nil {
+		return nil, fail(err)
 	}
-	svc.s, svc.id = s, s.ownerID()
+	svc.s, svc.id, svc.owned = s, s.ownerID(), owned
 	svc.metrics = o.metrics
 	if svc.metrics == nil {
 		svc.metrics = s.metrics
@@ -150,6 +139,36 @@ func quote(prefix string) string {
 // checkPrefix accepts what names a queue of its own: not empty, not "/", at
 // most maxPrefix bytes. A trailing "/" is kept: keys go under prefix+"/",
 // exactly where etcd's concurrency.Mutex puts them for the same prefix.
+// checkArgs validates what every constructor of a primitive is given: its
+// options, its prefix (or key) and its client.
+func checkArgs(cli *clientv3.Client, prefix string, opts []Option) (options, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return options{}, err
+	}
+	if err := checkPrefix(prefix); err != nil {
+		return options{}, err
+	}
+	if err := checkClient(cli); err != nil {
+		return options{}, err
+	}
+	return o, nil
+}
+
+// sessionFor returns the session a primitive runs on: the one given with
+// WithSession, which must use cli, or a new one the primitive owns (owned
+// true: its Close closes it).
+func sessionFor(cli *clientv3.Client, o options) (s *Session, owned bool, err error) {
+	if o.session == nil {
+		s, err = newSession(cli, o)
+		return s, err == nil, err
+	}
+	if o.session.cli != cli {
+		return nil, false, fmt.Errorf("WithSession: the session uses another etcd client: %w", ErrInvalidArgument)
+	}
+	return o.session, false, nil
+}
+
 func checkPrefix(prefix string) error {
 	switch {
 	case prefix == "":
