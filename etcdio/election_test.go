@@ -11,9 +11,9 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/etcdio/internal/testhook"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 )

@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/ahrtr/disco/etcdio/internal/testhook"
+	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -71,7 +71,7 @@ func (s *Session) keepaliveStream(lc pb.LeaseClient, interval time.Duration, pau
 		return true
 	}
 	for {
-		testhook.WaitKeepalive(s, s.ctx.Done())
+		testhook.WaitRenewal(s, s.ctx.Done())
 		sent := time.Now()
 		if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(s.lease)}); err != nil {
 			s.log.Debug("keepalive send failed", zap.Error(err))

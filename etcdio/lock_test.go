@@ -13,9 +13,9 @@ import (
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
-	"github.com/ahrtr/disco/etcdio/internal/testhook"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
 )

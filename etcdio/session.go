@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
-	"github.com/ahrtr/disco/etcdio/internal/testhook"
+	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
 )
 

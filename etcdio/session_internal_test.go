@@ -9,7 +9,7 @@ import (
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
-	"github.com/ahrtr/disco/etcdio/internal/testhook"
+	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -46,7 +46,7 @@ func TestSessionEndsAtItsOwnDeadline(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	testhook.PauseKeepalive(s, stop)
+	testhook.PauseRenewal(s, stop)
 	select {
 	case <-s.Done():
 	case <-time.After(2*s.TTL() + time.Second):

@@ -8,13 +8,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives/conformance"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
 	"github.com/ahrtr/disco/redisio"
-	"github.com/ahrtr/disco/redisio/internal/testhook"
 )
 
 // conformanceTTL keeps the suite's pause laws (which wait for an expiry)

@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/ahrtr/disco/redisio/internal/testhook"
+	"github.com/ahrtr/disco/internal/testhook"
 )
 
 // suspendAfter is how long without an acknowledged refresh makes holders
@@ -100,7 +100,7 @@ func (s *Session) refresher() {
 		case <-s.quit:
 			return
 		}
-		testhook.WaitRefresh(s, s.quit)
+		testhook.WaitRenewal(s, s.quit)
 		keys, err := loopCall(s, context.Background(), func() ([]string, error) { return s.holdKeys(), nil })
 		if err != nil {
 			return

@@ -8,11 +8,11 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
-	"github.com/ahrtr/disco/redisio/internal/testhook"
 )
 
 // lockOn returns a lock on its own client and session, closed when t ends.

@@ -12,8 +12,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
-	"github.com/ahrtr/disco/redisio/internal/testhook"
 )
 
 const (

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
-	"github.com/ahrtr/disco/redisio/internal/testhook"
 )
 
 // TestSuspendedThenResumed: when the session's refreshes stop reaching
@@ -41,7 +41,7 @@ func TestSuspendedThenResumed(t *testing.T) {
 	}
 	resume := make(chan struct{})
 	paused := time.Now()
-	testhook.PauseRefresh(s, resume)
+	testhook.PauseRenewal(s, resume)
 	var sus primitives.Suspended
 	for e := range events {
 		if e, ok := e.(primitives.Suspended); ok {
@@ -93,7 +93,7 @@ func TestCancelOnSuspend(t *testing.T) {
 	resume := make(chan struct{})
 	defer close(resume)
 	err = lock.Do(ctx, l, func(fctx context.Context, _ lock.Grant) error {
-		testhook.PauseRefresh(s, resume)
+		testhook.PauseRenewal(s, resume)
 		<-fctx.Done()
 		if cause := context.Cause(fctx); !errors.Is(cause, primitives.ErrSuspended) {
 			t.Errorf("fn's context ended with %v, want a cause wrapping ErrSuspended", cause)

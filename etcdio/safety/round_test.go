@@ -15,7 +15,7 @@ import (
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
-	"github.com/ahrtr/disco/etcdio/internal/testhook"
+	"github.com/ahrtr/disco/internal/testhook"
 )
 
 // fault is what the nemesis does in a round.
