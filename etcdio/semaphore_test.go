@@ -3,6 +3,7 @@ package etcdio_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,23 @@ func mustAcquire(t testing.TB, s semaphore.Service) semaphore.Grant {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// acquireQueued starts s.Acquire on its own goroutine and returns once the
+// semaphore's queue under prefix holds n keys, s's among them; the grant
+// arrives on the channel (a zero Grant if Acquire failed, which fails t).
+func acquireQueued(t *testing.T, s semaphore.Service, cli *clientv3.Client, prefix string, n int64) <-chan semaphore.Grant {
+	t.Helper()
+	got := make(chan semaphore.Grant, 1)
+	go func() {
+		g, err := s.Acquire(testCtx(t, 10*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- g
+	}()
+	eventually(t, 5*time.Second, fmt.Sprintf("%d queued keys", n), func() bool { return countKeys(t, cli, prefix+"/q") == n })
+	return got
 }
 
 // slotGuards is a resource's side of semaphore fencing: one guard per slot
@@ -191,15 +209,7 @@ func TestSemaphoreCancelWhileWaiting(t *testing.T) {
 	eventually(t, 5*time.Second, "b's key", func() bool { return countKeys(t, cli, prefix+"/q") == 2 })
 
 	c := newSem(t, newClient(t), prefix, 1)
-	cGot := make(chan semaphore.Grant, 1)
-	go func() {
-		g, err := c.Acquire(testCtx(t, 10*time.Second))
-		if err != nil {
-			t.Error(err)
-		}
-		cGot <- g
-	}()
-	eventually(t, 5*time.Second, "c's key", func() bool { return countKeys(t, cli, prefix+"/q") == 3 })
+	cGot := acquireQueued(t, c, cli, prefix, 3)
 
 	cancelB()
 	if err := <-bErr; !errors.Is(err, context.Canceled) {
@@ -242,15 +252,7 @@ func TestSemaphoreLostHolder(t *testing.T) {
 	nextEvent(t, events) // Acquired
 
 	b := newSem(t, newClient(t), prefix, 2)
-	bGot := make(chan semaphore.Grant, 1)
-	go func() {
-		g, err := b.Acquire(testCtx(t, 10*time.Second))
-		if err != nil {
-			t.Error(err)
-		}
-		bGot <- g
-	}()
-	eventually(t, 5*time.Second, "b's key", func() bool { return countKeys(t, cli, prefix+"/q") == 3 })
+	bGot := acquireQueued(t, b, cli, prefix, 3)
 
 	var guards slotGuards
 	if err := guards.check(ga); err != nil {
@@ -294,15 +296,7 @@ func TestSemaphoreSessionLost(t *testing.T) {
 	a := newSem(t, cli, prefix, 1, etcdio.WithSession(sess))
 	ga := mustAcquire(t, a)
 	b := newSem(t, newClient(t), prefix, 1)
-	bGot := make(chan semaphore.Grant, 1)
-	go func() {
-		g, err := b.Acquire(testCtx(t, 10*time.Second))
-		if err != nil {
-			t.Error(err)
-		}
-		bGot <- g
-	}()
-	eventually(t, 5*time.Second, "b's key", func() bool { return countKeys(t, cli, prefix+"/q") == 2 })
+	bGot := acquireQueued(t, b, cli, prefix, 2)
 	if _, err := cli.Revoke(context.Background(), sess.LeaseID()); err != nil {
 		t.Fatal(err)
 	}
