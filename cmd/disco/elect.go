@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -99,11 +100,7 @@ func runCampaigns(ctx context.Context, g *globals, name, value string) error {
 		}
 		// The session is gone: start a new one after a pause.
 		retry = min(max(2*retry, 100*time.Millisecond), g.ttl)
-		t := time.NewTimer(retry)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !ctxtime.Sleep(ctx, retry) {
 			return nil
 		}
 	}

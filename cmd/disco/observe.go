@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -71,11 +72,7 @@ func runObserve(ctx context.Context, g *globals, name string) error {
 		}
 		retry = min(max(2*retry, 100*time.Millisecond), g.ttl)
 		fmt.Fprintf(g.stderr, "disco: observing %s: %v; again in %v\n", name, err, retry)
-		t := time.NewTimer(retry)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !ctxtime.Sleep(ctx, retry) {
 			return nil
 		}
 	}
