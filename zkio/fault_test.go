@@ -3,70 +3,33 @@ package zkio_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/pkg/v3/proxy"
-	"go.uber.org/zap"
-
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
-	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
 )
 
 // partition is a TCP proxy between one client and a ZooKeeper server that
-// can drop everything in both directions.
-type partition struct{ srv proxy.Server }
+// can cut everything in both directions.
+type partition struct{ px *faultproxy.Proxy }
 
 func newPartition(t *testing.T, server string) (*partition, string) {
 	t.Helper()
-	var from string
-	var srv proxy.Server
-	// The port may be taken by another process between FreePort and the
-	// proxy's listen: try a few.
-	for attempt := 1; ; attempt++ {
-		port, err := testserver.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		from = fmt.Sprintf("127.0.0.1:%d", port)
-		srv = proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(),
-			From: url.URL{Scheme: "tcp", Host: from}, To: url.URL{Scheme: "tcp", Host: server}})
-		var lerr error
-		select {
-		case lerr = <-srv.Error():
-			_ = srv.Close()
-		case <-srv.Ready():
-		}
-		if lerr == nil {
-			break
-		}
-		if attempt == 5 {
-			t.Fatal(lerr)
-		}
+	px, err := faultproxy.Listen("127.0.0.1:0", server)
+	if err != nil {
+		t.Fatal(err)
 	}
-	drained := make(chan struct{})
-	go func() { // the proxy reports each broken connection; nobody needs them
-		defer close(drained)
-		for {
-			select {
-			case <-srv.Error():
-			case <-srv.Done():
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() { _ = srv.Close(); <-drained })
-	return &partition{srv}, from
+	t.Cleanup(func() { _ = px.Close() })
+	return &partition{px}, px.Addr()
 }
 
-func (p *partition) cut()  { p.srv.BlackholeTx(); p.srv.BlackholeRx() }
-func (p *partition) heal() { p.srv.UnblackholeTx(); p.srv.UnblackholeRx() }
+func (p *partition) cut()  { p.px.BlackholeTx(); p.px.BlackholeRx() }
+func (p *partition) heal() { p.px.UnblackholeTx(); p.px.UnblackholeRx() }
 
 // nextOf returns the next event of type E on ch, skipping others.
 func nextOf[E primitives.Event](t *testing.T, ch <-chan primitives.Event, within time.Duration) E {

@@ -12,8 +12,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/ahrtr/disco/internal/faultproxy"
 )
 
 // DefaultClusterSize is the number of members StartCluster starts when asked
@@ -64,17 +65,19 @@ type Member struct {
 
 	mu         sync.Mutex // guards the fields below
 	etcd       *embed.Etcd
-	px         *memberProxy
-	peerPx     *memberProxy // nil without WithPeerProxies
+	px         *Proxy
+	peerPx     *Proxy // nil without WithPeerProxies
 	blackholed bool
 	delay      time.Duration
 }
 
-// memberProxy is a running proxy and the goroutine draining its errors.
-type memberProxy struct {
-	srv     proxy.Server
-	drained chan struct{}
-}
+// Proxy is the fault-injecting TCP proxy in front of a member's port. It
+// never loses a byte of a connection that goes on: a paused direction holds
+// its bytes and delivers them, and a blackholed one resets, when the light
+// returns, each connection that had bytes to carry in the dark (a real
+// network delivers a stream's bytes or breaks the connection; an HTTP/2
+// connection that lost a frame mid-stream can stay broken for good).
+type Proxy = faultproxy.Proxy
 
 // StartCluster starts a cluster of size members (DefaultClusterSize when
 // size is 0) on free loopback ports, with data in a new temporary directory,
@@ -432,11 +435,12 @@ func (m *Member) stopLocked() error {
 	if e == nil {
 		return nil
 	}
-	// Close the proxies alongside the server: a proxy stops accepting at
-	// once, and its open connections end when the server drops them.
+	// Close the proxies alongside the server (a leader's graceful stop may
+	// still talk to its peers through its peer proxy): a proxy stops
+	// accepting and ends its open connections at once.
 	done := make(chan error, 2)
-	go func() { done <- px.close() }()
-	go func() { done <- peerPx.close() }()
+	go func() { done <- closeProxy(px) }()
+	go func() { done <- closeProxy(peerPx) }()
 	e.Close()
 	if err := errors.Join(<-done, <-done); err != nil {
 		return fmt.Errorf("embedded: closing proxies of %s: %w", m.spec.name, err)
@@ -475,7 +479,7 @@ func (m *Member) Restart(ctx context.Context) error {
 // start starts the server and then its proxy, without waiting for
 // readiness. The caller holds opMu or has exclusive access.
 func (m *Member) start() error {
-	var peerPx *memberProxy
+	var peerPx *Proxy
 	if m.peerProxyURL.Host != "" {
 		// Up before the server, so that its peers can reach it as soon as
 		// it listens.
@@ -486,12 +490,12 @@ func (m *Member) start() error {
 	}
 	e, err := m.c.o.startEtcd(m.spec)
 	if err != nil {
-		return errors.Join(err, peerPx.close())
+		return errors.Join(err, closeProxy(peerPx))
 	}
 	px, err := m.startProxy(m.proxyURL, m.spec.client)
 	if err != nil {
 		e.Close()
-		return errors.Join(err, peerPx.close())
+		return errors.Join(err, closeProxy(peerPx))
 	}
 	m.mu.Lock()
 	m.etcd, m.px, m.peerPx = e, px, peerPx
@@ -501,46 +505,20 @@ func (m *Member) start() error {
 }
 
 // startProxy starts a proxy that forwards from to to.
-func (m *Member) startProxy(from, to url.URL) (*memberProxy, error) {
-	from.Scheme = "tcp"
-	to.Scheme = "tcp"
-	srv := proxy.NewServer(proxy.ServerConfig{
-		Logger: m.c.o.logger.Named(m.spec.name + "-proxy"),
-		From:   from,
-		To:     to,
-	})
-	// NewServer reports a failure to listen on its error channel before
-	// returning, and has then closed itself.
-	select {
-	case err := <-srv.Error():
-		_ = srv.Close()
+func (m *Member) startProxy(from, to url.URL) (*Proxy, error) {
+	px, err := faultproxy.Listen(from.Host, to.Host)
+	if err != nil {
 		return nil, fmt.Errorf("embedded: starting proxy for %s: %w", m.spec.name, err)
-	default:
 	}
-	p := &memberProxy{srv: srv, drained: make(chan struct{})}
-	// The proxy reports every broken connection on a small channel and
-	// stalls when nobody reads it. These are expected with fault injection.
-	go func() {
-		defer close(p.drained)
-		for {
-			select {
-			case <-srv.Error():
-			case <-srv.Done():
-				return
-			}
-		}
-	}()
-	return p, nil
+	return px, nil
 }
 
-// close stops the proxy; closing a nil proxy does nothing.
-func (p *memberProxy) close() error {
-	if p == nil {
+// closeProxy closes px; closing a nil proxy does nothing.
+func closeProxy(px *Proxy) error {
+	if px == nil {
 		return nil
 	}
-	err := p.srv.Close()
-	<-p.drained
-	return err
+	return px.Close()
 }
 
 // applyFaultsLocked installs the member's faults on its current proxy.
@@ -548,37 +526,31 @@ func (m *Member) applyFaultsLocked() {
 	if m.px == nil {
 		return
 	}
-	s := m.px.srv
 	if m.blackholed {
-		s.BlackholeTx()
-		s.BlackholeRx()
+		m.px.BlackholeTx()
+		m.px.BlackholeRx()
 	} else {
-		s.UnblackholeTx()
-		s.UnblackholeRx()
+		m.px.UnblackholeTx()
+		m.px.UnblackholeRx()
 	}
-	for _, px := range []*memberProxy{m.px, m.peerPx} {
-		if px == nil {
-			continue
-		}
-		if m.delay > 0 {
-			px.srv.DelayTx(m.delay, 0)
-			px.srv.DelayRx(m.delay, 0)
-		} else {
-			px.srv.UndelayTx()
-			px.srv.UndelayRx()
+	for _, px := range []*Proxy{m.px, m.peerPx} {
+		if px != nil {
+			px.DelayTx(m.delay)
+			px.DelayRx(m.delay)
 		}
 	}
 }
 
 // Blackhole cuts the member off from its clients: connections to its proxy
-// are accepted and stay open, but every byte in either direction is
-// discarded, so requests through it hang until their deadline. Peer traffic
-// is unaffected. Bytes discarded are lost for good: a gRPC connection that
-// was used while blackholed may be broken by that and is then replaced by
-// the client after Unblackhole.
+// are accepted and stay open, but no byte passes in either direction, so
+// requests through it hang until their deadline. Peer traffic is unaffected.
+// Unblackhole resets every connection that had bytes to carry meanwhile
+// (they are lost with it, and the client dials anew), as a real partition
+// long enough for TCP to give up would; idle connections go on.
 func (m *Member) Blackhole() { m.setFaults(func() { m.blackholed = true }) }
 
-// Unblackhole lets bytes through the member's proxy again.
+// Unblackhole lets bytes through the member's proxy again, after resetting
+// the connections that had bytes held by Blackhole.
 func (m *Member) Unblackhole() { m.setFaults(func() { m.blackholed = false }) }
 
 // Delay holds every chunk of bytes passing through the member's proxy for d,
@@ -605,7 +577,7 @@ func (m *Member) setFaults(f func()) {
 // Member's own methods (PauseTx, ModifyRx, ...), or nil for a nil Member.
 // The proxy is replaced when the member restarts; faults set directly on it
 // do not carry over, unlike those set through Blackhole and Delay.
-func (m *Member) Proxy() proxy.Server {
+func (m *Member) Proxy() *Proxy {
 	if m == nil {
 		return nil
 	}
@@ -614,13 +586,13 @@ func (m *Member) Proxy() proxy.Server {
 	if m.px == nil {
 		return nil
 	}
-	return m.px.srv
+	return m.px
 }
 
 // PeerProxy returns the proxy in front of the member's peer port in a
 // cluster started WithPeerProxies, or nil (no such proxy, a nil or stopped
 // Member). Like Proxy's, it is replaced when the member restarts.
-func (m *Member) PeerProxy() proxy.Server {
+func (m *Member) PeerProxy() *Proxy {
 	if m == nil {
 		return nil
 	}
@@ -629,5 +601,5 @@ func (m *Member) PeerProxy() proxy.Server {
 	if m.peerPx == nil {
 		return nil
 	}
-	return m.peerPx.srv
+	return m.peerPx
 }

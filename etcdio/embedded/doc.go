@@ -21,7 +21,7 @@
 //     otherwise starts a single embedded member. Examples and benchmarks use it
 //     so that the same program runs against either.
 //
-// Everything is quiet by default: etcd's server, raft and proxy logs are
+// Everything is quiet by default: etcd's server and raft logs are
 // discarded unless a logger is supplied with [WithLogger], and clients made by
 // [NewClient] and the NewClient methods log nothing. (gRPC's process-wide
 // logger is left alone; by default it only prints errors.)

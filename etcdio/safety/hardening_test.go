@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
@@ -67,7 +68,7 @@ func TestCloseKeyDeletedAfterFailedDelete(t *testing.T) {
 	defer restoreCluster(t, c)
 	cli := newKeepaliveClient(t, c)
 	prefix := "/safety/hardening/" + t.Name()
-	s, err := etcdio.NewSession(cli, etcdio.WithTTL(20*time.Second))
+	s, err := etcdio.NewSession(cli, etcdio.WithTTL(20*time.Second), etcdio.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
