@@ -3,6 +3,7 @@ package testserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -67,26 +69,54 @@ func Postgres(t testing.TB) string {
 	if bin == "" {
 		Missing(t, "PostgreSQL (initdb and postgres under /usr/lib/postgresql/*/bin)", PostgresInstall)
 	}
+	dir, data, cred := initPostgres(t, bin)
+	// A port free when picked may be taken by another process (tests of
+	// other packages run at the same time) before the server binds it: try
+	// again with a fresh one.
+	for attempt := 1; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr, err := startPostgres(t, bin, dir, data, port, cred)
+		if err == nil {
+			return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr)
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatal(err)
+		}
+	}
+}
+
+// initPostgres makes a data directory for a new server in a temporary
+// directory removed when t ends, owned by the user the server runs as.
+func initPostgres(t testing.TB, bin string) (dir, data string, cred *syscall.Credential) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "disco-pg-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	cred, err := pgCredential(dir)
+	cred, err = pgCredential(dir)
 	if err != nil {
 		t.Fatalf("postgres: %v", err)
 	}
-	data := filepath.Join(dir, "data")
+	data = filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	initdb.Dir = dir
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("postgres: initdb: %v\n%s", err, out)
 	}
-	port, err := FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	return dir, data, cred
+}
+
+// errPortTaken says the server could not bind its port.
+var errPortTaken = errors.New("port taken")
+
+// startPostgres starts the server of data on port, stopped when t ends, and
+// waits until it accepts sessions.
+func startPostgres(t testing.TB, bin, dir, data string, port int, cred *syscall.Credential) (string, error) {
 	var logs lockedBuffer // written by exec's copying goroutines while we wait
 	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
 		"-h", "127.0.0.1", "-k", dir, "-c", "fsync=off", "-c", "full_page_writes=off")
@@ -94,7 +124,7 @@ func Postgres(t testing.TB) string {
 	srv.Dir = dir
 	srv.Stdout, srv.Stderr = &logs, &logs
 	if err := srv.Start(); err != nil {
-		t.Fatalf("postgres: %v", err)
+		return "", fmt.Errorf("postgres: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = srv.Wait(); close(exited) }()
@@ -117,18 +147,20 @@ func Postgres(t testing.TB) string {
 		if err == nil {
 			c.Close()
 			if pgReady(bin, port, cred) {
-				break
+				return addr, nil
 			}
 		}
 		select {
 		case <-exited:
-			t.Fatalf("postgres exited at start:\n%s", logs.String())
+			if strings.Contains(logs.String(), "could not bind") {
+				return "", fmt.Errorf("postgres: %s: %w:\n%s", addr, errPortTaken, logs.String())
+			}
+			return "", fmt.Errorf("postgres exited at start:\n%s", logs.String())
 		case <-ctx.Done():
-			t.Fatalf("postgres not ready within 30s:\n%s", logs.String())
+			return "", fmt.Errorf("postgres not ready within 30s:\n%s", logs.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr)
 }
 
 // pgReady asks pg_isready (when installed) whether the server accepts
