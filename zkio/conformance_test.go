@@ -12,6 +12,7 @@ import (
 	"github.com/ahrtr/disco/primitives/conformance"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -56,6 +57,12 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 		NewLock: func(t *testing.T, name string) lock.Service {
 			s := owner(t)
 			l := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path(name), zkio.WithSession(s)))
+			sessions.Store(l, s)
+			return l
+		},
+		NewRWLock: func(t *testing.T, name string) rwlock.Service {
+			s := owner(t)
+			l := closedAtEnd[rwlock.Service](t)(zkio.NewRWLock(nil, path(name), zkio.WithSession(s)))
 			sessions.Store(l, s)
 			return l
 		},

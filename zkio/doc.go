@@ -1,16 +1,14 @@
 // Package zkio is disco's ZooKeeper backend: a Session that owns one
-// ZooKeeper session and one event loop, and the lock and election that run
-// on it, in the znode layouts of Apache Curator's recipes.
+// ZooKeeper session and one event loop, and the lock, read/write lock and
+// election that run on it, in the znode layouts of Apache Curator's recipes.
 //
 //	lk, err := zkio.NewLock([]string{"zk1:2181", "zk2:2181"}, "/locks/orders")
+//	rw, err := zkio.NewRWLock(servers, "/locks/catalog")
 //	el, err := zkio.NewElection(servers, "/elections/scheduler")
 //
 // A primitive made with servers has a session of its own, which its Close
 // ends. WithSession runs several primitives on one session (then pass nil
 // servers); their Close keeps the session, which the caller closes.
-//
-// It offers no read/write lock: rwlock interop with Curator is not
-// required, and none is built yet.
 //
 // # The session loop
 //
@@ -42,11 +40,14 @@
 // A lock's znodes are <path>/_c_<uuid>-lock-<seq>, as Curator's
 // InterProcessMutex creates them (with protection); an election's are
 // <path>/_c_<uuid>-latch-<seq>, as LeaderLatch creates them, with the
-// candidate's value as data (LeaderLatch's participant id). All are
-// ephemeral and sequential; a queue is ordered by its sequence numbers, as
-// Curator orders it; each waiter watches only the znode just ahead of it
-// (no herd): its deletion is the only change that can make the waiter
-// first, so a handoff sends one watch event, to the next waiter only. An
+// candidate's value as data (LeaderLatch's participant id); a read/write
+// lock's are <path>/_c_<uuid>-__READ__<seq> and <path>/_c_<uuid>-__WRIT__<seq>,
+// as InterProcessReadWriteLock names them. All are ephemeral and
+// sequential; a queue is ordered by its sequence numbers, as Curator orders
+// it. Each waiter watches only the znode it waits for (no herd): the one
+// just ahead of it, or for a reader the nearest writer ahead; its deletion
+// is the only change that can let the waiter hold, so a handoff sends one
+// watch event per waiter it frees. An
 // uncontended Lock costs two round trips (the create; then the new znode's
 // stat and the queue's listing, sent together), Unlock one. So:
 //
@@ -63,7 +64,9 @@
 //     disco lock is not reentrant, as InterProcessMutex is per thread.
 //
 // Children of the path that do not end in "lock-<digits>" (or
-// "latch-<digits>") are not in disco's queue; Curator sorts them too, so do
+// "latch-<digits>", "__READ__<digits>", "__WRIT__<digits>") are not in
+// disco's queue; a lock and a read/write lock on one path do not see each
+// other; Curator sorts them too, so do
 // not put other znodes there. Missing parents of the path are created as
 // persistent znodes (Curator makes containers; either works for both).
 //
@@ -83,7 +86,8 @@
 // so no two holds share a token. A holder whose session died keeps its old
 // token, which the successor's exceeds: a guard rejects the zombie. A
 // Curator holder that wants to be fenced by the same guard can use its own
-// lock znode's czxid. (The order is Curator's too; it breaks, for both,
+// lock znode's czxid. A read/write lock's tokens come from its epoch znode
+// instead (see NewRWLock), so that readers holding together share one. (The order is Curator's too; it breaks, for both,
 // only after 2^31 sequential znodes under one path.)
 //
 // # Loss, suspension and resumption

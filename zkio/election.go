@@ -12,7 +12,7 @@ import (
 	"github.com/ahrtr/disco/primitives/election"
 )
 
-var electionSpec = &spec{name: "latch", notHeld: election.ErrNotLeader, taken: election.ErrNotLeader, election: true}
+var electionSpec = &spec{markers: []string{latchMarker}, notHeld: election.ErrNotLeader, taken: election.ErrNotLeader, election: true}
 
 // NewElection returns a candidate in the election on the znode path, in the
 // layout of Curator's LeaderLatch: a disco election and LeaderLatch
@@ -28,11 +28,11 @@ func NewElection(servers []string, path string, opts ...Option) (election.Servic
 type zkElection struct{ *service }
 
 func leadership(h *held) election.Leadership {
-	return election.Leadership{Key: h.node, Value: h.value, FencingToken: fencing.Token(h.created), LeaseID: h.lease, Created: h.created}
+	return election.Leadership{Key: h.node, Value: h.value, FencingToken: fencing.Token(h.token), LeaseID: h.lease, Created: h.created}
 }
 
 func (e *zkElection) Campaign(ctx context.Context, value string) error {
-	_, err := e.acquire(ctx, value, false)
+	_, err := e.acquire(ctx, latchMarker, value, false)
 	return err
 }
 
@@ -67,7 +67,7 @@ func (e *zkElection) Proclaim(ctx context.Context, value string) error {
 	return err
 }
 
-func (e *zkElection) Resign(ctx context.Context) error { return e.release(ctx, 0, true) }
+func (e *zkElection) Resign(ctx context.Context) error { return e.release(ctx, 0, true, "") }
 
 // ResignTerm ends exactly the term it names (by Created); ErrNotLeader if
 // that term is over, even if this candidate leads in a later one.
@@ -78,7 +78,7 @@ func (e *zkElection) ResignTerm(ctx context.Context, term election.Leadership) e
 		}
 		return election.ErrNotLeader
 	}
-	return e.release(ctx, term.Created, false)
+	return e.release(ctx, term.Created, false, "")
 }
 
 func (e *zkElection) Leader(ctx context.Context) (election.Leadership, error) {

@@ -93,7 +93,7 @@ func readLeader(conn *zk.Conn, path string, watch bool) (election.Leadership, [2
 		if err != nil {
 			return election.Leadership{}, none, err
 		}
-		q := queueOf(children, electionSpec.name)
+		q := queueOf(children, latchMarker)
 		if len(q) == 0 {
 			return election.Leadership{}, [2]<-chan zk.Event{ch}, nil
 		}

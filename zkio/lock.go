@@ -7,7 +7,7 @@ import (
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
-var lockSpec = &spec{name: "lock", notHeld: lock.ErrNotHeld, taken: lock.ErrLockTaken}
+var lockSpec = &spec{markers: []string{lockMarker}, notHeld: lock.ErrNotHeld, taken: lock.ErrLockTaken}
 
 // NewLock returns a lock on the znode path, in the layout of Curator's
 // InterProcessMutex: a disco lock and an InterProcessMutex on the same path
@@ -25,11 +25,11 @@ func NewLock(servers []string, path string, opts ...Option) (lock.Service, error
 type zkLock struct{ *service }
 
 func (l *zkLock) grant(h *held) lock.Grant {
-	return lock.Grant{FencingToken: fencing.Token(h.created), Key: h.node, LeaseID: h.lease, TTL: h.timeout, Created: h.created}
+	return lock.Grant{FencingToken: fencing.Token(h.token), Key: h.node, LeaseID: h.lease, TTL: h.timeout, Created: h.created}
 }
 
 func (l *zkLock) Lock(ctx context.Context) (lock.Grant, error) {
-	h, err := l.acquire(ctx, "", false)
+	h, err := l.acquire(ctx, lockMarker, "", false)
 	if err != nil {
 		return lock.Grant{}, err
 	}
@@ -37,14 +37,14 @@ func (l *zkLock) Lock(ctx context.Context) (lock.Grant, error) {
 }
 
 func (l *zkLock) TryLock(ctx context.Context) (lock.Grant, error) {
-	h, err := l.acquire(ctx, "", true)
+	h, err := l.acquire(ctx, lockMarker, "", true)
 	if err != nil {
 		return lock.Grant{}, err
 	}
 	return l.grant(h), nil
 }
 
-func (l *zkLock) Unlock(ctx context.Context) error { return l.release(ctx, 0, true) }
+func (l *zkLock) Unlock(ctx context.Context) error { return l.release(ctx, 0, true, "") }
 
 func (l *zkLock) Release(ctx context.Context, g lock.Grant) error {
 	if g.Created == 0 {
@@ -53,5 +53,5 @@ func (l *zkLock) Release(ctx context.Context, g lock.Grant) error {
 		}
 		return lock.ErrNotHeld
 	}
-	return l.release(ctx, g.Created, false)
+	return l.release(ctx, g.Created, false, "")
 }

@@ -46,7 +46,8 @@ func TestBadInput(t *testing.T) {
 	for _, c := range cases {
 		_, lerr := zkio.NewLock(c.servers, c.path, c.opts...)
 		_, eerr := zkio.NewElection(c.servers, c.path, c.opts...)
-		for _, err := range []error{lerr, eerr} {
+		_, rwerr := zkio.NewRWLock(c.servers, c.path, c.opts...)
+		for _, err := range []error{lerr, eerr, rwerr} {
 			if !errors.Is(err, zkio.ErrInvalidArgument) {
 				t.Errorf("%s: %v, want ErrInvalidArgument", c.name, err)
 			}

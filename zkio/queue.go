@@ -13,36 +13,66 @@ import (
 )
 
 // Znode layout, as Apache Curator's recipes name their znodes with
-// protection: <path>/_c_<uuid>-<name>-<sequence>, where name is "lock" for
-// InterProcessMutex and "latch" for LeaderLatch, and sequence is the ten
-// digits ZooKeeper appends to a sequential znode. The queue is ordered by
-// sequence; znodes that do not follow the layout are not in it.
+// protection: <path>/_c_<uuid>-<marker><sequence>, where the marker is
+// "lock-" for InterProcessMutex, "latch-" for LeaderLatch, "__READ__" and
+// "__WRIT__" for InterProcessReadWriteLock's readers and writers, and
+// sequence is the ten digits ZooKeeper appends to a sequential znode. A
+// queue is ordered by sequence; znodes that do not follow the layout are not
+// in it.
 const protectedPrefix = "_c_"
+
+// The markers of the znodes of each kind of queue member.
+const (
+	lockMarker  = "lock-"
+	latchMarker = "latch-"
+	readMarker  = "__READ__"
+	writeMarker = "__WRIT__"
+)
 
 // member is one znode of a queue.
 type member struct {
-	name string // base name
-	seq  string // the digits after "<name>-"
+	name   string // base name
+	marker string // which of the queue's markers it carries
+	seq    string // the digits after the marker
 }
 
-// queueOf returns the children that are members of a queue of kind name,
-// in queue order.
-func queueOf(children []string, name string) []member {
-	marker := name + "-"
+// queueOf returns the children that are members of a queue whose znodes
+// carry one of markers, in queue order.
+func queueOf(children []string, markers ...string) []member {
 	var q []member
 	for _, c := range children {
-		i := strings.LastIndex(c, marker)
-		if i < 0 {
-			continue
+		for _, marker := range markers {
+			i := strings.LastIndex(c, marker)
+			if i < 0 {
+				continue
+			}
+			seq := c[i+len(marker):]
+			if seq == "" || strings.Trim(seq, "0123456789") != "" {
+				continue
+			}
+			q = append(q, member{name: c, marker: marker, seq: seq})
+			break
 		}
-		seq := c[i+len(marker):]
-		if seq == "" || strings.Trim(seq, "0123456789") != "" {
-			continue
-		}
-		q = append(q, member{name: c, seq: seq})
 	}
 	slices.SortFunc(q, func(a, b member) int { return strings.Compare(a.seq, b.seq) })
 	return q
+}
+
+// blocker returns the index in q of the member q[i] waits for, or -1 when
+// q[i] holds: a reader waits for the nearest member ahead that is not a
+// reader (readers hold together), every other member for the one just
+// ahead. The member waited for is the only one whose deletion can change
+// q[i]'s standing, so a handoff wakes only the waiters it frees.
+func blocker(q []member, i int) int {
+	if q[i].marker != readMarker {
+		return i - 1
+	}
+	for j := i - 1; j >= 0; j-- {
+		if q[j].marker != readMarker {
+			return j
+		}
+	}
+	return -1
 }
 
 // retryable reports whether a ZooKeeper error is the connection's, not the
@@ -69,14 +99,14 @@ func (svc *service) pauseRetry(ctx context.Context) bool {
 	return false
 }
 
-// create writes a new ephemeral sequential znode in the queue, creating the
-// path's missing parents, and returns its path. A create
+// create writes a new ephemeral sequential znode carrying marker in the
+// queue, creating the path's missing parents, and returns its path. A create
 // whose outcome is unknown (the connection broke) is looked up by its uuid
 // once the client reconnects, so no znode is left behind unknown.
-func (svc *service) create(ctx context.Context, data []byte) (string, error) {
+func (svc *service) create(ctx context.Context, marker string, data []byte) (string, error) {
 	conn := svc.s.conn
 	guid := uuid.NewString()
-	prefix := svc.path + "/" + protectedPrefix + guid + "-" + svc.spec.name + "-"
+	prefix := svc.path + "/" + protectedPrefix + guid + "-" + marker
 	var node string
 	for node == "" {
 		if err := svc.live(ctx); err != nil {
@@ -220,9 +250,9 @@ func (svc *service) withdraw(node string) {
 	svc.s.forgetNode(node)
 }
 
-// wait queues the znode and returns once it is first in its queue; with
-// try, it returns taken at once if anyone is ahead. On any failure the
-// znode is withdrawn.
+// wait queues the znode and returns once it holds (see blocker); with try,
+// it returns taken at once if it does not. On any failure the znode is
+// withdrawn.
 func (svc *service) wait(ctx context.Context, node string, try bool) error {
 	conn := svc.s.conn
 	base := node[strings.LastIndex(node, "/")+1:]
@@ -241,19 +271,19 @@ func (svc *service) wait(ctx context.Context, node string, try bool) error {
 			}
 			return fail(fmt.Errorf("zkio: list %s: %w", svc.path, errors.Join(err, svc.cause(ctx))))
 		}
-		q := queueOf(children, svc.spec.name)
+		q := queueOf(children, svc.spec.markers...)
 		i := slices.IndexFunc(q, func(m member) bool { return m.name == base })
-		switch {
-		case i < 0:
+		if i < 0 {
 			return fmt.Errorf("zkio: %s deleted while it waited", node)
-		case i == 0:
+		}
+		j := blocker(q, i)
+		switch {
+		case j < 0:
 			return nil
 		case try:
 			return fail(svc.spec.taken)
 		}
-		// Watch only the znode just ahead: its deletion is the only change
-		// that can make this one first.
-		ahead := svc.path + "/" + q[i-1].name
+		ahead := svc.path + "/" + q[j].name
 		exists, _, ch, err := conn.ExistsW(ahead)
 		if err != nil {
 			if retryable(err) && svc.pauseRetry(ctx) {

@@ -15,18 +15,23 @@ import (
 	"github.com/ahrtr/disco/primitives"
 )
 
-// spec says what sets a lock and an election apart.
+// spec says what sets a lock, a read/write lock and an election apart.
 type spec struct {
-	name     string // znode name in Curator's layout: "lock" or "latch"
-	notHeld  error  // lock.ErrNotHeld, election.ErrNotLeader
-	taken    error  // lock.ErrLockTaken
-	election bool   // follows who leads (LeaderChanged, Observe)
+	markers  []string // the queue's znode markers in Curator's layout
+	notHeld  error    // lock.ErrNotHeld, election.ErrNotLeader
+	taken    error    // lock.ErrLockTaken
+	election bool     // follows who leads (LeaderChanged, Observe)
+	// token issues the fencing token of a hold on node, once it holds; nil:
+	// the znode's czxid.
+	token func(ctx context.Context, svc *service, node, marker string) (int64, error)
 }
 
 // held is one hold (a lock grant, a term), as the loop records it.
 type held struct {
 	node    string
-	created int64 // the znode's czxid: Created and the fencing token
+	marker  string // the kind of its znode: a read/write lock's mode
+	created int64  // the znode's czxid: Created
+	token   int64  // the fencing token: created, unless the spec issues tokens
 	value   string
 	lease   int64 // the session id, the znode's ephemeralOwner
 	timeout time.Duration
@@ -153,11 +158,11 @@ func (svc *service) Subscribe(ctx context.Context) <-chan primitives.Event {
 // context at Suspended.
 func (svc *service) CancelOnSuspend() bool { return svc.cancelOnSuspend }
 
-// acquire queues a new znode with value as its data and returns the hold
-// once it is first; with try, it fails at once with spec.taken if anyone
-// holds or waits ahead. A second acquisition of the service waits for the
-// first hold to end.
-func (svc *service) acquire(ctx context.Context, value string, try bool) (*held, error) {
+// acquire queues a new znode carrying marker, with value as its data, and
+// returns the hold once it holds; with try, it fails at once with
+// spec.taken if it would wait. A second acquisition of the service waits
+// for the first hold to end.
+func (svc *service) acquire(ctx context.Context, marker, value string, try bool) (*held, error) {
 	if err := svc.live(ctx); err != nil {
 		return nil, err
 	}
@@ -191,7 +196,7 @@ func (svc *service) acquire(ctx context.Context, value string, try bool) (*held,
 			return nil, svc.Err()
 		}
 	}
-	h, err := svc.acquireSlot(ctx, value, try)
+	h, err := svc.acquireSlot(ctx, marker, value, try)
 	if err != nil {
 		<-svc.slot
 		// A request cut short by the session's end says so.
@@ -202,8 +207,8 @@ func (svc *service) acquire(ctx context.Context, value string, try bool) (*held,
 	return h, err
 }
 
-func (svc *service) acquireSlot(ctx context.Context, value string, try bool) (*held, error) {
-	node, err := svc.create(ctx, []byte(value))
+func (svc *service) acquireSlot(ctx context.Context, marker, value string, try bool) (*held, error) {
+	node, err := svc.create(ctx, marker, []byte(value))
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +220,15 @@ func (svc *service) acquireSlot(ctx context.Context, value string, try bool) (*h
 	if err != nil {
 		return nil, err
 	}
-	h := &held{node: node, created: created, value: value, lease: svc.s.SessionID(), timeout: svc.s.Timeout()}
+	token := created
+	if svc.spec.token != nil {
+		if token, err = svc.spec.token(ctx, svc, node, marker); err != nil {
+			svc.withdraw(node)
+			return nil, err
+		}
+	}
+	h := &held{node: node, marker: marker, created: created, token: token, value: value,
+		lease: svc.s.SessionID(), timeout: svc.s.Timeout()}
 	got, err := call(ctx, svc, func(r actor.Reply[*held]) { svc.granted(r, h) })
 	if err != nil {
 		if got == nil {
@@ -236,9 +249,9 @@ func (svc *service) granted(r actor.Reply[*held], h *held) {
 	h.stop = make(chan struct{})
 	svc.grant = h
 	svc.term.Store(h)
-	svc.events.Publish(primitives.Acquired{Key: h.node, Token: fencing.Token(h.created), Created: h.created})
+	svc.events.Publish(primitives.Acquired{Key: h.node, Token: fencing.Token(h.token), Created: h.created})
 	if svc.suspended {
-		svc.events.Publish(primitives.Suspended{Key: h.node, Token: fencing.Token(h.created), Created: h.created,
+		svc.events.Publish(primitives.Suspended{Key: h.node, Token: fencing.Token(h.token), Created: h.created,
 			Deadline: svc.s.wire.lastHeard().Add(svc.s.Timeout())})
 	}
 	svc.s.helper(func() { svc.watchHeld(h) })
@@ -298,7 +311,7 @@ func (svc *service) vanished(h *held) {
 	if svc.grant != h || h.releasing || svc.closing {
 		return
 	}
-	svc.endHold(primitives.Lost{Key: h.node, Token: fencing.Token(h.created), Created: h.created,
+	svc.endHold(primitives.Lost{Key: h.node, Token: fencing.Token(h.token), Created: h.created,
 		Err: fmt.Errorf("zkio: %s deleted by someone else: %w", h.node, primitives.ErrLost)})
 }
 
@@ -316,15 +329,17 @@ func (svc *service) endHold(e primitives.Event) {
 	}
 }
 
-// release ends the hold named by created (0: the current hold): it deletes
-// the znode, then the hold ends with Released. A release that fails keeps
-// the hold and may be retried.
-func (svc *service) release(ctx context.Context, created int64, current bool) error {
+// release ends the hold named by created, or with current the current
+// hold if it carries marker ("": any): it deletes the znode, then the hold
+// ends with Released. A release that fails keeps the hold and may be
+// retried.
+func (svc *service) release(ctx context.Context, created int64, current bool, marker string) error {
 	h, err := call(ctx, svc, func(r actor.Reply[*held]) {
 		switch {
 		case svc.isEnded || svc.closing:
 			r.Answer(nil, svc.endedErr())
-		case svc.grant == nil || svc.grant.releasing || (!current && svc.grant.created != created):
+		case svc.grant == nil || svc.grant.releasing || (!current && svc.grant.created != created) ||
+			(current && marker != "" && svc.grant.marker != marker):
 			r.Answer(nil, svc.spec.notHeld)
 		default:
 			h := svc.grant
@@ -361,14 +376,14 @@ func (svc *service) released(h *held, err error) {
 		h.releasing = false
 		return
 	}
-	svc.endHold(primitives.Released{Key: h.node, Token: fencing.Token(h.created), Created: h.created})
+	svc.endHold(primitives.Released{Key: h.node, Token: fencing.Token(h.token), Created: h.created})
 }
 
 // suspend tells the holder the session may end at deadline. Loop only.
 func (svc *service) suspend(deadline time.Time) {
 	svc.suspended = true
 	if h := svc.grant; h != nil {
-		svc.events.Publish(primitives.Suspended{Key: h.node, Token: fencing.Token(h.created), Created: h.created, Deadline: deadline})
+		svc.events.Publish(primitives.Suspended{Key: h.node, Token: fencing.Token(h.token), Created: h.created, Deadline: deadline})
 	}
 }
 
@@ -376,7 +391,7 @@ func (svc *service) suspend(deadline time.Time) {
 func (svc *service) resume() {
 	svc.suspended = false
 	if h := svc.grant; h != nil {
-		svc.events.Publish(primitives.Resumed{Key: h.node, Token: fencing.Token(h.created), Created: h.created})
+		svc.events.Publish(primitives.Resumed{Key: h.node, Token: fencing.Token(h.token), Created: h.created})
 	}
 }
 
@@ -392,9 +407,9 @@ func (svc *service) end(err error) {
 	}
 	if h := svc.grant; h != nil {
 		if errors.Is(err, primitives.ErrClosed) {
-			svc.endHold(primitives.Released{Key: h.node, Token: fencing.Token(h.created), Created: h.created})
+			svc.endHold(primitives.Released{Key: h.node, Token: fencing.Token(h.token), Created: h.created})
 		} else {
-			svc.endHold(primitives.Lost{Key: h.node, Token: fencing.Token(h.created), Created: h.created, Err: err})
+			svc.endHold(primitives.Lost{Key: h.node, Token: fencing.Token(h.token), Created: h.created, Err: err})
 		}
 	}
 	select {
