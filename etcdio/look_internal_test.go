@@ -25,15 +25,71 @@ import (
 // proxies cannot hold one member back: a member also receives the leader's
 // messages over connections it dialed itself, through the leader's proxy.)
 func TestLookNeverAnswersFromBeforeTheDelete(t *testing.T) {
+	f := newLagFixture(t, func(after int64, ahead *mvccpb.KeyValue) func(*clientv3.TxnResponse) {
+		return func(resp *clientv3.TxnResponse) {
+			resp.Header.Revision = after - 1
+			resp.Responses[0].GetResponseRange().Kvs = []*mvccpb.KeyValue{ahead}
+		}
+	})
+	next, rev, err := f.svc.look(f.ctx, f.w, f.after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.lag.served.Load() == 0 {
+		t.Fatal("the look made no serializable read (the simulated lag was never met)")
+	}
+	if rev < f.after || next != nil {
+		t.Fatalf("look answered from revision %d (ahead: %v), before the delete at %d", rev, next, f.after)
+	}
+}
+
+// TestStillAheadNeverAnswersFromBeforeTheDelete: a waiter whose watch etcd
+// confirmed at revision R skips its catch-up read if its blocker is still
+// there at R or later. That check is first served from a member's own
+// state; a member that has not applied the blocker's deletion (before R)
+// would still show it, and the waiter would wait for a deletion its watch
+// never delivers. The check then asks again, linearizably.
+func TestStillAheadNeverAnswersFromBeforeTheDelete(t *testing.T) {
+	f := newLagFixture(t, func(after int64, _ *mvccpb.KeyValue) func(*clientv3.TxnResponse) {
+		return func(resp *clientv3.TxnResponse) {
+			resp.Header.Revision = after - 1
+			resp.Succeeded = true // as before the delete: both keys there
+		}
+	})
+	there, err := f.svc.stillAhead(f.ctx, f.w, f.ahead, f.after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.lag.served.Load() == 0 {
+		t.Fatal("the check made no serializable read (the simulated lag was never met)")
+	}
+	if there {
+		t.Fatalf("the blocker deleted at %d reported still there", f.after)
+	}
+}
+
+// lagFixture is a waiter whose blocker was deleted at revision after, and a
+// service whose client's serializable reads are answered by lagged.
+type lagFixture struct {
+	ctx   context.Context
+	svc   *service
+	w     *waiter
+	ahead *mvccpb.KeyValue
+	after int64
+	lag   *laggingKV
+}
+
+func newLagFixture(t *testing.T, lagged func(after int64, ahead *mvccpb.KeyValue) func(*clientv3.TxnResponse)) *lagFixture {
+	t.Helper()
 	cli, err := embedded.NewClient(etcdtest.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	t.Cleanup(func() { cli.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 
-	const prefix = "/test/look-lagging"
+	prefix := "/test/look-lagging/" + t.Name()
 	blocker, err := cli.Put(ctx, prefix+"/blocker", "")
 	if err != nil {
 		t.Fatal(err)
@@ -42,37 +98,22 @@ func TestLookNeverAnswersFromBeforeTheDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Delete(context.Background(), prefix, clientv3.WithPrefix())
+	t.Cleanup(func() { cli.Delete(context.Background(), prefix, clientv3.WithPrefix()) })
 	del, err := cli.Delete(ctx, prefix+"/blocker")
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := del.Header.Revision
-	ahead := &mvccpb.KeyValue{Key: []byte(prefix + "/blocker"), CreateRevision: blocker.Header.Revision,
-		ModRevision: blocker.Header.Revision, Version: 1}
-
-	lag := &laggingKV{KV: cli.KV, answer: func(resp *clientv3.TxnResponse) {
-		resp.Header.Revision = after - 1
-		resp.Responses[0].GetResponseRange().Kvs = []*mvccpb.KeyValue{ahead}
-	}}
-	cli.KV = lag
-	svc, err := newService(lockSpec, cli, prefix, nil)
-	if err != nil {
+	f := &lagFixture{ctx: ctx, after: del.Header.Revision,
+		ahead: &mvccpb.KeyValue{Key: []byte(prefix + "/blocker"), CreateRevision: blocker.Header.Revision,
+			ModRevision: blocker.Header.Revision, Version: 1}}
+	f.lag = &laggingKV{KV: cli.KV, answer: lagged(f.after, f.ahead)}
+	cli.KV = f.lag
+	if f.svc, err = newService(lockSpec, cli, prefix, nil); err != nil {
 		t.Fatal(err)
 	}
-	defer svc.Close()
-	w := &waiter{key: prefix + "/mine", created: mine.Header.Revision, blockers: prefix + "/blocker"}
-
-	next, rev, err := svc.look(ctx, w, after)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lag.served.Load() == 0 {
-		t.Fatal("the look made no serializable read (the simulated lag was never met)")
-	}
-	if rev < after || next != nil {
-		t.Fatalf("look answered from revision %d (ahead: %v), before the delete at %d", rev, next, after)
-	}
+	t.Cleanup(func() { f.svc.Close() })
+	f.w = &waiter{key: prefix + "/mine", created: mine.Header.Revision, blockers: prefix + "/blocker"}
+	return f
 }
 
 // laggingKV answers every serializable transaction as a lagging member
@@ -111,7 +152,7 @@ func (t *laggingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 
 func (t *laggingTxn) Commit() (*clientv3.TxnResponse, error) {
 	resp, err := t.Txn.Commit()
-	if err == nil && t.serializable && resp.Succeeded {
+	if err == nil && t.serializable {
 		t.kv.served.Add(1)
 		t.kv.answer(resp)
 	}

@@ -218,6 +218,12 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
 					// every change since, so there is nothing to catch up.
 					return nil
 				}
+				// Likewise if pred is still there at rev or later: its
+				// deletion is still to come, and the watch delivers it. One
+				// key compared, where a look reads the whole queue.
+				if there, err := svc.stillAhead(rctx, w, pred, rev); err != nil || there {
+					return err
+				}
 				return look(rctx, rev)
 			},
 			changed: func(rctx context.Context, evs []*clientv3.Event) error {
@@ -265,6 +271,29 @@ func (svc *service) look(ctx context.Context, w *waiter, after int64) (*mvccpb.K
 		return kvs[0], resp.Header.Revision, nil
 	}
 	return nil, resp.Header.Revision, nil
+}
+
+// stillAhead reports whether w's key and pred both still exist as of
+// revision after or later. Like look, it asks the member the client picks
+// first, from its own state, and again linearizably if that state is older
+// than after. Helper goroutine only.
+func (svc *service) stillAhead(ctx context.Context, w *waiter, pred *mvccpb.KeyValue, after int64) (bool, error) {
+	both := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created),
+		clientv3.Compare(clientv3.CreateRevision(string(pred.Key)), "=", pred.CreateRevision),
+	}
+	read := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+		get := clientv3.OpGet(w.key, append(opts, clientv3.WithCountOnly())...)
+		return svc.s.cli.Txn(ctx).If(both...).Then(get).Commit()
+	}
+	resp, err := read(clientv3.WithSerializable())
+	if err == nil && resp.Header.Revision < after {
+		resp, err = read()
+	}
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }
 
 // looked settles a look of w made while pred was ahead. Loop only.
