@@ -52,6 +52,11 @@ type Session struct {
 	// streamEpoch names the gRPC stream watches use; bumped when one goes
 	// silent (see follow).
 	streamEpoch atomic.Uint64
+	// probeMu guards the stream and the time of the latest progress request
+	// a quiet watch sent (see claimProbe).
+	probeMu    sync.Mutex
+	probeEpoch uint64
+	probeAt    time.Time
 	// ackWait is how long the keepalive helper waits for an acknowledgement
 	// (see keepalive). Owned by the keepalive helper.
 	ackWait time.Duration

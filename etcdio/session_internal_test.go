@@ -65,3 +65,22 @@ func TestSessionEndsAtItsOwnDeadline(t *testing.T) {
 		t.Fatalf("Err = %v, want ErrLost", s.Err())
 	}
 }
+
+// One progress request per stream and silence: the watches of a stream
+// whose quiet spells end while a request is on its way count it as theirs.
+func TestOneProgressRequestPerStreamAndSilence(t *testing.T) {
+	s := &Session{ttl: 8 * time.Second}
+	if !s.claimProbe(0) {
+		t.Fatal("the first quiet watch of a stream may not ask")
+	}
+	if s.claimProbe(0) {
+		t.Fatal("a second watch of the stream asks while the first request is on its way")
+	}
+	if !s.claimProbe(1) {
+		t.Fatal("a watch on a new stream may not ask")
+	}
+	s.probeAt = time.Now().Add(-s.silence())
+	if !s.claimProbe(1) {
+		t.Fatal("a watch may not ask a silence after the stream's last request")
+	}
+}

@@ -61,9 +61,8 @@ func (s *Session) silence() time.Duration {
 // quietSpell is silence plus up to half again, at random. etcd answers a
 // progress request with one notification that the client hands to every
 // watch on the stream, which restarts all their quiet spells together; the
-// jitter lets one of them ask first and the answer spare the others, so a
-// stream of many quiet watches (thousands of parked waiters) makes about one
-// request per spell rather than one per watch.
+// jitter spreads the spells so that one watch asks first, and claimProbe
+// keeps the others from asking again while the answer is on its way.
 func (s *Session) quietSpell() time.Duration {
 	d := s.silence()
 	return d + rand.N(d/2)
@@ -139,7 +138,7 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 				s.streamEpoch.CompareAndSwap(epoch, epoch+1)
 				return
 			}
-			if !s.requestProgress(wctx) {
+			if s.claimProbe(epoch) && !s.requestProgress(wctx) {
 				s.log.Debug("watch stream takes no requests; moving to a new stream", zap.String("key", f.key))
 				s.streamEpoch.CompareAndSwap(epoch, epoch+1)
 				return
@@ -150,6 +149,24 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 			return
 		}
 	}
+}
+
+// claimProbe reports whether a watch whose quiet spell ended should ask for
+// a progress notification on the stream of epoch: not when another watch of
+// the session asked on that stream less than a silence ago. etcd answers a
+// request with one notification that the client hands to every watch of the
+// stream, so that request serves this watch too, which counts itself as
+// having asked: if no answer comes within its next quiet spell, it moves.
+// So a stream of many quiet watches makes about one request per silence,
+// however long etcd takes to answer.
+func (s *Session) claimProbe(epoch uint64) bool {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if s.probeEpoch == epoch && time.Since(s.probeAt) < s.silence() {
+		return false
+	}
+	s.probeEpoch, s.probeAt = epoch, time.Now()
+	return true
 }
 
 // requestProgress asks etcd for a progress notification on wctx's watch
