@@ -96,6 +96,48 @@ func label(series, name string) string {
 	return ""
 }
 
+// requests is the number of request messages in s, lease keepalives left
+// out.
+func (s snapshot) requests() float64 {
+	var n float64
+	for k, v := range s.series {
+		if seriesName(k) == metricRequests && label(k, "grpc_method") != keepaliveMethod {
+			n += v
+		}
+	}
+	return n
+}
+
+// settle waits until etcd at url has served fewer than quiet request
+// messages a second (keepalives left out) over one second, or until limit
+// passes, and returns how long it waited and whether it settled.
+func settle(ctx context.Context, url string, quiet float64, limit time.Duration) (time.Duration, bool, error) {
+	start := time.Now()
+	prev, err := scrape(ctx, url)
+	if err != nil {
+		return 0, false, err
+	}
+	for time.Since(start) < limit {
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return time.Since(start), false, ctx.Err()
+		case <-t.C:
+		}
+		cur, err := scrape(ctx, url)
+		if err != nil {
+			return time.Since(start), false, err
+		}
+		rate := (cur.requests() - prev.requests()) / cur.at.Sub(prev.at).Seconds()
+		if rate < quiet {
+			return time.Since(start), true, nil
+		}
+		prev = cur
+	}
+	return time.Since(start), false, nil
+}
+
 // load is etcd's work per acquisition over a measured window.
 type load struct {
 	Acquisitions int                `json:"acquisitions"`

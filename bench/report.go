@@ -49,6 +49,14 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 					notes = append(notes, fmt.Sprintf("%s %s: %d parked waiters over %d leases and %d connections: %.2f goroutines and %.1f KiB heap per waiter%s",
 						r.Scenario, s.Lib, f.Waiters, f.Sessions, f.Clients, f.Goroutines, f.HeapBytes/1024, where))
 				}
+				if s != nil && s.Settle != nil {
+					state := "went quiet"
+					if !s.Settle.Settled {
+						state = "was still busy (the window counts the queueing's tail)"
+					}
+					notes = append(notes, fmt.Sprintf("%s %s: etcd %s %v after the last waiter queued",
+						r.Scenario, s.Lib, state, s.Settle.Waited.Round(time.Second)))
+				}
 				if s != nil && s.Errors > 0 {
 					notes = append(notes, fmt.Sprintf("ERROR %s %s: %d errors, first: %s", r.Scenario, s.Lib, s.Errors, s.FirstErr))
 				}

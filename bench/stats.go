@@ -57,6 +57,7 @@ type side struct {
 	VanishedClose *dist `json:"vanished_close,omitempty"`
 	// Waiters: what the parked waiters cost the process.
 	Footprint *footprint `json:"footprint,omitempty"`
+	Settle    *settling  `json:"settle,omitempty"`
 
 	// Contended locks: each handoff divided at the return of the previous
 	// holder's Unlock.
