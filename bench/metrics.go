@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ahrtr/disco/internal/ctxtime"
 )
 
 // The etcd metrics that measure load per acquisition.
@@ -109,28 +111,30 @@ func (s snapshot) requests() float64 {
 }
 
 // settle waits until etcd at url has served fewer than quiet request
-// messages a second (keepalives left out) over one second, or until limit
-// passes, and returns how long it waited and whether it settled.
+// messages a second (keepalives left out) in each of three seconds in a
+// row, or until limit passes, and returns how long it waited and whether
+// it settled.
 func settle(ctx context.Context, url string, quiet float64, limit time.Duration) (time.Duration, bool, error) {
+	const calm = 3 // seconds in a row
 	start := time.Now()
 	prev, err := scrape(ctx, url)
 	if err != nil {
 		return 0, false, err
 	}
-	for time.Since(start) < limit {
-		t := time.NewTimer(time.Second)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+	for n := 0; time.Since(start) < limit; {
+		if !ctxtime.Sleep(ctx, time.Second) {
 			return time.Since(start), false, ctx.Err()
-		case <-t.C:
 		}
 		cur, err := scrape(ctx, url)
 		if err != nil {
 			return time.Since(start), false, err
 		}
-		rate := (cur.requests() - prev.requests()) / cur.at.Sub(prev.at).Seconds()
-		if rate < quiet {
+		if rate := (cur.requests() - prev.requests()) / cur.at.Sub(prev.at).Seconds(); rate < quiet {
+			n++
+		} else {
+			n = 0
+		}
+		if n == calm {
 			return time.Since(start), true, nil
 		}
 		prev = cur

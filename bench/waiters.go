@@ -41,10 +41,11 @@ type footprint struct {
 const settleLimit = 3 * time.Minute
 
 // settledRate is the request rate (a second, keepalives left out) below
-// which parked waiters on `clients` connections count as settled: their
-// watches' occasional progress requests (about one per connection every
-// two seconds) and a margin.
-func settledRate(clients int) float64 { return float64(clients) + 20 }
+// which parked waiters on `clients` connections count as settled: disco's
+// watches ask for progress about once per connection every two to three
+// seconds, etcd's Mutex waiters not at all; a queueing still under way
+// keeps etcd busier than that (each enqueue reads the whole queue).
+func settledRate(clients int) float64 { return float64(clients)/2 + 20 }
 
 // settling is how long the queue took to go quiet after its last key was
 // written, and whether it did within settleLimit.
