@@ -239,7 +239,7 @@ func runFailover(ctx context.Context, e *env, lib electionLib, fc failoverCfg, c
 		w = newWindow(ctx, e, cfg)
 	}
 	log := &holdLog{start: w.start}
-	runCtx, stop := context.WithDeadline(ctx, w.deadline)
+	runCtx, stop := w.runContext(ctx)
 	defer stop()
 
 	var acquisitions atomic.Int64

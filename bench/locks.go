@@ -128,7 +128,7 @@ func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (
 	}
 	w := newWindow(ctx, e, cfg)
 	log := &holdLog{start: w.start}
-	runCtx, stop := context.WithDeadline(ctx, w.deadline)
+	runCtx, stop := w.runContext(ctx)
 	defer stop()
 	var total atomic.Int64
 	contend(runCtx, n, &errs, func(ctx context.Context, i int) error {

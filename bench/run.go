@@ -9,6 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/ahrtr/disco/internal/ctxtime"
 )
 
 // The shape every contended run shares: open the owners (each with its own
@@ -68,6 +70,24 @@ func newCountedWindow(ctx context.Context, e *env, limit time.Duration) *window 
 		w.probe.at(ctx, w.start, &w.probe.before)
 	}
 	return w
+}
+
+// runContext returns the context the owners of the window's run work
+// under. It ends once the window's end has passed and etcd's load has been
+// scraped there, so that what owners do as they stop (a waiter withdrawing
+// its key) is never counted in the window; a counted run's ends at its
+// safety deadline.
+func (w *window) runContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if w.counted {
+		return context.WithDeadline(ctx, w.deadline)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	go func() {
+		ctxtime.Sleep(runCtx, time.Until(w.deadline))
+		w.probeWG.Wait()
+		stop()
+	}()
+	return runCtx, stop
 }
 
 // since is t as an offset from the window's start (holdLog's clock).

@@ -90,7 +90,7 @@ func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac 
 	var errs errCount
 	g := guard.New()
 	w := newWindow(ctx, e, cfg)
-	runCtx, stop := context.WithDeadline(ctx, w.deadline)
+	runCtx, stop := w.runContext(ctx)
 	defer stop()
 	rec := &waits{w: w, s: s}
 

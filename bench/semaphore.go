@@ -143,7 +143,7 @@ func runSemContended(ctx context.Context, e *env, lib semLib, cfg runCfg) (*side
 		guards[i] = guard.New()
 	}
 	w := newWindow(ctx, e, cfg)
-	runCtx, stop := context.WithDeadline(ctx, w.deadline)
+	runCtx, stop := w.runContext(ctx)
 	defer stop()
 	var holding atomic.Int64
 	var inSlot [semPermits]atomic.Bool

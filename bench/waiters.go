@@ -245,7 +245,9 @@ func runWaiters(ctx context.Context, e *env, lib waitersLib, n, clients int, cfg
 
 	// Hand off: the first holder lets go and the queue starts moving.
 	w := newWindow(ctx, e, cfg)
-	time.AfterFunc(time.Until(w.deadline), stop)
+	wctx, wstop := w.runContext(ctx)
+	defer wstop()
+	context.AfterFunc(wctx, stop)
 	log.setReleaseCalled(holder, log.now())
 	if err := ls[0].unlock(ctx); err != nil {
 		errs.add(fmt.Errorf("first holder's unlock: %w", err))
