@@ -2,6 +2,7 @@ package etcdio
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/primitives"
 )
 
 // TestLookNeverAnswersFromBeforeTheDelete: a waiter's look after a delete
@@ -31,7 +33,7 @@ func TestLookNeverAnswersFromBeforeTheDelete(t *testing.T) {
 			resp.Responses[0].GetResponseRange().Kvs = []*mvccpb.KeyValue{ahead}
 		}
 	})
-	next, rev, err := f.svc.look(f.ctx, f.w, f.after)
+	next, rev, err := f.svc.look(f.ctx, f.w, f.after, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,11 +46,11 @@ func TestLookNeverAnswersFromBeforeTheDelete(t *testing.T) {
 }
 
 // TestStillAheadNeverAnswersFromBeforeTheDelete: a waiter whose watch etcd
-// confirmed at revision R skips its catch-up read if its blocker is still
-// there at R or later. That check is first served from a member's own
-// state; a member that has not applied the blocker's deletion (before R)
-// would still show it, and the waiter would wait for a deletion its watch
-// never delivers. The check then asks again, linearizably.
+// confirmed at revision R reads the queue only if its blocker is gone by R
+// (look with still). That check is first served from a member's own state;
+// a member that has not applied the blocker's deletion (before R) would
+// still show it, and the waiter would wait for a deletion its watch never
+// delivers. The check then asks again, linearizably.
 func TestStillAheadNeverAnswersFromBeforeTheDelete(t *testing.T) {
 	f := newLagFixture(t, func(after int64, _ *mvccpb.KeyValue) func(*clientv3.TxnResponse) {
 		return func(resp *clientv3.TxnResponse) {
@@ -56,15 +58,15 @@ func TestStillAheadNeverAnswersFromBeforeTheDelete(t *testing.T) {
 			resp.Succeeded = true // as before the delete: both keys there
 		}
 	})
-	there, err := f.svc.stillAhead(f.ctx, f.w, f.ahead, f.after)
+	next, rev, err := f.svc.look(f.ctx, f.w, f.after, f.ahead)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.lag.served.Load() == 0 {
 		t.Fatal("the check made no serializable read (the simulated lag was never met)")
 	}
-	if there {
-		t.Fatalf("the blocker deleted at %d reported still there", f.after)
+	if rev < f.after || next != nil {
+		t.Fatalf("look answered from revision %d (ahead: %v), before the delete at %d", rev, next, f.after)
 	}
 }
 
@@ -157,4 +159,51 @@ func (t *laggingTxn) Commit() (*clientv3.TxnResponse, error) {
 		t.kv.answer(resp)
 	}
 	return resp, err
+}
+
+// look given the blocker a waiter waited behind: that blocker while it is
+// there, else what is ahead now; ErrLost when the waiter's own key is gone.
+func TestLookBehindStill(t *testing.T) {
+	cli, err := embedded.NewClient(etcdtest.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	prefix := "/test/look-still"
+	defer cli.Delete(context.Background(), prefix, clientv3.WithPrefix())
+	put := func(key string) *mvccpb.KeyValue {
+		t.Helper()
+		resp, err := cli.Put(ctx, prefix+"/"+key, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &mvccpb.KeyValue{Key: []byte(prefix + "/" + key), CreateRevision: resp.Header.Revision}
+	}
+	first, second, mine := put("a"), put("b"), put("mine")
+	svc, err := newService(lockSpec, cli, prefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	w := &waiter{key: string(mine.Key), created: mine.CreateRevision, blockers: prefix + "/"}
+
+	next, _, err := svc.look(ctx, w, mine.CreateRevision, second)
+	if err != nil || next == nil || !sameKey(next, second) {
+		t.Fatalf("blocker still there: %v, %v; want it", next, err)
+	}
+	if _, err := cli.Delete(ctx, string(second.Key)); err != nil {
+		t.Fatal(err)
+	}
+	next, _, err = svc.look(ctx, w, mine.CreateRevision, second)
+	if err != nil || next == nil || string(next.Key) != string(first.Key) {
+		t.Fatalf("blocker gone: %v, %v; want the key before it", next, err)
+	}
+	if _, err := cli.Delete(ctx, string(mine.Key)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err = svc.look(ctx, w, mine.CreateRevision, first); !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("own key gone: %v, want ErrLost", err)
+	}
 }

@@ -198,9 +198,10 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
 	ctx, cancel := context.WithCancel(svc.s.ctx)
 	w.stopWatch = cancel
 	// look reads what is ahead of w as of at least revision after (the
-	// watch's start, or the delete just seen).
-	look := func(rctx context.Context, after int64) error {
-		next, rev, err := svc.look(rctx, w, after)
+	// watch's start, or the delete just seen); with still, only if still,
+	// the key w waited behind, is gone by then.
+	look := func(rctx context.Context, after int64, still *mvccpb.KeyValue) error {
+		next, rev, err := svc.look(rctx, w, after, still)
 		if err != nil && !lostErr(err) {
 			return err // transient: follow reopens the watch and looks again
 		}
@@ -219,17 +220,13 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
 					return nil
 				}
 				// Likewise if pred is still there at rev or later: its
-				// deletion is still to come, and the watch delivers it. One
-				// key compared, where a look reads the whole queue.
-				if there, err := svc.stillAhead(rctx, w, pred, rev); err != nil || there {
-					return err
-				}
-				return look(rctx, rev)
+				// deletion is still to come, and the watch delivers it.
+				return look(rctx, rev, pred)
 			},
 			changed: func(rctx context.Context, evs []*clientv3.Event) error {
 				for _, ev := range evs {
 					if ev.Type == clientv3.EventTypeDelete {
-						return look(rctx, ev.Kv.ModRevision)
+						return look(rctx, ev.Kv.ModRevision, nil)
 					}
 				}
 				return nil
@@ -245,7 +242,10 @@ func sameKey(a, b *mvccpb.KeyValue) bool {
 // look returns the blocker now just ahead of w's key (nil: none) and the
 // revision of the read, in a transaction that also confirms w's key still
 // exists. The read reflects revision after (and w's key's creation) or a
-// later one.
+// later one. Given still, a blocker w waited behind, it reads the queue
+// only if still is gone: if still is there, it is the answer, and two keys
+// compared cost etcd much less than a read of the whole queue. Either way,
+// one transaction.
 //
 // It is first served by the member the client picks, from its own state,
 // without a consensus round (a serializable read): whatever that state
@@ -254,46 +254,41 @@ func sameKey(a, b *mvccpb.KeyValue) bool {
 // yet applied after would show the deleted blocker still there (the waiter
 // would wait for an event already seen), or not yet w's key; then the read
 // is repeated linearizable. Helper goroutine only.
-func (svc *service) look(ctx context.Context, w *waiter, after int64) (*mvccpb.KeyValue, int64, error) {
+func (svc *service) look(ctx context.Context, w *waiter, after int64, still *mvccpb.KeyValue) (*mvccpb.KeyValue, int64, error) {
 	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
 	ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.created-1))
-	resp, err := svc.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(w.blockers, append(ahead, clientv3.WithSerializable())...)).Commit()
+	read := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+		queue := clientv3.OpGet(w.blockers, append(ahead, opts...)...)
+		if still == nil {
+			return svc.s.cli.Txn(ctx).If(mine).Then(queue).Commit()
+		}
+		// Then: both keys are there. Else: is w's key, and the queue.
+		// Only ranges in both branches, so that a serializable read stays
+		// one.
+		there := clientv3.Compare(clientv3.CreateRevision(string(still.Key)), "=", still.CreateRevision)
+		count := clientv3.OpGet(w.key, append(opts, clientv3.WithCountOnly())...)
+		return svc.s.cli.Txn(ctx).If(mine, there).Then(count).Else(count, queue).Commit()
+	}
+	resp, err := read(clientv3.WithSerializable())
 	if err == nil && resp.Header.Revision < max(after, w.created) {
-		resp, err = svc.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(w.blockers, ahead...)).Commit()
+		resp, err = read()
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	if !resp.Succeeded {
+	queue := resp.Responses[0]
+	switch {
+	case still != nil && resp.Succeeded:
+		return still, resp.Header.Revision, nil
+	case still != nil && resp.Responses[0].GetResponseRange().Count > 0:
+		queue = resp.Responses[1]
+	case !resp.Succeeded:
 		return nil, 0, fmt.Errorf("%s: waiting key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost)
 	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+	if kvs := queue.GetResponseRange().Kvs; len(kvs) > 0 {
 		return kvs[0], resp.Header.Revision, nil
 	}
 	return nil, resp.Header.Revision, nil
-}
-
-// stillAhead reports whether w's key and pred both still exist as of
-// revision after or later. Like look, it asks the member the client picks
-// first, from its own state, and again linearizably if that state is older
-// than after. Helper goroutine only.
-func (svc *service) stillAhead(ctx context.Context, w *waiter, pred *mvccpb.KeyValue, after int64) (bool, error) {
-	both := []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created),
-		clientv3.Compare(clientv3.CreateRevision(string(pred.Key)), "=", pred.CreateRevision),
-	}
-	read := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
-		get := clientv3.OpGet(w.key, append(opts, clientv3.WithCountOnly())...)
-		return svc.s.cli.Txn(ctx).If(both...).Then(get).Commit()
-	}
-	resp, err := read(clientv3.WithSerializable())
-	if err == nil && resp.Header.Revision < after {
-		resp, err = read()
-	}
-	if err != nil {
-		return false, err
-	}
-	return resp.Succeeded, nil
 }
 
 // looked settles a look of w made while pred was ahead. Loop only.
