@@ -10,7 +10,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 	"github.com/ahrtr/disco/primitives"
 )
@@ -83,11 +82,7 @@ type lagFixture struct {
 
 func newLagFixture(t *testing.T, lagged func(after int64, ahead *mvccpb.KeyValue) func(*clientv3.TxnResponse)) *lagFixture {
 	t.Helper()
-	cli, err := embedded.NewClient(etcdtest.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli := etcdtest.NewClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 
@@ -164,11 +159,7 @@ func (t *laggingTxn) Commit() (*clientv3.TxnResponse, error) {
 // look given the blocker a waiter waited behind: that blocker while it is
 // there, else what is ahead now; ErrLost when the waiter's own key is gone.
 func TestLookBehindStill(t *testing.T) {
-	cli, err := embedded.NewClient(etcdtest.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := etcdtest.NewClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prefix := "/test/look-still"

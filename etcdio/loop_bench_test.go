@@ -5,18 +5,13 @@ import (
 	"testing"
 
 	"github.com/ahrtr/disco/actor"
-	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 )
 
 // BenchmarkLoopCall measures one request/reply round trip through a live
 // session's event loop: the loop's own overhead on every primitive call.
 func BenchmarkLoopCall(b *testing.B) {
-	cli, err := embedded.NewClient(etcdtest.Endpoints())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
+	cli := etcdtest.NewClient(b)
 	s, err := NewSession(cli)
 	if err != nil {
 		b.Fatal(err)

@@ -27,12 +27,7 @@ func noLeaks(t *testing.T) {
 // newClient returns a client of the test server, closed when t ends.
 func newClient(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := embedded.NewClient(etcdtest.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	return etcdtest.NewClient(t)
 }
 
 // testCtx returns a context that ends when t does or after d.

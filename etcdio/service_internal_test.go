@@ -11,7 +11,6 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 
-	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 	"github.com/ahrtr/disco/primitives/election"
 )
@@ -20,11 +19,7 @@ import (
 // acquisition fails, its key is deleted, and the service can acquire again
 // (its semaphore was freed exactly once).
 func TestTokenFailureFreesTheHold(t *testing.T) {
-	cli, err := embedded.NewClient(etcdtest.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := etcdtest.NewClient(t)
 	boom := errors.New("boom")
 	failing := *lockSpec
 	failing.token = func(context.Context, *service, grant) (int64, error) { return 0, boom }
@@ -61,11 +56,7 @@ func TestTokenFailureFreesTheHold(t *testing.T) {
 // never reach (a failed delete's header revision may be past every write
 // under the prefix).
 func TestObserveAfterResignFindsKeyGone(t *testing.T) {
-	cli, err := embedded.NewClient(etcdtest.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := etcdtest.NewClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	es, err := NewElection(cli, "/test/resign-gone")

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ahrtr/disco/actor"
-	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
@@ -18,11 +17,7 @@ import (
 // ends at the deadline it computed from the last acknowledged keepalive's
 // send time: not later, and not before.
 func TestSessionEndsAtItsOwnDeadline(t *testing.T) {
-	cli, err := embedded.NewClient(etcdtest.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := etcdtest.NewClient(t)
 	s, err := NewSession(cli, WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/ahrtr/disco/etcdio/embedded"
@@ -32,6 +33,18 @@ var endpoints []string
 
 // Endpoints returns the client endpoints of the server Main started.
 func Endpoints() []string { return append([]string(nil), endpoints...) }
+
+// NewClient returns a client of the server Main started, closed when t
+// ends.
+func NewClient(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := embedded.NewClient(Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
 
 // Main runs the tests of m against an etcd server, then checks that no
 // goroutine outlived them, and exits. In the child process it serves etcd
