@@ -72,12 +72,6 @@ func (e *zkElection) Resign(ctx context.Context) error { return e.release(ctx, 0
 // ResignTerm ends exactly the term it names (by Created); ErrNotLeader if
 // that term is over, even if this candidate leads in a later one.
 func (e *zkElection) ResignTerm(ctx context.Context, term election.Leadership) error {
-	if term.Created == 0 {
-		if err := e.live(ctx); err != nil {
-			return err
-		}
-		return election.ErrNotLeader
-	}
 	return e.release(ctx, term.Created, false, "")
 }
 

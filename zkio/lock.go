@@ -47,11 +47,5 @@ func (l *zkLock) TryLock(ctx context.Context) (lock.Grant, error) {
 func (l *zkLock) Unlock(ctx context.Context) error { return l.release(ctx, 0, true, "") }
 
 func (l *zkLock) Release(ctx context.Context, g lock.Grant) error {
-	if g.Created == 0 {
-		if err := l.live(ctx); err != nil {
-			return err
-		}
-		return lock.ErrNotHeld
-	}
 	return l.release(ctx, g.Created, false, "")
 }

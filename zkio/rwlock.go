@@ -100,12 +100,6 @@ func (l *zkRWLock) Unlock(ctx context.Context) error { return l.release(ctx, 0, 
 
 // Release releases exactly g (read or write), matched by its Created.
 func (l *zkRWLock) Release(ctx context.Context, g rwlock.Grant) error {
-	if g.Created == 0 {
-		if err := l.live(ctx); err != nil {
-			return err
-		}
-		return rwlock.ErrNotHeld
-	}
 	return l.release(ctx, g.Created, false, "")
 }
 

@@ -329,10 +329,10 @@ func (svc *service) endHold(e primitives.Event) {
 	}
 }
 
-// release ends the hold named by created, or with current the current
-// hold if it carries marker ("": any): it deletes the znode, then the hold
-// ends with Released. A release that fails keeps the hold and may be
-// retried.
+// release ends the hold named by created (a zero created names none, since
+// every znode's czxid is positive), or with current the current hold if it
+// carries marker ("": any): it deletes the znode, then the hold ends with
+// Released. A release that fails keeps the hold and may be retried.
 func (svc *service) release(ctx context.Context, created int64, current bool, marker string) error {
 	h, err := call(ctx, svc, func(r actor.Reply[*held]) {
 		switch {
