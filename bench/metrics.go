@@ -98,18 +98,6 @@ func label(series, name string) string {
 	return ""
 }
 
-// requests is the number of request messages in s, lease keepalives left
-// out.
-func (s snapshot) requests() float64 {
-	var n float64
-	for k, v := range s.series {
-		if seriesName(k) == metricRequests && label(k, "grpc_method") != keepaliveMethod {
-			n += v
-		}
-	}
-	return n
-}
-
 // settle waits until etcd at url has served fewer than quiet request
 // messages a second (keepalives left out) in each of three seconds in a
 // row, or until limit passes, and returns how long it waited and whether
@@ -129,7 +117,7 @@ func settle(ctx context.Context, url string, quiet float64, limit time.Duration)
 		if err != nil {
 			return time.Since(start), false, err
 		}
-		if rate := (cur.requests() - prev.requests()) / cur.at.Sub(prev.at).Seconds(); rate < quiet {
+		if rate := loadBetween(prev, cur, 1).Requests / cur.at.Sub(prev.at).Seconds(); rate < quiet {
 			n++
 		} else {
 			n = 0
