@@ -17,11 +17,14 @@
 package faultproxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/ahrtr/disco/internal/ctxtime"
 )
 
 // Proxy forwards every connection accepted on its address to its target.
@@ -55,7 +58,8 @@ func (d *direction) blocked() bool { return d.paused || d.dark }
 // the target.
 type link struct {
 	in, out   net.Conn
-	done      chan struct{}
+	life      context.Context // ends when the link is closed
+	end       context.CancelFunc
 	closeOnce sync.Once
 	// heldDark records, per direction (0: Tx, 1: Rx), that the link held
 	// bytes while that direction was dark. Guarded by Proxy.mu.
@@ -64,7 +68,7 @@ type link struct {
 
 func (l *link) close() {
 	l.closeOnce.Do(func() {
-		close(l.done)
+		l.end()
 		l.in.Close()
 		l.out.Close()
 	})
@@ -135,7 +139,8 @@ func (p *Proxy) accept() {
 			in.Close() // the target is down: the client sees a refused link
 			continue
 		}
-		l := &link{in: in, out: out, done: make(chan struct{})}
+		l := &link{in: in, out: out}
+		l.life, l.end = context.WithCancel(context.Background())
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -168,7 +173,7 @@ func (p *Proxy) pump(l *link, dir int) {
 			if !ok {
 				return
 			}
-			if delay > 0 && !l.wait(delay) {
+			if delay > 0 && !ctxtime.Sleep(l.life, delay) {
 				return
 			}
 			if len(data) > 0 {
@@ -193,7 +198,7 @@ func (p *Proxy) admit(l *link, dir int, data []byte) ([]byte, time.Duration, boo
 		d := p.dir(dir)
 		if !d.blocked() {
 			select {
-			case <-l.done: // reset while it held the chunk
+			case <-l.life.Done(): // reset while it held the chunk
 				p.mu.Unlock()
 				return nil, 0, false
 			default:
@@ -212,21 +217,9 @@ func (p *Proxy) admit(l *link, dir int, data []byte) ([]byte, time.Duration, boo
 		p.mu.Unlock()
 		select {
 		case <-open:
-		case <-l.done:
+		case <-l.life.Done():
 			return nil, 0, false
 		}
-	}
-}
-
-// wait waits d unless the link ends first, and reports whether it did not.
-func (l *link) wait(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-l.done:
-		return false
 	}
 }
 
@@ -252,7 +245,7 @@ func (p *Proxy) set(dir int, f func(d *direction)) {
 	wasBlocked := d.blocked()
 	f(d)
 	if !d.dark {
-		// Reset before anything held flows: a reset link's pumps see done
+		// Reset before anything held flows: a reset link's pumps see life end
 		// closed and drop what they hold.
 		for l := range p.links {
 			if l.heldDark[dir] {
