@@ -198,3 +198,36 @@ func TestLookBehindStill(t *testing.T) {
 		t.Fatalf("own key gone: %v, want ErrLost", err)
 	}
 }
+
+// look with no blocker to compare (after a delete event) when the waiter's
+// own key is already gone: the transaction's If fails and it has no Else
+// branch, so the answer has no responses at all. That is an answer (the
+// key is gone: ErrLost), never an index out of range on a helper goroutine.
+func TestLookOwnKeyGoneAfterDelete(t *testing.T) {
+	cli := etcdtest.NewClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	prefix := "/test/look-own-gone"
+	defer cli.Delete(context.Background(), prefix, clientv3.WithPrefix())
+	if _, err := cli.Put(ctx, prefix+"/a", ""); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := cli.Put(ctx, prefix+"/mine", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := newService(lockSpec, cli, prefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	w := &waiter{key: prefix + "/mine", created: mine.Header.Revision, blockers: prefix + "/"}
+	del, err := cli.Delete(ctx, w.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := svc.look(ctx, w, del.Header.Revision, nil)
+	if !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("own key gone: look answered %v, %v; want ErrLost", next, err)
+	}
+}

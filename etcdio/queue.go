@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -276,14 +277,21 @@ func (svc *service) look(ctx context.Context, w *waiter, after int64, still *mvc
 	if err != nil {
 		return nil, 0, err
 	}
-	queue := resp.Responses[0]
+	// Without still, a failed If (w's key gone) runs no branch: the
+	// response has no ranges at all, and that is the answer.
+	gone := fmt.Errorf("%s: waiting key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost)
+	var queue *etcdserverpb.ResponseOp
 	switch {
-	case still != nil && resp.Succeeded:
+	case still == nil && resp.Succeeded:
+		queue = resp.Responses[0]
+	case still == nil:
+		return nil, 0, gone
+	case resp.Succeeded:
 		return still, resp.Header.Revision, nil
-	case still != nil && resp.Responses[0].GetResponseRange().Count > 0:
+	case resp.Responses[0].GetResponseRange().Count > 0:
 		queue = resp.Responses[1]
-	case !resp.Succeeded:
-		return nil, 0, fmt.Errorf("%s: waiting key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost)
+	default:
+		return nil, 0, gone
 	}
 	if kvs := queue.GetResponseRange().Kvs; len(kvs) > 0 {
 		return kvs[0], resp.Header.Revision, nil
