@@ -27,6 +27,19 @@ func (s *Session) deleteKey(key string, rev int64) error {
 	return err
 }
 
+// deleteUnknown deletes key, a retired name whose write's outcome is
+// unknown: now, and once more when a write still in flight somewhere in
+// etcd has surely been applied or dropped. (No later key takes a retired
+// name, so deleting by name is safe.)
+func (s *Session) deleteUnknown(key string) {
+	_ = s.deleteKey(key, 0)
+	s.goHelper(func(ctx context.Context) {
+		if ctxtime.Sleep(ctx, 2*requestTimeout) {
+			_ = s.deleteKey(key, 0)
+		}
+	})
+}
+
 // deleteLater deletes key, created at rev (0: unknown), in the background,
 // retrying with backoff until it succeeds or the session or client ends.
 func (s *Session) deleteLater(key string, rev int64) {

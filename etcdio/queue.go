@@ -105,9 +105,17 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 		then = append([]clientv3.Op{first}, then...)
 	}
 	free := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-	for attempt, retries := 0, 0; ; attempt++ {
-		resp, err := svc.s.cli.Txn(ctx).If(append([]clientv3.Cmp{free}, conds...)...).Then(then...).
+	txn := func(tctx context.Context) (*clientv3.TxnResponse, error) {
+		return svc.s.cli.Txn(tctx).If(append([]clientv3.Cmp{free}, conds...)...).Then(then...).
 			Else(clientv3.OpGet(key)).Commit()
+	}
+	for attempt, retries := 0, 0; ; attempt++ {
+		o, settled := svc.commitKey(ctx, key, txn)
+		if !settled {
+			svc.retired += 2 // a helper settles the key's fate
+			return nil, nil, ctx.Err()
+		}
+		resp, err := o.resp, o.err
 		if err != nil && retries < 3 && ctx.Err() == nil && status.Code(err) == codes.Unavailable {
 			// A broken connection: safe to repeat, since a key the failed
 			// attempt wrote is found, deleted and written anew below.
@@ -125,7 +133,7 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 		}
 		if err != nil {
 			svc.retired += 2
-			_ = svc.s.deleteKey(key, 0)
+			svc.s.deleteUnknown(key)
 			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
 		}
 		if resp.Succeeded {
@@ -141,6 +149,47 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 		if err := svc.s.deleteOnce(ctx, key, old[0].CreateRevision); err != nil {
 			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: delete leftover key %s: %w", svc.name, key, err))
 		}
+	}
+}
+
+// txnOutcome is a transaction's response or error.
+type txnOutcome struct {
+	resp *clientv3.TxnResponse
+	err  error
+}
+
+// commitKey commits txn, which may write key, on a context that the end of
+// the caller's ctx does not cancel (it is bounded by requestTimeout and the
+// session's life instead): the caller's deadline never reaches etcd, whose
+// own timeout could otherwise answer first, and the outcome is known. If
+// ctx ends first, commitKey returns false at once and a session helper
+// settles the outcome when it comes: a key the transaction wrote is
+// deleted, and so is the key of a transaction whose outcome stays unknown.
+func (svc *service) commitKey(ctx context.Context, key string, txn func(context.Context) (*clientv3.TxnResponse, error)) (txnOutcome, bool) {
+	out := make(chan txnOutcome)
+	left := make(chan struct{})
+	svc.s.goHelper(func(sctx context.Context) {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+		defer cancel()
+		defer context.AfterFunc(sctx, cancel)()
+		resp, err := txn(tctx)
+		select {
+		case out <- txnOutcome{resp, err}:
+		case <-left:
+			switch {
+			case err != nil:
+				svc.s.deleteUnknown(key)
+			case resp.Succeeded:
+				_ = svc.s.deleteKey(key, resp.Header.Revision)
+			}
+		}
+	})
+	select {
+	case o := <-out:
+		return o, true
+	case <-ctx.Done():
+		close(left)
+		return txnOutcome{}, false
 	}
 }
 

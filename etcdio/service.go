@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 )
@@ -242,10 +243,11 @@ func (svc *service) usable(ctx context.Context) error {
 }
 
 // callErr turns a failed request or loop call into what the caller should
-// see: its own context's error if that ended, the service's if it is done.
+// see: its own context's error if that ended or its deadline passed, the
+// service's if it is done.
 func (svc *service) callErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
+	if e := ctxtime.Ended(ctx); e != nil {
+		return e
 	}
 	if e := svc.Err(); e != nil {
 		return e

@@ -18,3 +18,19 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// Ended returns ctx's error if ctx has ended or its deadline has passed
+// (its timer may not have fired yet), and nil otherwise. A call whose
+// request failed answers Ended's error, when there is one, in place of the
+// request's: a server's timeout or a cancelled stream can come back a
+// moment before the caller's context reports its own end.
+func Ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		<-ctx.Done() // due now
+		return ctx.Err()
+	}
+	return nil
+}
