@@ -107,7 +107,21 @@
 // grow with every acquisition until the next compaction. A key is only ever
 // created where no key of its name exists: one left behind earlier is
 // deleted first, never overwritten. A key whose write had an unknown outcome
-// (the request failed) is deleted, and its name is never used again.
+// (the request failed) is deleted, and its name is never used again; a
+// caller that gives up while its key's write is in flight leaves the write
+// to a session helper, which deletes the key if etcd applied it.
+//
+// Names are independent. A queue member is a key with a lease directly in
+// one of the primitive's queues: directly under prefix+"/" for a lock or an
+// election, under prefix+"/read/" or prefix+"/write/" for an rwlock. Keys of
+// a nested name (the lock "/n/sub" puts its keys within "/n"'s range),
+// keys without a lease (an rwlock's epoch key "/n/rw.epoch", a barrier's
+// key) and any other key under the prefix are never taken for members, so
+// a lock on "/n" is free while "/n/sub" is held. (etcd's own Mutex and
+// Election do count them.) Two layouts cannot be told apart where a nested
+// name ends in a segment another layout reserves: an rwlock on "/n" owns
+// "/n/read" and "/n/write", so a lock named "/n/read" beside it would share
+// its readers' queue; do not name primitives so.
 //
 // A lock waiter watches only the key just ahead of it, as etcd's Mutex
 // does, but from the current revision, after which it looks once: a watch

@@ -84,7 +84,7 @@ func (svc *service) electionChanged(m *mirror) {
 	if !m.ready {
 		return
 	}
-	now := leadership(m.first(svc.prefix))
+	now := leadership(m.first(svc.ours))
 	if now != svc.leader {
 		svc.leader = now
 		svc.metrics.leaderChanged()
@@ -109,7 +109,7 @@ func (svc *service) electionChanged(m *mirror) {
 	case w == nil || m.rev < w.created:
 	case !m.has(w.key):
 		svc.stopWaiter(fmt.Errorf("%s: candidate key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost))
-	case !m.anyBefore(svc.prefix, w.created):
+	case !m.anyBefore(svc.ours, w.created):
 		svc.grantWaiter(w, grant{key: w.key, created: w.created, token: w.created, value: w.value, waited: w.waited})
 	}
 }
@@ -166,13 +166,19 @@ func (e electionService) Leader(ctx context.Context) (election.Leadership, error
 		return election.Leadership{}, err
 	}
 	resp, err := e.s.cli.Get(ctx, e.prefix, clientv3.WithFirstCreate()...)
+	if err == nil && len(resp.Kvs) > 0 && !e.ours(resp.Kvs[0]) {
+		// A nested name's key is first: look past every such key.
+		resp, err = e.s.cli.Get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	}
 	if err != nil {
 		return election.Leadership{}, e.callErr(ctx, fmt.Errorf("%s: leader: %w", e.name, err))
 	}
-	if len(resp.Kvs) == 0 {
-		return election.Leadership{}, fmt.Errorf("%s: %w", e.name, election.ErrNoLeader)
+	for _, kv := range resp.Kvs {
+		if e.ours(kv) {
+			return leadership(kv), nil
+		}
 	}
-	return leadership(resp.Kvs[0]), nil
+	return election.Leadership{}, fmt.Errorf("%s: %w", e.name, election.ErrNoLeader)
 }
 
 func (e electionService) Term() (election.Leadership, bool) {

@@ -164,9 +164,15 @@ func TestLookBehindStill(t *testing.T) {
 	defer cancel()
 	prefix := "/test/look-still"
 	defer cli.Delete(context.Background(), prefix, clientv3.WithPrefix())
+	// Every owner's key has a lease: a key without one is no queue member.
+	lease, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Revoke(context.Background(), lease.ID)
 	put := func(key string) *mvccpb.KeyValue {
 		t.Helper()
-		resp, err := cli.Put(ctx, prefix+"/"+key, "")
+		resp, err := cli.Put(ctx, prefix+"/"+key, "", clientv3.WithLease(lease.ID))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package etcdio
 
 import (
 	"context"
-	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -199,23 +198,24 @@ func (m *mirror) gone(key string, rev int64) bool {
 	return m.loadRev >= rev && !m.has(key)
 }
 
-// first returns the key under sub (a prefix within m's) with the lowest
-// CreateRevision, or nil if there is none.
-func (m *mirror) first(sub string) *mvccpb.KeyValue {
+// first returns the key that ours accepts with the lowest CreateRevision,
+// or nil if there is none.
+func (m *mirror) first(ours func(*mvccpb.KeyValue) bool) *mvccpb.KeyValue {
 	var best *mvccpb.KeyValue
-	for k, kv := range m.keys {
-		if strings.HasPrefix(k, sub) && (best == nil || kv.CreateRevision < best.CreateRevision) {
+	for _, kv := range m.keys {
+		if (best == nil || kv.CreateRevision < best.CreateRevision) && ours(kv) {
 			best = kv
 		}
 	}
 	return best
 }
 
-// anyBefore reports whether a key under sub was created before rev. A key
-// that was updated (a leader's Proclaim) counts from its creation.
-func (m *mirror) anyBefore(sub string, rev int64) bool {
-	for k, kv := range m.keys {
-		if kv.CreateRevision < rev && strings.HasPrefix(k, sub) {
+// anyBefore reports whether a key that ours accepts was created before
+// rev. A key that was updated (a leader's Proclaim) counts from its
+// creation.
+func (m *mirror) anyBefore(ours func(*mvccpb.KeyValue) bool, rev int64) bool {
+	for _, kv := range m.keys {
+		if kv.CreateRevision < rev && ours(kv) {
 			return true
 		}
 	}

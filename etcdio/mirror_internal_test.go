@@ -1,6 +1,7 @@
 package etcdio
 
 import (
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -109,19 +110,22 @@ func TestMirrorLoadOlderThanWatchIsRefused(t *testing.T) {
 }
 
 func TestMirrorFirstAndAnyBefore(t *testing.T) {
+	under := func(sub string) func(*mvccpb.KeyValue) bool {
+		return func(kv *mvccpb.KeyValue) bool { return strings.HasPrefix(string(kv.Key), sub) }
+	}
 	m := newMirror("/p/", true)
 	m.load([]*mvccpb.KeyValue{kv("/p/write/x", 7, 7), kv("/p/read/y", 5, 9), kv("/p/read/z", 3, 3)}, 10)
-	if f := m.first("/p/"); string(f.Key) != "/p/read/z" {
+	if f := m.first(under("/p/")); string(f.Key) != "/p/read/z" {
 		t.Fatalf("first = %s, want the lowest CreateRevision", f.Key)
 	}
-	if f := m.first("/p/write/"); string(f.Key) != "/p/write/x" {
+	if f := m.first(under("/p/write/")); string(f.Key) != "/p/write/x" {
 		t.Fatalf("first under write/ = %s", f.Key)
 	}
-	if m.first("/p/none/") != nil {
+	if m.first(under("/p/none/")) != nil {
 		t.Fatal("first of an empty sub-prefix")
 	}
 	// A key updated later (ModRevision 9) counts from its creation (5).
-	if !m.anyBefore("/p/read/", 6) || m.anyBefore("/p/write/", 7) || !m.anyBefore("/p/", 4) {
+	if !m.anyBefore(under("/p/read/"), 6) || m.anyBefore(under("/p/write/"), 7) || !m.anyBefore(under("/p/"), 4) {
 		t.Fatal("anyBefore does not order by CreateRevision")
 	}
 }

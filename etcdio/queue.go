@@ -78,7 +78,7 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (grant, erro
 		return grant{}, err
 	}
 	if resp == nil {
-		return grant{}, fmt.Errorf("%s: %w", svc.name, svc.spec.errTaken)
+		return svc.tryPastNested(ctx, q)
 	}
 	w.mode, w.blockers = q.mode, q.blockers
 	var pred *mvccpb.KeyValue
@@ -88,6 +88,40 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (grant, erro
 		}
 	}
 	return svc.park(ctx, w, func(r actor.Reply[grant]) { svc.enqueued(w, pred, r) })
+}
+
+// tryPastNested settles a Try that found some key under q's blockers: if
+// every one is a nested name's (see ours), it writes the key, looks past
+// them and holds if nobody of its own layout is ahead; otherwise, or if
+// someone of the layout got ahead meanwhile, the lock is taken and no key
+// is left.
+func (svc *service) tryPastNested(ctx context.Context, q queue) (grant, error) {
+	taken := fmt.Errorf("%s: %w", svc.name, svc.spec.errTaken)
+	// Not keys only: etcd's keys-only ranges leave out the lease, which
+	// ours reads.
+	resp, err := svc.s.cli.Get(ctx, q.blockers, clientv3.WithPrefix())
+	if err != nil {
+		return grant{}, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
+	}
+	for _, kv := range resp.Kvs {
+		if svc.ours(kv) {
+			return grant{}, taken
+		}
+	}
+	w, _, err := svc.create(ctx, q.keys, "", nil, clientv3.Op{})
+	if err != nil {
+		return grant{}, err
+	}
+	w.mode, w.blockers = q.mode, q.blockers
+	pred, _, err := svc.lookPastNested(ctx, w)
+	if err == nil && pred != nil {
+		err = taken
+	}
+	if err != nil {
+		_ = svc.s.deleteKey(w.key, w.created)
+		return grant{}, svc.callErr(ctx, err)
+	}
+	return svc.park(ctx, w, func(r actor.Reply[grant]) { svc.enqueued(w, nil, r) })
 }
 
 // create writes a new key under keys with value, if conds hold, in one
@@ -228,12 +262,37 @@ func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[gra
 	w.reply = r
 	w.waited = pred != nil
 	svc.waiter = w
-	if pred == nil {
+	switch {
+	case pred == nil:
 		// At its creation the key exists and no earlier one does.
 		svc.holds(w, w.created)
-		return
+	case !svc.ours(pred):
+		svc.lookPast(w, pred)
+	default:
+		svc.watchAhead(w, pred)
 	}
-	svc.watchAhead(w, pred)
+}
+
+// lookPast has a session helper look past pred, a nested name's key just
+// ahead of w, for the key of w's own layout ahead of it, if any. Should the
+// look fail, w watches pred instead: its deletion brings another look.
+// Loop only.
+func (svc *service) lookPast(w *waiter, pred *mvccpb.KeyValue) {
+	w.ahead = pred
+	svc.s.goHelper(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		next, rev, err := svc.lookPastNested(ctx, w)
+		svc.s.post(func() {
+			if err != nil && !lostErr(err) {
+				if svc.waiter == w && w.ahead == pred {
+					svc.watchAhead(w, pred)
+				}
+				return
+			}
+			svc.looked(w, pred, next, rev, err)
+		})
+	})
 }
 
 // watchAhead has a session helper watch pred, the blocker just ahead of w,
@@ -343,7 +402,34 @@ func (svc *service) look(ctx context.Context, w *waiter, after int64, still *mvc
 		return nil, 0, gone
 	}
 	if kvs := queue.GetResponseRange().Kvs; len(kvs) > 0 {
+		if !svc.ours(kvs[0]) {
+			return svc.lookPastNested(ctx, w)
+		}
 		return kvs[0], resp.Header.Revision, nil
+	}
+	return nil, resp.Header.Revision, nil
+}
+
+// lookPastNested is look when keys of nested names may lie ahead of w: it
+// reads every key ahead (linearizably; with values, since a keys-only
+// range leaves out the lease that ours reads) and returns the one of w's layout
+// created last, if any, in a transaction that confirms w's key still
+// exists. Nested names are rare; the whole read is paid only where they
+// are.
+func (svc *service) lookPastNested(ctx context.Context, w *waiter) (*mvccpb.KeyValue, int64, error) {
+	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
+	resp, err := svc.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(w.blockers, clientv3.WithPrefix(),
+		clientv3.WithMaxCreateRev(w.created-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))).Commit()
+	if err != nil {
+		return nil, 0, err
+	}
+	if !resp.Succeeded {
+		return nil, 0, fmt.Errorf("%s: waiting key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost)
+	}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		if svc.ours(kv) {
+			return kv, resp.Header.Revision, nil
+		}
 	}
 	return nil, resp.Header.Revision, nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/actor"
@@ -122,6 +123,30 @@ func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*
 		return nil, fail(err)
 	}
 	return svc, nil
+}
+
+// ours reports whether kv, a key under the service's prefix, is of its
+// layout: a key with a lease (every owner's key has one; an rwlock's epoch
+// key and a plain barrier's key have none) directly in one of the
+// service's queues (an election's keys are directly under the prefix). A
+// key with a further "/" belongs to a nested name (the lock /n/sub's keys
+// lie within /n's prefix), which the service never takes for one of its
+// own queue.
+func (svc *service) ours(kv *mvccpb.KeyValue) bool {
+	rest, ok := strings.CutPrefix(string(kv.Key), svc.prefix)
+	if !ok || kv.Lease == 0 {
+		return false
+	}
+	queues := svc.spec.ownQueues
+	if len(queues) == 0 {
+		queues = []string{""}
+	}
+	for _, q := range queues {
+		if x, ok := strings.CutPrefix(rest, q); ok && x != "" && !strings.Contains(x, "/") {
+			return true
+		}
+	}
+	return false
 }
 
 // quote shows a prefix in an error: in full if short, else its start.
