@@ -2,8 +2,10 @@ package etcdio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -17,29 +19,77 @@ import (
 // number of processes never lower a mark; a raise is durable once etcd has
 // committed it (a majority of members).
 //
+// Every Load and Raise ends: within its context's deadline if it has one,
+// and otherwise within the store's timeout (DefaultMarkStoreTimeout, or
+// WithMarkStoreTimeout), with an error wrapping context.DeadlineExceeded,
+// also when etcd is unreachable. (A guard bounds its waits on the store by
+// its own timeout as well; see guard.WithStoreTimeout.)
+//
 // The caller owns cli; MarkStore never closes it.
 type MarkStore struct {
-	cli    *clientv3.Client
-	prefix string
+	cli     *clientv3.Client
+	prefix  string
+	timeout time.Duration
+}
+
+// DefaultMarkStoreTimeout bounds each Load and Raise of a MarkStore whose
+// context has no deadline, unless WithMarkStoreTimeout says otherwise.
+const DefaultMarkStoreTimeout = 5 * time.Second
+
+// MarkStoreOption configures NewMarkStore.
+type MarkStoreOption func(*MarkStore)
+
+// WithMarkStoreTimeout bounds each Load and Raise whose context has no
+// deadline by d instead of DefaultMarkStoreTimeout (d <= 0 means the
+// default). A context's own deadline, when set, is used as is.
+func WithMarkStoreTimeout(d time.Duration) MarkStoreOption {
+	return func(s *MarkStore) {
+		if d > 0 {
+			s.timeout = d
+		}
+	}
 }
 
 // NewMarkStore returns a MarkStore over the keys under prefix (non-empty;
 // end it with "/" to keep the scopes' keys apart from other keys).
-func NewMarkStore(cli *clientv3.Client, prefix string) (*MarkStore, error) {
+func NewMarkStore(cli *clientv3.Client, prefix string, opts ...MarkStoreOption) (*MarkStore, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("etcdio: NewMarkStore: nil client: %w", ErrInvalidArgument)
 	}
 	if prefix == "" {
 		return nil, fmt.Errorf("etcdio: NewMarkStore: empty prefix: %w", ErrInvalidArgument)
 	}
-	return &MarkStore{cli: cli, prefix: prefix}, nil
+	s := &MarkStore{cli: cli, prefix: prefix, timeout: DefaultMarkStoreTimeout}
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+	return s, nil
+}
+
+// bound returns ctx, bounded by the store's timeout if it has no deadline.
+func (s *MarkStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// ctxErr makes err, a failed request's error, wrap ctx's error once ctx has
+// ended, so that a request cut short by its deadline says so.
+func ctxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %w", err, cerr)
+	}
+	return err
 }
 
 // get returns the stored mark of key and the key's ModRevision (0: absent).
 func (s *MarkStore) get(ctx context.Context, key string) (fencing.Token, int64, error) {
 	resp, err := s.cli.Get(ctx, key)
 	if err != nil {
-		return 0, 0, fmt.Errorf("etcdio: MarkStore: reading %q: %w", key, err)
+		return 0, 0, fmt.Errorf("etcdio: MarkStore: reading %q: %w", key, ctxErr(ctx, err))
 	}
 	if len(resp.Kvs) == 0 {
 		return 0, 0, nil
@@ -54,6 +104,8 @@ func (s *MarkStore) get(ctx context.Context, key string) (fencing.Token, int64, 
 
 // Load returns the mark of scope, 0 if it has none.
 func (s *MarkStore) Load(ctx context.Context, scope string) (fencing.Token, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	t, _, err := s.get(ctx, s.prefix+scope)
 	return t, err
 }
@@ -63,6 +115,8 @@ func (s *MarkStore) Raise(ctx context.Context, scope string, t fencing.Token) er
 	if t <= 0 {
 		return fmt.Errorf("etcdio: MarkStore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	key := s.prefix + scope
 	cur, rev, err := s.get(ctx, key)
 	for {
@@ -78,7 +132,7 @@ func (s *MarkStore) Raise(ctx context.Context, scope string, t fencing.Token) er
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if txnErr != nil {
-			return fmt.Errorf("etcdio: MarkStore: raising %q to %d: %w", key, t, txnErr)
+			return fmt.Errorf("etcdio: MarkStore: raising %q to %d: %w", key, t, ctxErr(ctx, txnErr))
 		}
 		if resp.Succeeded {
 			return nil

@@ -2,6 +2,8 @@ package etcdio_test
 
 import (
 	"context"
+	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/fencing/guard/storetest"
+	"github.com/ahrtr/disco/internal/faultproxy"
 )
 
 // dropPrefix removes the keys under prefix when t ends, so tests leave
@@ -65,5 +68,81 @@ func TestMarkStoreBadInput(t *testing.T) {
 	}
 	if _, err := etcdio.NewMarkStore(newClient(t), ""); err == nil {
 		t.Error("empty prefix accepted")
+	}
+}
+
+// pausedClient returns a client of the test server whose every byte goes
+// through a proxy, and the proxy, so that a test can cut the client off.
+func pausedClient(t *testing.T) (*clientv3.Client, *faultproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(etcdtest.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := faultproxy.Listen("127.0.0.1:0", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	cli, err := embedded.NewClient([]string{"http://" + px.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli, px
+}
+
+// TestMarkStoreBoundsRequests: with etcd unreachable (the link to it holds
+// every byte), a Load or Raise whose context has no deadline ends within the
+// store's request timeout with an error wrapping context.DeadlineExceeded.
+// Once the link carries bytes again, the store works.
+func TestMarkStoreBoundsRequests(t *testing.T) {
+	noLeaks(t)
+	prefix := prefixOf(t) + "/"
+	dropPrefix(t, prefix)
+	cli, px := pausedClient(t)
+	const bound = 500 * time.Millisecond
+	s, err := etcdio.NewMarkStore(cli, prefix, etcdio.WithMarkStoreTimeout(bound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Raise(ctx, "/a", 3); err != nil {
+		t.Fatal(err)
+	}
+	px.PauseTx()
+	plain, err := etcdio.NewMarkStore(cli, prefix) // DefaultMarkStoreTimeout
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what  string
+		bound time.Duration
+		f     func() error
+	}{
+		{"Load", bound, func() error { _, err := s.Load(ctx, "/a"); return err }},
+		{"Raise", bound, func() error { return s.Raise(ctx, "/a", 4) }},
+		{"Load with the default timeout", etcdio.DefaultMarkStoreTimeout, func() error { _, err := plain.Load(ctx, "/a"); return err }},
+	} {
+		ch := make(chan error, 1)
+		start := time.Now()
+		go func() { ch <- c.f() }()
+		select {
+		case err := <-ch:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s with etcd unreachable: %v, want an error wrapping context.DeadlineExceeded", c.what, err)
+			}
+		case <-time.After(c.bound + 2*time.Second):
+			px.UnpauseTx()
+			<-ch
+			t.Fatalf("%s with no deadline, etcd unreachable: still waiting after %v (bound %v)", c.what, time.Since(start).Round(time.Millisecond), c.bound)
+		}
+	}
+	px.UnpauseTx()
+	if err := s.Raise(ctx, "/a", 5); err != nil {
+		t.Fatalf("Raise once etcd is reachable again: %v", err)
+	}
+	if m, err := s.Load(ctx, "/a"); err != nil || m < 5 {
+		t.Fatalf("Load once etcd is reachable again: %d, %v; want at least 5", m, err)
 	}
 }

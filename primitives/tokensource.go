@@ -13,6 +13,19 @@ type Subscriber interface {
 	Subscribe(ctx context.Context) <-chan Event
 }
 
+// GrantScoper is implemented by a Subscriber whose grants do not all share
+// the primitive's name as their fencing scope: a semaphore, each of whose
+// slots is its own scope ("<name>#<slot>", semaphore.Grant.Scope). A
+// GrantToken following such a Subscriber asks it for the scope of each
+// grant it announces, and stamps that scope beside the grant's token.
+// GrantScope returns the scope of the grant a announced; ok is false when
+// that grant is already over (the Subscriber no longer knows it), and the
+// GrantToken then stamps nothing for it. The semaphores of disco's backends
+// implement it; a backend author's must too.
+type GrantScoper interface {
+	GrantScope(a Acquired) (scope string, ok bool)
+}
+
 // GrantToken is the token of a primitive's current grant, kept up to date
 // from its events: from Acquired until the Released or Lost of that same
 // grant, then none. Its Token and Scoped methods are a fencing.TokenSource
@@ -26,27 +39,34 @@ type Subscriber interface {
 // resource's guard is for. Suspended does not stop the stamping (the grant
 // may still be intact); Lost does.
 type GrantToken struct {
-	scope string
-	cur   atomic.Pointer[heldGrant]
-	done  chan struct{}
+	scope  string
+	scoper GrantScoper // nil: every grant's scope is scope
+	cur    atomic.Pointer[heldGrant]
+	done   chan struct{}
 }
 
 type heldGrant struct {
 	token   fencing.Token
 	created int64
+	scope   string
 }
 
 // FollowGrants subscribes to s and follows its grants until ctx ends or s
 // is done (its event channel closes); from then on the token is none. scope
 // is the primitive's name as passed to its constructor (the prefix), the
-// scope that Scoped reports. Call it before acquiring, so that the Acquired
-// event is not missed. A nil s gives a GrantToken that never has a token.
+// scope that Scoped reports. If s is also a GrantScoper (a semaphore), each
+// grant's scope is the one s gives for it instead (a semaphore's: the scope
+// of the grant's slot, "<name>#<slot>"), so the token is stamped with the
+// scope a guard of that slot checks. Call it before acquiring, so that the
+// Acquired event is not missed. A nil s gives a GrantToken that never has a
+// token.
 func FollowGrants(ctx context.Context, scope string, s Subscriber) *GrantToken {
 	g := &GrantToken{scope: scope, done: make(chan struct{})}
 	if s == nil {
 		close(g.done)
 		return g
 	}
+	g.scoper, _ = s.(GrantScoper)
 	events := s.Subscribe(ctx)
 	go g.follow(events)
 	return g
@@ -58,7 +78,15 @@ func (g *GrantToken) follow(events <-chan Event) {
 	for ev := range events {
 		switch e := ev.(type) {
 		case Acquired:
-			g.cur.Store(&heldGrant{token: e.Token, created: e.Created})
+			h := &heldGrant{token: e.Token, created: e.Created, scope: g.scope}
+			if g.scoper != nil {
+				var ok bool
+				if h.scope, ok = g.scoper.GrantScope(e); !ok {
+					g.cur.Store(nil) // already over: nothing to stamp
+					continue
+				}
+			}
+			g.cur.Store(h)
 		case Released:
 			g.end(e.Token, e.Created)
 		case Lost:
@@ -89,9 +117,14 @@ func (g *GrantToken) Token() fencing.Token {
 }
 
 // Scoped returns the scope and the current grant's token (0 when there is
-// none). It is a fencing.ScopedTokenSource.
+// none). The scope is the one given to FollowGrants, or, following a
+// GrantScoper, the current grant's (the given one when there is none). It
+// is a fencing.ScopedTokenSource.
 func (g *GrantToken) Scoped() (string, fencing.Token) {
-	return g.scope, g.Token()
+	if c := g.cur.Load(); c != nil {
+		return c.scope, c.token
+	}
+	return g.scope, 0
 }
 
 // Done is closed when GrantToken stops following (ctx ended or the service

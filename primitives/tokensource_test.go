@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +17,9 @@ import (
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
 func TestMain(m *testing.M) { etcdtest.Main(m) }
@@ -120,5 +124,101 @@ func TestFollowGrantsNil(t *testing.T) {
 	case <-src.Done():
 	default:
 		t.Fatal("a GrantToken with nothing to follow is not done")
+	}
+}
+
+// TestGrantTokenFollowsSemaphoreSlot: on a semaphore, whose every slot is
+// its own fencing scope, FollowGrants stamps each grant's slot scope
+// ("<name>#<slot>", semaphore.Grant.Scope), so a keyed guard that needs the
+// scope of the slot a request writes to admits the holder of that slot.
+func TestGrantTokenFollowsSemaphoreSlot(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, err := embedded.NewClient(etcdtest.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	prefix := "/test/" + t.Name()
+	defer func() { _ = etcdio.RetireSemaphore(context.Background(), cli, prefix) }()
+
+	// The resource: slot i's data at /slot/i, guarded by the mark of the
+	// scope of slot i.
+	k := guard.NewKeyed()
+	srv := httptest.NewServer(k.HTTPMiddleware(func(r *http.Request) string {
+		slot, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/slot/"))
+		if err != nil {
+			return ""
+		}
+		return semaphore.Scope(prefix, slot)
+	}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+
+	type holder struct {
+		sem    semaphore.Service
+		src    *primitives.GrantToken
+		client *http.Client
+	}
+	var hs []holder
+	for range 2 {
+		sem, err := etcdio.NewSemaphore(cli, prefix, 2, etcdio.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sem.Close()
+		src := primitives.FollowGrants(ctx, prefix, sem)
+		hs = append(hs, holder{sem, src, &http.Client{Transport: fencing.NewScopedTransport(tr, src.Scoped)}})
+	}
+	write := func(h holder, slot int) int {
+		t.Helper()
+		resp, err := h.client.Post(srv.URL+"/slot/"+strconv.Itoa(slot), "text/plain", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	var grants []semaphore.Grant
+	for i, h := range hs {
+		g, err := h.sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants = append(grants, g)
+		eventually(t, "the grant's token", func() bool { return h.src.Token() == g.Token() })
+		if code := write(h, g.Slot); code != http.StatusOK {
+			scope, _ := h.src.Scoped()
+			t.Fatalf("holder %d writing to its slot %d with scope %q: status %d, want 200", i, g.Slot, scope, code)
+		}
+		if scope, tok := h.src.Scoped(); scope != g.Scope() || tok != g.Token() {
+			t.Fatalf("holder %d of slot %d: Scoped() = %q, %d; want %q, %d", i, g.Slot, scope, tok, g.Scope(), g.Token())
+		}
+	}
+	if grants[0].Slot == grants[1].Slot {
+		t.Fatalf("two holders of slot %d", grants[0].Slot)
+	}
+	// A holder writing to another holder's slot carries the wrong scope.
+	if code := write(hs[0], grants[1].Slot); code != http.StatusForbidden {
+		t.Fatalf("holder of slot %d writing to slot %d: status %d, want 403", grants[0].Slot, grants[1].Slot, code)
+	}
+	// Released: nothing is stamped; the next grant of the freed slot is.
+	if err := hs[0].sem.Release(ctx, grants[0]); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no token after Release", func() bool { return hs[0].src.Token() == 0 })
+	g, err := hs[0].sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new grant's token", func() bool { return hs[0].src.Token() == g.Token() })
+	if scope, _ := hs[0].src.Scoped(); scope != g.Scope() {
+		t.Fatalf("after a new Acquire: scope %q, want %q", scope, g.Scope())
+	}
+	if code := write(hs[0], g.Slot); code != http.StatusOK {
+		t.Fatalf("new holder of slot %d: status %d, want 200", g.Slot, code)
 	}
 }

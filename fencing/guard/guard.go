@@ -44,7 +44,10 @@
 //     files or a SQL table, package markstore; etcd, etcdio.MarkStore)
 //     before it accepts a token above it, and reads it back after a restart.
 //     Tokens equal to the mark cost no store access, so steady traffic runs
-//     at in-memory speed; each new grant costs one durable write.
+//     at in-memory speed; each new grant costs one durable write. A store
+//     that fails or does not answer is a rejection wrapping [ErrStore],
+//     never a hang: every wait on the store is bounded by the request's
+//     context and by [WithStoreTimeout] ([DefaultStoreTimeout] for Check).
 //   - By hand: persist the mark alongside the data it protects and
 //     atomically with it (in the same transaction, the same row, the same
 //     file write), so that no write is ever durable without the mark that
@@ -109,7 +112,8 @@ func (g *Guard) Mark() fencing.Token {
 
 // Load reads the stored mark now (see WithStore), so that Mark reports it
 // and the first request does not wait for the read. Without a store, or
-// once loaded, it does nothing. Errors wrap ErrStore.
+// once loaded, it does nothing. It waits at most until ctx ends or the store
+// timeout passes. Errors wrap ErrStore.
 func (g *Guard) Load(ctx context.Context) error {
 	if g.cfg.store == nil || g.s.loaded.Load() {
 		return nil
@@ -133,11 +137,27 @@ func (g *Guard) Load(ctx context.Context) error {
 // On a store (WithStore), a token above the mark is first raised in the
 // store, durably, and accepted only if that succeeds (an error wrapping
 // ErrStore otherwise); a token equal to the mark costs no store access.
+// Check waits for the store (its first read of the stored mark, a raise, or
+// another request's read) at most the store timeout (DefaultStoreTimeout,
+// or WithStoreTimeout): a store that does not answer by then is an error
+// wrapping ErrStore and context.DeadlineExceeded. CheckContext bounds the
+// wait by a context as well.
 func (g *Guard) Check(t fencing.Token) error {
 	if g.cfg.store == nil && g.cfg.metrics == nil {
 		return g.s.check(t) // the plain guard's fast path, nothing around it
 	}
 	return g.cfg.check(context.Background(), &g.s, "", t)
+}
+
+// CheckContext is Check with its waits on the store bounded by ctx as well
+// as by the store timeout: if ctx ends first, it returns an error wrapping
+// ErrStore and ctx.Err(), and t is not accepted. Without a store it is
+// Check.
+func (g *Guard) CheckContext(ctx context.Context, t fencing.Token) error {
+	if g.cfg.store == nil && g.cfg.metrics == nil {
+		return g.s.check(t)
+	}
+	return g.cfg.check(ctx, &g.s, "", t)
 }
 
 // Admit is Check plus a critical section. If t is below the mark it fails at
@@ -168,7 +188,11 @@ func (g *Guard) Check(t fencing.Token) error {
 // On a store (WithStore), a token above the mark is raised in the store,
 // durably, before it is admitted or raises the mark in memory; if that fails
 // Admit returns an error wrapping ErrStore and the mark stays where it was.
-// Tokens equal to the mark cost no store access.
+// Tokens equal to the mark cost no store access. Every wait on the store
+// (the first read of the stored mark, a raise, or another request's read)
+// ends when ctx does or the store timeout passes (see WithStoreTimeout),
+// whichever is first; Admit then returns an error wrapping ErrStore and the
+// context's error.
 func (g *Guard) Admit(ctx context.Context, t fencing.Token) (context.Context, func(), error) {
 	return g.cfg.admit(ctx, &g.s, "", t)
 }

@@ -113,13 +113,19 @@ func (k *Keyed) sweepLocked() {
 // error wrapping fencing.ErrNoScope (and so fencing.ErrNoToken); one longer
 // than MaxScopeLen an error wrapping fencing.ErrMalformedScope.
 func (k *Keyed) Check(scope string, t fencing.Token) error {
+	return k.CheckContext(context.Background(), scope, t)
+}
+
+// CheckContext is Guard.CheckContext for the mark of scope; scope errors as
+// Check.
+func (k *Keyed) CheckContext(ctx context.Context, scope string, t fencing.Token) error {
 	if err := validScope(scope); err != nil {
 		k.cfg.metrics.reject(err)
 		return err
 	}
 	s := k.get(scope, true)
 	defer k.put(s)
-	return k.cfg.check(context.Background(), s, scope, t)
+	return k.cfg.check(ctx, s, scope, t)
 }
 
 // Admit is Guard.Admit for the mark of scope; scope errors as Check. The
@@ -145,15 +151,16 @@ func (k *Keyed) Admit(ctx context.Context, scope string, t fencing.Token) (conte
 }
 
 // Mark returns the mark of scope: as Guard.Mark, 0 for a scope never seen.
-// With a store, a scope not in memory is read from the store (0 if that
-// fails); use MarkContext to see the error.
+// With a store, a scope not in memory is read from the store, waiting at
+// most the store timeout (0 if that fails); use MarkContext to see the
+// error.
 func (k *Keyed) Mark(scope string) fencing.Token {
 	m, _ := k.MarkContext(context.Background(), scope)
 	return m
 }
 
-// MarkContext is Mark, reading the store (if any) within ctx. Errors wrap
-// ErrStore.
+// MarkContext is Mark, reading the store (if any) within ctx and the store
+// timeout. Errors wrap ErrStore.
 func (k *Keyed) MarkContext(ctx context.Context, scope string) (fencing.Token, error) {
 	if err := validScope(scope); err != nil {
 		return 0, err

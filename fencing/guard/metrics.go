@@ -23,8 +23,10 @@ import (
 //   - disco_guard_admitted_total: tokens accepted by Check or admitted by
 //     Admit (and so by the middleware and interceptors);
 //   - disco_guard_rejected_total{reason}: requests refused, by reason:
-//     missing, malformed, stale, wrong_scope, store (the store failed),
-//     canceled (the request's context ended while it waited);
+//     missing, malformed, stale, wrong_scope, store (the store failed, or
+//     did not answer within the request's context or the store timeout),
+//     canceled (the request's context ended while it waited for requests
+//     with lower tokens);
 //   - disco_guard_admit_wait_seconds: how long Admit took to admit a request,
 //     including the drain of lower tokens and any store write;
 //   - disco_guard_mark: the highest mark of the guard (for a Keyed guard, the

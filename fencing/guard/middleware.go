@@ -24,8 +24,9 @@ import (
 //     stale while it waited to be admitted;
 //   - 503 Service Unavailable: the request's context ended while it waited
 //     for requests with lower tokens to finish (the client went away or a
-//     server timeout fired), or the store failed (WithStore); the client may
-//     retry.
+//     server timeout fired), or the store failed or did not answer within
+//     the request's context or the store timeout (WithStore,
+//     WithStoreTimeout); the client may retry.
 func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, err := fencing.FromHTTP(r)
@@ -69,7 +70,8 @@ func httpStatus(err error) int {
 //
 //   - codes.InvalidArgument: no token, a malformed token, or several values;
 //   - codes.FailedPrecondition: a token below the mark (stale);
-//   - codes.Unavailable: the store failed (WithStore);
+//   - codes.Unavailable: the store failed, or did not answer within the
+//     call's context or the store timeout (WithStore, WithStoreTimeout);
 //   - codes.Canceled or codes.DeadlineExceeded: the call's context ended while
 //     it waited for calls with lower tokens to finish.
 func (g *Guard) UnaryInterceptor() grpc.UnaryServerInterceptor {

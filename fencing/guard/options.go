@@ -18,6 +18,8 @@ type config struct {
 	store   MarkStore
 	metrics *Metrics
 	maxIdle int
+	// storeTimeout bounds every wait on the store; <= 0: DefaultStoreTimeout.
+	storeTimeout time.Duration
 }
 
 func (c *config) apply(opts []Option) {
@@ -47,6 +49,16 @@ func WithInitialMark(t fencing.Token) Option {
 // plain Guard uses the scope "" in s. A nil s means no store.
 func WithStore(s MarkStore) Option {
 	return func(c *config) { c.store = s }
+}
+
+// WithStoreTimeout bounds every wait of the guard on its store: a Load or a
+// Raise, and a request's wait for another request's Load of the same scope.
+// A wait that outlasts it (or the request's context, whichever ends first)
+// is a rejection wrapping ErrStore and context.DeadlineExceeded, never a
+// hang, even if the store itself does not heed its context. d <= 0 means
+// DefaultStoreTimeout. It is the bound of Check, which takes no context.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(c *config) { c.storeTimeout = d }
 }
 
 // WithMetrics makes the guard report to m (see NewMetrics). A nil m means

@@ -41,10 +41,13 @@ type state struct {
 	wake chan struct{}
 
 	// With a store: durable is the highest mark known to be in the store,
-	// loaded tells whether the store's mark has been read (under loadMu).
+	// loaded tells whether the store's mark has been read, and flight is
+	// the read in progress, if any (under loadMu, which is never held
+	// across a call of the store).
 	durable atomic.Int64
 	loaded  atomic.Bool
 	loadMu  sync.Mutex
+	flight  *loadFlight
 	// refs counts the users of a Keyed's state (calls in progress and
 	// admitted requests); a state with refs 0 may be dropped.
 	refs atomic.Int64
