@@ -2,6 +2,9 @@ package etcdio_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +35,7 @@ func TestConformance(t *testing.T) {
 func etcdBackend(t *testing.T) conformance.Backend {
 	admin := newClient(t)
 	var sessions sync.Map // service -> *etcdio.Session
+	var names sync.Map    // service -> the name it was made with
 	session := func(t *testing.T, svc any) *etcdio.Session {
 		t.Helper()
 		s, ok := sessions.Load(svc)
@@ -60,6 +64,7 @@ func etcdBackend(t *testing.T) conformance.Backend {
 			cli, s := owner(t)
 			l := closedAtEnd[lock.Service](t)(etcdio.NewLock(cli, prefix(name), etcdio.WithSession(s)))
 			sessions.Store(l, s)
+			names.Store(l, name)
 			return l
 		},
 		NewRWLock: func(t *testing.T, name string) rwlock.Service {
@@ -93,5 +98,68 @@ func etcdBackend(t *testing.T) conformance.Backend {
 				t.Fatal(err)
 			}
 		},
+		PauseRenewal: func(t *testing.T, svc any) func() {
+			t.Helper()
+			resume := make(chan struct{})
+			testhook.PauseRenewal(session(t, svc), resume)
+			var once sync.Once
+			return func() { once.Do(func() { close(resume) }) }
+		},
+		NewLockSharing: func(t *testing.T, name string, with lock.Service) lock.Service {
+			t.Helper()
+			s := session(t, with)
+			l := closedAtEnd[lock.Service](t)(etcdio.NewLock(s.Client(), prefix(name), etcdio.WithSession(s)))
+			sessions.Store(l, s)
+			names.Store(l, name)
+			return l
+		},
+		LayoutKeys: func(t *testing.T, name string) []string {
+			t.Helper()
+			resp, err := admin.Get(context.Background(), prefix(name)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for _, kv := range resp.Kvs {
+				keys = append(keys, string(kv.Key))
+			}
+			return keys
+		},
+		DeleteWaiter: func(t *testing.T, svc any) {
+			t.Helper()
+			name, ok := names.Load(svc)
+			if !ok {
+				t.Fatalf("DeleteWaiter given a service the factory did not make: %T", svc)
+			}
+			// The waiter's key is its session's: its lease names it.
+			own := fmt.Sprintf("%s/%x-", prefix(name.(string)), int64(session(t, svc).LeaseID()))
+			eventually(t, 10*time.Second, "the waiter's key", func() bool {
+				resp, err := admin.Delete(context.Background(), own, clientv3.WithPrefix())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.Deleted > 0
+			})
+		},
+		Construct: func(t *testing.T, kind, name string) (io.Closer, error) {
+			t.Helper()
+			var c io.Closer
+			var err error
+			switch kind {
+			case "lock":
+				c, err = etcdio.NewLock(admin, name)
+			case "rwlock":
+				c, err = etcdio.NewRWLock(admin, name)
+			case "election":
+				c, err = etcdio.NewElection(admin, name)
+			default:
+				t.Fatalf("Construct: unknown kind %q", kind)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		},
+		BadNames: []string{"/", strings.Repeat("x", 2048)},
 	}
 }

@@ -25,6 +25,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -63,8 +64,36 @@ type Backend struct {
 	// calls resume exactly once.
 	Pause func(t *testing.T, svc any) (resume func())
 	// DeleteKey deletes a grant's key (Grant.Key, Leadership.Key) behind
-	// its owner's back.
+	// its owner's back. It is also given each of LayoutKeys.
 	DeleteKey func(t *testing.T, key string)
+
+	// PauseRenewal stops svc's session's renewals (keepalives, refreshes,
+	// pings) from reaching the store, as a partition between the owner and
+	// the store would, while its event loop goes on: the session is
+	// Suspended, then Lost at its deadline unless resume is called first.
+	// The suite calls resume exactly once.
+	PauseRenewal func(t *testing.T, svc any) (resume func())
+	// NewLockSharing makes a new owner of the lock name on the session of
+	// with, a lock the factory made.
+	NewLockSharing func(t *testing.T, name string, with lock.Service) lock.Service
+	// LayoutKeys lists every key (znode, Redis key) the backend keeps for
+	// the lock name at the moment: the holder's key and whatever else its
+	// layout has (queues, counters, records). The suite deletes each in
+	// turn with DeleteKey behind a holder's back.
+	LayoutKeys func(t *testing.T, name string) []string
+	// DeleteWaiter waits until svc, which the suite has made wait in Lock,
+	// has queued, then deletes the key (znode, queue entry) by which it
+	// waits, behind its back.
+	DeleteWaiter func(t *testing.T, svc any)
+	// Construct makes a service of kind ("lock", "rwlock", "election") on
+	// exactly name, as a user would pass it to the backend's constructor
+	// (no mapping), and returns the constructor's result. The suite gives
+	// it bad names only.
+	Construct func(t *testing.T, kind, name string) (io.Closer, error)
+	// BadNames lists names this backend refuses beyond those every backend
+	// refuses (the empty name): names it reserves for its own keys, names
+	// its store cannot hold.
+	BadNames []string
 }
 
 // Run runs every section the backend offers: TestLock, TestRWLock (when
@@ -111,6 +140,21 @@ func (b Backend) check(t *testing.T) {
 	}
 	if b.DeleteKey == nil {
 		missing = append(missing, "DeleteKey")
+	}
+	if b.PauseRenewal == nil {
+		missing = append(missing, "PauseRenewal")
+	}
+	if b.NewLockSharing == nil {
+		missing = append(missing, "NewLockSharing")
+	}
+	if b.LayoutKeys == nil {
+		missing = append(missing, "LayoutKeys")
+	}
+	if b.DeleteWaiter == nil {
+		missing = append(missing, "DeleteWaiter")
+	}
+	if b.Construct == nil {
+		missing = append(missing, "Construct")
 	}
 	if len(missing) > 0 {
 		t.Fatalf("conformance: backend %q lacks %v", b.Name, missing)

@@ -47,6 +47,7 @@ import (
 //   - PausedLeaderIsFenced: the next candidate leads after the TTL; the paused
 //     leader sees Lost when it resumes.
 //   - ResignTerm: ends only the term it names by Created.
+//   - BadNames: every bad name is refused with ErrInvalidArgument.
 func TestElection(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)
@@ -65,6 +66,7 @@ func TestElection(t *testing.T, b Backend) {
 	law(t, "CloseReleasesPromptly", func(t *testing.T) { electClose(t, b) })
 	law(t, "PausedLeaderIsFenced", func(t *testing.T) { electPause(t, b) })
 	law(t, "ResignTerm", func(t *testing.T) { electResignTerm(t, b) })
+	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "election") })
 }
 
 // mustCampaign campaigns and returns the term, checked against Term.

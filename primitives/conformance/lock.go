@@ -41,6 +41,19 @@ import (
 //   - Do: fn's error alone, released after fn; a failed Lock skips fn.
 //   - PausedHolderIsFenced: a successor takes over after the TTL with a higher
 //     token; the paused holder sees Lost when it resumes.
+//   - LostAtDeadline: a holder cut off from its store is told Suspended,
+//     then Lost no later than LostLate after Suspended.Deadline; a
+//     successor holds only after that deadline.
+//   - GrantWhileSuspended: a hold granted on a suspended session is
+//     followed by Suspended.
+//   - LayoutKeyDeleted: deleting any one key of the layout keeps exclusion,
+//     or the holder is told Lost within half a TTL and the successor's
+//     token is higher.
+//   - WaiterKeyDeleted: a waiter whose key is deleted fails with ErrLost
+//     within half a TTL and blocks nobody.
+//   - CancelledAtAnyMoment: Locks whose contexts end at any step of their
+//     acquisition return an error wrapping the context's, and leave nothing.
+//   - BadNames: every bad name is refused with ErrInvalidArgument.
 func TestLock(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)
@@ -58,6 +71,12 @@ func TestLock(t *testing.T, b Backend) {
 	law(t, "DeleteKey", func(t *testing.T) { lockDeleteKey(t, b) })
 	law(t, "Do", func(t *testing.T) { lockDo(t, b) })
 	law(t, "PausedHolderIsFenced", func(t *testing.T) { lockPause(t, b) })
+	law(t, "LostAtDeadline", func(t *testing.T) { lockLostAtDeadline(t, b) })
+	law(t, "GrantWhileSuspended", func(t *testing.T) { lockGrantWhileSuspended(t, b) })
+	law(t, "LayoutKeyDeleted", func(t *testing.T) { lockLayoutKeyDeleted(t, b) })
+	law(t, "WaiterKeyDeleted", func(t *testing.T) { lockWaiterKeyDeleted(t, b) })
+	law(t, "CancelledAtAnyMoment", func(t *testing.T) { lockCancelledAnyMoment(t, b) })
+	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "lock") })
 }
 
 func mustLock(t *testing.T, b Backend, l lock.Service) lock.Grant {

@@ -45,6 +45,7 @@ import (
 //   - DeleteKey: a read or write grant is lost, the Service stays usable.
 //   - PausedReaderIsFenced: a writer takes over after the TTL; the paused
 //     reader sees Lost when it resumes.
+//   - BadNames: every bad name is refused with ErrInvalidArgument.
 func TestRWLock(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)
@@ -66,6 +67,7 @@ func TestRWLock(t *testing.T, b Backend) {
 	law(t, "KillSessionOfWaitingWriter", func(t *testing.T) { rwKillWaiter(t, b) })
 	law(t, "DeleteKey", func(t *testing.T) { rwDeleteKey(t, b) })
 	law(t, "PausedReaderIsFenced", func(t *testing.T) { rwPause(t, b) })
+	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "rwlock") })
 }
 
 func mustRLock(t *testing.T, b Backend, l rwlock.Service) rwlock.Grant {

@@ -1,0 +1,263 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/lock"
+)
+
+// LostLate bounds how late after a hold's Suspended.Deadline its Lost may
+// be delivered: the loss is due at the deadline, and a successor may hold
+// from then on.
+const LostLate = 250 * time.Millisecond
+
+// The laws below are the ones faults break: a store that loses one
+// key, a session cut off from its store, a caller that gives up at any
+// moment, input no store can hold.
+
+// lockLostAtDeadline: a holder whose renewals stop is told Suspended with a
+// deadline; it is told Lost no later than LostLate after that deadline,
+// and a successor holds only after it.
+func lockLostAtDeadline(t *testing.T, b Backend) {
+	h, w := b.NewLock(t, name(t)), b.NewLock(t, name(t))
+	ctx := b.ctx(t)
+	events := h.Subscribe(ctx)
+	gh := mustLock(t, b, h)
+	wantAcquired(t, b, events, lockHold(gh))
+	waiter := start(func() (lock.Grant, error) { return w.Lock(ctx) })
+	resume := b.PauseRenewal(t, h)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(resume) })
+	e, _ := readUntil(t, b, events, "Suspended", func(e primitives.Event) bool {
+		_, ok := e.(primitives.Suspended)
+		return ok
+	})
+	deadline := e.(primitives.Suspended).Deadline
+	wantLost(t, b, events, lockHold(gh))
+	if late := time.Since(deadline); late > LostLate {
+		t.Fatalf("Lost delivered %v after the Suspended deadline, want within %v", late, LostLate)
+	}
+	gw := awaitOK(t, b, waiter, "successor's Lock")
+	if now := time.Now(); now.Before(deadline) {
+		t.Fatalf("successor held %v before the previous holder's deadline", deadline.Sub(now))
+	}
+	if gw.Token() <= gh.Token() {
+		t.Fatalf("successor's token %d not above %d", gw.Token(), gh.Token())
+	}
+	once.Do(resume)
+	wantEnded(t, b, h, primitives.ErrLost)
+	ok(t, w.Unlock(ctx), "Unlock")
+}
+
+// lockGrantWhileSuspended: a hold granted on a session that is suspended
+// is followed by Suspended, as its sibling on the session was told.
+func lockGrantWhileSuspended(t *testing.T, b Backend) {
+	sibling := b.NewLock(t, name(t)+"-sibling")
+	ctx := b.ctx(t)
+	sibEvents := sibling.Subscribe(ctx)
+	mustLock(t, b, sibling)
+	w := b.NewLockSharing(t, name(t), sibling)
+	h := b.NewLock(t, name(t))
+	mustLock(t, b, h)
+	events := w.Subscribe(ctx)
+	waiter := start(func() (lock.Grant, error) { return w.Lock(ctx) })
+	resume := b.PauseRenewal(t, sibling)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(resume) })
+	readUntil(t, b, sibEvents, "sibling's Suspended", func(e primitives.Event) bool {
+		_, ok := e.(primitives.Suspended)
+		return ok
+	})
+	ok(t, h.Unlock(ctx), "Unlock")
+	gw, err := await(t, b, waiter, "Lock on the suspended session")
+	ok(t, err, "Lock on the suspended session (granted before its deadline)")
+	wantAcquired(t, b, events, lockHold(gw))
+	e, _ := readUntil(t, b, events, "Suspended after the grant", func(e primitives.Event) bool {
+		switch e.(type) {
+		case primitives.Suspended, primitives.Released, primitives.Lost, primitives.Resumed:
+			return true
+		}
+		return false
+	})
+	if s, isSuspended := e.(primitives.Suspended); !isSuspended || s.Created != gw.Created {
+		t.Fatalf("after a grant on a suspended session: %#v, want Suspended for the grant (created %d)", e, gw.Created)
+	}
+	once.Do(resume)
+}
+
+// lockLayoutKeyDeleted: deleting any one key of the layout behind a
+// holder's back keeps exclusion, or the holder is told Lost within half a
+// TTL and the successor's token is higher; either way the lock goes on
+// working.
+func lockLayoutKeyDeleted(t *testing.T, b Backend) {
+	ctx := b.ctx(t)
+	probe := name(t) + "-probe"
+	p := b.NewLock(t, probe)
+	mustLock(t, b, p)
+	n := len(b.LayoutKeys(t, probe))
+	ok(t, p.Unlock(ctx), "Unlock")
+	if n == 0 {
+		t.Fatal("LayoutKeys lists no key while the lock is held")
+	}
+	for i := range n {
+		nm := name(t) + "-" + string(rune('a'+i))
+		h, o := b.NewLock(t, nm), b.NewLock(t, nm)
+		events := h.Subscribe(ctx)
+		gh := mustLock(t, b, h)
+		wantAcquired(t, b, events, lockHold(gh))
+		keys := b.LayoutKeys(t, nm)
+		sort.Strings(keys)
+		if len(keys) != n {
+			t.Fatalf("layout of %s: %d keys %v, the probe had %d", nm, len(keys), keys, n)
+		}
+		key := keys[i]
+		b.DeleteKey(t, key)
+		deleted := time.Now()
+		lostWithin := func() bool {
+			timeout := time.After(time.Until(deleted.Add(b.prompt())))
+			for {
+				select {
+				case e := <-events:
+					if l, isLost := e.(primitives.Lost); isLost {
+						if l.Created != gh.Created || !errors.Is(l.Err, primitives.ErrLost) {
+							t.Fatalf("key %s deleted: %#v, want Lost for the hold", key, e)
+						}
+						return true
+					}
+				case <-timeout:
+					return false
+				}
+			}
+		}
+		g, err := o.TryLock(ctx)
+		switch {
+		case err == nil:
+			if !lostWithin() {
+				t.Fatalf("key %s deleted: another owner holds while the holder was not told Lost within %v", key, b.prompt())
+			}
+			if g.Token() <= gh.Token() {
+				t.Fatalf("key %s deleted: successor's token %d not above the holder's %d", key, g.Token(), gh.Token())
+			}
+			ok(t, o.Unlock(ctx), "Unlock of the successor")
+		case errors.Is(err, lock.ErrLockTaken):
+			if !lostWithin() {
+				// The holder holds on: exclusion must, until it lets go.
+				errIs(t, takeErr(o.TryLock(ctx)), lock.ErrLockTaken, "key "+key+" deleted, holder not told: TryLock")
+				if err := h.Unlock(ctx); err != nil && !errors.Is(err, lock.ErrNotHeld) {
+					t.Fatalf("key %s deleted: Unlock: %v", key, err)
+				}
+			}
+			g := mustLock(t, b, o)
+			if g.Token() <= gh.Token() {
+				t.Fatalf("key %s deleted: successor's token %d not above the holder's %d", key, g.Token(), gh.Token())
+			}
+			ok(t, o.Unlock(ctx), "Unlock of the successor")
+		default:
+			t.Fatalf("key %s deleted: TryLock: %v", key, err)
+		}
+		lockFree(t, b, h, "after key "+key+" was deleted and the successor unlocked")
+	}
+}
+
+// lockWaiterKeyDeleted: a waiter whose own key is deleted behind its back
+// fails promptly with ErrLost, whoever holds, and blocks nobody.
+func lockWaiterKeyDeleted(t *testing.T, b Backend) {
+	h, w, c := b.NewLock(t, name(t)), b.NewLock(t, name(t)), b.NewLock(t, name(t))
+	ctx := b.ctx(t)
+	mustLock(t, b, h)
+	waiter := start(func() (lock.Grant, error) { return w.Lock(ctx) })
+	b.DeleteWaiter(t, w)
+	deleted := time.Now()
+	_, err := await(t, b, waiter, "Lock whose waiting key was deleted")
+	errIs(t, err, primitives.ErrLost, "Lock whose waiting key was deleted")
+	if d := time.Since(deleted); d > b.prompt() {
+		t.Fatalf("waiter told %v after its key was deleted, want within %v", d, b.prompt())
+	}
+	ok(t, h.Unlock(ctx), "Unlock")
+	lockFree(t, b, c, "after the holder unlocked and the waiter was lost")
+	lockFree(t, b, w, "by the lost waiter")
+}
+
+// lockCancelledAnyMoment: while the lock changes hands, waiters give up
+// after 0.5 to 20 ms, at every step of an acquisition; each failed Lock
+// returns an error wrapping its context's, nothing crashes, and nothing is
+// left to block the next owner.
+func lockCancelledAnyMoment(t *testing.T, b Backend) {
+	const waiters, attempts = 4, 40
+	ctx := b.ctx(t)
+	holder := b.NewLock(t, name(t))
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, err := holder.Lock(ctx); err != nil {
+				t.Errorf("holder's Lock: %v", err)
+				return
+			}
+			if err := holder.Unlock(ctx); err != nil {
+				t.Errorf("holder's Unlock: %v", err)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, waiters*attempts)
+	for range waiters {
+		l := b.NewLock(t, name(t))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range attempts {
+				wctx, cancel := context.WithTimeout(ctx, 500*time.Microsecond+rand.N(20*time.Millisecond))
+				_, err := l.Lock(wctx)
+				cancel()
+				switch {
+				case err == nil:
+					if err := l.Unlock(ctx); err != nil {
+						errs <- err
+						return
+					}
+				case !errors.Is(err, context.DeadlineExceeded):
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-done
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a Lock whose context ended returned %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	lockFree(t, b, b.NewLock(t, name(t)), "after every waiter gave up")
+}
+
+// badNames: every name of the table is refused by every constructor with
+// an error wrapping primitives.ErrInvalidArgument, and no service.
+func badNames(t *testing.T, b Backend, kinds ...string) {
+	names := append([]string{""}, b.BadNames...)
+	for _, kind := range kinds {
+		for _, nm := range names {
+			c, err := b.Construct(t, kind, nm)
+			if c != nil {
+				c.Close()
+			}
+			if c != nil || !errors.Is(err, primitives.ErrInvalidArgument) {
+				t.Errorf("new %s %q: %v (service %v), want an error wrapping ErrInvalidArgument", kind, nm, err, c != nil)
+			}
+		}
+	}
+}
