@@ -35,12 +35,23 @@ func NewBarrier(cli *clientv3.Client, key string) (barrier.Barrier, error) {
 	return &etcdBarrier{cli: cli, key: key, name: "barrier " + quote(key)}, nil
 }
 
-// Hold creates the barrier key if it does not exist.
+// ctxOr returns what a request made under ctx that failed with err should
+// report: ctx's end if it ended or its deadline passed (see ctxEndErr), err
+// otherwise.
+func ctxOr(ctx context.Context, err error) error {
+	if e := ctxEndErr(ctx); e != nil {
+		return e
+	}
+	return err
+}
+
+// Hold creates the barrier key if it does not exist. If ctx ends first, the
+// error wraps ctx.Err().
 func (b *etcdBarrier) Hold(ctx context.Context) error {
 	resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(b.key), "=", 0)).
 		Then(clientv3.OpPut(b.key, "")).Commit()
 	if err != nil {
-		return fmt.Errorf("etcdio: %s: hold: %w", b.name, err)
+		return fmt.Errorf("etcdio: %s: hold: %w", b.name, ctxOr(ctx, err))
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("etcdio: %s: %w", b.name, barrier.ErrHeld)
@@ -48,11 +59,12 @@ func (b *etcdBarrier) Hold(ctx context.Context) error {
 	return nil
 }
 
-// Release deletes the barrier key.
+// Release deletes the barrier key. If ctx ends first, the error wraps
+// ctx.Err().
 func (b *etcdBarrier) Release(ctx context.Context) error {
 	resp, err := b.cli.Delete(ctx, b.key)
 	if err != nil {
-		return fmt.Errorf("etcdio: %s: release: %w", b.name, err)
+		return fmt.Errorf("etcdio: %s: release: %w", b.name, ctxOr(ctx, err))
 	}
 	if resp.Deleted == 0 {
 		return fmt.Errorf("etcdio: %s: %w", b.name, barrier.ErrNotHeld)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -31,7 +32,10 @@ import (
 // first (lowest ModRevision) waits for every other key to go, then deletes
 // ready and its own key; every other party deletes its key and waits for
 // the lowest's. A party whose lease ends is gone from the barrier with its
-// key, so nobody waits for it.
+// key, so nobody waits for it; if that was the lowest, ready stays until
+// the last party of the others to leave, finding no key under waiters,
+// deletes it in a transaction that checks that none exists (so a party of
+// the next round, once entered, keeps its ready).
 //
 // Enter and Leave make their requests on the caller's goroutine, but each
 // of their waits is a watch kept by a helper of the session (await), with
@@ -122,11 +126,12 @@ func (d *doubleBarrier) begin(ctx context.Context) (context.Context, context.Can
 	return wctx, func() { stop(); cancel() }, nil
 }
 
-// fail says why a request made under ctx failed: ctx's end, the party's
-// end, or err.
+// fail says why a request made under ctx failed: ctx's end (ctx.Err(), also
+// when ctx's deadline has passed and etcd's timeout came back first), the
+// party's end, or err.
 func (d *doubleBarrier) fail(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
+	if e := ctxEndErr(ctx); e != nil {
+		return e
 	}
 	if e := d.Err(); e != nil {
 		return e
@@ -344,6 +349,13 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 			return d.fail(ctx, err)
 		}
 		if len(resp.Kvs) == 0 {
+			// Every party is gone, the lowest perhaps with its lease
+			// before it could clear ready: clear it, unless a party of
+			// the next round entered meanwhile.
+			none := clientv3.Compare(clientv3.CreateRevision(d.waiters()), "=", 0).WithPrefix()
+			if _, err := d.s.cli.Txn(wctx).If(none).Then(clientv3.OpDelete(d.ready())).Commit(); err != nil {
+				return d.fail(ctx, err)
+			}
 			d.entered, d.mine = false, keyRev{}
 			return nil
 		}
@@ -388,4 +400,18 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 			return d.fail(ctx, err)
 		}
 	}
+}
+
+// ctxEndErr returns ctx.Err() if ctx ended, context.DeadlineExceeded if its
+// deadline has passed though its timer has not fired yet (a request that
+// carried the deadline to etcd can fail with etcd's own timeout first), and
+// nil otherwise.
+func ctxEndErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

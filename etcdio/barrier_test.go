@@ -466,3 +466,67 @@ func TestDoubleBarrierCloseWhileEntering(t *testing.T) {
 		t.Fatalf("the shared session ended with the party: %v", err)
 	}
 }
+
+// The lowest party (the first to enter) dies while another waits in Leave
+// for it: that Leave returns, the barrier is left empty (key/ready too), and
+// the next round works.
+func TestDoubleBarrierLowestDiesWhileOthersLeave(t *testing.T) {
+	noLeaks(t)
+	key := prefixOf(t)
+	cli := newClient(t)
+	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
+	low := newDoubleBarrier(t, cli, key, 2, etcdio.WithSession(sess))
+	other := newDoubleBarrier(t, newClient(t), key, 2)
+	ctx := testCtx(t, 20*time.Second)
+	lowIn := make(chan error, 1)
+	go func() { lowIn <- low.Enter(ctx) }()
+	eventually(t, 5*time.Second, "the lowest party's key", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	if err := other.Enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, lowIn, "the lowest party's Enter"); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan error, 1)
+	go func() { out <- other.Leave(ctx) }()
+	// other deletes its key and waits for the lowest's.
+	eventually(t, 5*time.Second, "the other party's key to go", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	stillBlocked(t, out, "Leave while the lowest party stays")
+	if _, err := cli.Revoke(context.Background(), sess.LeaseID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, out, "Leave after the lowest party died"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(context.Background(), key+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		t.Errorf("key %s left after every party left", kv.Key)
+	}
+	// A new round: a Enter must wait for a second party, not pass on a
+	// stale ready.
+	a, b := newDoubleBarrier(t, cli, key, 2), newDoubleBarrier(t, newClient(t), key, 2)
+	aIn := make(chan error, 1)
+	go func() { aIn <- a.Enter(ctx) }()
+	stillBlocked(t, aIn, "Enter of a new round with 1 of 2 parties")
+	if err := b.Enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, aIn, "Enter of the new round"); err != nil {
+		t.Fatal(err)
+	}
+	left := make(chan error, 2)
+	for _, p := range []barrier.DoubleBarrier{a, b} {
+		go func() { left <- p.Leave(ctx) }()
+	}
+	for range 2 {
+		if err := within(t, left, "Leave of the new round"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countKeys(t, cli, key); n != 0 {
+		t.Fatalf("%d keys left after the new round", n)
+	}
+}

@@ -24,24 +24,38 @@ import (
 //     session's lease; it holds a permit once fewer than N keys created
 //     before its own are left, so at most N hold, served in order.
 //   - prefix/slot/<i>: who owns slot i, 0 <= i < N: a holder's key name and
-//     CreateRevision, on the holder's lease. A holder claims the lowest slot
-//     whose key is absent or names a queue key that no longer exists, with a
-//     compare-and-swap on the slot key's ModRevision, so no slot is ever
-//     owned by two holders at once. Its fencing token is the revision of
-//     that claim: strictly increasing per name, and so per slot.
+//     CreateRevision, on the holder's lease. The claim also writes i into the
+//     holder's queue key. A slot is taken while its slot key exists or a live
+//     queue key names it, so exclusion survives the deletion of either key.
+//     A holder claims the lowest free slot with a compare-and-swap on the
+//     slot key's ModRevision, so no slot is ever owned by two holders at
+//     once. Its fencing token is the revision of that claim: strictly
+//     increasing per name, and so per slot.
 //
 // A release deletes the queue key and, in the same transaction, the slot key
-// if the claim is still the holder's. A holder that loses its queue key
-// (deleted by someone else) leaves a slot key naming a key that is gone: the
-// next claimant takes the slot over, with a higher token that a guard of the
-// slot's scope then prefers. A lost lease takes both keys.
+// if the claim is still the holder's. A holder watches its two keys (see
+// watchHold): if someone else deletes one of them while its lease lives, it
+// is told Lost as soon as its watch delivers the deletion and a lease check
+// confirms the lease (normally milliseconds; at most follow's check of a
+// silent watch, 3 s, plus requestTimeout), and then deletes the other key,
+// which frees the slot for the next claimant, with a higher token. A lost
+// lease takes both keys. An Acquire that ends without a grant deletes its
+// queue key and any claim it made; Close on a shared session deletes the
+// claim of the hold it ends.
+//
+// Older disco: the keys and their values are the same, and an older disco
+// reads slot keys as it always did, so a mix of old and new on one name
+// excludes as the old one alone does. An older disco left claims behind (a
+// Close on a shared session, an Acquire given up mid-claim) that name a
+// queue key no longer there; a claimant with no other free slot takes such a
+// claim over after waiting out one TTL of its lease (see patience).
 //
 // An uncontended Acquire is two writes: the queue key (with a read of the
 // queue and the slots in the same transaction) and the slot's claim. A
 // waiter watches the queue's deletions and counts down the keys ahead of it;
-// on its turn it claims the slot the release freed. Every waiter receives
-// every release's watch event, which is fine for the tens of owners a
-// semaphore has, not for thousands.
+// on its turn it claims the slot the release freed. Every waiter and every
+// holder receives every release's watch event, which is fine for the tens
+// of owners a semaphore has, not for thousands.
 type semService struct {
 	*service
 	*semState
@@ -55,9 +69,10 @@ type semState struct {
 	queueDir string // prefix/q/
 	slotDir  string // prefix/slot/
 
-	mu   sync.Mutex
-	held claimed // the slot of the service's latest claim
-	snap snapshot
+	mu     sync.Mutex
+	held   claimed // the slot of the service's latest claim
+	snap   snapshot
+	claims claimState
 }
 
 // PermitsSuffix is appended to a semaphore's prefix to name the key that
@@ -72,6 +87,15 @@ const maxPermits = 1 << 12
 // PermitsSuffix); a later user with another n gets an error wrapping
 // semaphore.ErrPermitMismatch, and nothing of its own is left in etcd.
 // Without WithSession it runs its own session, closed by its Close.
+//
+// A hold is two keys, its queue key and its slot key (prefix/slot/<i>);
+// either one keeps the slot from any other owner. If someone else deletes
+// one of them while the holder's session lives, the holder is told Lost
+// (Lost event, ErrNotHeld from Release) as soon as its watch of the keys
+// sees the deletion, at most about 5 s later (a silent watch is found within
+// 3 s, then one lease check of at most 2 s), and only then is the slot free
+// for the next owner, with a higher token. Acquire returns ctx.Err() once
+// ctx ends or its deadline passes, and leaves nothing behind in etcd.
 func NewSemaphore(cli *clientv3.Client, prefix string, n int, opts ...Option) (semaphore.Service, error) {
 	fail := func(err error) error { return fmt.Errorf("etcdio: new semaphore %s: %w", quote(prefix), err) }
 	o, err := checkArgs(cli, prefix, opts)
@@ -165,8 +189,8 @@ func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 // for good, or to change its number of permits while nobody uses it. It
 // fails with an error wrapping ErrInUse, deleting nothing, while a holder or
 // waiter of the semaphore exists. It also deletes slot claims left by holders
-// that are gone (a Close on a shared session leaves its claim, named after a
-// key that no longer exists, until the session's lease ends).
+// that are gone (an older disco's Close on a shared session left its claim,
+// named after a key that no longer exists, until the session's lease ended).
 func RetireSemaphore(ctx context.Context, cli *clientv3.Client, prefix string) error {
 	fail := func(err error) error { return fmt.Errorf("etcdio: retire semaphore %s: %w", quote(prefix), err) }
 	if err := checkPrefix(prefix); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -13,11 +14,11 @@ import (
 	"github.com/ahrtr/disco/primitives"
 )
 
-// snapshot is one read of the queue and the slot keys, made while the key
-// created at created exists: where a claim starts.
+// snapshot is one read of the queue and the slot keys, made at revision rev
+// while the key created at created exists: where a claim starts.
 type snapshot struct {
-	created     int64
-	queue, slot []*mvccpb.KeyValue
+	created, rev int64
+	queue, slot  []*mvccpb.KeyValue
 	// Without a read: the slot a release freed as the key's turn came
 	// (hinted), whose slot key the release deleted.
 	hinted bool
@@ -30,8 +31,8 @@ func (st *semState) readOp() clientv3.Op {
 	return clientv3.OpGet(st.nameArg+"/", clientv3.WithPrefix())
 }
 
-func (st *semState) snapshotOf(created int64, r *etcdserverpb.ResponseOp) snapshot {
-	sn := snapshot{created: created}
+func (st *semState) snapshotOf(created, rev int64, r *etcdserverpb.ResponseOp) snapshot {
+	sn := snapshot{created: created, rev: rev}
 	for _, kv := range r.GetResponseRange().Kvs {
 		switch {
 		case strings.HasPrefix(string(kv.Key), st.queueDir):
@@ -81,25 +82,38 @@ type claimed struct {
 // returns the revision of the claim: g's fencing token. The claim also
 // writes the slot's number into g's key (its CreateRevision, and so its
 // place in the queue, stays), so that the release's watch event tells the
-// next waiter which slot it freed. It starts from what the turn's watch or
-// read found, if kept, and after a lost race from the read that the failed
-// claim made in its place. It runs on a session helper before the grant is
-// recorded (the spec's token).
+// next waiter which slot it freed, and so that the slot stays taken while
+// g's key exists, even if its claim is deleted. It starts from what the
+// turn's watch or read found, if kept, and after a lost race from the read
+// that the failed claim made in its place. When no slot is free (a holder
+// that lost one of its keys has yet to delete the other), it waits for a
+// deletion under the prefix and reads again. It runs on a session helper
+// before the grant is recorded (the spec's token).
 func (st *semState) claim(ctx context.Context, svc *service, g grant) (int64, error) {
+	if !st.begin(g.created) {
+		return 0, fmt.Errorf("key %s: the acquisition was given up: %w", g.key, primitives.ErrLost)
+	}
 	cli := svc.s.cli
 	mine := clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.created)
 	owner := g.key + "@" + strconv.FormatInt(g.created, 10)
-	sn, kept := st.take(g.created)
-	if !kept {
+	read := func() (snapshot, error) {
 		resp, err := cli.Txn(ctx).If(mine).Then(st.readOp()).Commit()
 		if err != nil {
-			return 0, err
+			return snapshot{}, err
 		}
 		if !resp.Succeeded {
-			return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
+			return snapshot{}, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
 		}
-		sn = st.snapshotOf(g.created, resp.Responses[0])
+		return st.snapshotOf(g.created, resp.Header.Revision, resp.Responses[0]), nil
 	}
+	sn, kept := st.take(g.created)
+	if !kept {
+		var err error
+		if sn, err = read(); err != nil {
+			return 0, err
+		}
+	}
+	var leftovers time.Time // when claims naming gone keys may be taken over
 	for {
 		slot, rev := sn.hint, int64(0) // a hinted slot's key was deleted
 		if !sn.hinted {
@@ -107,9 +121,19 @@ func (st *semState) claim(ctx context.Context, svc *service, g grant) (int64, er
 				return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
 			}
 			var ok bool
-			if slot, rev, ok = st.free(sn.slot, sn.queue); !ok {
-				return 0, fmt.Errorf("all %d slots are owned by live keys, though key %s holds a permit: keys under %s were written by something else",
-					st.n, g.key, quote(st.nameArg))
+			stale := !leftovers.IsZero() && !time.Now().Before(leftovers)
+			if slot, rev, ok = st.free(sn.slot, sn.queue, stale); !ok {
+				if leftovers.IsZero() {
+					leftovers = time.Now().Add(st.patience(ctx, svc, sn))
+				}
+				if err := st.awaitDelete(ctx, cli, sn.rev, leftovers); err != nil {
+					return 0, err
+				}
+				var err error
+				if sn, err = read(); err != nil {
+					return 0, err
+				}
+				continue
 			}
 		}
 		key := st.slotDir + strconv.Itoa(slot)
@@ -121,12 +145,56 @@ func (st *semState) claim(ctx context.Context, svc *service, g grant) (int64, er
 			return 0, err
 		}
 		if resp.Succeeded {
+			tok := resp.Header.Revision
 			st.setHeld(claimed{created: g.created, slot: slot})
-			return resp.Header.Revision, nil
+			st.watchHold(svc, hold{key: g.key, created: g.created, slotKey: key, token: tok})
+			return tok, nil
 		}
 		// Another holder took the slot first, or g's key is gone.
-		sn = st.snapshotOf(g.created, resp.Responses[0])
+		sn = st.snapshotOf(g.created, resp.Header.Revision, resp.Responses[0])
 	}
+}
+
+// patience is how long a claimant without a free slot waits before it takes
+// over a claim that names a queue key that no longer exists: the longest
+// TTL of such a claim's lease, and at least its own session's. A holder
+// whose queue key was deleted deletes its claim as soon as it is told Lost
+// (see watchHold), long before; a claim left after that is a leftover of an
+// older disco, which left claims behind after a Close on a shared session or
+// an Acquire given up mid-claim.
+func (st *semState) patience(ctx context.Context, svc *service, sn snapshot) time.Duration {
+	d := svc.s.ttl
+	live := liveKeys(sn.queue)
+	for _, kv := range sn.slot {
+		if _, ok := st.claimOwner(kv, live); ok || kv.Lease == 0 {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		resp, err := svc.s.cli.TimeToLive(rctx, clientv3.LeaseID(kv.Lease))
+		cancel()
+		if err == nil {
+			d = max(d, time.Duration(resp.GrantedTTL)*time.Second)
+		}
+	}
+	return d
+}
+
+// awaitDelete returns once a key under the prefix is deleted after revision
+// rev, at the latest at until or a second after the watch opened (a watch on
+// a member cut off from the client would stay silent), or with ctx's error.
+func (st *semState) awaitDelete(ctx context.Context, cli *clientv3.Client, rev int64, until time.Time) error {
+	wait := min(time.Until(until), time.Second)
+	if wait <= 0 {
+		return ctx.Err()
+	}
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), wait)
+	defer cancel()
+	for wresp := range cli.Watch(wctx, st.nameArg+"/", clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(rev+1)) {
+		if len(wresp.Events) > 0 || wresp.Err() != nil {
+			break
+		}
+	}
+	return ctx.Err()
 }
 
 // has reports whether sn's queue holds key, created at created.
@@ -139,25 +207,29 @@ func (sn snapshot) has(key string, created int64) bool {
 	return false
 }
 
-// free returns the lowest slot not owned by a live queue key, and the
-// ModRevision of its slot key (0: absent).
-func (st *semState) free(slots, queue []*mvccpb.KeyValue) (int, int64, bool) {
-	live := make(map[string]int64, len(queue))
-	for _, kv := range queue {
-		live[string(kv.Key)] = kv.CreateRevision
-	}
+// free returns the lowest free slot and the ModRevision of its slot key (0:
+// absent). A slot is taken while its slot key exists or a live queue key
+// names it (a holder's key carries its slot's number), so exclusion
+// survives the deletion of either key. With stale, a slot key that names a
+// queue key that no longer exists (or names none) counts as free: see
+// patience.
+func (st *semState) free(slots, queue []*mvccpb.KeyValue, stale bool) (int, int64, bool) {
+	live := liveKeys(queue)
 	taken := make([]bool, st.n)
 	revs := make([]int64, st.n)
+	for _, kv := range queue {
+		if i, err := strconv.Atoi(string(kv.Value)); err == nil && i >= 0 && i < st.n {
+			taken[i] = true
+		}
+	}
 	for _, kv := range slots {
 		i, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), st.slotDir))
 		if err != nil || i < 0 || i >= st.n {
 			continue
 		}
 		revs[i] = kv.ModRevision
-		v := string(kv.Value)
-		if at := strings.LastIndexByte(v, '@'); at >= 0 {
-			created, err := strconv.ParseInt(v[at+1:], 10, 64)
-			taken[i] = err == nil && live[v[:at]] == created
+		if _, ok := st.claimOwner(kv, live); ok || !stale {
+			taken[i] = true
 		}
 	}
 	for i := range taken {
@@ -166,6 +238,27 @@ func (st *semState) free(slots, queue []*mvccpb.KeyValue) (int, int64, bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// liveKeys maps the queue's keys to their CreateRevisions.
+func liveKeys(queue []*mvccpb.KeyValue) map[string]int64 {
+	live := make(map[string]int64, len(queue))
+	for _, kv := range queue {
+		live[string(kv.Key)] = kv.CreateRevision
+	}
+	return live
+}
+
+// claimOwner returns the queue key a slot key names, and whether that key
+// is live.
+func (st *semState) claimOwner(kv *mvccpb.KeyValue, live map[string]int64) (string, bool) {
+	v := string(kv.Value)
+	at := strings.LastIndexByte(v, '@')
+	if at < 0 {
+		return "", false
+	}
+	created, err := strconv.ParseInt(v[at+1:], 10, 64)
+	return v[:at], err == nil && live[v[:at]] == created
 }
 
 // setHeld records c unless a later key's claim is recorded already.

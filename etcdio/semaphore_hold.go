@@ -1,0 +1,254 @@
+package etcdio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/primitives"
+)
+
+// A hold of a semaphore is two keys: the holder's queue key, which names its
+// slot, and its slot key (the claim), which names the queue key. Either one
+// keeps the slot taken (see free). A holder that loses one of them (deleted
+// by someone else) is told Lost and deletes the other; only then is its slot
+// free for the next claimant, whose token is higher.
+
+// hold names the two keys of a claimed slot.
+type hold struct {
+	key     string // the queue key
+	created int64  // its CreateRevision
+	slotKey string
+	token   int64 // the claim's revision: the slot key's ModRevision
+}
+
+// claimState is what semState knows of its service's claims. Guarded by
+// semState.mu.
+type claimState struct {
+	started  int64              // the key whose claim started last
+	gaveUp   int64              // the latest key whose acquisition was given up
+	watching int64              // the key whose hold watchHold follows
+	stop     context.CancelFunc // ends that watch
+}
+
+// begin records that the claim of the key created at created starts, unless
+// its acquisition was given up already.
+func (st *semState) begin(created int64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.claims.gaveUp >= created {
+		return false
+	}
+	st.claims.started = created
+	return true
+}
+
+// giveUp records that the acquisition of the key created at created ended
+// without a grant: a claim not yet started never starts, the hold watch of
+// its claim (if any) ends. It reports whether a claim started.
+func (st *semState) giveUp(created int64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.claims.gaveUp = max(st.claims.gaveUp, created)
+	if st.claims.watching == created && st.claims.stop != nil {
+		st.claims.stop()
+		st.claims.stop = nil
+	}
+	return st.claims.started == created
+}
+
+// stopWatch ends the hold watch, if any.
+func (st *semState) stopWatch() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.claims.stop != nil {
+		st.claims.stop()
+		st.claims.stop = nil
+	}
+}
+
+// watchHold has a session helper watch h's two keys, by a watch of the
+// deletions under the prefix: if one of them is deleted alone (not with the
+// other in one transaction, as a release and a lease's end delete them),
+// the lease is checked and, if it lives, the service is told (partLost),
+// which ends the grant with Lost and deletes the other key. So a holder
+// learns of its claim's deletion as soon as the watch delivers it: one
+// watch event and one lease check, bounded by follow's check of a silent
+// watch (a quiet spell, at most 3 s) plus requestTimeout. The watch ends
+// with the first deletion of either key, and with the session.
+func (st *semState) watchHold(svc *service, h hold) {
+	ctx, cancel := context.WithCancel(svc.s.ctx)
+	st.mu.Lock()
+	if st.claims.gaveUp >= h.created {
+		st.mu.Unlock()
+		cancel()
+		return
+	}
+	if st.claims.stop != nil {
+		st.claims.stop()
+	}
+	st.claims.watching, st.claims.stop = h.created, cancel
+	st.mu.Unlock()
+	s := svc.s
+	decide := func(rctx context.Context, queueGone, slotGone bool) error {
+		switch {
+		case !queueGone && !slotGone:
+			return nil
+		case queueGone && slotGone:
+			cancel() // released, or the lease ended: the session tells
+			return nil
+		}
+		tctx, tcancel := context.WithTimeout(rctx, requestTimeout)
+		resp, err := s.cli.TimeToLive(tctx, s.lease)
+		tcancel()
+		switch {
+		case err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound):
+			s.post(s.leaseGone)
+		case err != nil:
+			return err // follow reopens the watch and reads again
+		default:
+			part := "queue key " + h.key
+			if slotGone {
+				part = "slot key " + h.slotKey
+			}
+			s.post(func() { st.partLost(svc, h, part) })
+		}
+		cancel()
+		return nil
+	}
+	s.goHelper(func(context.Context) {
+		defer cancel()
+		s.follow(ctx, follower{key: st.nameArg + "/", opts: []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()},
+			synced: func(rctx context.Context, _ int64) error {
+				resp, err := s.cli.Txn(rctx).Then(clientv3.OpGet(h.key), clientv3.OpGet(h.slotKey)).Commit()
+				if err != nil {
+					return err
+				}
+				q, c := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+				return decide(rctx, len(q) == 0 || q[0].CreateRevision != h.created, len(c) == 0 || c[0].ModRevision != h.token)
+			},
+			changed: func(rctx context.Context, evs []*clientv3.Event) error {
+				// A transaction's events come in one response.
+				queueGone, slotGone := false, false
+				for _, ev := range evs {
+					switch k := string(ev.Kv.Key); {
+					case ev.Type != clientv3.EventTypeDelete:
+					case k == h.key && ev.Kv.ModRevision > h.created:
+						queueGone = true
+					case k == h.slotKey && ev.Kv.ModRevision > h.token:
+						slotGone = true
+					}
+				}
+				return decide(rctx, queueGone, slotGone)
+			},
+		})
+	})
+}
+
+// partLost: one of h's keys was deleted by someone else while the lease
+// lives. The grant, if still h's and not being released, ends with Lost;
+// then h's other key is deleted, which frees the slot. Loop only.
+func (st *semState) partLost(svc *service, h hold, part string) {
+	if svc.ended {
+		return
+	}
+	if g := svc.grant; g != nil && g.created == h.created {
+		if g.releasing > 0 {
+			return // the release deletes what is left
+		}
+		svc.endGrant(g.lost(fmt.Errorf("%s: %s deleted by another client: %w", svc.name, part, primitives.ErrLost)), CauseKeyDeleted)
+	}
+	svc.s.goHelper(func(context.Context) { st.dropHold(svc.s, h) })
+}
+
+// dropHold deletes what is left of h, in one transaction, retrying in the
+// background until it succeeds or the session ends.
+func (st *semState) dropHold(s *Session, h hold) {
+	persist(s, "hold "+h.key, func(ctx context.Context) error {
+		_, err := s.cli.Txn(ctx).Then(
+			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.created)}, []clientv3.Op{clientv3.OpDelete(h.key)}, nil),
+			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(h.slotKey), "=", h.token)}, []clientv3.Op{clientv3.OpDelete(h.slotKey)}, nil),
+		).Commit()
+		return err
+	})
+}
+
+// dropClaim undoes the claim of w's key, whose acquisition ended without a
+// grant (its caller gave up, or the service or its key went): after w's
+// key is deleted, no claim of it can succeed (each requires the key), so
+// the one transaction that deletes the key and reads the slots finds every
+// claim of w that did, and those are deleted. Nothing is done if no claim
+// started.
+func (m semService) dropClaim(w *waiter) {
+	if !m.giveUp(w.created) {
+		return
+	}
+	s := m.s
+	owner := w.key + "@" + fmt.Sprint(w.created)
+	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
+	persist(s, "claim of "+w.key, func(ctx context.Context) error {
+		resp, err := s.cli.Txn(ctx).Then(clientv3.OpTxn([]clientv3.Cmp{mine}, []clientv3.Op{clientv3.OpDelete(w.key)}, nil),
+			clientv3.OpGet(m.slotDir, clientv3.WithPrefix())).Commit()
+		if err != nil {
+			return err
+		}
+		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+			if string(kv.Value) != owner {
+				continue
+			}
+			if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+				Then(clientv3.OpDelete(string(kv.Key))).Commit(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// persist runs f once now (bounded by requestTimeout) and, if it fails, again
+// in the background with backoff until it succeeds or the session or client
+// ends.
+func persist(s *Session, what string, f func(ctx context.Context) error) {
+	once := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		defer context.AfterFunc(s.cli.Ctx(), cancel)()
+		return f(ctx)
+	}
+	if once(s.ctx) == nil || s.ctx.Err() != nil || s.cli.Ctx().Err() != nil {
+		return
+	}
+	s.goHelper(func(ctx context.Context) {
+		backoff := 100 * time.Millisecond
+		for ctx.Err() == nil && s.cli.Ctx().Err() == nil {
+			err := once(ctx)
+			if err == nil {
+				return
+			}
+			s.log.Debug("could not delete an abandoned "+what+"; retrying", zap.Error(err))
+			ctxtime.Sleep(ctx, backoff)
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	})
+}
+
+// Close ends the service as every primitive's Close does and, on a shared
+// session, also deletes the slot key of the hold it ends, so that the slot
+// is free at once (with its own session, the lease takes it).
+func (m semService) Close() error {
+	g, held := m.current()
+	m.stopWatch()
+	err := m.service.Close()
+	if held && !m.owned && m.s.Err() == nil {
+		if slot := m.slotOf(g.created); slot >= 0 {
+			m.dropHold(m.s, hold{key: g.key, created: g.created, slotKey: m.slotDir + fmt.Sprint(slot), token: g.token})
+		}
+	}
+	return err
+}
