@@ -36,10 +36,10 @@ func NewBarrier(cli *clientv3.Client, key string) (barrier.Barrier, error) {
 }
 
 // ctxOr returns what a request made under ctx that failed with err should
-// report: ctx's end if it ended or its deadline passed (see ctxEndErr), err
+// report: ctx's end if it ended or its deadline passed (see ctxtime.Ended), err
 // otherwise.
 func ctxOr(ctx context.Context, err error) error {
-	if e := ctxEndErr(ctx); e != nil {
+	if e := ctxtime.Ended(ctx); e != nil {
 		return e
 	}
 	return err

@@ -7,12 +7,12 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
 )
@@ -130,7 +130,7 @@ func (d *doubleBarrier) begin(ctx context.Context) (context.Context, context.Can
 // when ctx's deadline has passed and etcd's timeout came back first), the
 // party's end, or err.
 func (d *doubleBarrier) fail(ctx context.Context, err error) error {
-	if e := ctxEndErr(ctx); e != nil {
+	if e := ctxtime.Ended(ctx); e != nil {
 		return e
 	}
 	if e := d.Err(); e != nil {
@@ -402,16 +402,3 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 	}
 }
 
-// ctxEndErr returns ctx.Err() if ctx ended, context.DeadlineExceeded if its
-// deadline has passed though its timer has not fired yet (a request that
-// carried the deadline to etcd can fail with etcd's own timeout first), and
-// nil otherwise.
-func ctxEndErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync/atomic"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
@@ -21,86 +20,35 @@ func (m semService) acquireSem(ctx context.Context, try bool) (grant, error) {
 	if err := m.enter(ctx, try); err != nil {
 		return grant{}, err
 	}
-	g, pending, err := m.enqueueSem(ctx, try)
-	if err != nil && !pending {
-		m.leave() // a recorded grant's end frees sem, on the loop
-	}
+	g, err := m.enqueueSem(ctx, try)
 	if err != nil {
-		if e := ctxEndErr(ctx); e != nil {
+		m.leave() // a recorded grant's end frees sem, on the loop
+		if e := ctxtime.Ended(ctx); e != nil {
 			return grant{}, e
 		}
 	}
 	return g, err
 }
 
-// written is the outcome of writing a queue key.
-type written struct {
-	w    *waiter
-	resp *clientv3.TxnResponse
-	err  error
-}
-
-// createSem writes the owner's queue key (see create) on a session helper,
-// with a context that does not end with ctx: a write cut off by ctx's end
-// could still be applied after the delete meant to undo it, and leave its
-// key in the queue for the session's life. If ctx ends first, createSem
-// returns at once with pending set; the helper then waits for the write's
-// outcome (at most requestTimeout more), deletes the key it wrote and only
-// then frees sem.
-func (m semService) createSem(ctx context.Context, conds []clientv3.Cmp, first clientv3.Op) (c written, pending bool) {
-	if err := m.s.ctx.Err(); err != nil {
-		return written{err: m.callErr(ctx, err)}, false
-	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopSession := context.AfterFunc(m.s.ctx, cancel)
-	stopLate := context.AfterFunc(ctx, func() { time.AfterFunc(requestTimeout, cancel) })
-	var state atomic.Int32 // 0: the caller waits; 1: it has the outcome; 2: it gave up
-	out := make(chan written, 1)
-	m.s.goHelper(func(context.Context) {
-		defer cancel()
-		defer stopSession()
-		defer stopLate()
-		w, resp, err := m.create(wctx, m.queueDir, "", conds, first)
-		if state.CompareAndSwap(0, 1) {
-			out <- written{w, resp, err}
-			return
-		}
-		if err == nil && resp != nil {
-			_ = m.s.deleteKey(w.key, w.created)
-		}
-		m.leave()
-	})
-	select {
-	case c := <-out:
-		return c, false
-	case <-ctx.Done():
-		if state.CompareAndSwap(0, 2) {
-			return written{err: ctx.Err()}, true
-		}
-		return <-out, false
-	}
-}
-
 // enqueueSem writes the owner's queue key, if the name's record of N agrees,
 // reading the queue and the slots in the same transaction, and waits for the
-// grant. The read runs before the put: every key it finds is ahead. pending:
-// see createSem.
-func (m semService) enqueueSem(ctx context.Context, try bool) (grant, bool, error) {
+// grant. The read runs before the put: every key it finds is ahead. A write
+// its caller gave up on is settled by create.
+func (m semService) enqueueSem(ctx context.Context, try bool) (grant, error) {
 	agrees := clientv3.Compare(clientv3.Value(m.cfgKey), "=", strconv.Itoa(m.n))
-	c, pending := m.createSem(ctx, []clientv3.Cmp{agrees}, m.readOp())
-	w, resp, err := c.w, c.resp, c.err
+	w, resp, err := m.create(ctx, m.queueDir, "", []clientv3.Cmp{agrees}, m.readOp())
 	if err != nil {
-		return grant{}, pending, err
+		return grant{}, err
 	}
 	if resp == nil {
-		return grant{}, false, fmt.Errorf("%s: %s no longer says %d permits (changed or retired): %w",
+		return grant{}, fmt.Errorf("%s: %s no longer says %d permits (changed or retired): %w",
 			m.name, m.cfgKey, m.n, semaphore.ErrPermitMismatch)
 	}
 	sn := m.snapshotOf(w.created, w.created, resp.Responses[0])
 	count := len(sn.queue)
 	if try && count >= m.n {
 		_ = m.s.deleteKey(w.key, w.created)
-		return grant{}, false, fmt.Errorf("%s: %d owners hold or wait for %d permits: %w", m.name, count, m.n, semaphore.ErrNoPermit)
+		return grant{}, fmt.Errorf("%s: %d owners hold or wait for %d permits: %w", m.name, count, m.n, semaphore.ErrNoPermit)
 	}
 	if count < m.n {
 		// The read ran before the put: add the key the put wrote.
@@ -112,7 +60,7 @@ func (m semService) enqueueSem(ctx context.Context, try bool) (grant, bool, erro
 	if err != nil {
 		m.dropClaim(w)
 	}
-	return g, false, err
+	return g, err
 }
 
 // semEnqueued parks the caller of a new queue key, with count keys ahead of
