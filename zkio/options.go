@@ -25,7 +25,18 @@ var ErrInvalidArgument = fmt.Errorf("zkio: %w", primitives.ErrInvalidArgument)
 // maxPath is the longest path a primitive accepts, in bytes.
 const maxPath = 1024
 
-// Option configures NewSession, NewLock and NewElection.
+// DefaultMaxDataSize is the largest value (a Campaign's or Proclaim's) a
+// session made without WithMaxDataSize takes, in bytes: ZooKeeper's default
+// jute.maxbuffer (1 MiB, the largest request a server accepts; over it the
+// server drops the connection) less 4 KiB for the request's path and
+// framing.
+const DefaultMaxDataSize = 1<<20 - 4<<10
+
+// maxMaxData bounds WithMaxDataSize: the client's send buffer is made that
+// large.
+const maxMaxData = 1 << 30
+
+// Option configures NewSession, NewLock, NewRWLock and NewElection.
 type Option func(*options)
 
 type options struct {
@@ -36,6 +47,8 @@ type options struct {
 	log             *zap.Logger
 	ctx             context.Context
 	cancelOnSuspend bool
+	maxData         int
+	maxDataSet      bool
 }
 
 // WithSessionTimeout sets the ZooKeeper session timeout to ask for (whole
@@ -76,8 +89,20 @@ func WithCancelOnSuspend() Option {
 	return func(o *options) { o.cancelOnSuspend = true }
 }
 
+// WithMaxDataSize sets the largest value, in bytes, that primitives on the
+// session take (a Campaign's or Proclaim's; default DefaultMaxDataSize): a
+// larger one is refused at once with an error wrapping ErrInvalidArgument.
+// For servers whose jute.maxbuffer is not the default 1 MiB: leave 4 KiB of
+// it for the request's path and framing, since a server given a larger
+// request drops the connection (and with it every primitive's on the
+// session is Suspended). Not allowed together with WithSession, whose
+// session already has its limit.
+func WithMaxDataSize(n int) Option {
+	return func(o *options) { o.maxData, o.maxDataSet = n, true }
+}
+
 func buildOptions(opts []Option) (options, error) {
-	o := options{timeout: DefaultSessionTimeout}
+	o := options{timeout: DefaultSessionTimeout, maxData: DefaultMaxDataSize}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("nil Option: %w", ErrInvalidArgument)
@@ -93,6 +118,14 @@ func buildOptions(opts []Option) (options, error) {
 		}
 		if o.session != nil {
 			return o, fmt.Errorf("WithSessionTimeout and WithSession together: the session has its own timeout: %w", ErrInvalidArgument)
+		}
+	}
+	if o.maxDataSet {
+		if o.maxData <= 0 || o.maxData > maxMaxData {
+			return o, fmt.Errorf("max data size %d: must be 1 to %d bytes: %w", o.maxData, maxMaxData, ErrInvalidArgument)
+		}
+		if o.session != nil {
+			return o, fmt.Errorf("WithMaxDataSize and WithSession together: the session has its own limit: %w", ErrInvalidArgument)
 		}
 	}
 	if o.ctx == nil {

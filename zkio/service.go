@@ -163,6 +163,9 @@ func (svc *service) CancelOnSuspend() bool { return svc.cancelOnSuspend }
 // spec.taken if it would wait. A second acquisition of the service waits
 // for the first hold to end.
 func (svc *service) acquire(ctx context.Context, marker, value string, try bool) (*held, error) {
+	if err := svc.s.checkValue("campaign", value); err != nil {
+		return nil, err
+	}
 	if err := svc.live(ctx); err != nil {
 		return nil, err
 	}

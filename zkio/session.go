@@ -29,6 +29,7 @@ type Session struct {
 	log     *zap.Logger
 	asked   time.Duration
 	granted atomic.Int64 // negotiated timeout, ns; 0 until known
+	maxData int          // the largest value primitives take
 
 	mb            *actor.Mailbox[func()]
 	quit          chan struct{} // closed when the loop is told to stop
@@ -79,14 +80,19 @@ func newSession(servers []string, o options) (*Session, error) {
 		wire:     newWire(),
 		log:      o.log,
 		asked:    o.timeout,
+		maxData:  o.maxData,
 		mb:       actor.NewMailbox[func()](),
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 		done:     make(chan struct{}),
 		services: make(map[*service]struct{}),
 	}
+	sendBuffer := zk.WithLogInfo(true) // the default: the client logs what zkLogger learns from
+	if buf := o.maxData + sendSlack; buf > clientSendBuffer {
+		sendBuffer = zk.WithMaxConnBufferSize(buf)
+	}
 	conn, events, err := zk.Connect(servers, o.timeout, zk.WithDialer(s.wire.dial),
-		zk.WithLogger(zkLogger{s}))
+		zk.WithLogger(zkLogger{s}), sendBuffer)
 	if err != nil {
 		return nil, fmt.Errorf("zkio: connect: %w", err)
 	}
@@ -114,6 +120,23 @@ func newSession(servers []string, o options) (*Session, error) {
 	s.connected = true
 	go s.run()
 	return s, nil
+}
+
+// The ZooKeeper client's send buffer holds one request: by default 1.5 MiB,
+// more for a session that takes larger values, with room for the path and
+// framing of the request that carries one.
+const (
+	clientSendBuffer = 1536 << 10
+	sendSlack        = 64 << 10
+)
+
+// checkValue refuses a value larger than the session takes.
+func (s *Session) checkValue(what string, value string) error {
+	if len(value) > s.maxData {
+		return fmt.Errorf("zkio: %s value of %d bytes, more than the %d bytes a znode takes here (WithMaxDataSize): %w",
+			what, len(value), s.maxData, ErrInvalidArgument)
+	}
+	return nil
 }
 
 // SessionID returns ZooKeeper's id of the session, the ephemeralOwner of
