@@ -215,11 +215,11 @@ func (svc *service) acquireSlot(ctx context.Context, marker, value string, try b
 	if err != nil {
 		return nil, err
 	}
-	early := svc.stat(node)
-	if err := svc.wait(ctx, node, try); err != nil {
+	o := &own{node: node, early: svc.stat(node)}
+	if err := svc.wait(ctx, o, try); err != nil {
 		return nil, err
 	}
-	created, err := svc.created(ctx, node, early)
+	created, err := svc.created(ctx, o)
 	if err != nil {
 		return nil, err
 	}
