@@ -3,6 +3,7 @@ package zkio_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -100,4 +101,60 @@ func TestWaiterKeyDeleted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestObserveWatchersBounded: many Observe calls whose contexts end, on an
+// election nobody changes, leave the session's watches and goroutines as
+// they were: each Observe's read adds no watch beside the ones already
+// armed. Not parallel: it counts the process's goroutines.
+func TestObserveWatchersBounded(t *testing.T) {
+	servers := startZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := zkio.NewSession(servers, zkio.WithSessionTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e := closedAtEnd[election.Service](t)(zkio.NewElection(nil, "/observe/watchers", zkio.WithSession(s)))
+	if err := e.Campaign(ctx, "stable"); err != nil {
+		t.Fatal(err)
+	}
+	observe := func() {
+		t.Helper()
+		octx, ocancel := context.WithCancel(ctx)
+		defer ocancel()
+		if l, ok := <-e.Observe(octx); !ok || l.Value != "stable" {
+			t.Fatalf("Observe: %+v, %v", l, ok)
+		}
+	}
+	observe()
+	before, goroutines := zkio.Watchers(s), runtime.NumGoroutine()
+	const calls = 200
+	for range calls {
+		observe()
+	}
+	if after := zkio.Watchers(s); after > before+2 {
+		t.Fatalf("%d watches after %d Observe calls, %d before", after, calls, before)
+	}
+	// The goroutines of ended observations end (they are the loop's
+	// subscriptions); poll for it.
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > goroutines+5; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after %d Observe calls, %d before", runtime.NumGoroutine(), calls, goroutines)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+	// The follower still sees changes.
+	ch := e.Observe(ctx)
+	<-ch
+	if err := e.Proclaim(ctx, "changed"); err != nil {
+		t.Fatal(err)
+	}
+	for l := range ch {
+		if l.Value == "changed" {
+			return
+		}
+	}
+	t.Fatal("Observe closed before the change")
 }
