@@ -70,6 +70,15 @@
 // not put other znodes there. Missing parents of the path are created as
 // persistent znodes (Curator makes containers; either works for both).
 //
+// Names are independent: a primitive on /n never takes the znodes of
+// /n/sub as its own (the persistent znode "sub" is not in /n's queue). So
+// that no name can collide with disco's own znodes, a path is refused, with
+// an error wrapping ErrInvalidArgument (and primitives.ErrInvalidArgument),
+// if a segment of it ends in EpochSuffix (a read/write lock's epoch znode
+// is its path + EpochSuffix) or in a queue marker and digits (it would be
+// taken for a member of its parent's queue); so is /zookeeper and below,
+// and any character ZooKeeper refuses in a path.
+//
 // # Fencing tokens
 //
 // A hold's token is the czxid of its znode, the zxid of the transaction

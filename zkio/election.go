@@ -31,12 +31,18 @@ func leadership(h *held) election.Leadership {
 	return election.Leadership{Key: h.node, Value: h.value, FencingToken: fencing.Token(h.token), LeaseID: h.lease, Created: h.created}
 }
 
+// Campaign and Proclaim refuse a value larger than the session takes
+// (DefaultMaxDataSize, or WithMaxDataSize's) with an error wrapping
+// ErrInvalidArgument, before they send anything.
 func (e *zkElection) Campaign(ctx context.Context, value string) error {
 	_, err := e.acquire(ctx, latchMarker, value, false)
 	return err
 }
 
 func (e *zkElection) Proclaim(ctx context.Context, value string) error {
+	if err := e.s.checkValue("proclaim", value); err != nil {
+		return err
+	}
 	h, err := call(ctx, e.service, func(r actor.Reply[*held]) {
 		switch {
 		case e.isEnded || e.closing:

@@ -9,6 +9,7 @@ import (
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/internal/faultproxy"
+	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
@@ -197,5 +198,62 @@ func TestCancelOnSuspend(t *testing.T) {
 	p.heal()
 	if err := <-done; !errors.Is(err, primitives.ErrSuspended) {
 		t.Fatalf("Do = %v, want ErrSuspended", err)
+	}
+}
+
+// TestLostAtDeadline: a holder cut off from ZooKeeper gets Lost at its
+// Suspended's Deadline (within lostLate), before another client can hold;
+// the deadline counts with the session timeout the server granted (the
+// test server grants at most 20 ticks, 10s, of the 30s asked for by
+// default), never the one asked for.
+func TestLostAtDeadline(t *testing.T) {
+	t.Parallel()
+	const lostLate = 250 * time.Millisecond
+	servers := startZooKeeper(t)
+	p, via := newPartition(t, servers[0])
+	const path = "/fault/deadline"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path))
+	w := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(5*time.Second)))
+	events := h.Subscribe(ctx)
+	g, err := h.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 20 * testserver.ZooKeeperTickTime; g.TTL != want {
+		t.Fatalf("grant's TTL %v, want the %v the server grants", g.TTL, want)
+	}
+	acquiredAt := make(chan time.Time, 1)
+	go func() {
+		_, err := w.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		acquiredAt <- time.Now()
+	}()
+	queued(t, servers, path, 2)
+	cutAt := time.Now()
+	p.cut()
+	defer p.heal()
+	sus := nextOf[primitives.Suspended](t, events, 30*time.Second)
+	lost := nextOf[primitives.Lost](t, events, 30*time.Second)
+	lostAt := time.Now()
+	if sus.Created != g.Created || lost.Created != g.Created {
+		t.Fatalf("Suspended %+v, Lost %+v for grant %+v", sus, lost, g)
+	}
+	if sus.Deadline.After(cutAt.Add(g.TTL)) {
+		t.Fatalf("Suspended's deadline %v is more than the granted %v after the cut at %v", sus.Deadline, g.TTL, cutAt)
+	}
+	if late := lostAt.Sub(sus.Deadline); late > lostLate {
+		t.Fatalf("Lost %v after Suspended's deadline, more than %v", late, lostLate)
+	}
+	select {
+	case at := <-acquiredAt:
+		if !at.After(lostAt) {
+			t.Fatalf("another client held at %v, before the holder was told Lost at %v", at, lostAt)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter never held")
 	}
 }

@@ -119,16 +119,22 @@ func readLeader(conn *zk.Conn, path string, watch bool) (election.Leadership, [2
 }
 
 // followLeader reads who leads whenever the election changes or the loop
-// asks, and hands each read to the loop. Helper.
+// asks, and hands each read to the loop. Only a read after a watch fired
+// (or failed) sets new watches: the client keeps every watch until it
+// fires, so a read the loop asks for leaves the armed ones to report the
+// next change. Helper.
 func (svc *service) followLeader() {
 	ls := &svc.leader
+	var ch [2]<-chan zk.Event
+	armed := false
 	for {
 		n := ls.asked.Load()
-		l, ch, err := readLeader(svc.s.conn, svc.path, true)
+		l, nch, err := readLeader(svc.s.conn, svc.path, !armed)
 		if err != nil {
 			if !retryable(err) && !errors.Is(err, zk.ErrClosing) {
 				svc.s.log.Debug("zkio: read leader: " + err.Error())
 			}
+			armed = false
 			if !svc.s.sleep(retryPause) {
 				return
 			}
@@ -139,10 +145,15 @@ func (svc *service) followLeader() {
 			}
 			continue
 		}
+		if !armed {
+			ch, armed = nch, true
+		}
 		svc.s.post(func() { svc.leaderRead(n, l) })
 		select {
 		case <-ch[0]:
+			armed = false
 		case <-ch[1]:
+			armed = false
 		case <-ls.poke:
 		case <-svc.done:
 			return

@@ -2,12 +2,14 @@ package zkio
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
+
+	"github.com/ahrtr/disco/primitives"
 )
 
 // DefaultSessionTimeout is the session timeout asked for by a session made
@@ -15,14 +17,26 @@ import (
 // 2 and 20 of its ticks); the session always counts with the one granted.
 const DefaultSessionTimeout = 30 * time.Second
 
-// ErrInvalidArgument is wrapped by every constructor error caused by bad
-// input: no servers, a bad path, a bad timeout, clashing options.
-var ErrInvalidArgument = errors.New("zkio: invalid argument")
+// ErrInvalidArgument is wrapped by every error caused by bad input: no
+// servers, a bad path, a bad timeout, clashing options, an oversized value.
+// It wraps primitives.ErrInvalidArgument, so errors.Is matches either.
+var ErrInvalidArgument = fmt.Errorf("zkio: %w", primitives.ErrInvalidArgument)
 
 // maxPath is the longest path a primitive accepts, in bytes.
 const maxPath = 1024
 
-// Option configures NewSession, NewLock and NewElection.
+// DefaultMaxDataSize is the largest value (a Campaign's or Proclaim's) a
+// session made without WithMaxDataSize takes, in bytes: ZooKeeper's default
+// jute.maxbuffer (1 MiB, the largest request a server accepts; over it the
+// server drops the connection) less 4 KiB for the request's path and
+// framing.
+const DefaultMaxDataSize = 1<<20 - 4<<10
+
+// maxMaxData bounds WithMaxDataSize: the client's send buffer is made that
+// large.
+const maxMaxData = 1 << 30
+
+// Option configures NewSession, NewLock, NewRWLock and NewElection.
 type Option func(*options)
 
 type options struct {
@@ -33,6 +47,8 @@ type options struct {
 	log             *zap.Logger
 	ctx             context.Context
 	cancelOnSuspend bool
+	maxData         int
+	maxDataSet      bool
 }
 
 // WithSessionTimeout sets the ZooKeeper session timeout to ask for (whole
@@ -73,8 +89,20 @@ func WithCancelOnSuspend() Option {
 	return func(o *options) { o.cancelOnSuspend = true }
 }
 
+// WithMaxDataSize sets the largest value, in bytes, that primitives on the
+// session take (a Campaign's or Proclaim's; default DefaultMaxDataSize): a
+// larger one is refused at once with an error wrapping ErrInvalidArgument.
+// For servers whose jute.maxbuffer is not the default 1 MiB: leave 4 KiB of
+// it for the request's path and framing, since a server given a larger
+// request drops the connection (and with it every primitive's on the
+// session is Suspended). Not allowed together with WithSession, whose
+// session already has its limit.
+func WithMaxDataSize(n int) Option {
+	return func(o *options) { o.maxData, o.maxDataSet = n, true }
+}
+
 func buildOptions(opts []Option) (options, error) {
-	o := options{timeout: DefaultSessionTimeout}
+	o := options{timeout: DefaultSessionTimeout, maxData: DefaultMaxDataSize}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("nil Option: %w", ErrInvalidArgument)
@@ -92,6 +120,14 @@ func buildOptions(opts []Option) (options, error) {
 			return o, fmt.Errorf("WithSessionTimeout and WithSession together: the session has its own timeout: %w", ErrInvalidArgument)
 		}
 	}
+	if o.maxDataSet {
+		if o.maxData <= 0 || o.maxData > maxMaxData {
+			return o, fmt.Errorf("max data size %d: must be 1 to %d bytes: %w", o.maxData, maxMaxData, ErrInvalidArgument)
+		}
+		if o.session != nil {
+			return o, fmt.Errorf("WithMaxDataSize and WithSession together: the session has its own limit: %w", ErrInvalidArgument)
+		}
+	}
 	if o.ctx == nil {
 		o.ctx = context.Background()
 	}
@@ -102,7 +138,13 @@ func buildOptions(opts []Option) (options, error) {
 }
 
 // cleanPath checks a primitive's path and returns it without a trailing
-// "/" (accepted: "/a/" names the same znode as "/a").
+// "/" (accepted: "/a/" names the same znode as "/a"). It refuses what
+// ZooKeeper refuses (control characters and the other runes it reserves,
+// /zookeeper and below) and the names disco's own znodes take: a segment
+// ending in EpochSuffix (a read/write lock's epoch znode) or in the marker
+// and sequence of a queue member ("lock-", "latch-", "__READ__" or
+// "__WRIT__" and digits), which the primitive on the parent path would
+// take as one of its own.
 func cleanPath(path string) (string, error) {
 	show := path
 	if len(show) > 64 {
@@ -118,16 +160,38 @@ func cleanPath(path string) (string, error) {
 	case path[0] != '/':
 		return "", fmt.Errorf("path %q: must start with /: %w", show, ErrInvalidArgument)
 	}
+	if !utf8.ValidString(path) {
+		return "", fmt.Errorf("path %q: not UTF-8: %w", show, ErrInvalidArgument)
+	}
+	if r := strings.IndexFunc(path, reservedRune); r >= 0 {
+		return "", fmt.Errorf("path %q: character %U at byte %d, which ZooKeeper refuses: %w",
+			show, []rune(path[r:])[0], r, ErrInvalidArgument)
+	}
 	p := strings.TrimSuffix(path, "/")
-	for _, seg := range strings.Split(p[1:], "/") {
+	segs := strings.Split(p[1:], "/")
+	if segs[0] == "zookeeper" {
+		return "", fmt.Errorf("path %q: /zookeeper is ZooKeeper's own: %w", show, ErrInvalidArgument)
+	}
+	for _, seg := range segs {
 		switch {
 		case seg == "":
 			return "", fmt.Errorf("path %q: empty segment: %w", show, ErrInvalidArgument)
 		case seg == "." || seg == "..":
 			return "", fmt.Errorf("path %q: segment %q: %w", show, seg, ErrInvalidArgument)
-		case strings.ContainsRune(seg, 0):
-			return "", fmt.Errorf("path %q: NUL byte: %w", show, ErrInvalidArgument)
+		case strings.HasSuffix(seg, EpochSuffix):
+			return "", fmt.Errorf("path %q: segment %q ends in %q, the name of a read/write lock's epoch znode: %w",
+				show, seg, EpochSuffix, ErrInvalidArgument)
+		case len(queueOf([]string{seg}, lockMarker, latchMarker, readMarker, writeMarker)) > 0:
+			return "", fmt.Errorf("path %q: segment %q is named as a lock, election or read/write lock znode: %w",
+				show, seg, ErrInvalidArgument)
 		}
 	}
 	return p, nil
+}
+
+// reservedRune reports whether ZooKeeper refuses r in a path (NUL, control
+// characters, U+F000 to U+F8FF and U+FFF0 to U+FFFE, as its PathUtils does).
+func reservedRune(r rune) bool {
+	return r <= '\u001f' || (r >= '\u007f' && r <= '\u009f') ||
+		(r >= '\uf000' && r <= '\uf8ff') || (r >= '\ufff0' && r < '\uffff')
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -42,25 +44,38 @@ func TestBadInput(t *testing.T) {
 		{"short timeout", servers, "/ok", []zkio.Option{zkio.WithSessionTimeout(time.Millisecond)}},
 		{"servers and session", servers, "/ok", []zkio.Option{zkio.WithSession(s)}},
 		{"timeout and session", nil, "/ok", []zkio.Option{zkio.WithSession(s), zkio.WithSessionTimeout(time.Second)}},
+		// Paths ZooKeeper refuses.
+		{"control character", servers, "/a/b\x01c", nil},
+		{"invalid UTF-8", servers, "/a/\xff", nil},
+		{"reserved rune", servers, "/a/\ufff5", nil},
+		{"ZooKeeper's own", servers, "/zookeeper", nil},
+		{"below ZooKeeper's own", servers, "/zookeeper/quota/x", nil},
+		// Names disco's own znodes take.
+		{"an epoch znode", servers, "/ok.epoch", nil},
+		{"below an epoch znode", servers, "/a/ok.epoch/b", nil},
+		{"a lock's znode", servers, "/a/_c_0f-lock-0000000001", nil},
+		{"below a latch's znode", servers, "/a/x-latch-0000000002/b", nil},
+		{"a reader's znode", servers, "/a/__READ__0000000003", nil},
+		{"a writer's znode", servers, "/a/__WRIT__0000000004", nil},
 	}
 	for _, c := range cases {
 		_, lerr := zkio.NewLock(c.servers, c.path, c.opts...)
 		_, eerr := zkio.NewElection(c.servers, c.path, c.opts...)
 		_, rwerr := zkio.NewRWLock(c.servers, c.path, c.opts...)
 		for _, err := range []error{lerr, eerr, rwerr} {
-			if !errors.Is(err, zkio.ErrInvalidArgument) {
-				t.Errorf("%s: %v, want ErrInvalidArgument", c.name, err)
+			if !errors.Is(err, zkio.ErrInvalidArgument) || !errors.Is(err, primitives.ErrInvalidArgument) {
+				t.Errorf("%s: %v, want zkio.ErrInvalidArgument and primitives.ErrInvalidArgument", c.name, err)
 			}
 			if err != nil && len(err.Error()) > 200 {
 				t.Errorf("%s: error of %d bytes", c.name, len(err.Error()))
 			}
 		}
 	}
-	if _, err := zkio.NewSession(nil); !errors.Is(err, zkio.ErrInvalidArgument) {
+	if _, err := zkio.NewSession(nil); !errors.Is(err, zkio.ErrInvalidArgument) || !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Errorf("NewSession without servers: %v", err)
 	}
 	admin := adminConn(t, servers)
-	for _, p := range []string{"/ok", "/a", "/b", long[:100]} {
+	for _, p := range []string{"/ok", "/a", "/b", long[:100], "/ok.epoch", "/zookeeper/quota/x"} {
 		if exists, _, err := admin.Exists(p); err != nil || exists {
 			t.Errorf("bad input left %s in ZooKeeper (%v)", p, err)
 		}
@@ -108,5 +123,24 @@ func TestUnreachable(t *testing.T) {
 	_, err = zkio.NewLock([]string{fmt.Sprintf("127.0.0.1:%d", port)}, "/unreachable", zkio.WithContext(ctx))
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
 		t.Fatalf("NewLock with no server: %v after %v, want DeadlineExceeded soon", err, time.Since(start))
+	}
+}
+
+// TestSuperviseBadPath: lock.Supervise given a zkio lock on a bad path
+// returns the construction's error at once, rather than retrying until its
+// context ends.
+func TestSuperviseBadPath(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	for _, path := range []string{"relative", "/a/b\x01c", "/x.epoch"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		err := lock.Supervise(ctx, func(ctx context.Context) (lock.Service, error) {
+			return zkio.NewLock(servers, path, zkio.WithSessionTimeout(5*time.Second), zkio.WithContext(ctx))
+		}, func(context.Context, lock.Grant) error { return nil })
+		cancel()
+		if !errors.Is(err, primitives.ErrInvalidArgument) || time.Since(start) > 2*time.Second {
+			t.Errorf("Supervise on %q: %v after %v, want ErrInvalidArgument at once", path, err, time.Since(start))
+		}
 	}
 }

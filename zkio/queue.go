@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/google/uuid"
+
+	"github.com/ahrtr/disco/primitives"
 )
 
 // Znode layout, as Apache Curator's recipes name their znodes with
@@ -136,13 +138,14 @@ func (svc *service) create(ctx context.Context, marker string, data []byte) (str
 	return node, nil
 }
 
-// stat asks for the znode's creation zxid at once, on its own goroutine, so
-// that the request travels with the queue's first listing (one round trip
-// for both); the answer waits on the returned channel.
+// stat asks for the znode's creation zxid, and sets a watch on it, at once,
+// on its own goroutine, so that the request travels with the queue's first
+// listing (one round trip for both); the answer waits on the returned
+// channel.
 func (svc *service) stat(node string) <-chan statResult {
 	ch := make(chan statResult, 1)
 	go func() {
-		ok, st, err := svc.s.conn.Exists(node)
+		ok, st, watch, err := svc.s.conn.ExistsW(node)
 		if err == nil && !ok {
 			err = zk.ErrNoNode
 		}
@@ -150,34 +153,56 @@ func (svc *service) stat(node string) <-chan statResult {
 		if st != nil {
 			czxid = st.Czxid
 		}
-		ch <- statResult{czxid, err}
+		ch <- statResult{czxid, watch, err}
 	}()
 	return ch
 }
 
 type statResult struct {
 	czxid int64
+	watch <-chan zk.Event // fires when the znode is deleted (or changed)
 	err   error
+}
+
+// own is an acquisition's knowledge of its own znode: the answer of its
+// early stat, once received.
+type own struct {
+	node  string
+	early <-chan statResult
+	r     statResult
+	got   bool
+}
+
+func (o *own) result() statResult {
+	if !o.got {
+		o.r, o.got = <-o.early, true
+	}
+	return o.r
+}
+
+// lostOwn is the error of an acquisition whose znode someone else deleted.
+func lostOwn(node string) error {
+	return fmt.Errorf("zkio: %s deleted by someone else before it held: %w", node, primitives.ErrLost)
 }
 
 // created returns the znode's creation zxid from the early stat, asking
 // again while the connection is down. On failure the znode is withdrawn.
-func (svc *service) created(ctx context.Context, node string, early <-chan statResult) (int64, error) {
-	r := <-early
+func (svc *service) created(ctx context.Context, o *own) (int64, error) {
+	r := o.result()
 	for retryable(r.err) && svc.pauseRetry(ctx) {
-		r = <-svc.stat(node)
+		r = <-svc.stat(o.node)
 	}
 	switch {
 	case r.err == nil:
 		return r.czxid, nil
 	case errors.Is(r.err, zk.ErrNoNode):
-		return 0, fmt.Errorf("zkio: %s deleted as it was created", node)
+		return 0, lostOwn(o.node)
 	}
-	svc.withdraw(node)
+	svc.withdraw(o.node)
 	if retryable(r.err) {
 		return 0, svc.cause(ctx)
 	}
-	return 0, fmt.Errorf("zkio: read %s: %w", node, r.err)
+	return 0, fmt.Errorf("zkio: read %s: %w", o.node, r.err)
 }
 
 // findGUID returns the znode of the queue whose name carries guid, or "".
@@ -251,15 +276,19 @@ func (svc *service) withdraw(node string) {
 }
 
 // wait queues the znode and returns once it holds (see blocker); with try,
-// it returns taken at once if it does not. On any failure the znode is
-// withdrawn.
-func (svc *service) wait(ctx context.Context, node string, try bool) error {
+// it returns taken at once if it does not. While it waits it watches the
+// znode ahead and its own: if its own is deleted, it fails at once with an
+// error wrapping ErrLost. On any failure the znode is withdrawn.
+func (svc *service) wait(ctx context.Context, o *own, try bool) error {
 	conn := svc.s.conn
+	node := o.node
 	base := node[strings.LastIndex(node, "/")+1:]
 	fail := func(err error) error {
 		svc.withdraw(node)
 		return err
 	}
+	var mine <-chan zk.Event // a watch on node
+	usedEarly := false
 	for {
 		if err := svc.live(ctx); err != nil {
 			return fail(err)
@@ -274,7 +303,7 @@ func (svc *service) wait(ctx context.Context, node string, try bool) error {
 		q := queueOf(children, svc.spec.markers...)
 		i := slices.IndexFunc(q, func(m member) bool { return m.name == base })
 		if i < 0 {
-			return fmt.Errorf("zkio: %s deleted while it waited", node)
+			return lostOwn(node)
 		}
 		j := blocker(q, i)
 		switch {
@@ -282,6 +311,27 @@ func (svc *service) wait(ctx context.Context, node string, try bool) error {
 			return nil
 		case try:
 			return fail(svc.spec.taken)
+		}
+		if mine == nil {
+			// The early stat's watch, unless it failed or was used; then
+			// a new one, whose answer also serves created.
+			r := o.result()
+			if usedEarly || (r.err != nil && !errors.Is(r.err, zk.ErrNoNode)) {
+				if r = <-svc.stat(node); r.err == nil {
+					o.r = r
+				}
+			}
+			usedEarly = true
+			switch {
+			case r.err == nil:
+				mine = r.watch
+			case errors.Is(r.err, zk.ErrNoNode):
+				return lostOwn(node)
+			case retryable(r.err) && svc.pauseRetry(ctx):
+				continue
+			default:
+				return fail(fmt.Errorf("zkio: watch %s: %w", node, errors.Join(r.err, svc.cause(ctx))))
+			}
 		}
 		ahead := svc.path + "/" + q[j].name
 		exists, _, ch, err := conn.ExistsW(ahead)
@@ -296,6 +346,11 @@ func (svc *service) wait(ctx context.Context, node string, try bool) error {
 		}
 		select {
 		case <-ch:
+		case ev := <-mine:
+			if ev.Type == zk.EventNodeDeleted {
+				return lostOwn(node)
+			}
+			mine = nil // changed, or no longer watched: look again
 		case <-ctx.Done():
 			return fail(ctx.Err())
 		case <-svc.ended:

@@ -161,8 +161,33 @@ func (svc *service) CancelOnSuspend() bool { return svc.cancelOnSuspend }
 // acquire queues a new znode carrying marker, with value as its data, and
 // returns the hold once it holds; with try, it fails at once with
 // spec.taken if it would wait. A second acquisition of the service waits
-// for the first hold to end.
+// for the first hold to end. If ctx has ended (or its deadline passed) when
+// it fails, its error is ctx.Err() or wraps it, whatever else it wraps.
 func (svc *service) acquire(ctx context.Context, marker, value string, try bool) (*held, error) {
+	h, err := svc.acquireOnce(ctx, marker, value, try)
+	if err != nil {
+		err = ctxFirst(ctx, err)
+	}
+	return h, err
+}
+
+// ctxFirst returns err, made to wrap ctx.Err() too if ctx has ended or its
+// deadline has passed.
+func ctxFirst(ctx context.Context, err error) error {
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		<-ctx.Done() // due now
+	}
+	cerr := ctx.Err()
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", cerr, err)
+}
+
+func (svc *service) acquireOnce(ctx context.Context, marker, value string, try bool) (*held, error) {
+	if err := svc.s.checkValue("campaign", value); err != nil {
+		return nil, err
+	}
 	if err := svc.live(ctx); err != nil {
 		return nil, err
 	}
@@ -201,7 +226,7 @@ func (svc *service) acquire(ctx context.Context, marker, value string, try bool)
 		<-svc.slot
 		// A request cut short by the session's end says so.
 		if e := svc.Err(); e != nil && !errors.Is(err, primitives.ErrLost) && !errors.Is(err, primitives.ErrClosed) {
-			err = fmt.Errorf("%w (%v)", e, err)
+			err = fmt.Errorf("%w (%w)", e, err)
 		}
 	}
 	return h, err
@@ -212,11 +237,11 @@ func (svc *service) acquireSlot(ctx context.Context, marker, value string, try b
 	if err != nil {
 		return nil, err
 	}
-	early := svc.stat(node)
-	if err := svc.wait(ctx, node, try); err != nil {
+	o := &own{node: node, early: svc.stat(node)}
+	if err := svc.wait(ctx, o, try); err != nil {
 		return nil, err
 	}
-	created, err := svc.created(ctx, node, early)
+	created, err := svc.created(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ type Session struct {
 	log     *zap.Logger
 	asked   time.Duration
 	granted atomic.Int64 // negotiated timeout, ns; 0 until known
+	maxData int          // the largest value primitives take
 
 	mb            *actor.Mailbox[func()]
 	quit          chan struct{} // closed when the loop is told to stop
@@ -46,6 +47,7 @@ type Session struct {
 	connected bool
 	suspended bool
 	ended     bool
+	wake      time.Time       // when the loop checks the session next
 	pausing   <-chan struct{} // test hook: freeze the loop until closed
 }
 
@@ -78,14 +80,19 @@ func newSession(servers []string, o options) (*Session, error) {
 		wire:     newWire(),
 		log:      o.log,
 		asked:    o.timeout,
+		maxData:  o.maxData,
 		mb:       actor.NewMailbox[func()](),
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 		done:     make(chan struct{}),
 		services: make(map[*service]struct{}),
 	}
+	sendBuffer := zk.WithLogInfo(true) // the default: the client logs what zkLogger learns from
+	if buf := o.maxData + sendSlack; buf > clientSendBuffer {
+		sendBuffer = zk.WithMaxConnBufferSize(buf)
+	}
 	conn, events, err := zk.Connect(servers, o.timeout, zk.WithDialer(s.wire.dial),
-		zk.WithLogger(zkLogger{s}))
+		zk.WithLogger(zkLogger{s}), sendBuffer)
 	if err != nil {
 		return nil, fmt.Errorf("zkio: connect: %w", err)
 	}
@@ -113,6 +120,23 @@ func newSession(servers []string, o options) (*Session, error) {
 	s.connected = true
 	go s.run()
 	return s, nil
+}
+
+// The ZooKeeper client's send buffer holds one request: by default 1.5 MiB,
+// more for a session that takes larger values, with room for the path and
+// framing of the request that carries one.
+const (
+	clientSendBuffer = 1536 << 10
+	sendSlack        = 64 << 10
+)
+
+// checkValue refuses a value larger than the session takes.
+func (s *Session) checkValue(what string, value string) error {
+	if len(value) > s.maxData {
+		return fmt.Errorf("zkio: %s value of %d bytes, more than the %d bytes a znode takes here (WithMaxDataSize): %w",
+			what, len(value), s.maxData, ErrInvalidArgument)
+	}
+	return nil
 }
 
 // SessionID returns ZooKeeper's id of the session, the ephemeralOwner of
@@ -184,14 +208,20 @@ func (s *Session) helper(f func()) {
 
 // run is the session's event loop. Its entry points are the functions
 // posted to its mailbox (by callers and helpers), the client's session
-// events, and a ticker that checks how long ago the server heard from the
-// session.
+// events, and a timer that wakes it when the session must next be checked
+// (see check): at its deadline, at the point it counts as quiet, and at
+// least every tenth of its timeout.
 func (s *Session) run() {
 	defer close(s.stopped)
-	tick := time.NewTicker(max(s.asked/10, 10*time.Millisecond))
-	defer tick.Stop()
+	wake := time.NewTimer(0)
+	defer wake.Stop()
+	var armed time.Time
 	var batch []func()
 	for !s.ended {
+		if !s.wake.Equal(armed) {
+			armed = s.wake
+			wake.Reset(time.Until(armed))
+		}
 		select {
 		case <-s.mb.Ready():
 			batch = s.mb.Drain(batch[:0])
@@ -207,7 +237,8 @@ func (s *Session) run() {
 				break
 			}
 			s.sessionEvent(ev)
-		case <-tick.C:
+		case <-wake.C:
+			armed = time.Time{}
 			s.check()
 		}
 	}
@@ -242,7 +273,10 @@ func (s *Session) sessionEvent(ev zk.Event) {
 }
 
 // check ends the session once the server may have expired it, and
-// suspends or resumes its holders. Loop only.
+// suspends or resumes its holders; it sets when the loop checks next: at
+// the deadline, at the point the session counts as quiet (if not
+// suspended), and no later than a tenth of its timeout from now (to see a
+// quiet session heard from again). Loop only.
 func (s *Session) check() {
 	if s.ended {
 		return
@@ -256,7 +290,8 @@ func (s *Session) check() {
 			s.conn.SessionID(), heard.Format(time.RFC3339Nano), timeout, primitives.ErrLost))
 		return
 	}
-	quiet := now.Sub(heard) > timeout/2
+	quietAt := heard.Add(timeout / 2)
+	quiet := now.After(quietAt)
 	switch {
 	case !s.suspended && (!s.connected || quiet):
 		s.suspended = true
@@ -268,6 +303,13 @@ func (s *Session) check() {
 		for svc := range s.services {
 			svc.resume()
 		}
+	}
+	s.wake = now.Add(max(timeout/10, 10*time.Millisecond))
+	if deadline.Before(s.wake) {
+		s.wake = deadline
+	}
+	if !s.suspended && quietAt.After(now) && quietAt.Before(s.wake) {
+		s.wake = quietAt
 	}
 }
 
