@@ -1,8 +1,9 @@
 package zkio_test
 
 import (
-	"context"
 	"errors"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,13 +42,19 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 		}
 		return s.(*zkio.Session)
 	}
+	var links sync.Map // *zkio.Session -> *partition: its link to the server
+	var names sync.Map // service -> the name it was made with
+	// owner returns a new session for one owner, connected through a
+	// partition of its own (PauseRenewal cuts it), closed when t ends.
 	owner := func(t *testing.T) *zkio.Session {
 		t.Helper()
-		s, err := zkio.NewSession(servers, zkio.WithSessionTimeout(conformanceTimeout))
+		link, addr := newPartition(t, servers[0])
+		s, err := zkio.NewSession([]string{addr}, zkio.WithSessionTimeout(conformanceTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
+		links.Store(s, link)
 		return s
 	}
 	path := func(name string) string { return "/conformance/" + name }
@@ -58,6 +65,7 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 			s := owner(t)
 			l := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path(name), zkio.WithSession(s)))
 			sessions.Store(l, s)
+			names.Store(l, name)
 			return l
 		},
 		NewRWLock: func(t *testing.T, name string) rwlock.Service {
@@ -89,7 +97,81 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 				t.Fatal(err)
 			}
 		},
+		PauseRenewal: func(t *testing.T, svc any) func() {
+			t.Helper()
+			v, _ := links.Load(session(t, svc))
+			link := v.(*partition)
+			link.cut()
+			var once sync.Once
+			return func() { once.Do(link.heal) }
+		},
+		NewLockSharing: func(t *testing.T, name string, with lock.Service) lock.Service {
+			t.Helper()
+			s := session(t, with)
+			l := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path(name), zkio.WithSession(s)))
+			sessions.Store(l, s)
+			names.Store(l, name)
+			return l
+		},
+		LayoutKeys: func(t *testing.T, name string) []string {
+			t.Helper()
+			kids, _, err := admin.Children(path(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := make([]string, len(kids))
+			for i, k := range kids {
+				keys[i] = path(name) + "/" + k
+			}
+			return keys
+		},
+		DeleteWaiter: func(t *testing.T, svc any) {
+			t.Helper()
+			name, ok := names.Load(svc)
+			if !ok {
+				t.Fatalf("DeleteWaiter given a service the factory did not make: %T", svc)
+			}
+			// The waiter's znode is the one its session owns.
+			id, dir := session(t, svc).SessionID(), path(name.(string))
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				kids, _, err := admin.Children(dir)
+				if err != nil && !errors.Is(err, zk.ErrNoNode) {
+					t.Fatal(err)
+				}
+				for _, k := range kids {
+					if _, st, err := admin.Get(dir + "/" + k); err == nil && st.EphemeralOwner == id {
+						if err := admin.Delete(dir+"/"+k, -1); err != nil {
+							t.Fatal(err)
+						}
+						return
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter's znode never appeared")
+				}
+				time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+			}
+		},
+		Construct: func(t *testing.T, kind, name string) (io.Closer, error) {
+			t.Helper()
+			var c io.Closer
+			var err error
+			switch kind {
+			case "lock":
+				c, err = zkio.NewLock(servers, name)
+			case "rwlock":
+				c, err = zkio.NewRWLock(servers, name)
+			case "election":
+				c, err = zkio.NewElection(servers, name)
+			default:
+				t.Fatalf("Construct: unknown kind %q", kind)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		},
+		BadNames: []string{"/", "relative", "/a//b", "/a/\x01", "/zookeeper", "/x.epoch", "/a/__READ__0000000003", "/" + strings.Repeat("x", 2000)},
 	}
 }
-
-var _ = context.Background

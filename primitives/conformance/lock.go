@@ -45,7 +45,8 @@ import (
 //     then Lost no later than LostLate after Suspended.Deadline; a
 //     successor holds only after that deadline.
 //   - GrantWhileSuspended: a hold granted on a suspended session is
-//     followed by Suspended.
+//     followed by Suspended (or, not granted before the deadline, the Lock
+//     fails with ErrLost).
 //   - LayoutKeyDeleted: deleting any one key of the layout keeps exclusion,
 //     or the holder is told Lost within half a TTL and the successor's
 //     token is higher.
