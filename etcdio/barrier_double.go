@@ -401,4 +401,3 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 		}
 	}
 }
-

@@ -160,6 +160,7 @@ func etcdBackend(t *testing.T) conformance.Backend {
 			}
 			return c, nil
 		},
+		MaxValue: etcdio.DefaultMaxValueSize,
 		BadNames: []string{"/", strings.Repeat("x", 2048)},
 	}
 }

@@ -34,7 +34,20 @@ func NewElection(cli *clientv3.Client, prefix string, opts ...Option) (election.
 	return electionService{svc}, nil
 }
 
+// checkValue refuses a value larger than the service accepts, before
+// anything is sent.
+func (e electionService) checkValue(what, value string) error {
+	if len(value) > e.maxValue {
+		return fmt.Errorf("%s: %s: value of %d bytes, more than the %d accepted (WithMaxValueSize): %w",
+			e.name, what, len(value), e.maxValue, ErrInvalidArgument)
+	}
+	return nil
+}
+
 func (e electionService) Campaign(ctx context.Context, value string) error {
+	if err := e.checkValue("campaign", value); err != nil {
+		return err
+	}
 	if err := e.enter(ctx, false); err != nil {
 		return err
 	}
@@ -123,6 +136,9 @@ func leadership(kv *mvccpb.KeyValue) election.Leadership {
 }
 
 func (e electionService) Proclaim(ctx context.Context, value string) error {
+	if err := e.checkValue("proclaim", value); err != nil {
+		return err
+	}
 	c, err := e.withGrant(ctx, nil, func(*grant) {})
 	if err != nil {
 		return err

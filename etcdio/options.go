@@ -37,6 +37,22 @@ type options struct {
 	suspendAfter    float64 // part of the TTL without an acknowledgement
 	suspendSet      bool
 	metrics         *Metrics
+	maxValue        int
+	maxValueSet     bool
+}
+
+// DefaultMaxValueSize is the largest election value (Campaign, Proclaim) a
+// primitive accepts without WithMaxValueSize: etcd refuses a request over
+// its --max-request-bytes (1.5 MiB by default), and a value must fit in one
+// with its key.
+const DefaultMaxValueSize = 1 << 20
+
+// WithMaxValueSize sets the largest election value, in bytes, that Campaign
+// and Proclaim accept, for a cluster whose --max-request-bytes is other
+// than etcd's default. A larger value is refused before it is sent, with an
+// error wrapping primitives.ErrInvalidArgument.
+func WithMaxValueSize(n int) Option {
+	return func(o *options) { o.maxValue, o.maxValueSet = n, true }
 }
 
 // WithTTL sets the lease's time to live: whole seconds, at least one. After
@@ -87,7 +103,7 @@ func WithSuspendAfter(part float64) Option {
 }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{ttl: DefaultTTL, suspendAfter: 0.5}
+	o := options{ttl: DefaultTTL, suspendAfter: 0.5, maxValue: DefaultMaxValueSize}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("nil Option: %w", ErrInvalidArgument)
@@ -110,6 +126,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.suspendSet && o.session != nil {
 		return o, fmt.Errorf("WithSuspendAfter and WithSession together: the session has its own: %w", ErrInvalidArgument)
+	}
+	if o.maxValueSet && o.maxValue < 1 {
+		return o, fmt.Errorf("WithMaxValueSize(%d): must be at least 1: %w", o.maxValue, ErrInvalidArgument)
 	}
 	if o.ctx == nil {
 		o.ctx = context.Background()

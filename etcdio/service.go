@@ -54,6 +54,7 @@ type service struct {
 	name            string // "lock /pfx", for errors
 	prefix          string // the caller's prefix + "/"
 	cancelOnSuspend bool
+	maxValue        int // the largest election value accepted
 	metrics         *Metrics
 	events          *actor.Fanout[primitives.Event]
 	done            chan struct{}
@@ -100,6 +101,7 @@ func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*
 		name:            sp.kind + " " + prefix,
 		prefix:          prefix + "/",
 		cancelOnSuspend: o.cancelOnSuspend,
+		maxValue:        o.maxValue,
 		events:          actor.NewFanout(primitives.Coalescable),
 		done:            make(chan struct{}),
 		sem:             make(chan struct{}, 1),

@@ -172,6 +172,7 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 			}
 			return c, nil
 		},
+		MaxValue: zkio.DefaultMaxDataSize,
 		BadNames: []string{"/", "relative", "/a//b", "/a/\x01", "/zookeeper", "/x.epoch", "/a/__READ__0000000003", "/" + strings.Repeat("x", 2000)},
 	}
 }

@@ -90,6 +90,10 @@ type Backend struct {
 	// (no mapping), and returns the constructor's result. The suite gives
 	// it bad names only.
 	Construct func(t *testing.T, kind, name string) (io.Closer, error)
+	// MaxValue is the largest election value (Campaign, Proclaim) the
+	// factories' services accept; the suite checks that one byte more is
+	// refused.
+	MaxValue int
 	// BadNames lists names this backend refuses beyond those every backend
 	// refuses (the empty name): names it reserves for its own keys, names
 	// its store cannot hold.
@@ -155,6 +159,9 @@ func (b Backend) check(t *testing.T) {
 	}
 	if b.Construct == nil {
 		missing = append(missing, "Construct")
+	}
+	if b.MaxValue <= 0 {
+		missing = append(missing, "MaxValue")
 	}
 	if len(missing) > 0 {
 		t.Fatalf("conformance: backend %q lacks %v", b.Name, missing)

@@ -48,6 +48,8 @@ import (
 //     leader sees Lost when it resumes.
 //   - ResignTerm: ends only the term it names by Created.
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
+//   - OversizedValue: a value over Backend.MaxValue is refused at once with
+//     ErrInvalidArgument; nothing is written.
 func TestElection(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)
@@ -67,6 +69,7 @@ func TestElection(t *testing.T, b Backend) {
 	law(t, "PausedLeaderIsFenced", func(t *testing.T) { electPause(t, b) })
 	law(t, "ResignTerm", func(t *testing.T) { electResignTerm(t, b) })
 	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "election") })
+	law(t, "OversizedValue", func(t *testing.T) { electOversizedValue(t, b) })
 }
 
 // mustCampaign campaigns and returns the term, checked against Term.

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
@@ -269,4 +271,30 @@ func badNames(t *testing.T, b Backend, kinds ...string) {
 			}
 		}
 	}
+}
+
+// electOversizedValue: a value one byte over the backend's limit is
+// refused by Campaign and Proclaim at once, with an error wrapping
+// primitives.ErrInvalidArgument; nothing is written, the candidate stays
+// usable, and a leader keeps its value.
+func electOversizedValue(t *testing.T, b Backend) {
+	e := b.NewElection(t, name(t))
+	ctx := b.ctx(t)
+	big := strings.Repeat("v", b.MaxValue+1)
+	start := time.Now()
+	errIs(t, e.Campaign(ctx, big), primitives.ErrInvalidArgument, "Campaign with an oversized value")
+	if d := time.Since(start); d > b.prompt() {
+		t.Fatalf("Campaign with an oversized value refused after %v, want at once", d)
+	}
+	wantAlive(t, e, "after an oversized Campaign")
+	_, err := e.Leader(ctx)
+	errIs(t, err, election.ErrNoLeader, "Leader after an oversized Campaign")
+	ok(t, e.Campaign(ctx, "small"), "Campaign")
+	errIs(t, e.Proclaim(ctx, big), primitives.ErrInvalidArgument, "Proclaim with an oversized value")
+	l, err := e.Leader(ctx)
+	ok(t, err, "Leader")
+	if l.Value != "small" {
+		t.Fatalf("leader's value %q after a refused Proclaim, want %q", l.Value, "small")
+	}
+	ok(t, e.Resign(ctx), "Resign")
 }
