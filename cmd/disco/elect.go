@@ -25,7 +25,8 @@ key's creation revision) and FENCING_SCOPE (NAME) in its environment; when CMD
 exits, resign and exit with CMD's status. If leadership is lost while CMD
 runs, CMD's process group gets SIGTERM, then SIGKILL after --grace, and disco
 exits with status 3. Signals and process groups are handled as by 'disco
-lock'.
+lock': no process of CMD's group outlives the term (disco resigns only once
+none runs), except one that left the group (setsid).
 
 Without CMD: print each term won (token, key) and campaign again after a
 loss, until interrupted; then resign.

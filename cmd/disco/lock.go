@@ -25,9 +25,14 @@ was deleted), CMD's process group gets SIGTERM, then SIGKILL after --grace,
 and disco exits with status 3. SIGINT and SIGTERM sent to disco are passed
 on to CMD; before CMD starts they end the wait (status 128+signal).
 
-CMD runs in a process group of its own, so that a loss stops its children
-too (it is then not in the terminal's foreground group: it should not read
-the terminal). If disco itself is killed, CMD gets SIGKILL.
+CMD runs in a process group of its own (it is then not in the terminal's
+foreground group: it should not read the terminal), and no process of that
+group outlives the hold: when CMD exits, whatever it left running in its
+group gets SIGKILL, and disco releases the lock only once none of it runs.
+If disco itself dies, even of SIGKILL, a watcher process (disco itself,
+started beside CMD) kills the group. A process that leaves the group
+(setsid, a daemon that detaches) escapes this and runs on without the hold.
+Linux only.
 
 The lock excludes disco's library (etcdio.NewLock), etcd's concurrency.Mutex
 and 'etcdctl lock' on the same NAME.`,
