@@ -41,6 +41,9 @@ and 'etcdctl lock' on the same NAME.`,
 			if err := needDash(cmd, 1); err != nil {
 				return err
 			}
+			if err := checkName(a[0]); err != nil {
+				return err
+			}
 			return runLock(cmd.Context(), g, a[0], a[1:], grace)
 		}),
 	}
@@ -73,6 +76,7 @@ func runLock(ctx context.Context, g *globals, name string, argv []string, grace 
 		return orInterrupted(sup, "etcd", err)
 	}
 	defer l.Close()
+	g.logPrefix("lock", name)
 	g.logf("waiting for lock %s", name)
 	err = lock.Do(waitCtx, l, func(ctx context.Context, gr lock.Grant) error {
 		g.logf("locked %s: token %v, key %s; running %s", name, gr.FencingToken, gr.Key, argv[0])

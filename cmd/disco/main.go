@@ -14,6 +14,9 @@
 // process (disco re-executed) kills it should disco die, even of SIGKILL.
 // A process that leaves the group (setsid) escapes. disco runs on Linux
 // only (it reads /proc and uses Linux's death signal).
+//
+// A NAME starts with "/" and does not end with "/"; disco refuses others
+// (status 2). The keys of a name nested under NAME are not NAME's.
 package main
 
 import "os"
