@@ -109,15 +109,12 @@ func (s *supervisor) interrupted(what string) error {
 // run runs CMD with the token in its environment until it exits, or until
 // ctx ends (the hold was lost): then CMD's process group gets SIGTERM, and
 // SIGKILL once CMD exits or the grace period passes, whichever is first.
-// It returns nil if CMD exited with status 0, else a childExit or an
+// However CMD ended, run returns only once no process of CMD's group runs
+// (what is left gets SIGKILL), so that none outlives the hold; should disco
+// die first, its watcher kills the group. It returns nil if CMD exited with status 0, else a childExit or an
 // exitError saying why CMD could not run.
 func (s *supervisor) run(ctx context.Context, scope string, token fencing.Token) error {
-	cmd := exec.Command(s.argv[0], s.argv[1:]...)
-	cmd.Env = append(os.Environ(), envToken+"="+token.String(), envScope+"="+scope)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.stdin, s.stdout, s.stderr
-	// Its own process group, so that a loss stops CMD's children too; and
-	// killed if disco dies, since nothing would stop it at a loss then.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	env := append(os.Environ(), envToken+"="+token.String(), envScope+"="+scope)
 	s.mu.Lock()
 	if s.sig != 0 {
 		s.mu.Unlock()
@@ -128,21 +125,18 @@ func (s *supervisor) run(ctx context.Context, scope string, token fencing.Token)
 		s.mu.Unlock()
 		return context.Cause(ctx)
 	}
-	if err := cmd.Start(); err != nil {
+	// Its own process group, so that disco can stop CMD's children too.
+	grp, err := startGroup(s.argv, env, s.stdin, s.stdout, s.stderr)
+	if err != nil {
 		s.finished = true
 		s.mu.Unlock()
-		code := exitNoExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = exitNotFound
-		}
-		return &exitError{code: code, err: err}
+		return err
 	}
-	s.pgid = cmd.Process.Pid
+	s.pgid = grp.pgid
 	s.mu.Unlock()
 
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var err error
+	go func() { exited <- grp.cmd.Wait() }()
 	select {
 	case err = <-exited:
 	case <-ctx.Done():
@@ -151,21 +145,19 @@ func (s *supervisor) run(ctx context.Context, scope string, token fencing.Token)
 		s.mu.Unlock()
 		fmt.Fprintf(s.stderr, "disco: %s lost: %v\ndisco: sending SIGTERM to %s (SIGKILL after %v)\n",
 			s.what, context.Cause(ctx), s.argv[0], s.grace)
-		_ = syscall.Kill(-s.pgid, syscall.SIGTERM)
+		grp.signal(syscall.SIGTERM)
 		grace := time.NewTimer(s.grace)
-		waited := false
 		select {
 		case err = <-exited:
-			waited = true
 		case <-grace.C:
-		}
-		grace.Stop()
-		// Whatever is left in the group would run on without the hold.
-		_ = syscall.Kill(-s.pgid, syscall.SIGKILL)
-		if !waited {
+			grp.signal(syscall.SIGKILL)
 			err = <-exited
 		}
+		grace.Stop()
 	}
+	// Whatever is left in the group would run on without the hold: it is
+	// killed, and gone, before the hold is released.
+	grp.stop(s.stderr)
 	s.mu.Lock()
 	s.pgid, s.finished = 0, true
 	s.mu.Unlock()

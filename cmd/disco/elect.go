@@ -25,7 +25,8 @@ key's creation revision) and FENCING_SCOPE (NAME) in its environment; when CMD
 exits, resign and exit with CMD's status. If leadership is lost while CMD
 runs, CMD's process group gets SIGTERM, then SIGKILL after --grace, and disco
 exits with status 3. Signals and process groups are handled as by 'disco
-lock'.
+lock': no process of CMD's group outlives the term (disco resigns only once
+none runs), except one that left the group (setsid).
 
 Without CMD: print each term won (token, key) and campaign again after a
 loss, until interrupted; then resign.
@@ -34,6 +35,9 @@ The election agrees with etcd's concurrency.Election and 'etcdctl elect' on
 the same NAME about who leads.`,
 		Args: args(cobra.MinimumNArgs(2)),
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
+			if err := checkName(a[0]); err != nil {
+				return err
+			}
 			if len(a) == 2 && cmd.ArgsLenAtDash() < 0 {
 				return runCampaigns(cmd.Context(), g, a[0], a[1])
 			}
@@ -75,6 +79,7 @@ func runElect(ctx context.Context, g *globals, name, value string, argv []string
 		return orInterrupted(sup, "etcd", err)
 	}
 	defer closeAll()
+	g.logPrefix("election", name)
 	g.logf("campaigning in %s", name)
 	err = election.Lead(waitCtx, e, value, func(ctx context.Context, l election.Leadership) error {
 		g.logf("leading %s: token %v, key %s; running %s", name, l.FencingToken, l.Key, argv[0])
@@ -92,6 +97,7 @@ func runCampaigns(ctx context.Context, g *globals, name, value string) error {
 	ctx, stop := notifyContext(ctx)
 	defer stop()
 	out := newPrinter(g)
+	g.logPrefix("election", name)
 	for retry := time.Duration(0); ; {
 		err := campaignOnce(ctx, g, name, value, out)
 		var ee *exitError

@@ -59,6 +59,79 @@ type report struct {
 	Revision int64        `json:"revision"`  // the store's revision of the read
 	Queue    []queueEntry `json:"queue"`
 	Epoch    *epochInfo   `json:"epoch,omitempty"`
+	Nested   []nestedName `json:"nested,omitempty"`
+}
+
+// nestedName is a name nested under the one status shows (NAME/sub): its
+// keys fall inside NAME's range but are not NAME's.
+type nestedName struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"` // from its key layout, as detectKind tells
+	Keys int    `json:"keys"` // how many of its keys (its epoch key too)
+}
+
+// splitNested sorts the keys under name+"/" into name's own and those of
+// the names nested under it, in order of name. Name's own keys are the
+// keys of its layout: name/K for a lock or an election, name/read/K and
+// name/write/K for a rwlock, K without a further "/". Any other key belongs
+// to a nested name: the key without its last segment, or without its last
+// two if the one before last is read or write (a nested rwlock); a key
+// ending in EpochSuffix is the epoch key of the nested rwlock it names. (A
+// lock named name/read or name/write can therefore not be told from the
+// readers and writers of a rwlock on name: those last segments are
+// reserved.)
+func splitNested(name string, kvs []*mvccpb.KeyValue) (own []*mvccpb.KeyValue, nested []nestedName) {
+	type sub struct {
+		kvs   []*mvccpb.KeyValue
+		epoch *mvccpb.KeyValue
+	}
+	subs := map[string]*sub{}
+	at := func(n string) *sub {
+		if subs[n] == nil {
+			subs[n] = &sub{}
+		}
+		return subs[n]
+	}
+	for _, kv := range kvs {
+		key := string(kv.Key)
+		rest := strings.TrimPrefix(key, keyPrefix(name))
+		if n, ok := strings.CutSuffix(key, etcdio.EpochSuffix); ok {
+			at(n).epoch = kv
+			continue
+		}
+		if ownKey(rest) {
+			own = append(own, kv)
+			continue
+		}
+		dir := key[:strings.LastIndexByte(key, '/')]
+		if last := dir[strings.LastIndexByte(dir, '/')+1:]; last == "read" || last == "write" {
+			if up := dir[:strings.LastIndexByte(dir, '/')]; len(up) > len(name) {
+				dir = up
+			}
+		}
+		s := at(dir)
+		s.kvs = append(s.kvs, kv)
+	}
+	for n, s := range subs {
+		keys := len(s.kvs)
+		if s.epoch != nil {
+			keys++
+		}
+		nested = append(nested, nestedName{Name: n, Kind: detectKind(n, s.kvs, s.epoch), Keys: keys})
+	}
+	slices.SortFunc(nested, func(a, b nestedName) int { return strings.Compare(a.Name, b.Name) })
+	return own, nested
+}
+
+// ownKey says whether rest, a key without name+"/", is of name's own
+// layout: K, read/K or write/K, K without "/".
+func ownKey(rest string) bool {
+	if r, ok := strings.CutPrefix(rest, "read/"); ok {
+		rest = r
+	} else if r, ok := strings.CutPrefix(rest, "write/"); ok {
+		rest = r
+	}
+	return rest != "" && !strings.Contains(rest, "/")
 }
 
 // detectKind tells from the keys under name+"/" and the epoch key what

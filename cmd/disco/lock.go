@@ -25,15 +25,23 @@ was deleted), CMD's process group gets SIGTERM, then SIGKILL after --grace,
 and disco exits with status 3. SIGINT and SIGTERM sent to disco are passed
 on to CMD; before CMD starts they end the wait (status 128+signal).
 
-CMD runs in a process group of its own, so that a loss stops its children
-too (it is then not in the terminal's foreground group: it should not read
-the terminal). If disco itself is killed, CMD gets SIGKILL.
+CMD runs in a process group of its own (it is then not in the terminal's
+foreground group: it should not read the terminal), and no process of that
+group outlives the hold: when CMD exits, whatever it left running in its
+group gets SIGKILL, and disco releases the lock only once none of it runs.
+If disco itself dies, even of SIGKILL, a watcher process (disco itself,
+started beside CMD) kills the group. A process that leaves the group
+(setsid, a daemon that detaches) escapes this and runs on without the hold.
+Linux only.
 
 The lock excludes disco's library (etcdio.NewLock), etcd's concurrency.Mutex
 and 'etcdctl lock' on the same NAME.`,
 		Args: args(cobra.MinimumNArgs(2)),
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
 			if err := needDash(cmd, 1); err != nil {
+				return err
+			}
+			if err := checkName(a[0]); err != nil {
 				return err
 			}
 			return runLock(cmd.Context(), g, a[0], a[1:], grace)
@@ -68,6 +76,7 @@ func runLock(ctx context.Context, g *globals, name string, argv []string, grace 
 		return orInterrupted(sup, "etcd", err)
 	}
 	defer l.Close()
+	g.logPrefix("lock", name)
 	g.logf("waiting for lock %s", name)
 	err = lock.Do(waitCtx, l, func(ctx context.Context, gr lock.Grant) error {
 		g.logf("locked %s: token %v, key %s; running %s", name, gr.FencingToken, gr.Key, argv[0])

@@ -22,6 +22,10 @@ its own but writes no key; if that lease is lost (etcd out of reach for the
 TTL), it says so on stderr and observes again.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
+			if err := checkName(a[0]); err != nil {
+				return err
+			}
+			g.logPrefix("election", a[0])
 			return runObserve(cmd.Context(), g, a[0])
 		}),
 	}

@@ -94,7 +94,13 @@ token (FENCING_TOKEN) to pass to the resources they write to.
 Exit statuses: CMD's own; 1 disco's error (etcd unreachable, a timeout);
 2 bad usage; 3 the lock or leadership was lost while CMD ran (CMD was
 terminated); 126/127 CMD could not be started / was not found; 128+N disco
-was interrupted by signal N before CMD started, or CMD died of signal N.`,
+was interrupted by signal N before CMD started, or CMD died of signal N.
+
+Names: a NAME starts with "/" and does not end with "/" (others are refused,
+status 2). A primitive on NAME keeps its keys under the etcd prefix NAME/
+(-v prints it), the keys 'etcdctl lock NAME' and 'etcdctl elect NAME' use;
+a rwlock also keeps NAME.epoch. Names are independent: the keys of
+NAME/sub are not NAME's.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

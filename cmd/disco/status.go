@@ -26,13 +26,20 @@ lease with its remaining TTL, and a rwlock's epoch key.
 The kind of NAME is told from its key layout: rwlock keys under NAME/read/
 and NAME/write/ (and the epoch key NAME.epoch), election keys holding the
 candidates' values, lock keys empty. --kind overrides it (an election whose
-candidates have empty values looks like a lock).`,
+candidates have empty values looks like a lock).
+
+NAME must start with "/" and not end with "/". Keys of names nested under
+NAME (NAME/sub/...) are not NAME's: they are never shown as its holders;
+instead a line "nested: NAME/sub (KIND, N keys)" names each such name (with
+--json, the list "nested"). A rwlock's reader and writer keys sit under
+NAME/read/ and NAME/write/, so those two last segments are reserved: a lock
+named NAME/read is taken for readers of a rwlock NAME.`,
 		Args: args(cobra.ExactArgs(1)),
-		PreRunE: func(*cobra.Command, []string) error {
+		PreRunE: func(_ *cobra.Command, a []string) error {
 			if err := checkKind(kind); err != nil {
 				return usageErr(err)
 			}
-			return nil
+			return checkName(a[0])
 		},
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
 			r, err := readStatus(cmd.Context(), g, a[0], kind)
@@ -58,19 +65,20 @@ func readStatus(ctx context.Context, g *globals, name, kind string) (*report, er
 	defer cli.Close()
 	cctx, cancel := g.commandCtx(ctx)
 	defer cancel()
+	g.logf("status %s: keys under etcd prefix %q, and the key %q", name, keyPrefix(name), epochKey(name))
 	resp, err := cli.Txn(cctx).Then(
-		clientv3.OpGet(name+"/", clientv3.WithPrefix()),
+		clientv3.OpGet(keyPrefix(name), clientv3.WithPrefix()),
 		clientv3.OpGet(epochKey(name)),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("status %s: %w", name, err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
+	kvs, nested := splitNested(name, resp.Responses[0].GetResponseRange().Kvs)
 	var epoch *mvccpb.KeyValue
 	if ekv := resp.Responses[1].GetResponseRange().Kvs; len(ekv) > 0 {
 		epoch = ekv[0]
 	}
-	r := &report{Name: name, Kind: kind, KindFrom: "flag", Revision: resp.Header.Revision, Epoch: epochOf(epoch)}
+	r := &report{Name: name, Kind: kind, KindFrom: "flag", Revision: resp.Header.Revision, Epoch: epochOf(epoch), Nested: nested}
 	if kind == "" {
 		r.Kind, r.KindFrom = detectKind(name, kvs, epoch), "layout"
 	}
@@ -95,8 +103,25 @@ func readStatus(ctx context.Context, g *globals, name, kind string) (*report, er
 
 // render writes r as a table a person reads at a glance.
 func (r *report) render(w io.Writer) error {
+	if err := r.renderOwn(w); err != nil {
+		return err
+	}
+	for _, n := range r.Nested {
+		keys := "keys"
+		if n.Keys == 1 {
+			keys = "key"
+		}
+		if _, err := fmt.Fprintf(w, "nested: %s (%s, %d %s)\n", n.Name, n.Kind, n.Keys, keys); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// renderOwn writes the table of r's own keys.
+func (r *report) renderOwn(w io.Writer) error {
 	if len(r.Queue) == 0 && r.Epoch == nil {
-		_, err := fmt.Fprintf(w, "%s: no keys under %s/ (nobody holds, waits or leads) at revision %d\n", r.Name, r.Name, r.Revision)
+		_, err := fmt.Fprintf(w, "%s: no keys of its own under %s/ (nobody holds, waits or leads) at revision %d\n", r.Name, r.Name, r.Revision)
 		return err
 	}
 	fmt.Fprintf(w, "%s: %s (kind from %s), %d keys at revision %d\n", r.Name, r.Kind, r.KindFrom, len(r.Queue), r.Revision)

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// checkName refuses a NAME the command does not take (a usage error): one
+// without a leading "/" (names are paths from the root, as on every
+// backend), or with a trailing "/" (its keys would fall inside the range of
+// the name without it).
+func checkName(name string) error {
+	switch {
+	case !strings.HasPrefix(name, "/"):
+		return usageErr(fmt.Errorf(`NAME %q: must start with "/" (a name is a path from the root, like /jobs/nightly)`, name))
+	case strings.HasSuffix(name, "/"):
+		return usageErr(fmt.Errorf(`NAME %q: must not end with "/" (its keys would go under %q, inside another name's)`, name, name+"/"))
+	}
+	return nil
+}
+
+// keyPrefix is the etcd prefix under which the primitives on name keep
+// their keys.
+func keyPrefix(name string) string { return name + "/" }
+
+// logPrefix reports with --verbose the exact etcd prefix used for name.
+func (g *globals) logPrefix(what, name string) {
+	g.logf("%s %s: keys under etcd prefix %q", what, name, keyPrefix(name))
+}
