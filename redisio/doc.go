@@ -74,7 +74,12 @@
 // with the session's expiry), for an rwlock name/rtok (the read epoch's
 // token), and the pub/sub channel name/wake. A name is one primitive: a
 // lock, an rwlock and an election must not share one (services of the same
-// kind on one name contend, whatever their sessions). The counter is never
+// kind on one name contend, whatever their sessions). Names are
+// independent: every key of a name is name/ and one segment without "/",
+// so a name's keys are never another name's (a/b's keys are not a's). The
+// names disco/session and disco/sessions and every name below them are
+// refused (an error wrapping primitives.ErrInvalidArgument): disco keeps
+// those trees for the session keys and their counter. The counter is never
 // deleted: it is what keeps tokens rising. The scripts address
 // keys they compute, so a name's keys and the session keys must live on
 // one server: Redis Cluster is not supported.

@@ -18,7 +18,7 @@ import (
 
 const (
 	sessionCounter = "disco/sessions"
-	sessionPrefix  = "disco/session/"
+	sessionPrefix  = sessionTree + "/"
 	// opTimeout bounds the requests a session makes on its own behalf
 	// (withdrawing, cleaning up) and those it makes when its caller's
 	// context has already ended.
