@@ -153,7 +153,9 @@
 // request was sent, so the loop counts the deadline from the send time of
 // the latest acknowledged refresh, never from the reply's arrival. Half a
 // TTL without an acknowledgement brings Suspended (with that deadline) to
-// every holder, an acknowledgement in time Resumed. At the deadline, or at
+// every holder, an acknowledgement in time Resumed; a hold granted while the
+// session is suspended gets Suspended, with the same deadline, right after
+// its Acquired. At the deadline, or at
 // once when Redis says the session key is gone, the session is lost: every
 // primitive gets Lost for what it held, its waiters fail, Done closes, and
 // every later call fails with an error wrapping primitives.ErrLost. A hold

@@ -83,7 +83,9 @@ func (v *service) sessionGone() error {
 	return v.errf("session %d key gone: %w", v.s.id, primitives.ErrLost)
 }
 
-// grant records h as held, or releases it if the service ended meanwhile.
+// grant records h as held and publishes Acquired, followed at once by
+// Suspended (with the session's deadline) if the session is suspended; or
+// it releases h if the service ended meanwhile.
 func (v *service) grant(h hold) error {
 	_, err := loopCall(v.s, context.Background(), func() (struct{}, error) {
 		if v.ended || v.closing {
@@ -94,6 +96,10 @@ func (v *service) grant(h hold) error {
 		v.held = &hh
 		v.term.Store(&h)
 		v.fan.Publish(primitives.Acquired{Key: h.key, Token: tokenOf(h), Created: h.created})
+		if v.s.suspended {
+			// Granted in doubt: told at once, as the session's other holders were.
+			v.suspendLoop(v.s.lastAck.Add(v.s.ttl))
+		}
 		return struct{}{}, nil
 	})
 	if err != nil {
