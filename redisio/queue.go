@@ -54,10 +54,10 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode byte
 	var res []int64
 	var err error
 	if v.kind == kindRWLock {
-		res, err = rwEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.s.key, v.rtok},
+		res, err = rwEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, v.rtok},
 			v.name, tryArg, string(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id).Int64Slice()
 	} else {
-		res, err = enqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.s.key},
+		res, err = enqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key},
 			v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id).Int64Slice()
 	}
 	cancel()
@@ -164,11 +164,11 @@ func (v *service) wait(ctx context.Context, h hold) (hold, error) {
 func (v *service) check(ctx context.Context, key string) ([]int64, error) {
 	switch v.kind {
 	case kindRWLock:
-		return rwCheckScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.s.key, key, v.rtok}, v.wake).Int64Slice()
+		return rwCheckScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key, v.rtok}, v.wake).Int64Slice()
 	case kindLock:
-		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.s.key, key}, "1", v.wake).Int64Slice()
+		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, "1", v.wake).Int64Slice()
 	default:
-		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.s.key, key}, "0", v.wake).Int64Slice()
+		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, "0", v.wake).Int64Slice()
 	}
 }
 

@@ -166,11 +166,11 @@ func (s *Session) stop() {
 
 // holdRef names a hold key in Redis for a release, with what its scope's
 // release needs.
-type holdRef struct{ queue, key, wake, seq, handoff string }
+type holdRef struct{ queue, granted, key, wake, seq, handoff string }
 
 // release runs releaseScript for ref on behalf of the session s.
 func (s *Session) release(ctx context.Context, ref holdRef) (int64, error) {
-	return releaseScript.Run(ctx, s.cli, []string{ref.queue, ref.key, s.key, ref.seq}, ref.wake, ref.handoff).Int64()
+	return releaseScript.Run(ctx, s.cli, []string{ref.seq, ref.queue, ref.granted, s.key, ref.key}, ref.wake, ref.handoff).Int64()
 }
 
 // cleanup releases keys and deletes the session's key, bounded by
