@@ -60,9 +60,12 @@
 //     drops before the reply (MaxRetries, 3 by default), so a script may
 //     run twice. That never breaks exclusion: a second enqueue leaves a hold
 //     that no caller waits for, which blocks the name until its key expires
-//     (one TTL at most), and a second release finds its hold gone, so
-//     Unlock reports ErrNotHeld (and Lost) for a hold it did release. Set
-//     MaxRetries: -1 on the client to rule both out.
+//     (two TTLs at most: its key, then its tombstone, see Deleted keys), and
+//     a second release finds its hold gone, so Unlock reports ErrNotHeld
+//     (and Lost) for a hold it did release. Set MaxRetries: -1 on the
+//     client to rule both out. An enqueue whose reply is lost (a read
+//     timeout) is looked up by its nonce and withdrawn; one the look-up
+//     misses blocks the name as a second enqueue does.
 //
 // # Keys
 //
@@ -108,7 +111,8 @@
 //
 // A hold lives while its key exists: the key carries its session's expiry,
 // set with the session key's at every refresh. A granted hold whose key is
-// gone lives on while it is still queued and its session's key exists. Every
+// found gone while it is still queued and its session's key exists gets a
+// tombstone in its place that lives until the session's present expiry. Every
 // script that looks at a queue removes dead holds from its front, so a
 // waiter behind a holder whose session expired takes over at its next look.
 //
@@ -125,13 +129,15 @@
 // never takes a live session's id. Deleting name/rtok only makes the next
 // reader of the epoch open a new one with a higher token.
 //
-// Deleting a hold's key, or its session's key, ends the hold: its owner is
-// told Lost at its session's next acknowledged refresh: within TTL/3 and
-// that refresh's round trip while Redis answers, at the latest at the
-// session's deadline. Until the owner has been told and has released,
-// nobody else is granted the name (if the owner is gone, not before the
-// hold's key expires, which is no earlier than that deadline): a successor
-// holds only after the Lost, with a higher token.
+// Deleting a hold's key, or its session's key, ends the hold (a deleted
+// hold key is replaced by a tombstone, which the owner's refresh reports
+// gone): its owner is told Lost at its session's next acknowledged
+// refresh, within TTL/3 and that refresh's round trip while Redis answers,
+// at the latest at the session's deadline. Until the owner has been told
+// and has released, nobody else is granted the name (if the owner is gone,
+// not before the hold's key or tombstone expires, which is no earlier than
+// that deadline): a successor holds only after the Lost, with a higher
+// token.
 //
 // # Waking waiters
 //

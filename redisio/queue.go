@@ -48,20 +48,28 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode byte
 		tryArg = "1"
 	}
 	// The script's outcome must be known to withdraw, so it is not cut
-	// short by ctx; an unknown outcome leaves at most a key that nobody
-	// refreshes, which dies with the TTL.
+	// short by ctx. An unknown outcome (no reply) is withdrawn by the
+	// hold's nonce; a hold the search misses (the script ran after it) is
+	// refreshed by nobody and dies with the session's current expiry.
+	nonce := strconv.FormatUint(v.s.enqueues.Add(1), 10)
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	var res []int64
 	var err error
 	if v.kind == kindRWLock {
 		res, err = rwEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, v.rtok},
-			v.name, tryArg, string(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id).Int64Slice()
+			v.name, tryArg, string(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
 	} else {
 		res, err = enqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key},
-			v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id).Int64Slice()
+			v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
 	}
 	cancel()
 	if err != nil {
+		v.withdrawNonce(nonce)
+		if cerr := ctx.Err(); cerr != nil {
+			// The caller gave up meanwhile: its context's error is the
+			// answer, whatever the request met.
+			return hold{}, v.errf("enqueue: %w (%v)", cerr, err)
+		}
 		return hold{}, v.errf("enqueue: %w", err)
 	}
 	switch res[0] {
@@ -169,6 +177,21 @@ func (v *service) check(ctx context.Context, key string) ([]int64, error) {
 		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, "1", v.wake).Int64Slice()
 	default:
 		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, "0", v.wake).Int64Slice()
+	}
+}
+
+// withdrawNonce withdraws the hold that an enqueue with nonce created, if
+// it did: its reply was lost.
+func (v *service) withdrawNonce(nonce string) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	key, err := findScript.Run(ctx, v.s.cli, []string{v.queue, v.s.key}, nonce).Text()
+	if err != nil {
+		v.s.log.Debug("redisio: find an enqueue without reply", zap.String("nonce", nonce), zap.Error(err))
+		return
+	}
+	if key != "" {
+		v.withdraw(key)
 	}
 }
 

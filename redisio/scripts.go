@@ -9,21 +9,26 @@ import "github.com/redis/go-redis/v9"
 //	name/seq    the scope's counter: Created of every hold, and lock tokens
 //	name/queue  sorted set of hold keys, scored by their Created (FIFO)
 //	name/held   hash: one field per granted hold (its key), "mode session
-//	            value"; and n, a copy of the counter
+//	            value" (mode w or r, W or R once its key was found gone);
+//	            and n, a copy of the counter
 //	name/<n>    one hold (held or waiting), a hash: s = its session's key,
 //	            l = the session's id, v = an election value, m = an rwlock
-//	            hold's mode (r or w), t = its token once granted; it
-//	            carries the session's PX expiry
+//	            hold's mode (r or w), t = its token once granted, o = the
+//	            enqueue's nonce, g = 1 for a tombstone; it carries the
+//	            session's PX expiry
 //	name/rtok   an rwlock's read token: shared by readers until the next
 //	            writer is granted
 //	name/wake   pub/sub channel; each message is the key of a hold that
 //	            may now be granted (or "")
 //
 // The layout is redundant, so that no one deleted key gives a name two
-// holders: a granted hold is in the queue and in name/held; it lives while
-// its key exists (the key expires with its session's), or, its key gone,
-// while it is still queued and its session's key exists; a waiting hold
-// lives while its key exists. A live granted hold heads the queue whatever
+// holders: a granted hold is in the queue and in name/held; a hold lives
+// while its key exists (the key expires with its session's). The first
+// script that finds a granted hold's key gone while the hold is still
+// queued and its session's key exists writes a tombstone in its place (g =
+// 1, the session's present expiry), once (its record's mode in upper case):
+// the hold lives on until its owner's refresh reports it gone and the owner
+// releases, or the tombstone expires. A live granted hold heads the queue whatever
 // the queue says, and a script that finds one missing from the queue, or
 // from name/held, puts it back. The counter is the greater of name/seq and
 // its copy. head() removes dead holds from the front of a queue whenever a
@@ -51,17 +56,32 @@ end
 local function keep(k, held)
   if redis.call('HEXISTS', held, k) == 0 and redis.call('HEXISTS', k, 't') == 1 then record(k, held) end
 end
+local function expiry(sk, ttl)
+  local pt = redis.call('PTTL', sk)
+  if pt <= 0 then return ttl end
+  return pt
+end
 local function granted(q, held)
   local live, removed = {}, false
   local f = redis.call('HGETALL', held)
   for i = 1, #f, 2 do
     local k = f[i]
     if k ~= 'n' then
-      local m, s = parse(f[i + 1])
+      local m, s, v = parse(f[i + 1])
       local queued = redis.call('ZSCORE', q, k)
-      if redis.call('EXISTS', k) == 1 or (queued and s and redis.call('EXISTS', s) == 1) then
+      local alive = redis.call('EXISTS', k) == 1
+      if not alive and queued and s and (m == 'w' or m == 'r') and redis.call('EXISTS', s) == 1 then
+        -- Its key was deleted: a tombstone keeps the hold, once, until its
+        -- owner hears of it (its refresh reports a tombstone gone) and
+        -- releases, or until its session's present expiry.
+        redis.call('HSET', k, 's', s, 'l', string.match(s, '(%d+)$') or '0', 'm', m, 'v', v or '', 'g', '1')
+        redis.call('PEXPIRE', k, expiry(s, 10000))
+        redis.call('HSET', held, k, rec(string.upper(m), s, v))
+        alive = true
+      end
+      if alive then
         if not queued then redis.call('ZADD', q, created(k), k) end
-        table.insert(live, {k, m})
+        table.insert(live, {k, string.lower(m or 'w')})
       else
         redis.call('HDEL', held, k)
         if queued then redis.call('ZREM', q, k) end
@@ -87,17 +107,12 @@ local function head(q, held)
     removed = true
   end
 end
-local function expiry(sk, ttl)
-  local pt = redis.call('PTTL', sk)
-  if pt <= 0 then return ttl end
-  return pt
-end
 `
 
 // enqueueScript creates a hold and queues it; if nobody is ahead it is
 // granted in the same step. The hold's key expires with its session's.
 // KEYS: seq, queue, held, session key. ARGV: name, try (1/0), value, ttl
-// ms, wake channel, session id.
+// ms, wake channel, session id, nonce (o: names the hold to findScript).
 // Returns {-1} no session, {-2} taken (try), {created, token} (token 0:
 // waiting).
 var enqueueScript = redis.NewScript(luaLayout + `
@@ -109,7 +124,7 @@ if ARGV[2] == '1' and h then
 end
 local c = nextc(KEYS[1], KEYS[3])
 local k = ARGV[1] .. '/' .. c
-redis.call('HSET', k, 's', KEYS[4], 'l', ARGV[6], 'v', ARGV[3])
+redis.call('HSET', k, 's', KEYS[4], 'l', ARGV[6], 'v', ARGV[3], 'o', ARGV[7])
 redis.call('PEXPIRE', k, expiry(KEYS[4], ARGV[4]))
 redis.call('ZADD', KEYS[2], c, k)
 if not h then
@@ -130,7 +145,7 @@ return {c, 0}
 // Returns {-1} no session, {-3} hold gone, {0} still waiting, {1, token}.
 var checkScript = redis.NewScript(luaLayout + `
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
-if redis.call('EXISTS', KEYS[5]) == 0 then return {-3} end
+if redis.call('EXISTS', KEYS[5]) == 0 or redis.call('HEXISTS', KEYS[5], 'g') == 1 then return {-3} end
 if not redis.call('ZSCORE', KEYS[2], KEYS[5]) then redis.call('ZADD', KEYS[2], created(KEYS[5]), KEYS[5]) end
 local h, removed = head(KEYS[2], KEYS[3])
 if not h then return {-3} end
@@ -207,6 +222,17 @@ end
 return r
 `)
 
+// findScript returns the key of this session's hold that an enqueue with
+// the nonce created, or "": for an enqueue whose reply was lost.
+// KEYS: queue, session key. ARGV: nonce.
+var findScript = redis.NewScript(`
+for _, e in ipairs(redis.call('ZREVRANGE', KEYS[1], 0, -1)) do
+  local f = redis.call('HMGET', e, 's', 'o')
+  if f[1] == KEYS[2] and f[2] == ARGV[1] then return e end
+end
+return ''
+`)
+
 // leaderScript returns the queue's live head: {key, value, token, session
 // id}, or {} if the queue is empty.
 // KEYS: queue, held. ARGV: wake channel.
@@ -232,7 +258,7 @@ return {h, v or '', created(h), tonumber(l or '0')}
 // KEYS: queue, held, session key, hold key. ARGV: value, wake channel.
 // Returns 1 if set, 0 if the hold does not lead.
 var proclaimScript = redis.NewScript(luaLayout + `
-if redis.call('HGET', KEYS[4], 's') ~= KEYS[3] then return 0 end
+if redis.call('HGET', KEYS[4], 's') ~= KEYS[3] or redis.call('HEXISTS', KEYS[4], 'g') == 1 then return 0 end
 local h = head(KEYS[1], KEYS[2])
 if h ~= KEYS[4] then return 0 end
 redis.call('HSET', KEYS[4], 'v', ARGV[1])
@@ -242,13 +268,17 @@ return 1
 `)
 
 // refreshScript extends the session's key and its holds' keys by the TTL.
+// A hold key that is a tombstone (its key was deleted) counts as gone, and
+// is not extended.
 // KEYS: session key, hold keys... ARGV: ttl ms.
 // Returns -1 if the session key is gone, else the hold keys that are gone.
 var refreshScript = redis.NewScript(`
 if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return -1 end
 local missing = {}
 for i = 2, #KEYS do
-  if redis.call('PEXPIRE', KEYS[i], ARGV[1]) == 0 then table.insert(missing, KEYS[i]) end
+  if redis.call('HEXISTS', KEYS[i], 'g') == 1 or redis.call('PEXPIRE', KEYS[i], ARGV[1]) == 0 then
+    table.insert(missing, KEYS[i])
+  end
 end
 return missing
 `)
@@ -308,7 +338,8 @@ end
 
 // rwEnqueueScript is enqueueScript for a read/write lock.
 // KEYS: seq, queue, held, session key, rtok. ARGV: name, try (1/0), mode
-// (r/w), ttl ms, wake channel, session id. Returns as enqueueScript.
+// (r/w), ttl ms, wake channel, session id, nonce. Returns as
+// enqueueScript.
 var rwEnqueueScript = redis.NewScript(luaLayout + luaFirstWaiting + luaRW + `
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
 local blocked, removed
@@ -323,7 +354,7 @@ if removed then redis.call('PUBLISH', ARGV[5], firstWaiting(KEYS[2])) end
 if ARGV[2] == '1' and blocked then return {-2} end
 local c = nextc(KEYS[1], KEYS[3])
 local k = ARGV[1] .. '/' .. c
-redis.call('HSET', k, 's', KEYS[4], 'l', ARGV[6], 'm', ARGV[3])
+redis.call('HSET', k, 's', KEYS[4], 'l', ARGV[6], 'm', ARGV[3], 'o', ARGV[7])
 redis.call('PEXPIRE', k, expiry(KEYS[4], ARGV[4]))
 redis.call('ZADD', KEYS[2], c, k)
 if blocked then return {c, 0} end
@@ -340,7 +371,7 @@ return {c, t}
 // Returns as checkScript.
 var rwCheckScript = redis.NewScript(luaLayout + luaFirstWaiting + luaRW + `
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
-if redis.call('EXISTS', KEYS[5]) == 0 then return {-3} end
+if redis.call('EXISTS', KEYS[5]) == 0 or redis.call('HEXISTS', KEYS[5], 'g') == 1 then return {-3} end
 if not redis.call('ZSCORE', KEYS[2], KEYS[5]) then redis.call('ZADD', KEYS[2], created(KEYS[5]), KEYS[5]) end
 local mode = redis.call('HGET', KEYS[5], 'm')
 local blocked, removed

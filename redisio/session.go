@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,6 +47,8 @@ type Session struct {
 	helpers  sync.WaitGroup
 	closeMu  sync.Mutex
 	quitOnce sync.Once
+
+	enqueues atomic.Uint64 // the nonces of this session's enqueues
 
 	ps    *redis.PubSub
 	subMu sync.Mutex
