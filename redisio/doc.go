@@ -60,21 +60,31 @@
 //     drops before the reply (MaxRetries, 3 by default), so a script may
 //     run twice. That never breaks exclusion: a second enqueue leaves a hold
 //     that no caller waits for, which blocks the name until its key expires
-//     (one TTL at most), and a second release finds its hold gone, so
-//     Unlock reports ErrNotHeld (and Lost) for a hold it did release. Set
-//     MaxRetries: -1 on the client to rule both out.
+//     (two TTLs at most: its key, then its tombstone, see Deleted keys), and
+//     a second release finds its hold gone, so Unlock reports ErrNotHeld
+//     (and Lost) for a hold it did release. Set MaxRetries: -1 on the
+//     client to rule both out. An enqueue whose reply is lost (a read
+//     timeout) is looked up by its nonce and withdrawn; one the look-up
+//     misses blocks the name as a second enqueue does.
 //
 // # Keys
 //
 // A session is the key disco/session/<id> (id from the counter
-// disco/sessions), with a PX expiry of the TTL. A primitive's name (as its
-// user passes it) is its scope; its keys are name/seq (the counter: every
-// hold's Created, and every lock token), name/queue (a sorted set of hold
-// keys by Created), name/<Created> (one hold: a hash naming its session,
-// with the session's expiry), for an rwlock name/rtok (the read epoch's
-// token), and the pub/sub channel name/wake. A name is one primitive: a
+// disco/sessions; an id whose key exists is skipped), with a PX expiry of
+// the TTL. A primitive's name (as its user passes it) is its scope; its
+// keys are name/seq (the counter: every hold's Created, and every lock
+// token), name/queue (a sorted set of hold keys by Created), name/held (a
+// hash recording each granted hold with its session, and a copy of the
+// counter), name/<Created> (one hold: a hash naming its session, with the
+// session's expiry), for an rwlock name/rtok (the read epoch's token), and
+// the pub/sub channel name/wake. A name is one primitive: a
 // lock, an rwlock and an election must not share one (services of the same
-// kind on one name contend, whatever their sessions). The counter is never
+// kind on one name contend, whatever their sessions). Names are
+// independent: every key of a name is name/ and one segment without "/",
+// so a name's keys are never another name's (a/b's keys are not a's). The
+// names disco/session and disco/sessions and every name below them are
+// refused (an error wrapping primitives.ErrInvalidArgument): disco keeps
+// those trees for the session keys and their counter. The counter is never
 // deleted: it is what keeps tokens rising. The scripts address
 // keys they compute, so a name's keys and the session keys must live on
 // one server: Redis Cluster is not supported.
@@ -99,9 +109,35 @@
 // and Close run one script that deletes the hold, grants the next (a lock
 // or an election) and publishes its key.
 //
-// A hold is dead when its key or its session's key is gone. Every script
-// that looks at a queue removes dead holds from its front, so a waiter
-// behind a holder whose session expired takes over at its next look.
+// A hold lives while its key exists: the key carries its session's expiry,
+// set with the session key's at every refresh. A granted hold whose key is
+// found gone while it is still queued and its session's key exists gets a
+// tombstone in its place that lives until the session's present expiry. Every
+// script that looks at a queue removes dead holds from its front, so a
+// waiter behind a holder whose session expired takes over at its next look.
+//
+// # Deleted keys
+//
+// The layout is redundant: deleting any one of its keys behind an owner's
+// back never gives a name two holders, and tokens still rise. A granted
+// hold is both queued and recorded in name/held, and heads the queue
+// whatever the queue says; a script that finds it missing from one puts it
+// back, and a waiter missing from the queue puts itself back at its
+// Created (its next look, at most the re-check interval). The counter is
+// the greater of name/seq and its copy in name/held. A session key that is
+// deleted leaves its holds alive until their keys expire; a new session
+// never takes a live session's id. Deleting name/rtok only makes the next
+// reader of the epoch open a new one with a higher token.
+//
+// Deleting a hold's key, or its session's key, ends the hold (a deleted
+// hold key is replaced by a tombstone, which the owner's refresh reports
+// gone): its owner is told Lost at its session's next acknowledged
+// refresh, within TTL/3 and that refresh's round trip while Redis answers,
+// at the latest at the session's deadline. Until the owner has been told
+// and has released, nobody else is granted the name (if the owner is gone,
+// not before the hold's key or tombstone expires, which is no earlier than
+// that deadline): a successor holds only after the Lost, with a higher
+// token.
 //
 // # Waking waiters
 //
@@ -148,11 +184,13 @@
 // request was sent, so the loop counts the deadline from the send time of
 // the latest acknowledged refresh, never from the reply's arrival. Half a
 // TTL without an acknowledgement brings Suspended (with that deadline) to
-// every holder, an acknowledgement in time Resumed. At the deadline, or at
-// once when Redis says the session key is gone, the session is lost: every
-// primitive gets Lost for what it held, its waiters fail, Done closes, and
-// every later call fails with an error wrapping primitives.ErrLost. A hold
-// whose key alone is gone (deleted by someone) ends with Lost and the
-// primitive stays usable. Close instead deletes the holds and the session
+// every holder, an acknowledgement in time Resumed; a hold granted while the
+// session is suspended gets Suspended, with the same deadline, right after
+// its Acquired. At the deadline, or at once when Redis says the session key
+// is gone, the session is lost: every primitive gets Lost for what it held,
+// its waiters fail, Done closes, and every later call fails with an error
+// wrapping primitives.ErrLost. A hold whose key alone is gone (deleted by
+// someone) ends with Lost (see Deleted keys) and the primitive stays
+// usable. Close instead deletes the holds and the session
 // key, so others proceed at once rather than after the TTL.
 package redisio

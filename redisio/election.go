@@ -48,7 +48,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
-	n, err := proclaimScript.Run(ctx, e.s.cli, []string{e.queue, h.key, e.s.key}, value, e.wake).Int64()
+	n, err := proclaimScript.Run(ctx, e.s.cli, []string{e.queue, e.granted, e.s.key, h.key}, value, e.wake).Int64()
 	if err != nil {
 		return e.errf("proclaim: %w", err)
 	}

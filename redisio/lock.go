@@ -16,9 +16,10 @@ var _ lock.Service = (*Lock)(nil)
 // NewLock returns a lock named name on cli: FIFO among waiters, a fencing
 // token from the name's counter incremented in the script that grants.
 // Without WithSession it runs on a session of its own, closed by Close.
-// Bad input (nil client, empty or "/" name, over 1 KiB, TTL below MinTTL)
-// is an error wrapping primitives.ErrInvalidArgument, and nothing is
-// written to Redis.
+// Bad input (nil client, empty or "/" name, over 1 KiB, a name in disco's
+// own key trees: disco/session, disco/sessions and the names below them,
+// TTL below MinTTL) is an error wrapping primitives.ErrInvalidArgument, and
+// nothing is written to Redis.
 func NewLock(cli *redis.Client, name string, opts ...Option) (lock.Service, error) {
 	v, err := newService(cli, "lock", name, kindLock, opts)
 	if err != nil {

@@ -3,6 +3,7 @@ package redisio
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -95,13 +96,38 @@ func buildOptions(opts []Option) (options, error) {
 	return o, nil
 }
 
-// checkName validates a primitive's name: not empty, not "/", at most 1 KiB.
+// checkName validates a primitive's name: not empty, not "/", at most 1 KiB,
+// and not in disco's own key trees (see reserved).
 func checkName(name string) error {
 	switch {
 	case name == "" || name == "/":
 		return fmt.Errorf("redisio: name %q: %w", name, primitives.ErrInvalidArgument)
 	case len(name) > maxName:
 		return fmt.Errorf("redisio: name %q... is %d bytes, over %d: %w", name[:32], len(name), maxName, primitives.ErrInvalidArgument)
+	case reserved(name):
+		return fmt.Errorf("redisio: name %q is under %q or %q, which disco keeps for its sessions: %w",
+			name, sessionTree, sessionCounter, primitives.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// sessionTree is the name under which the session keys live: their keys
+// are sessionTree/<id>.
+const sessionTree = "disco/session"
+
+// reserved reports whether name is disco/session or disco/sessions, or a
+// name below either. A name's keys are name/<suffix> with a suffix without
+// "/" (seq, queue, held, rtok, or a hold's number), so a name collides with
+// a session key (disco/session/<id>) exactly when it is disco/session, and
+// with the session counter never; the trees below both are refused too, so
+// that a pattern over disco/session/* (or disco/sessions*) sees disco's keys
+// alone. Any other name's keys are its own: names are independent, a/b of a
+// as much as b of a.
+func reserved(name string) bool {
+	for _, tree := range []string{sessionTree, sessionCounter} {
+		if name == tree || strings.HasPrefix(name, tree+"/") {
+			return true
+		}
+	}
+	return false
 }

@@ -48,20 +48,28 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode byte
 		tryArg = "1"
 	}
 	// The script's outcome must be known to withdraw, so it is not cut
-	// short by ctx; an unknown outcome leaves at most a key that nobody
-	// refreshes, which dies with the TTL.
+	// short by ctx. An unknown outcome (no reply) is withdrawn by the
+	// hold's nonce; a hold the search misses (the script ran after it) is
+	// refreshed by nobody and dies with the session's current expiry.
+	nonce := strconv.FormatUint(v.s.enqueues.Add(1), 10)
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	var res []int64
 	var err error
 	if v.kind == kindRWLock {
-		res, err = rwEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.s.key, v.rtok},
-			v.name, tryArg, string(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id).Int64Slice()
+		res, err = rwEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, v.rtok},
+			v.name, tryArg, string(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
 	} else {
-		res, err = enqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.s.key},
-			v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id).Int64Slice()
+		res, err = enqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key},
+			v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
 	}
 	cancel()
 	if err != nil {
+		v.withdrawNonce(nonce)
+		if cerr := ctx.Err(); cerr != nil {
+			// The caller gave up meanwhile: its context's error is the
+			// answer, whatever the request met.
+			return hold{}, v.errf("enqueue: %w (%v)", cerr, err)
+		}
 		return hold{}, v.errf("enqueue: %w", err)
 	}
 	switch res[0] {
@@ -83,7 +91,9 @@ func (v *service) sessionGone() error {
 	return v.errf("session %d key gone: %w", v.s.id, primitives.ErrLost)
 }
 
-// grant records h as held, or releases it if the service ended meanwhile.
+// grant records h as held and publishes Acquired, followed at once by
+// Suspended (with the session's deadline) if the session is suspended; or
+// it releases h if the service ended meanwhile.
 func (v *service) grant(h hold) error {
 	_, err := loopCall(v.s, context.Background(), func() (struct{}, error) {
 		if v.ended || v.closing {
@@ -94,6 +104,10 @@ func (v *service) grant(h hold) error {
 		v.held = &hh
 		v.term.Store(&h)
 		v.fan.Publish(primitives.Acquired{Key: h.key, Token: tokenOf(h), Created: h.created})
+		if v.s.suspended {
+			// Granted in doubt: told at once, as the session's other holders were.
+			v.suspendLoop(v.s.lastAck.Add(v.s.ttl))
+		}
 		return struct{}{}, nil
 	})
 	if err != nil {
@@ -158,11 +172,26 @@ func (v *service) wait(ctx context.Context, h hold) (hold, error) {
 func (v *service) check(ctx context.Context, key string) ([]int64, error) {
 	switch v.kind {
 	case kindRWLock:
-		return rwCheckScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.s.key, key, v.rtok}, v.wake).Int64Slice()
+		return rwCheckScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key, v.rtok}, v.wake).Int64Slice()
 	case kindLock:
-		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.s.key, key}, "1", v.wake).Int64Slice()
+		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, "1", v.wake).Int64Slice()
 	default:
-		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.s.key, key}, "0", v.wake).Int64Slice()
+		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, "0", v.wake).Int64Slice()
+	}
+}
+
+// withdrawNonce withdraws the hold that an enqueue with nonce created, if
+// it did: its reply was lost.
+func (v *service) withdrawNonce(nonce string) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	key, err := findScript.Run(ctx, v.s.cli, []string{v.queue, v.s.key}, nonce).Text()
+	if err != nil {
+		v.s.log.Debug("redisio: find an enqueue without reply", zap.String("nonce", nonce), zap.Error(err))
+		return
+	}
+	if key != "" {
+		v.withdraw(key)
 	}
 }
 

@@ -8,56 +8,128 @@ import "github.com/redis/go-redis/v9"
 //
 //	name/seq    the scope's counter: Created of every hold, and lock tokens
 //	name/queue  sorted set of hold keys, scored by their Created (FIFO)
+//	name/held   hash: one field per granted hold (its key), "mode session
+//	            value" (mode w or r, W or R once its key was found gone);
+//	            and n, a copy of the counter
 //	name/<n>    one hold (held or waiting), a hash: s = its session's key,
 //	            l = the session's id, v = an election value, m = an rwlock
-//	            hold's mode (r or w), t = its token once granted; it
-//	            carries the session's PX expiry
+//	            hold's mode (r or w), t = its token once granted, o = the
+//	            enqueue's nonce, g = 1 for a tombstone; it carries the
+//	            session's PX expiry
 //	name/rtok   an rwlock's read token: shared by readers until the next
 //	            writer is granted
 //	name/wake   pub/sub channel; each message is the key of a hold that
 //	            may now be granted (or "")
 //
-// A hold is dead when its key or its session's key is gone; head() removes
-// dead holds from the front of a queue whenever a script looks at it.
+// The layout is redundant, so that no one deleted key gives a name two
+// holders: a granted hold is in the queue and in name/held; a hold lives
+// while its key exists (the key expires with its session's). The first
+// script that finds a granted hold's key gone while the hold is still
+// queued and its session's key exists writes a tombstone in its place (g =
+// 1, the session's present expiry), once (its record's mode in upper case):
+// the hold lives on until its owner's refresh reports it gone and the owner
+// releases, or the tombstone expires. A live granted hold heads the queue whatever
+// the queue says, and a script that finds one missing from the queue, or
+// from name/held, puts it back. The counter is the greater of name/seq and
+// its copy. head() removes dead holds from the front of a queue whenever a
+// script looks at it.
 
-// luaHead is shared by the scripts that look at a queue's front. It returns
-// the first live hold key (or false) and whether it removed dead ones.
-const luaHead = `
-local function head(q)
-  local removed = false
+// luaLayout is shared by the scripts of a scope: the records of name/held,
+// the counter, and head, which returns the first live hold key (a live
+// granted one first) or false, and whether it removed dead ones.
+const luaLayout = `
+local function rec(m, s, v) return (m or 'w') .. ' ' .. s .. ' ' .. (v or '') end
+local function parse(r) return string.match(r, '^(%S+) (%S+) (.*)$') end
+local function created(k) return tonumber(string.match(k, '(%d+)$')) end
+local function nextc(seq, held)
+  local a = tonumber(redis.call('GET', seq) or '0') or 0
+  local b = tonumber(redis.call('HGET', held, 'n') or '0') or 0
+  if b > a then redis.call('SET', seq, b) end
+  local c = redis.call('INCR', seq)
+  redis.call('HSET', held, 'n', c)
+  return c
+end
+local function record(k, held)
+  local f = redis.call('HMGET', k, 'm', 's', 'v')
+  if f[2] then redis.call('HSET', held, k, rec(f[1], f[2], f[3])) end
+end
+local function keep(k, held)
+  if redis.call('HEXISTS', held, k) == 0 and redis.call('HEXISTS', k, 't') == 1 then record(k, held) end
+end
+local function expiry(sk, ttl)
+  local pt = redis.call('PTTL', sk)
+  if pt <= 0 then return ttl end
+  return pt
+end
+local function granted(q, held)
+  local live, removed = {}, false
+  local f = redis.call('HGETALL', held)
+  for i = 1, #f, 2 do
+    local k = f[i]
+    if k ~= 'n' then
+      local m, s, v = parse(f[i + 1])
+      local queued = redis.call('ZSCORE', q, k)
+      local alive = redis.call('EXISTS', k) == 1
+      if not alive and queued and s and (m == 'w' or m == 'r') and redis.call('EXISTS', s) == 1 then
+        -- Its key was deleted: a tombstone keeps the hold, once, until its
+        -- owner hears of it (its refresh reports a tombstone gone) and
+        -- releases, or until its session's present expiry.
+        redis.call('HSET', k, 's', s, 'l', string.match(s, '(%d+)$') or '0', 'm', m, 'v', v or '', 'g', '1')
+        redis.call('PEXPIRE', k, expiry(s, 10000))
+        redis.call('HSET', held, k, rec(string.upper(m), s, v))
+        alive = true
+      end
+      if alive then
+        if not queued then redis.call('ZADD', q, created(k), k) end
+        table.insert(live, {k, string.lower(m or 'w')})
+      else
+        redis.call('HDEL', held, k)
+        if queued then redis.call('ZREM', q, k) end
+        removed = true
+      end
+    end
+  end
+  table.sort(live, function(x, y) return created(x[1]) < created(y[1]) end)
+  return live, removed
+end
+local function head(q, held)
+  local live, removed = granted(q, held)
+  if #live > 0 then return live[1][1], removed end
   while true do
     local h = redis.call('ZRANGE', q, 0, 0)
     if #h == 0 then return false, removed end
     local k = h[1]
-    local s = redis.call('HGET', k, 's')
-    if s and redis.call('EXISTS', s) == 1 then return k, removed end
+    if redis.call('EXISTS', k) == 1 then
+      keep(k, held)
+      return k, removed
+    end
     redis.call('ZREM', q, k)
-    if s then redis.call('DEL', k) end
     removed = true
   end
 end
 `
 
 // enqueueScript creates a hold and queues it; if nobody is ahead it is
-// granted in the same step.
-// KEYS: seq, queue, session key. ARGV: name, try (1/0), value, ttl ms,
-// wake channel, session id.
+// granted in the same step. The hold's key expires with its session's.
+// KEYS: seq, queue, held, session key. ARGV: name, try (1/0), value, ttl
+// ms, wake channel, session id, nonce (o: names the hold to findScript).
 // Returns {-1} no session, {-2} taken (try), {created, token} (token 0:
 // waiting).
-var enqueueScript = redis.NewScript(luaHead + `
-if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
-local h, removed = head(KEYS[2])
+var enqueueScript = redis.NewScript(luaLayout + `
+if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
+local h, removed = head(KEYS[2], KEYS[3])
 if ARGV[2] == '1' and h then
   if removed then redis.call('PUBLISH', ARGV[5], h) end
   return {-2}
 end
-local c = redis.call('INCR', KEYS[1])
+local c = nextc(KEYS[1], KEYS[3])
 local k = ARGV[1] .. '/' .. c
-redis.call('HSET', k, 's', KEYS[3], 'l', ARGV[6], 'v', ARGV[3])
-redis.call('PEXPIRE', k, ARGV[4])
+redis.call('HSET', k, 's', KEYS[4], 'l', ARGV[6], 'v', ARGV[3], 'o', ARGV[7])
+redis.call('PEXPIRE', k, expiry(KEYS[4], ARGV[4]))
 redis.call('ZADD', KEYS[2], c, k)
 if not h then
   redis.call('HSET', k, 't', c)
+  record(k, KEYS[3])
   redis.call('PUBLISH', ARGV[5], k)
   return {c, c}
 end
@@ -68,25 +140,28 @@ return {c, 0}
 // checkScript grants a waiting hold if it is now the queue's head. A lock's
 // token is a fresh increment of the counter; an election's is the hold's
 // Created.
-// KEYS: seq, queue, session key, hold key. ARGV: lock (1/0), wake channel.
+// KEYS: seq, queue, held, session key, hold key. ARGV: lock (1/0), wake
+// channel.
 // Returns {-1} no session, {-3} hold gone, {0} still waiting, {1, token}.
-var checkScript = redis.NewScript(luaHead + `
-if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
-if redis.call('EXISTS', KEYS[4]) == 0 then return {-3} end
-local h, removed = head(KEYS[2])
+var checkScript = redis.NewScript(luaLayout + `
+if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
+if redis.call('EXISTS', KEYS[5]) == 0 or redis.call('HEXISTS', KEYS[5], 'g') == 1 then return {-3} end
+if not redis.call('ZSCORE', KEYS[2], KEYS[5]) then redis.call('ZADD', KEYS[2], created(KEYS[5]), KEYS[5]) end
+local h, removed = head(KEYS[2], KEYS[3])
 if not h then return {-3} end
-if h ~= KEYS[4] then
+if h ~= KEYS[5] then
   if removed then redis.call('PUBLISH', ARGV[2], h) end
   return {0}
 end
-local t = redis.call('HGET', KEYS[4], 't')
+local t = redis.call('HGET', KEYS[5], 't')
 if not t then
   if ARGV[1] == '1' then
-    t = redis.call('INCR', KEYS[1])
+    t = nextc(KEYS[1], KEYS[3])
   else
-    t = redis.call('ZSCORE', KEYS[2], KEYS[4])
+    t = created(KEYS[5])
   end
-  redis.call('HSET', KEYS[4], 't', t)
+  redis.call('HSET', KEYS[5], 't', t)
+  record(KEYS[5], KEYS[3])
   redis.call('PUBLISH', ARGV[2], h)
 end
 return {1, tonumber(t)}
@@ -109,83 +184,127 @@ end
 // the same step (a lock's token a new increment of the counter, an
 // election's the head's Created), so that the next holder's own check only
 // reads; then it wakes that head, or for an rwlock the first waiter.
-// KEYS: queue, hold key, session key, seq. ARGV: wake channel, handoff
-// (lock, election or "").
-// Returns 1 if the hold existed, 0 if it was already gone.
-var releaseScript = redis.NewScript(luaHead + luaFirstWaiting + `
+// KEYS: seq, queue, held, session key, hold key. ARGV: wake channel,
+// handoff (lock, election or "").
+// Returns 1 if the hold's key existed, 0 if it was already gone.
+var releaseScript = redis.NewScript(luaLayout + luaFirstWaiting + `
 local r = 0
-if redis.call('HGET', KEYS[2], 's') == KEYS[3] then
-  redis.call('DEL', KEYS[2])
+if redis.call('HGET', KEYS[5], 's') == KEYS[4] then
+  redis.call('DEL', KEYS[5])
   r = 1
 end
-local queued = redis.call('ZREM', KEYS[1], KEYS[2])
-if r == 1 or queued == 1 then
-  local h = head(KEYS[1])
-  if h and ARGV[2] ~= '' and redis.call('HEXISTS', h, 't') == 0 then
+local mine = r == 1
+local rc = redis.call('HGET', KEYS[3], KEYS[5])
+if rc then
+  local _, s = parse(rc)
+  if s == KEYS[4] then
+    redis.call('HDEL', KEYS[3], KEYS[5])
+    mine = true
+  end
+end
+local queued = redis.call('ZREM', KEYS[2], KEYS[5])
+if mine or queued == 1 then
+  local h = head(KEYS[2], KEYS[3])
+  if h and ARGV[2] ~= '' and redis.call('HEXISTS', KEYS[3], h) == 0 then
     local t
     if ARGV[2] == 'lock' then
-      t = redis.call('INCR', KEYS[4])
+      t = nextc(KEYS[1], KEYS[3])
     else
-      t = redis.call('ZSCORE', KEYS[1], h)
+      t = created(h)
     end
     redis.call('HSET', h, 't', t)
+    record(h, KEYS[3])
     redis.call('PUBLISH', ARGV[1], h)
   else
-    redis.call('PUBLISH', ARGV[1], firstWaiting(KEYS[1]))
+    redis.call('PUBLISH', ARGV[1], firstWaiting(KEYS[2]))
   end
 end
 return r
 `)
 
+// findScript returns the key of this session's hold that an enqueue with
+// the nonce created, or "": for an enqueue whose reply was lost.
+// KEYS: queue, session key. ARGV: nonce.
+var findScript = redis.NewScript(`
+for _, e in ipairs(redis.call('ZREVRANGE', KEYS[1], 0, -1)) do
+  local f = redis.call('HMGET', e, 's', 'o')
+  if f[1] == KEYS[2] and f[2] == ARGV[1] then return e end
+end
+return ''
+`)
+
 // leaderScript returns the queue's live head: {key, value, token, session
 // id}, or {} if the queue is empty.
-// KEYS: queue. ARGV: wake channel.
-var leaderScript = redis.NewScript(luaHead + `
-local h, removed = head(KEYS[1])
+// KEYS: queue, held. ARGV: wake channel.
+var leaderScript = redis.NewScript(luaLayout + `
+local h, removed = head(KEYS[1], KEYS[2])
 if removed then redis.call('PUBLISH', ARGV[1], h or '') end
 if not h then return {} end
-local f = redis.call('HMGET', h, 'v', 'l')
-return {h, f[1] or '', tonumber(redis.call('ZSCORE', KEYS[1], h)), tonumber(f[2] or '0')}
+local v, l
+if redis.call('EXISTS', h) == 1 then
+  local f = redis.call('HMGET', h, 'v', 'l')
+  v, l = f[1], f[2]
+else
+  local rc = redis.call('HGET', KEYS[2], h)
+  if rc then
+    local _, s, rv = parse(rc)
+    v, l = rv, string.match(s, '(%d+)$')
+  end
+end
+return {h, v or '', created(h), tonumber(l or '0')}
 `)
 
 // proclaimScript sets the value of a hold that heads its queue.
-// KEYS: queue, hold key, session key. ARGV: value, wake channel.
+// KEYS: queue, held, session key, hold key. ARGV: value, wake channel.
 // Returns 1 if set, 0 if the hold does not lead.
-var proclaimScript = redis.NewScript(luaHead + `
-if redis.call('HGET', KEYS[2], 's') ~= KEYS[3] then return 0 end
-local h = head(KEYS[1])
-if h ~= KEYS[2] then return 0 end
-redis.call('HSET', KEYS[2], 'v', ARGV[1])
+var proclaimScript = redis.NewScript(luaLayout + `
+if redis.call('HGET', KEYS[4], 's') ~= KEYS[3] or redis.call('HEXISTS', KEYS[4], 'g') == 1 then return 0 end
+local h = head(KEYS[1], KEYS[2])
+if h ~= KEYS[4] then return 0 end
+redis.call('HSET', KEYS[4], 'v', ARGV[1])
+redis.call('HSET', KEYS[2], KEYS[4], rec('w', KEYS[3], ARGV[1]))
 redis.call('PUBLISH', ARGV[2], h)
 return 1
 `)
 
 // refreshScript extends the session's key and its holds' keys by the TTL.
+// A hold key that is a tombstone (its key was deleted) counts as gone, and
+// is not extended.
 // KEYS: session key, hold keys... ARGV: ttl ms.
 // Returns -1 if the session key is gone, else the hold keys that are gone.
 var refreshScript = redis.NewScript(`
 if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return -1 end
 local missing = {}
 for i = 2, #KEYS do
-  if redis.call('PEXPIRE', KEYS[i], ARGV[1]) == 0 then table.insert(missing, KEYS[i]) end
+  if redis.call('HEXISTS', KEYS[i], 'g') == 1 or redis.call('PEXPIRE', KEYS[i], ARGV[1]) == 0 then
+    table.insert(missing, KEYS[i])
+  end
 end
 return missing
 `)
 
 // sessionScript creates a session: a new id from the global counter and its
-// key with the TTL. KEYS: counter. ARGV: key prefix, ttl ms. Returns the id.
+// key with the TTL. An id whose key exists (the counter was deleted, say)
+// is skipped, so a live session's key is never taken.
+// KEYS: counter. ARGV: key prefix, ttl ms. Returns the id.
 var sessionScript = redis.NewScript(`
-local id = redis.call('INCR', KEYS[1])
-redis.call('SET', ARGV[1] .. id, '1', 'PX', ARGV[2])
-return id
+while true do
+  local id = redis.call('INCR', KEYS[1])
+  if redis.call('SET', ARGV[1] .. id, '1', 'PX', ARGV[2], 'NX') then return id end
+end
 `)
 
 // luaRW holds the read/write lock's rules: a writer is granted at the head
-// of the queue; a reader when no live writer is ahead of it. A writer's
-// token is a new increment of the counter, and it ends the read epoch; a
-// reader's is the epoch's token (name/rtok), opened by a new increment.
+// of the queue; a reader when no live writer is ahead of it or granted. A
+// writer's token is a new increment of the counter, and it ends the read
+// epoch; a reader's is the epoch's token (name/rtok), opened by a new
+// increment.
 const luaRW = `
-local function writerAhead(q, k)
+local function writerAhead(q, k, held)
+  local live, removed = granted(q, held)
+  for _, g in ipairs(live) do
+    if g[2] == 'w' and g[1] ~= k then return true, removed end
+  end
   local items = {}
   if k then
     local rank = redis.call('ZRANK', q, k)
@@ -193,83 +312,85 @@ local function writerAhead(q, k)
   else
     items = redis.call('ZRANGE', q, 0, -1)
   end
-  local removed = false
   for _, e in ipairs(items) do
-    local s = redis.call('HGET', e, 's')
-    if s and redis.call('EXISTS', s) == 1 then
+    if redis.call('EXISTS', e) == 1 then
+      keep(e, held)
       if redis.call('HGET', e, 'm') == 'w' then return true, removed end
-    else
+    elseif redis.call('HEXISTS', held, e) == 0 then
       redis.call('ZREM', q, e)
-      if s then redis.call('DEL', e) end
       removed = true
     end
   end
   return false, removed
 end
-local function grantToken(seq, rtok, mode, fresh)
+local function grantToken(seq, rtok, mode, fresh, held)
   if mode == 'w' then
     redis.call('DEL', rtok)
-    return fresh or redis.call('INCR', seq)
+    return fresh or nextc(seq, held)
   end
   local t = redis.call('GET', rtok)
   if t then return tonumber(t) end
-  t = fresh or redis.call('INCR', seq)
+  t = fresh or nextc(seq, held)
   redis.call('SET', rtok, t)
   return t
 end
 `
 
 // rwEnqueueScript is enqueueScript for a read/write lock.
-// KEYS: seq, queue, session key, rtok. ARGV: name, try (1/0), mode (r/w),
-// ttl ms, wake channel, session id. Returns as enqueueScript.
-var rwEnqueueScript = redis.NewScript(luaHead + luaFirstWaiting + luaRW + `
-if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
+// KEYS: seq, queue, held, session key, rtok. ARGV: name, try (1/0), mode
+// (r/w), ttl ms, wake channel, session id, nonce. Returns as
+// enqueueScript.
+var rwEnqueueScript = redis.NewScript(luaLayout + luaFirstWaiting + luaRW + `
+if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
 local blocked, removed
 if ARGV[3] == 'w' then
   local h
-  h, removed = head(KEYS[2])
+  h, removed = head(KEYS[2], KEYS[3])
   blocked = h ~= false
 else
-  blocked, removed = writerAhead(KEYS[2], nil)
+  blocked, removed = writerAhead(KEYS[2], nil, KEYS[3])
 end
 if removed then redis.call('PUBLISH', ARGV[5], firstWaiting(KEYS[2])) end
 if ARGV[2] == '1' and blocked then return {-2} end
-local c = redis.call('INCR', KEYS[1])
+local c = nextc(KEYS[1], KEYS[3])
 local k = ARGV[1] .. '/' .. c
-redis.call('HSET', k, 's', KEYS[3], 'l', ARGV[6], 'm', ARGV[3])
-redis.call('PEXPIRE', k, ARGV[4])
+redis.call('HSET', k, 's', KEYS[4], 'l', ARGV[6], 'm', ARGV[3], 'o', ARGV[7])
+redis.call('PEXPIRE', k, expiry(KEYS[4], ARGV[4]))
 redis.call('ZADD', KEYS[2], c, k)
 if blocked then return {c, 0} end
-local t = grantToken(KEYS[1], KEYS[4], ARGV[3], c)
+local t = grantToken(KEYS[1], KEYS[5], ARGV[3], c, KEYS[3])
 redis.call('HSET', k, 't', t)
+record(k, KEYS[3])
 return {c, t}
 `)
 
 // rwCheckScript is checkScript for a read/write lock; a reader it grants
 // wakes the hold behind it, so that readers queued together follow each
 // other in.
-// KEYS: seq, queue, session key, hold key, rtok. ARGV: wake channel.
+// KEYS: seq, queue, held, session key, hold key, rtok. ARGV: wake channel.
 // Returns as checkScript.
-var rwCheckScript = redis.NewScript(luaHead + luaFirstWaiting + luaRW + `
-if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
-if redis.call('EXISTS', KEYS[4]) == 0 or not redis.call('ZSCORE', KEYS[2], KEYS[4]) then return {-3} end
-local mode = redis.call('HGET', KEYS[4], 'm')
+var rwCheckScript = redis.NewScript(luaLayout + luaFirstWaiting + luaRW + `
+if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
+if redis.call('EXISTS', KEYS[5]) == 0 or redis.call('HEXISTS', KEYS[5], 'g') == 1 then return {-3} end
+if not redis.call('ZSCORE', KEYS[2], KEYS[5]) then redis.call('ZADD', KEYS[2], created(KEYS[5]), KEYS[5]) end
+local mode = redis.call('HGET', KEYS[5], 'm')
 local blocked, removed
 if mode == 'w' then
   local h
-  h, removed = head(KEYS[2])
-  blocked = h ~= KEYS[4]
+  h, removed = head(KEYS[2], KEYS[3])
+  blocked = h ~= KEYS[5]
 else
-  blocked, removed = writerAhead(KEYS[2], KEYS[4])
+  blocked, removed = writerAhead(KEYS[2], KEYS[5], KEYS[3])
 end
 if removed then redis.call('PUBLISH', ARGV[1], firstWaiting(KEYS[2])) end
 if blocked then return {0} end
-local t = redis.call('HGET', KEYS[4], 't')
+local t = redis.call('HGET', KEYS[5], 't')
 if not t then
-  t = grantToken(KEYS[1], KEYS[5], mode, nil)
-  redis.call('HSET', KEYS[4], 't', t)
+  t = grantToken(KEYS[1], KEYS[6], mode, nil, KEYS[3])
+  redis.call('HSET', KEYS[5], 't', t)
+  record(KEYS[5], KEYS[3])
   if mode == 'r' then
-    local rank = redis.call('ZRANK', KEYS[2], KEYS[4])
+    local rank = redis.call('ZRANK', KEYS[2], KEYS[5])
     local nxt = redis.call('ZRANGE', KEYS[2], rank + 1, rank + 1)
     if nxt[1] then redis.call('PUBLISH', ARGV[1], nxt[1]) end
   end

@@ -28,6 +28,7 @@ type service struct {
 	name    string
 	seq     string
 	queue   string
+	granted string // name/held
 	rtok    string
 	wake    string
 	notHeld error
@@ -100,7 +101,7 @@ func newService(cli *redis.Client, what, name string, k kind, opts []Option) (*s
 	}
 	v := &service{
 		s: s, own: own, kind: k, what: what, name: name, cancel: o.cancel,
-		seq: name + "/seq", queue: name + "/queue", rtok: name + "/rtok", wake: name + "/wake",
+		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
 		fan: actor.NewFanout(primitives.Coalescable), sem: make(chan struct{}, 1), done: make(chan struct{}),
 		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{},
 	}
@@ -166,7 +167,7 @@ func (v *service) errf(format string, args ...any) error {
 }
 
 func (v *service) ref(key string) holdRef {
-	r := holdRef{queue: v.queue, key: key, wake: v.wake, seq: v.seq}
+	r := holdRef{queue: v.queue, granted: v.granted, key: key, wake: v.wake, seq: v.seq}
 	switch v.kind {
 	case kindLock:
 		r.handoff = "lock"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,7 +19,7 @@ import (
 
 const (
 	sessionCounter = "disco/sessions"
-	sessionPrefix  = "disco/session/"
+	sessionPrefix  = sessionTree + "/"
 	// opTimeout bounds the requests a session makes on its own behalf
 	// (withdrawing, cleaning up) and those it makes when its caller's
 	// context has already ended.
@@ -46,6 +47,8 @@ type Session struct {
 	helpers  sync.WaitGroup
 	closeMu  sync.Mutex
 	quitOnce sync.Once
+
+	enqueues atomic.Uint64 // the nonces of this session's enqueues
 
 	ps    *redis.PubSub
 	subMu sync.Mutex
@@ -166,11 +169,11 @@ func (s *Session) stop() {
 
 // holdRef names a hold key in Redis for a release, with what its scope's
 // release needs.
-type holdRef struct{ queue, key, wake, seq, handoff string }
+type holdRef struct{ queue, granted, key, wake, seq, handoff string }
 
 // release runs releaseScript for ref on behalf of the session s.
 func (s *Session) release(ctx context.Context, ref holdRef) (int64, error) {
-	return releaseScript.Run(ctx, s.cli, []string{ref.queue, ref.key, s.key, ref.seq}, ref.wake, ref.handoff).Int64()
+	return releaseScript.Run(ctx, s.cli, []string{ref.seq, ref.queue, ref.granted, s.key, ref.key}, ref.wake, ref.handoff).Int64()
 }
 
 // cleanup releases keys and deletes the session's key, bounded by

@@ -104,3 +104,73 @@ func TestCancelOnSuspend(t *testing.T) {
 		t.Fatalf("Do = %v, want an error wrapping ErrSuspended", err)
 	}
 }
+
+// TestGrantWhileSuspended: a hold granted while its session is suspended
+// is followed at once by Suspended, with the session's deadline, so that
+// with WithCancelOnSuspend its owner stops as its sibling on the same
+// session was told to.
+func TestGrantWhileSuspended(t *testing.T) {
+	r := testserver.StartRedis(t)
+	noLeaks(t)
+	const ttl = 4 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cli := newClient(t, r)
+	s, err := redisio.NewSession(cli, redisio.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	sibling, err := redisio.NewLock(cli, "suspended-sibling", redisio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sibling.Close() })
+	late, err := redisio.NewLock(cli, "suspended-late", redisio.WithSession(s), redisio.WithCancelOnSuspend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { late.Close() })
+	sibEvents := sibling.Subscribe(ctx)
+	if _, err := sibling.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resume := make(chan struct{})
+	defer close(resume)
+	testhook.PauseRenewal(s, resume)
+	var sus primitives.Suspended
+	for e := range sibEvents {
+		if e, ok := e.(primitives.Suspended); ok {
+			sus = e
+			break
+		}
+	}
+	events := late.Subscribe(ctx)
+	var got lock.Grant
+	err = lock.Do(ctx, late, func(fctx context.Context, g lock.Grant) error {
+		got = g
+		<-fctx.Done()
+		if cause := context.Cause(fctx); !errors.Is(cause, primitives.ErrSuspended) {
+			t.Errorf("fn's context ended with %v, want a cause wrapping ErrSuspended", cause)
+		}
+		return nil
+	})
+	if !errors.Is(err, primitives.ErrSuspended) || errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Do granted while suspended = %v, want ErrSuspended alone", err)
+	}
+	var seq []primitives.Event
+	for e := range events {
+		if seq = append(seq, e); len(seq) == 2 {
+			break
+		}
+	}
+	if len(seq) < 2 {
+		t.Fatalf("events %#v, want Acquired and Suspended", seq)
+	}
+	if a, ok := seq[0].(primitives.Acquired); !ok || a.Created != got.Created {
+		t.Fatalf("first event %#v, want Acquired of %+v", seq[0], got)
+	}
+	if e, ok := seq[1].(primitives.Suspended); !ok || e.Created != got.Created || !e.Deadline.Equal(sus.Deadline) {
+		t.Fatalf("event after Acquired %#v, want Suspended of %+v with the session's deadline %v", seq[1], got, sus.Deadline)
+	}
+}

@@ -14,7 +14,7 @@ import (
 
 // readLeader reads the election's head.
 func (v *service) readLeader(ctx context.Context) (election.Leadership, error) {
-	res, err := leaderScript.Run(ctx, v.s.cli, []string{v.queue}, v.wake).Slice()
+	res, err := leaderScript.Run(ctx, v.s.cli, []string{v.queue, v.granted}, v.wake).Slice()
 	if err != nil {
 		return election.Leadership{}, v.errf("read leader: %w", err)
 	}
