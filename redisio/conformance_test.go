@@ -2,6 +2,8 @@ package redisio_test
 
 import (
 	"context"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +44,8 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 		}
 		return s.(*redisio.Session)
 	}
+	var clients sync.Map // *redisio.Session -> *redis.Client
+	var names sync.Map   // service -> the name it was made with
 	owner := func(t *testing.T) (*redis.Client, *redisio.Session) {
 		t.Helper()
 		cli := newClient(t, r)
@@ -50,7 +54,24 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
+		clients.Store(s, cli)
 		return cli, s
+	}
+	// keysOf lists name's own keys: name/ and one segment (a nested name's
+	// keys have a further "/").
+	keysOf := func(t *testing.T, name string) []string {
+		t.Helper()
+		all, err := admin.Keys(context.Background(), globEscape(name)+"/*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, k := range all {
+			if !strings.Contains(k[len(name)+1:], "/") {
+				keys = append(keys, k)
+			}
+		}
+		return keys
 	}
 	return conformance.Backend{
 		Name: "redis",
@@ -59,6 +80,7 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 			cli, s := owner(t)
 			l := closedAtEnd[lock.Service](t)(redisio.NewLock(cli, name, redisio.WithSession(s)))
 			sessions.Store(l, s)
+			names.Store(l, name)
 			return l
 		},
 		NewRWLock: func(t *testing.T, name string) rwlock.Service {
@@ -92,7 +114,74 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 				t.Fatal(err)
 			}
 		},
+		PauseRenewal: func(t *testing.T, svc any) func() {
+			t.Helper()
+			resume := make(chan struct{})
+			testhook.PauseRenewal(session(t, svc), resume)
+			var once sync.Once
+			return func() { once.Do(func() { close(resume) }) }
+		},
+		NewLockSharing: func(t *testing.T, name string, with lock.Service) lock.Service {
+			t.Helper()
+			s := session(t, with)
+			cli, _ := clients.Load(s)
+			l := closedAtEnd[lock.Service](t)(redisio.NewLock(cli.(*redis.Client), name, redisio.WithSession(s)))
+			sessions.Store(l, s)
+			names.Store(l, name)
+			return l
+		},
+		LayoutKeys: keysOf,
+		DeleteWaiter: func(t *testing.T, svc any) {
+			t.Helper()
+			name, ok := names.Load(svc)
+			if !ok {
+				t.Fatalf("DeleteWaiter given a service the factory did not make: %T", svc)
+			}
+			// The waiter's key is the hold hash naming its session.
+			own := session(t, svc).Key()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				for _, k := range keysOf(t, name.(string)) {
+					if sess, err := admin.HGet(context.Background(), k, "s").Result(); err == nil && sess == own {
+						if err := admin.Del(context.Background(), k).Err(); err != nil {
+							t.Fatal(err)
+						}
+						return
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter's hold key never appeared")
+				}
+				time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+			}
+		},
+		Construct: func(t *testing.T, kind, name string) (io.Closer, error) {
+			t.Helper()
+			var c io.Closer
+			var err error
+			switch kind {
+			case "lock":
+				c, err = redisio.NewLock(admin, name)
+			case "rwlock":
+				c, err = redisio.NewRWLock(admin, name)
+			case "election":
+				c, err = redisio.NewElection(admin, name)
+			default:
+				t.Fatalf("Construct: unknown kind %q", kind)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		},
+		BadNames: []string{"disco/session", "disco/sessions", "disco/session/7"},
+		MaxValue: redisio.DefaultMaxValueSize,
 	}
+}
+
+// globEscape quotes the characters a Redis KEYS pattern gives a meaning.
+func globEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
 }
 
 // closedAtEnd fails t on a constructor's error and closes the service when

@@ -5,6 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -30,12 +31,18 @@ func NewElection(cli *redis.Client, name string, opts ...Option) (election.Servi
 
 // Campaign blocks until this candidate leads with value.
 func (e *Election) Campaign(ctx context.Context, value string) error {
+	if err := e.checkValue("campaign", value); err != nil {
+		return err
+	}
 	_, err := e.acquire(ctx, false, value, 'w')
 	return err
 }
 
 // Proclaim changes the leader's value; election.ErrNotLeader unless leading.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
+	if err := e.checkValue("proclaim", value); err != nil {
+		return err
+	}
 	h, err := loopCall(e.s, ctx, func() (hold, error) {
 		if e.ended || e.closing {
 			return hold{}, e.Err()
@@ -121,4 +128,14 @@ func (e *Election) Observe(ctx context.Context) <-chan election.Leadership {
 		return closed
 	}
 	return ch
+}
+
+// checkValue refuses a value over the service's limit before anything is
+// sent.
+func (e *Election) checkValue(what, value string) error {
+	if len(value) > e.maxValue {
+		return e.errf("%s: value of %d bytes, more than the %d accepted (WithMaxValueSize): %w",
+			what, len(value), e.maxValue, primitives.ErrInvalidArgument)
+	}
+	return nil
 }

@@ -29,7 +29,28 @@ type options struct {
 	log     *zap.Logger
 	ctx     context.Context
 	cancel  bool // cancel Do's and Lead's fn at Suspended
-	errs    []error
+	// maxValue is the largest election value Campaign and Proclaim accept.
+	maxValue int
+	errs     []error
+}
+
+// DefaultMaxValueSize is the largest election value (Campaign, Proclaim) a
+// primitive accepts without WithMaxValueSize: the same limit as etcdio's,
+// so that a program moves between backends unchanged. Redis itself takes
+// values up to its proto-max-bulk-len (512 MB by default).
+const DefaultMaxValueSize = 1 << 20
+
+// WithMaxValueSize sets the largest election value, in bytes, that Campaign
+// and Proclaim accept; a larger one is refused before it is sent, with an
+// error wrapping primitives.ErrInvalidArgument.
+func WithMaxValueSize(n int) Option {
+	return func(o *options) {
+		if n < 1 {
+			o.errs = append(o.errs, fmt.Errorf("redisio: WithMaxValueSize(%d): must be at least 1: %w", n, primitives.ErrInvalidArgument))
+			return
+		}
+		o.maxValue = n
+	}
 }
 
 // WithTTL sets the session's time to live: its key's PX expiry, refreshed
@@ -83,7 +104,7 @@ func WithContext(ctx context.Context) Option {
 }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{ttl: DefaultTTL, log: zap.NewNop(), ctx: context.Background()}
+	o := options{ttl: DefaultTTL, log: zap.NewNop(), ctx: context.Background(), maxValue: DefaultMaxValueSize}
 	for _, f := range opts {
 		if f == nil {
 			return o, fmt.Errorf("redisio: nil option: %w", primitives.ErrInvalidArgument)

@@ -21,19 +21,21 @@ import (
 // service is every primitive: a lock, rwlock or election on one scope (a name),
 // owned by one session. Its loop-only fields belong to the session's loop.
 type service struct {
-	s       *Session
-	own     bool // the session was made for this service; Close closes it
-	kind    kind
-	what    string
-	name    string
-	seq     string
-	queue   string
-	granted string // name/held
-	rtok    string
-	wake    string
-	notHeld error
-	taken   error
-	cancel  bool // WithCancelOnSuspend
+	s    *Session
+	own  bool // the session was made for this service; Close closes it
+	kind kind
+	what string
+	name string
+	// maxValue is the largest election value accepted.
+	maxValue int
+	seq      string
+	queue    string
+	granted  string // name/held
+	rtok     string
+	wake     string
+	notHeld  error
+	taken    error
+	cancel   bool // WithCancelOnSuspend
 
 	fan  *actor.Fanout[primitives.Event]
 	obs  *actor.Fanout[election.Leadership] // elections only
@@ -100,7 +102,7 @@ func newService(cli *redis.Client, what, name string, k kind, opts []Option) (*s
 		return nil, fmt.Errorf("redisio: %s %q: the session runs on another client: %w", what, name, primitives.ErrInvalidArgument)
 	}
 	v := &service{
-		s: s, own: own, kind: k, what: what, name: name, cancel: o.cancel,
+		s: s, own: own, kind: k, what: what, name: name, cancel: o.cancel, maxValue: o.maxValue,
 		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
 		fan: actor.NewFanout(primitives.Coalescable), sem: make(chan struct{}, 1), done: make(chan struct{}),
 		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{},
