@@ -48,6 +48,8 @@ import (
 //     leader sees Lost when it resumes.
 //   - ResignTerm: ends only the term it names by Created.
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
+//   - CancelledAtAnyMoment: Campaigns whose contexts end at any step return
+//     an error wrapping the context's, and leave nothing.
 //   - OversizedValue: a value over Backend.MaxValue is refused at once with
 //     ErrInvalidArgument; nothing is written.
 func TestElection(t *testing.T, b Backend) {
@@ -70,6 +72,7 @@ func TestElection(t *testing.T, b Backend) {
 	law(t, "ResignTerm", func(t *testing.T) { electResignTerm(t, b) })
 	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "election") })
 	law(t, "OversizedValue", func(t *testing.T) { electOversizedValue(t, b) })
+	law(t, "CancelledAtAnyMoment", func(t *testing.T) { electCancelledAnyMoment(t, b) })
 }
 
 // mustCampaign campaigns and returns the term, checked against Term.

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,24 +197,31 @@ func lockWaiterKeyDeleted(t *testing.T, b Backend) {
 	lockFree(t, b, w, "by the lost waiter")
 }
 
-// lockCancelledAnyMoment: while the lock changes hands, waiters give up
-// after 0.5 to 20 ms, at every step of an acquisition; each failed Lock
-// returns an error wrapping its context's, nothing crashes, and nothing is
-// left to block the next owner.
-func lockCancelledAnyMoment(t *testing.T, b Backend) {
+// owner is one contender in cancelledAnyMoment: take and let go of
+// whatever it contends for.
+type owner struct {
+	take  func(ctx context.Context) error
+	letGo func(ctx context.Context) error
+}
+
+// cancelledAnyMoment: while one owner takes and lets go over and over,
+// others give up after 0.5 to 20 ms, at every step of an acquisition; each
+// failed take returns an error wrapping its context's, nothing crashes,
+// and nothing is left behind: a new owner takes at once.
+func cancelledAnyMoment(t *testing.T, b Backend, newOwner func() owner) {
 	const waiters, attempts = 4, 40
 	ctx := b.ctx(t)
-	holder := b.NewLock(t, name(t))
+	holder := newOwner()
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			if _, err := holder.Lock(ctx); err != nil {
-				t.Errorf("holder's Lock: %v", err)
+			if err := holder.take(ctx); err != nil {
+				t.Errorf("holder's take: %v", err)
 				return
 			}
-			if err := holder.Unlock(ctx); err != nil {
-				t.Errorf("holder's Unlock: %v", err)
+			if err := holder.letGo(ctx); err != nil {
+				t.Errorf("holder's let go: %v", err)
 				return
 			}
 			select {
@@ -226,17 +234,17 @@ func lockCancelledAnyMoment(t *testing.T, b Backend) {
 	var wg sync.WaitGroup
 	errs := make(chan error, waiters*attempts)
 	for range waiters {
-		l := b.NewLock(t, name(t))
+		o := newOwner()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range attempts {
 				wctx, cancel := context.WithTimeout(ctx, 500*time.Microsecond+rand.N(20*time.Millisecond))
-				_, err := l.Lock(wctx)
+				err := o.take(wctx)
 				cancel()
 				switch {
 				case err == nil:
-					if err := l.Unlock(ctx); err != nil {
+					if err := o.letGo(ctx); err != nil {
 						errs <- err
 						return
 					}
@@ -251,9 +259,50 @@ func lockCancelledAnyMoment(t *testing.T, b Backend) {
 	<-done
 	close(errs)
 	for err := range errs {
-		t.Fatalf("a Lock whose context ended returned %v, want an error wrapping context.DeadlineExceeded", err)
+		t.Fatalf("a call whose context ended returned %v, want an error wrapping context.DeadlineExceeded", err)
 	}
-	lockFree(t, b, b.NewLock(t, name(t)), "after every waiter gave up")
+	last := newOwner()
+	tctx, cancel := context.WithTimeout(ctx, b.prompt())
+	defer cancel()
+	ok(t, last.take(tctx), "a new owner's take after every waiter gave up (within half a TTL)")
+	ok(t, last.letGo(ctx), "let go")
+}
+
+func lockCancelledAnyMoment(t *testing.T, b Backend) {
+	cancelledAnyMoment(t, b, func() owner {
+		l := b.NewLock(t, name(t))
+		return owner{
+			take:  func(ctx context.Context) error { _, err := l.Lock(ctx); return err },
+			letGo: l.Unlock,
+		}
+	})
+}
+
+func rwCancelledAnyMoment(t *testing.T, b Backend) {
+	var n atomic.Int32
+	cancelledAnyMoment(t, b, func() owner {
+		l := b.NewRWLock(t, name(t))
+		if n.Add(1)%2 == 0 {
+			return owner{
+				take:  func(ctx context.Context) error { _, err := l.RLock(ctx); return err },
+				letGo: l.RUnlock,
+			}
+		}
+		return owner{
+			take:  func(ctx context.Context) error { _, err := l.Lock(ctx); return err },
+			letGo: l.Unlock,
+		}
+	})
+}
+
+func electCancelledAnyMoment(t *testing.T, b Backend) {
+	cancelledAnyMoment(t, b, func() owner {
+		e := b.NewElection(t, name(t))
+		return owner{
+			take:  func(ctx context.Context) error { return e.Campaign(ctx, "v") },
+			letGo: e.Resign,
+		}
+	})
 }
 
 // badNames: every name of the table is refused by every constructor with

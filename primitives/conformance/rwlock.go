@@ -45,6 +45,8 @@ import (
 //   - DeleteKey: a read or write grant is lost, the Service stays usable.
 //   - PausedReaderIsFenced: a writer takes over after the TTL; the paused
 //     reader sees Lost when it resumes.
+//   - CancelledAtAnyMoment: RLocks and Locks whose contexts end at any step
+//     return an error wrapping the context's, and leave nothing.
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
 func TestRWLock(t *testing.T, b Backend) {
 	t.Helper()
@@ -68,6 +70,7 @@ func TestRWLock(t *testing.T, b Backend) {
 	law(t, "DeleteKey", func(t *testing.T) { rwDeleteKey(t, b) })
 	law(t, "PausedReaderIsFenced", func(t *testing.T) { rwPause(t, b) })
 	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "rwlock") })
+	law(t, "CancelledAtAnyMoment", func(t *testing.T) { rwCancelledAnyMoment(t, b) })
 }
 
 func mustRLock(t *testing.T, b Backend, l rwlock.Service) rwlock.Grant {
