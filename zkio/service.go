@@ -264,8 +264,10 @@ func (svc *service) acquireSlot(ctx context.Context, marker, value string, try b
 	return got, nil
 }
 
-// granted makes h the service's hold: Acquired, then the answer. If the
-// caller gave up meanwhile, the hold is released at once. Loop only.
+// granted makes h the service's hold: the answer, then Acquired. If the
+// caller gave up meanwhile, h never becomes the hold: the caller, whose
+// call failed, withdraws its znode and frees the slot (freeing it here too
+// would free it twice). Loop only.
 func (svc *service) granted(r actor.Reply[*held], h *held) {
 	if svc.isEnded || svc.closing {
 		r.Answer(nil, svc.endedErr())
@@ -274,22 +276,17 @@ func (svc *service) granted(r actor.Reply[*held], h *held) {
 	h.stop = make(chan struct{})
 	svc.grant = h
 	svc.term.Store(h)
+	if !r.Answer(h, nil) {
+		svc.grant = nil
+		svc.term.Store(nil)
+		return
+	}
 	svc.events.Publish(primitives.Acquired{Key: h.node, Token: fencing.Token(h.token), Created: h.created})
 	if svc.suspended {
 		svc.events.Publish(primitives.Suspended{Key: h.node, Token: fencing.Token(h.token), Created: h.created,
 			Deadline: svc.s.wire.lastHeard().Add(svc.s.Timeout())})
 	}
 	svc.s.helper(func() { svc.watchHeld(h) })
-	if !r.Answer(h, nil) {
-		h.releasing = true
-		svc.s.helper(func() {
-			err := svc.s.conn.Delete(h.node, -1)
-			if err != nil && !errors.Is(err, zk.ErrNoNode) {
-				svc.s.forgetNode(h.node)
-			}
-			svc.s.post(func() { svc.released(h, nil) })
-		})
-	}
 }
 
 // endedErr is the error of a call to a service that ended or is closing.
