@@ -202,7 +202,7 @@ type txnOutcome struct {
 func (svc *service) commitKey(ctx context.Context, key string, txn func(context.Context) (*clientv3.TxnResponse, error)) (txnOutcome, bool) {
 	out := make(chan txnOutcome)
 	left := make(chan struct{})
-	svc.s.goHelper(func(sctx context.Context) {
+	started := svc.s.goHelper(func(sctx context.Context) {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 		defer cancel()
 		defer context.AfterFunc(sctx, cancel)()
@@ -218,6 +218,9 @@ func (svc *service) commitKey(ctx context.Context, key string, txn func(context.
 			}
 		}
 	})
+	if !started {
+		return txnOutcome{err: fmt.Errorf("session closing: %w", primitives.ErrClosed)}, true
+	}
 	select {
 	case o := <-out:
 		return o, true

@@ -47,8 +47,12 @@ type Session struct {
 	ctx    context.Context // ends with the session; stops the helpers
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the helpers: keepalive, watches, reads, cleanups
-	probe  chan struct{}  // asks the keepalive helper to renew now
-	seq    atomic.Uint64  // makes this session's key names unique
+	// helpersDone is set (under helpersMu) once Close waits for the
+	// helpers: no helper starts after it.
+	helpersMu   sync.Mutex
+	helpersDone bool
+	probe       chan struct{} // asks the keepalive helper to renew now
+	seq         atomic.Uint64 // makes this session's key names unique
 	// streamEpoch names the gRPC stream watches use; bumped when one goes
 	// silent (see follow).
 	streamEpoch atomic.Uint64
@@ -175,6 +179,9 @@ func (s *Session) Close() error {
 		first = true
 		s.post(func() { s.end(fmt.Errorf("etcdio: session closed: %w", primitives.ErrClosed)) })
 		<-s.done
+		s.helpersMu.Lock()
+		s.helpersDone = true // no Add may race with the Wait
+		s.helpersMu.Unlock()
 		s.wg.Wait()
 		if !errors.Is(s.Err(), primitives.ErrClosed) {
 			return // lost: the lease is gone
@@ -306,13 +313,20 @@ func call[T any](ctx context.Context, s *Session, f func(actor.Reply[T])) (T, er
 }
 
 // goHelper runs f on a helper goroutine of the session: Close waits for it,
-// and its ctx (the session's) ends with the session.
-func (s *Session) goHelper(f func(ctx context.Context)) {
+// and its ctx (the session's) ends with the session. Once Close has begun
+// waiting for the helpers, it starts none and reports false.
+func (s *Session) goHelper(f func(ctx context.Context)) bool {
+	s.helpersMu.Lock()
+	defer s.helpersMu.Unlock()
+	if s.helpersDone {
+		return false
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		f(s.ctx)
 	}()
+	return true
 }
 
 // ownerID returns a number no other service on this session has. With the
