@@ -2,7 +2,6 @@ package etcdio_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -71,12 +70,14 @@ func etcdBackend(t *testing.T) conformance.Backend {
 			cli, s := owner(t)
 			l := closedAtEnd[rwlock.Service](t)(etcdio.NewRWLock(cli, prefix(name), etcdio.WithSession(s)))
 			sessions.Store(l, s)
+			names.Store(l, name)
 			return l
 		},
 		NewElection: func(t *testing.T, name string) election.Service {
 			cli, s := owner(t)
 			e := closedAtEnd[election.Service](t)(etcdio.NewElection(cli, prefix(name), etcdio.WithSession(s)))
 			sessions.Store(e, s)
+			names.Store(e, name)
 			return e
 		},
 		KillSession: func(t *testing.T, svc any) {
@@ -131,14 +132,22 @@ func etcdBackend(t *testing.T) conformance.Backend {
 			if !ok {
 				t.Fatalf("DeleteWaiter given a service the factory did not make: %T", svc)
 			}
-			// The waiter's key is its session's: its lease names it.
-			own := fmt.Sprintf("%s/%x-", prefix(name.(string)), int64(session(t, svc).LeaseID()))
+			// The waiter's key is the one under the name with its lease.
+			lease := int64(session(t, svc).LeaseID())
 			eventually(t, 10*time.Second, "the waiter's key", func() bool {
-				resp, err := admin.Delete(context.Background(), own, clientv3.WithPrefix())
+				resp, err := admin.Get(context.Background(), prefix(name.(string))+"/", clientv3.WithPrefix())
 				if err != nil {
 					t.Fatal(err)
 				}
-				return resp.Deleted > 0
+				for _, kv := range resp.Kvs {
+					if kv.Lease == lease {
+						if _, err := admin.Delete(context.Background(), string(kv.Key)); err != nil {
+							t.Fatal(err)
+						}
+						return true
+					}
+				}
+				return false
 			})
 		},
 		Construct: func(t *testing.T, kind, name string) (io.Closer, error) {

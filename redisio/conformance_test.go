@@ -87,12 +87,14 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 			cli, s := owner(t)
 			l := closedAtEnd[rwlock.Service](t)(redisio.NewRWLock(cli, name, redisio.WithSession(s)))
 			sessions.Store(l, s)
+			names.Store(l, name)
 			return l
 		},
 		NewElection: func(t *testing.T, name string) election.Service {
 			cli, s := owner(t)
 			e := closedAtEnd[election.Service](t)(redisio.NewElection(cli, name, redisio.WithSession(s)))
 			sessions.Store(e, s)
+			names.Store(e, name)
 			return e
 		},
 		KillSession: func(t *testing.T, svc any) {

@@ -72,12 +72,14 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 			s := owner(t)
 			l := closedAtEnd[rwlock.Service](t)(zkio.NewRWLock(nil, path(name), zkio.WithSession(s)))
 			sessions.Store(l, s)
+			names.Store(l, name)
 			return l
 		},
 		NewElection: func(t *testing.T, name string) election.Service {
 			s := owner(t)
 			e := closedAtEnd[election.Service](t)(zkio.NewElection(nil, path(name), zkio.WithSession(s)))
 			sessions.Store(e, s)
+			names.Store(e, name)
 			return e
 		},
 		KillSession: func(t *testing.T, svc any) {

@@ -81,8 +81,8 @@ type Backend struct {
 	// layout has (queues, counters, records). The suite deletes each in
 	// turn with DeleteKey behind a holder's back.
 	LayoutKeys func(t *testing.T, name string) []string
-	// DeleteWaiter waits until svc, which the suite has made wait in Lock,
-	// has queued, then deletes the key (znode, queue entry) by which it
+	// DeleteWaiter waits until svc, which the suite has made wait (Lock,
+	// an rwlock's Lock, Campaign), has queued, then deletes the key (znode, queue entry) by which it
 	// waits, behind its back.
 	DeleteWaiter func(t *testing.T, svc any)
 	// Construct makes a service of kind ("lock", "rwlock", "election") on

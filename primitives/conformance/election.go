@@ -50,6 +50,8 @@ import (
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
 //   - CancelledAtAnyMoment: Campaigns whose contexts end at any step return
 //     an error wrapping the context's, and leave nothing.
+//   - WaiterKeyDeleted: a waiting candidate whose key is deleted fails with
+//     ErrLost within half a TTL.
 //   - OversizedValue: a value over Backend.MaxValue is refused at once with
 //     ErrInvalidArgument; nothing is written.
 func TestElection(t *testing.T, b Backend) {
@@ -73,6 +75,7 @@ func TestElection(t *testing.T, b Backend) {
 	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "election") })
 	law(t, "OversizedValue", func(t *testing.T) { electOversizedValue(t, b) })
 	law(t, "CancelledAtAnyMoment", func(t *testing.T) { electCancelledAnyMoment(t, b) })
+	law(t, "WaiterKeyDeleted", func(t *testing.T) { electWaiterKeyDeleted(t, b) })
 }
 
 // mustCampaign campaigns and returns the term, checked against Term.

@@ -14,6 +14,7 @@ import (
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
 // LostLate bounds how late after a hold's Suspended.Deadline its Lost may
@@ -346,4 +347,47 @@ func electOversizedValue(t *testing.T, b Backend) {
 		t.Fatalf("leader's value %q after a refused Proclaim, want %q", l.Value, "small")
 	}
 	ok(t, e.Resign(ctx), "Resign")
+}
+
+// rwWaiterKeyDeleted: a writer waiting behind a reader, whose own key is
+// deleted behind its back, fails with ErrLost within half a TTL and blocks
+// nobody.
+func rwWaiterKeyDeleted(t *testing.T, b Backend) {
+	r, w, c := b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t))
+	ctx := b.ctx(t)
+	_, err := r.RLock(ctx)
+	ok(t, err, "RLock")
+	waiter := start(func() (rwlock.Grant, error) { return w.Lock(ctx) })
+	b.DeleteWaiter(t, w)
+	deleted := time.Now()
+	_, err = await(t, b, waiter, "Lock whose waiting key was deleted")
+	errIs(t, err, primitives.ErrLost, "Lock whose waiting key was deleted")
+	if d := time.Since(deleted); d > b.prompt() {
+		t.Fatalf("waiter told %v after its key was deleted, want within %v", d, b.prompt())
+	}
+	ok(t, r.RUnlock(ctx), "RUnlock")
+	rwFree(t, b, c, "after the reader left and the waiting writer was lost")
+}
+
+// electWaiterKeyDeleted: a candidate waiting behind a leader, whose own
+// key is deleted behind its back, fails with ErrLost within half a TTL and
+// never leads.
+func electWaiterKeyDeleted(t *testing.T, b Backend) {
+	l, w, c := b.NewElection(t, name(t)), b.NewElection(t, name(t)), b.NewElection(t, name(t))
+	ctx := b.ctx(t)
+	mustCampaign(t, b, l, "leader")
+	waiter := startErr(func() error { return w.Campaign(ctx, "waiter") })
+	b.DeleteWaiter(t, w)
+	deleted := time.Now()
+	_, err := await(t, b, waiter, "Campaign whose waiting key was deleted")
+	errIs(t, err, primitives.ErrLost, "Campaign whose waiting key was deleted")
+	if d := time.Since(deleted); d > b.prompt() {
+		t.Fatalf("candidate told %v after its key was deleted, want within %v", d, b.prompt())
+	}
+	ok(t, l.Resign(ctx), "Resign")
+	got := mustCampaign(t, b, c, "next")
+	if lead, err := c.Leader(ctx); err != nil || lead.Key != got.Key {
+		t.Fatalf("Leader = %+v, %v after the lost candidate; want the next one, %s", lead, err, got.Key)
+	}
+	ok(t, c.Resign(ctx), "Resign")
 }

@@ -47,6 +47,8 @@ import (
 //     reader sees Lost when it resumes.
 //   - CancelledAtAnyMoment: RLocks and Locks whose contexts end at any step
 //     return an error wrapping the context's, and leave nothing.
+//   - WaiterKeyDeleted: a waiting writer whose key is deleted fails with
+//     ErrLost within half a TTL.
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
 func TestRWLock(t *testing.T, b Backend) {
 	t.Helper()
@@ -71,6 +73,7 @@ func TestRWLock(t *testing.T, b Backend) {
 	law(t, "PausedReaderIsFenced", func(t *testing.T) { rwPause(t, b) })
 	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "rwlock") })
 	law(t, "CancelledAtAnyMoment", func(t *testing.T) { rwCancelledAnyMoment(t, b) })
+	law(t, "WaiterKeyDeleted", func(t *testing.T) { rwWaiterKeyDeleted(t, b) })
 }
 
 func mustRLock(t *testing.T, b Backend, l rwlock.Service) rwlock.Grant {
