@@ -113,7 +113,7 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (grant, error) {
 		return grant{}, err
 	}
 	w.mode, w.blockers = q.mode, q.blockers
-	pred, _, err := svc.lookPastNested(ctx, w)
+	pred, rev, err := svc.lookPastNested(ctx, w)
 	if err == nil && pred != nil {
 		err = taken
 	}
@@ -121,7 +121,14 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (grant, error) {
 		_ = svc.s.deleteKey(w.key, w.created)
 		return grant{}, svc.callErr(ctx, err)
 	}
-	return svc.park(ctx, w, func(r actor.Reply[grant]) { svc.enqueued(w, nil, r) })
+	// It holds at rev, the look's revision: at its own creation a key of
+	// its layout may still have been ahead.
+	return svc.park(ctx, w, func(r actor.Reply[grant]) {
+		if svc.parkable(w, r) {
+			w.reply, svc.waiter = r, w
+			svc.holds(w, rev)
+		}
+	})
 }
 
 // create writes a new key under keys with value, if conds hold, in one
