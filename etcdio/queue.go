@@ -203,12 +203,13 @@ type txnOutcome struct {
 // the caller's ctx does not cancel (it is bounded by requestTimeout and the
 // session's life instead): the caller's deadline never reaches etcd, whose
 // own timeout could otherwise answer first, and the outcome is known. If
-// ctx ends first, commitKey returns false at once and a session helper
-// settles the outcome when it comes: a key the transaction wrote is
-// deleted, and so is the key of a transaction whose outcome stays unknown.
+// ctx ends first, commitKey returns false once a session helper has settled
+// the outcome (or after settleGrace, leaving the helper to it): a key the
+// transaction wrote is deleted, and so is the key of a transaction whose
+// outcome stays unknown.
 func (svc *service) commitKey(ctx context.Context, key string, txn func(context.Context) (*clientv3.TxnResponse, error)) (txnOutcome, bool) {
 	out := make(chan txnOutcome)
-	left := make(chan struct{})
+	left, settled := make(chan struct{}), make(chan struct{})
 	started := svc.s.goHelper(func(sctx context.Context) {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 		defer cancel()
@@ -223,6 +224,7 @@ func (svc *service) commitKey(ctx context.Context, key string, txn func(context.
 			case resp.Succeeded:
 				_ = svc.s.deleteKey(key, resp.Header.Revision)
 			}
+			close(settled)
 		}
 	})
 	if !started {
@@ -233,9 +235,23 @@ func (svc *service) commitKey(ctx context.Context, key string, txn func(context.
 		return o, true
 	case <-ctx.Done():
 		close(left)
+		// A write settles within a round trip while etcd answers: wait that
+		// long, so that a caller who gave up finds no key of its own left
+		// when it returns; past settleGrace (etcd slow or unreachable) the
+		// helper settles it later.
+		t := time.NewTimer(settleGrace)
+		defer t.Stop()
+		select {
+		case <-settled:
+		case <-t.C:
+		}
 		return txnOutcome{}, false
 	}
 }
+
+// settleGrace bounds how long a caller whose ctx ended waits for its key's
+// write to settle before it returns.
+const settleGrace = 250 * time.Millisecond
 
 // park hands w to the loop with post and waits for the grant. A caller that
 // fails (its ctx ended, the key was lost, the service or session ended)
