@@ -12,6 +12,7 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -174,10 +175,7 @@ func (svc *service) acquire(ctx context.Context, marker, value string, try bool)
 // ctxFirst returns err, made to wrap ctx.Err() too if ctx has ended or its
 // deadline has passed.
 func ctxFirst(ctx context.Context, err error) error {
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		<-ctx.Done() // due now
-	}
-	cerr := ctx.Err()
+	cerr := ctxtime.Ended(ctx)
 	if cerr == nil || errors.Is(err, cerr) {
 		return err
 	}
