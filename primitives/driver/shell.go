@@ -1,0 +1,355 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/metrics"
+	"github.com/ahrtr/disco/primitives"
+)
+
+// Spec says what sets one primitive apart from the others.
+type Spec struct {
+	// Kind is the primitive's kind: "lock", "rwlock", "election", the
+	// metrics' kind label.
+	Kind string
+	// Name begins every error the shell makes, e.g. "etcdio: lock /jobs".
+	Name string
+	// NotHeld is the primitive's sentinel for a request on a grant it does
+	// not hold (lock.ErrNotHeld, rwlock.ErrNotHeld, election.ErrNotLeader).
+	NotHeld error
+	// Taken is the primitive's sentinel for a try that would wait
+	// (lock.ErrLockTaken, rwlock.ErrRWLockTaken).
+	Taken error
+	// CancelOnSuspend is WithCancelOnSuspend's setting.
+	CancelOnSuspend bool
+	// Metrics receives the grants' measures; nil records nothing.
+	Metrics *metrics.Metrics
+}
+
+// Shell is what every primitive's service is, whatever its store: it holds
+// at most one grant at a time, delivers its events, and says when and why
+// it is done. A driver's service embeds it (as a pointer, from NewShell)
+// and so has its Subscribe, Done, Err and CancelOnSuspend.
+type Shell struct {
+	spec   Spec
+	events *actor.Fanout[primitives.Event]
+	done   chan struct{}
+	// sem is full while the service acquires or holds, like a sync.Mutex:
+	// a caller enters before writing a key and leaves if it gets no grant;
+	// once a grant is recorded only its end leaves.
+	sem   chan struct{}
+	errMu sync.Mutex
+	err   error
+	term  atomic.Pointer[Hold] // a copy of the loop's hold, for Current
+
+	// Loop only.
+	hold      *Hold
+	ended     bool
+	suspended bool
+	deadline  time.Time
+}
+
+// NewShell returns the shell of a primitive as sp describes it.
+func NewShell(sp Spec) *Shell {
+	return &Shell{
+		spec:   sp,
+		events: actor.NewFanout(primitives.Coalescable),
+		done:   make(chan struct{}),
+		sem:    make(chan struct{}, 1),
+	}
+}
+
+// Spec returns what the shell was made with.
+func (sh *Shell) Spec() Spec { return sh.spec }
+
+// Subscribe delivers the service's events that happen after it returns; see
+// package primitives for the rules. The channel is closed when ctx ends or,
+// after the remaining events, when the service is done.
+func (sh *Shell) Subscribe(ctx context.Context) <-chan primitives.Event {
+	return sh.events.Subscribe(ctx)
+}
+
+// Done is closed when the service is done: its session ended or it was
+// closed.
+func (sh *Shell) Done() <-chan struct{} { return sh.done }
+
+// Err is nil while the service is usable; then it wraps primitives.ErrLost
+// or primitives.ErrClosed.
+func (sh *Shell) Err() error {
+	sh.errMu.Lock()
+	defer sh.errMu.Unlock()
+	return sh.err
+}
+
+// CancelOnSuspend reports whether lock.Do, rwlock.DoRead, rwlock.DoWrite
+// and election.Lead end fn's context at Suspended (WithCancelOnSuspend).
+func (sh *Shell) CancelOnSuspend() bool { return sh.spec.CancelOnSuspend }
+
+// Usable returns why a new request cannot start, if it cannot: ctx ended,
+// or the service is done.
+func (sh *Shell) Usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return sh.Err()
+}
+
+// Enter lets one acquisition at a time through: at once or not at all if
+// try (failing with an error wrapping Spec.Taken), else waiting until the
+// service's grant ends, ctx ends or the service is done. Whoever entered
+// leaves with Leave, unless the loop records its grant.
+func (sh *Shell) Enter(ctx context.Context, try bool) error {
+	if err := sh.Usable(ctx); err != nil {
+		return err
+	}
+	if try {
+		select {
+		case sh.sem <- struct{}{}:
+			return nil
+		default:
+			return fmt.Errorf("%s: held by this service: %w", sh.spec.Name, sh.spec.Taken)
+		}
+	}
+	select {
+	case sh.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-sh.done:
+		return sh.Err()
+	}
+}
+
+// Leave undoes an Enter whose acquisition got no grant.
+func (sh *Shell) Leave() { <-sh.sem }
+
+// Current returns a copy of the grant the service holds; ok is false if
+// none. It reads no loop state and never blocks.
+func (sh *Shell) Current() (h Hold, ok bool) {
+	if p := sh.term.Load(); p != nil {
+		return *p, true
+	}
+	return Hold{}, false
+}
+
+// Held returns the grant the service holds, nil if none. Loop only.
+func (sh *Shell) Held() *Hold { return sh.hold }
+
+// Ended reports whether the service is done. Loop only.
+func (sh *Shell) Ended() bool { return sh.ended }
+
+// Suspended reports whether the session is suspended, and its deadline.
+// Loop only.
+func (sh *Shell) Suspended() (bool, time.Time) { return sh.suspended, sh.deadline }
+
+func (sh *Shell) set(h *Hold) {
+	sh.hold = h
+	if h == nil {
+		sh.term.Store(nil)
+		return
+	}
+	c := *h
+	sh.term.Store(&c)
+}
+
+// Grant records h as the service's grant and answers its caller with
+// answer, which reports whether the caller took it; began is when the
+// caller asked. The grant is recorded before the answer, so that Current
+// sees it as soon as the caller returns; a refused answer (the caller gave
+// up, deletes its key and leaves) undoes it and reports false.
+// An accepted grant is announced with Acquired, followed by Suspended if
+// the session is suspended. The caller must have entered. Loop only.
+func (sh *Shell) Grant(h Hold, began time.Time, answer func(Hold) bool) bool {
+	h.Since, h.releasing = time.Now(), 0
+	sh.set(&h)
+	if !answer(h) {
+		sh.set(nil)
+		return false
+	}
+	sh.spec.Metrics.Acquired(sh.spec.Kind, h.Since.Sub(began), h.Waited)
+	sh.events.Publish(h.Acquired())
+	if sh.suspended {
+		sh.events.Publish(h.Suspended(sh.deadline))
+	}
+	return true
+}
+
+// Update applies f to the current grant, if any (a Proclaim's new value).
+// Loop only.
+func (sh *Shell) Update(f func(*Hold)) {
+	if sh.hold != nil {
+		f(sh.hold)
+		sh.set(sh.hold)
+	}
+}
+
+func (sh *Shell) leave() {
+	select {
+	case <-sh.sem:
+	default:
+	}
+}
+
+// End ends the current grant, if any, lets the next acquisition in, and
+// publishes ev (nil: nothing); cause is a metrics.Cause constant for a
+// loss, "" for a release. Loop only.
+func (sh *Shell) End(ev primitives.Event, cause string) {
+	if h := sh.hold; h != nil {
+		sh.spec.Metrics.Ended(sh.spec.Kind, time.Since(h.Since), cause)
+	}
+	sh.set(nil)
+	sh.leave()
+	if ev != nil {
+		sh.events.Publish(ev)
+	}
+}
+
+// Release ends the current grant with Released. Loop only.
+func (sh *Shell) Release() {
+	if h := sh.hold; h != nil {
+		sh.End(h.Released(), "")
+	}
+}
+
+// Lose ends the current grant with Lost for err (which wraps
+// primitives.ErrLost); cause is a metrics.Cause constant. Loop only.
+func (sh *Shell) Lose(err error, cause string) {
+	if h := sh.hold; h != nil {
+		sh.End(h.Lost(err), cause)
+	}
+}
+
+// KeyDeleted is the loss of a grant whose key someone else deleted.
+func (sh *Shell) KeyDeleted(key string) error {
+	return fmt.Errorf("%s: key %s deleted by another client: %w", sh.spec.Name, key, primitives.ErrLost)
+}
+
+// EndFor ends the current grant, if any, because the session or the service
+// ends with err: Released if err wraps primitives.ErrClosed, else Lost with
+// cause. It returns the grant that ended, for the driver to delete its key.
+// Loop only.
+func (sh *Shell) EndFor(err error, cause string) (Hold, bool) {
+	h := sh.hold
+	if h == nil {
+		return Hold{}, false
+	}
+	g := *h
+	if errors.Is(err, primitives.ErrClosed) {
+		sh.End(g.Released(), "")
+	} else {
+		sh.End(g.Lost(err), cause)
+	}
+	return g, true
+}
+
+// Suspend tells the grant's owner, if any, that the session went
+// unconfirmed and may end at deadline; a grant made before Resume hears it
+// too. Loop only.
+func (sh *Shell) Suspend(deadline time.Time) {
+	was := sh.suspended
+	sh.suspended, sh.deadline = true, deadline
+	if h := sh.hold; h != nil && !was {
+		sh.events.Publish(h.Suspended(deadline))
+	}
+}
+
+// Resume tells the grant's owner, if any, that the session was confirmed
+// again. Loop only.
+func (sh *Shell) Resume() {
+	was := sh.suspended
+	sh.suspended = false
+	if h := sh.hold; h != nil && was {
+		sh.events.Publish(h.Resumed())
+	}
+}
+
+// Publish sends ev to the subscribers. Loop only.
+func (sh *Shell) Publish(ev primitives.Event) { sh.events.Publish(ev) }
+
+// On returns a copy of the current grant if m accepts it: else an error,
+// the service's Err if it is done or one wrapping Spec.NotHeld. Loop only.
+func (sh *Shell) On(m Match) (Hold, error) {
+	switch h := sh.hold; {
+	case sh.ended:
+		return Hold{}, sh.Err()
+	case h == nil || m != nil && !m(*h):
+		return Hold{}, fmt.Errorf("%s: %w", sh.spec.Name, sh.spec.NotHeld)
+	default:
+		return *h, nil
+	}
+}
+
+// BeginRelease marks a release of the current grant in flight, if m
+// accepts the grant, and returns a copy of it: the driver then deletes its
+// key, only if it is still that grant's (so a late retry never deletes a
+// newer grant), and settles with SettleRelease. Loop only.
+func (sh *Shell) BeginRelease(m Match) (Hold, error) {
+	h, err := sh.On(m)
+	if err != nil {
+		return h, err
+	}
+	sh.hold.releasing++
+	return *sh.hold, nil
+}
+
+// Outcome is what a release's deletion found.
+type Outcome int
+
+const (
+	// Deleted: the key was the grant's and is deleted.
+	Deleted Outcome = iota
+	// Gone: the key was already gone, deleted by someone else.
+	Gone
+	// Failed: the request failed; the grant stands and the release may be
+	// retried.
+	Failed
+)
+
+// SettleRelease ends the release begun by BeginRelease of h: Deleted ends
+// the grant with Released; Gone ends it with Lost and returns an error
+// wrapping Spec.NotHeld; Failed keeps it and returns err wrapped. Loop
+// only.
+func (sh *Shell) SettleRelease(h Hold, out Outcome, err error) error {
+	cur := sh.hold
+	if cur == nil || cur.Created != h.Created {
+		// The grant ended meanwhile, which only the session's end does.
+		if sh.ended {
+			return sh.Err()
+		}
+		return fmt.Errorf("%s: %w", sh.spec.Name, sh.spec.NotHeld)
+	}
+	cur.releasing--
+	switch out {
+	case Deleted:
+		sh.Release()
+		return nil
+	case Gone:
+		sh.Lose(sh.KeyDeleted(cur.Key), metrics.CauseKeyDeleted)
+		return fmt.Errorf("%s: key %s was already gone: %w", sh.spec.Name, h.Key, sh.spec.NotHeld)
+	default:
+		return fmt.Errorf("%s: release %s: %w", sh.spec.Name, h.Key, err)
+	}
+}
+
+// Finish marks the service done for err, which wraps primitives.ErrLost or
+// primitives.ErrClosed: Done is closed and the subscriptions end after
+// their remaining events. Only the first call counts; it reports whether
+// this was it. End the grant first (EndFor). Loop only.
+func (sh *Shell) Finish(err error) bool {
+	if sh.ended {
+		return false
+	}
+	sh.ended = true
+	sh.errMu.Lock()
+	sh.err = err
+	sh.errMu.Unlock()
+	close(sh.done)
+	sh.events.Close()
+	return true
+}
