@@ -89,7 +89,7 @@ func BenchmarkLockContended(b *testing.B) {
 	e := sharedEnv(b)
 	for _, lib := range []lockLib{discoLib, etcdMutexLib} {
 		b.Run(lib.name, func(b *testing.B) {
-			for _, n := range []int{2, 8, 32} {
+			for _, n := range []int{2, 8, 32, 128} {
 				b.Run(fmt.Sprintf("contenders=%d", n), func(b *testing.B) {
 					cfg := runCfg{maxAcq: b.N, ready: b.ResetTimer, finished: b.StopTimer}
 					s, err := runContended(context.Background(), e, lib, n, cfg)
