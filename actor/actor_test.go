@@ -92,7 +92,7 @@ func TestCallCallerGivesUp(t *testing.T) {
 	if err := <-res; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Call returned %v, want context.Canceled", err)
 	}
-	if !r.Abandoned() {
+	if !actor.Abandoned(r) {
 		t.Fatal("reply not marked abandoned")
 	}
 	if r.Answer(1, nil) {
@@ -156,7 +156,7 @@ func TestFanoutSlowSubscriberNeverBlocksPublish(t *testing.T) {
 	if _, ok := <-ch; ok {
 		t.Fatal("channel not closed after Close")
 	}
-	f.Wait()
+	actor.WaitFanout(f)
 }
 
 func TestFanoutCoalescesOnlyCoalescable(t *testing.T) {
@@ -197,7 +197,7 @@ func TestFanoutCoalescesOnlyCoalescable(t *testing.T) {
 	if len(got) > 10 {
 		t.Fatalf("%d events delivered to a reader that read nothing during the bursts: not coalesced", len(got))
 	}
-	f.Wait()
+	actor.WaitFanout(f)
 }
 
 func TestFanoutSubscribeFirstAndCancel(t *testing.T) {
@@ -218,7 +218,7 @@ func TestFanoutSubscribeFirstAndCancel(t *testing.T) {
 	}
 	f.Publish(ev{n: 1}) // no subscriber left: must not block
 	f.Close()
-	f.Wait()
+	actor.WaitFanout(f)
 	if _, ok := <-f.Subscribe(context.Background()); ok {
 		t.Fatal("Subscribe after Close returned an open channel")
 	}

@@ -45,8 +45,8 @@ func (r Reply[T]) Answer(v T, err error) bool {
 	return true
 }
 
-// Abandoned reports whether the caller gave up waiting.
-func (r Reply[T]) Abandoned() bool { return r.c.state.Load() == abandoned }
+// abandoned reports whether the caller gave up waiting.
+func (r Reply[T]) abandoned() bool { return r.c.state.Load() == abandoned }
 
 // Call sends a request to a loop and waits for its answer. post must hand the
 // Reply to the loop (typically by posting a message that carries it) and

@@ -1,6 +1,7 @@
 // Package actor holds the generic pieces of an event loop: a mailbox, calls
-// with a reply, and subscriber fan-out. It knows nothing of etcd; etcdio builds
-// its session loop from these pieces.
+// with a reply, and subscriber fan-out. It knows nothing of any store: every
+// backend's session loop is built from these pieces (see package
+// primitives/driver).
 //
 // The rules of a loop built on this package:
 //

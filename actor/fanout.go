@@ -136,7 +136,6 @@ func (f *Fanout[E]) Close() {
 	f.mu.Unlock()
 }
 
-// Wait blocks until every subscriber goroutine has exited. It is meant for
-// tests and orderly shutdown after Close; subscribers that neither read nor
-// cancel their context keep it waiting.
-func (f *Fanout[E]) Wait() { f.wg.Wait() }
+// wait blocks until every subscriber goroutine has exited (after Close);
+// subscribers that neither read nor cancel their context keep it waiting.
+func (f *Fanout[E]) wait() { f.wg.Wait() }

@@ -52,9 +52,9 @@ func (d discoLocker) unlock(ctx context.Context) error { return d.s.Unlock(ctx) 
 func (d discoLocker) close() error                     { return d.s.Close() }
 
 // etcdMutexLib is etcd's own concurrency.Mutex on a concurrency.Session
-// (default TTL 60s, the same as disco's).
+// with disco's default TTL (etcd's own default is 60 s).
 var etcdMutexLib = lockLib{name: "etcd-mutex", open: func(cli *clientv3.Client, prefix string) (locker, error) {
-	s, err := concurrency.NewSession(cli)
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(etcdio.DefaultTTL/time.Second)))
 	if err != nil {
 		return nil, err
 	}

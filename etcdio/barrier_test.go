@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
@@ -29,7 +31,7 @@ func newBarrier(t testing.TB, cli *clientv3.Client, key string) barrier.Barrier 
 
 func newDoubleBarrier(t testing.TB, cli *clientv3.Client, key string, count int, opts ...etcdio.Option) barrier.DoubleBarrier {
 	t.Helper()
-	return closedAtEnd[barrier.DoubleBarrier](t)(etcdio.NewDoubleBarrier(cli, key, count, opts...))
+	return testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(etcdio.NewDoubleBarrier(cli, key, count, opts...))
 }
 
 // stillBlocked fails t if ch delivers within a short while: a negative check that
@@ -57,7 +59,7 @@ func within(t *testing.T, ch <-chan error, what string) error {
 // Eight parties wait on a held barrier; one gives up mid-way; Release lets
 // the other seven through.
 func TestBarrierEightParties(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	key := prefixOf(t)
 	clis := []*clientv3.Client{newClient(t), newClient(t)}
 	b := newBarrier(t, clis[0], key)
@@ -117,7 +119,7 @@ func TestBarrierEightParties(t *testing.T) {
 
 // disco's barrier and etcd's recipes.Barrier on one key are one barrier.
 func TestBarrierInteropRecipe(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	key := prefixOf(t)
 	cli := newClient(t)
 	ours := newBarrier(t, cli, key)
@@ -156,7 +158,7 @@ func TestBarrierInteropRecipe(t *testing.T) {
 // Eight parties enter together; one's session is lost before it leaves; the
 // other seven leave together without waiting for it, and nothing is left.
 func TestDoubleBarrierEightParties(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	const parties = 8
 	key := prefixOf(t)
 	clis := []*clientv3.Client{newClient(t), newClient(t)}
@@ -220,7 +222,7 @@ func TestDoubleBarrierEightParties(t *testing.T) {
 
 // disco's parties and a recipes.DoubleBarrier party meet in one barrier.
 func TestDoubleBarrierInteropRecipe(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	key := prefixOf(t)
 	cli := newClient(t)
 	a, b := newDoubleBarrier(t, cli, key, 3), newDoubleBarrier(t, newClient(t), key, 3)
@@ -253,14 +255,14 @@ func TestDoubleBarrierInteropRecipe(t *testing.T) {
 // A cancelled Enter leaves no key; a full barrier refuses more parties;
 // Leave needs Enter; bad input is an error.
 func TestDoubleBarrierCancelAndMisuse(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	key := prefixOf(t)
 	cli := newClient(t)
 	a := newDoubleBarrier(t, cli, key, 2)
 	actx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Enter(actx) }()
-	eventually(t, 5*time.Second, "a's key", func() bool { return countKeys(t, cli, key) == 1 })
+	testkit.Eventually(t, 5*time.Second, "a's key", func() bool { return countKeys(t, cli, key) == 1 })
 	cancel()
 	if err := within(t, done, "the cancelled Enter"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Enter: %v, want context.Canceled", err)
@@ -313,17 +315,17 @@ func TestDoubleBarrierCancelAndMisuse(t *testing.T) {
 // A party whose session is lost while it waits in Enter fails at once with
 // ErrLost and is no longer counted: the barrier fills with others.
 func TestDoubleBarrierLostWhileEntering(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	key := prefixOf(t)
 	cli := newClient(t)
-	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
+	sess := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	a := newDoubleBarrier(t, cli, key, 3)
 	victim := newDoubleBarrier(t, cli, key, 3, etcdio.WithSession(sess))
 	ctx := testCtx(t, 20*time.Second)
 	aIn, vIn := make(chan error, 1), make(chan error, 1)
 	go func() { aIn <- a.Enter(ctx) }()
 	go func() { vIn <- victim.Enter(ctx) }()
-	eventually(t, 5*time.Second, "two parties' keys", func() bool { return countKeys(t, cli, key) == 2 })
+	testkit.Eventually(t, 5*time.Second, "two parties' keys", func() bool { return countKeys(t, cli, key) == 2 })
 	if _, err := cli.Revoke(context.Background(), sess.LeaseID()); err != nil {
 		t.Fatal(err)
 	}
@@ -383,14 +385,14 @@ func barrierWatches() int {
 // session, kept by follow, and the helper ends with the wait: a cancelled
 // Enter or Leave leaves no watch behind, and the party can try again.
 func TestDoubleBarrierWaitsOnSessionHelper(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	key := prefixOf(t)
 	cli := newClient(t)
 	a, b := newDoubleBarrier(t, cli, key, 2), newDoubleBarrier(t, newClient(t), key, 2)
 	ctx := testCtx(t, 20*time.Second)
 	watches := func(n int, what string) {
 		t.Helper()
-		eventually(t, 5*time.Second, what, func() bool { return barrierWatches() == n })
+		testkit.Eventually(t, 5*time.Second, what, func() bool { return barrierWatches() == n })
 	}
 
 	actx, cancel := context.WithCancel(ctx)
@@ -444,21 +446,21 @@ func TestDoubleBarrierWaitsOnSessionHelper(t *testing.T) {
 // ErrClosed, deletes its key and ends the wait's helper; the session lives
 // on.
 func TestDoubleBarrierCloseWhileEntering(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	key := prefixOf(t)
 	cli := newClient(t)
-	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
+	sess := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	a := newDoubleBarrier(t, cli, key, 2, etcdio.WithSession(sess))
 	in := make(chan error, 1)
 	go func() { in <- a.Enter(testCtx(t, 20*time.Second)) }()
-	eventually(t, 5*time.Second, "a helper keeping the waiting Enter's watch", func() bool { return barrierWatches() == 1 })
+	testkit.Eventually(t, 5*time.Second, "a helper keeping the waiting Enter's watch", func() bool { return barrierWatches() == 1 })
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := within(t, in, "Enter of a closed party"); !errors.Is(err, primitives.ErrClosed) {
 		t.Fatalf("Enter of a party closed while waiting: %v, want ErrClosed", err)
 	}
-	eventually(t, 5*time.Second, "the closed party's helper to end", func() bool { return barrierWatches() == 0 })
+	testkit.Eventually(t, 5*time.Second, "the closed party's helper to end", func() bool { return barrierWatches() == 0 })
 	if n := countKeys(t, cli, key); n != 0 {
 		t.Fatalf("%d keys left after Close", n)
 	}
@@ -471,16 +473,16 @@ func TestDoubleBarrierCloseWhileEntering(t *testing.T) {
 // for it: that Leave returns, the barrier is left empty (key/ready too), and
 // the next round works.
 func TestDoubleBarrierLowestDiesWhileOthersLeave(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	key := prefixOf(t)
 	cli := newClient(t)
-	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
+	sess := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	low := newDoubleBarrier(t, cli, key, 2, etcdio.WithSession(sess))
 	other := newDoubleBarrier(t, newClient(t), key, 2)
 	ctx := testCtx(t, 20*time.Second)
 	lowIn := make(chan error, 1)
 	go func() { lowIn <- low.Enter(ctx) }()
-	eventually(t, 5*time.Second, "the lowest party's key", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	testkit.Eventually(t, 5*time.Second, "the lowest party's key", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
 	if err := other.Enter(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +492,7 @@ func TestDoubleBarrierLowestDiesWhileOthersLeave(t *testing.T) {
 	out := make(chan error, 1)
 	go func() { out <- other.Leave(ctx) }()
 	// other deletes its key and waits for the lowest's.
-	eventually(t, 5*time.Second, "the other party's key to go", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	testkit.Eventually(t, 5*time.Second, "the other party's key to go", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
 	stillBlocked(t, out, "Leave while the lowest party stays")
 	if _, err := cli.Revoke(context.Background(), sess.LeaseID()); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio"
@@ -25,7 +27,7 @@ const conformanceTTL = 2 * time.Second
 
 // TestConformance runs the backend-independent suite against etcdio.
 func TestConformance(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	conformance.Run(t, etcdBackend(t))
 }
 
@@ -61,21 +63,21 @@ func etcdBackend(t *testing.T) conformance.Backend {
 		TTL:  conformanceTTL,
 		NewLock: func(t *testing.T, name string) lock.Service {
 			cli, s := owner(t)
-			l := closedAtEnd[lock.Service](t)(etcdio.NewLock(cli, prefix(name), etcdio.WithSession(s)))
+			l := testkit.ClosedAtEnd[lock.Service](t)(etcdio.NewLock(cli, prefix(name), etcdio.WithSession(s)))
 			sessions.Store(l, s)
 			names.Store(l, name)
 			return l
 		},
 		NewRWLock: func(t *testing.T, name string) rwlock.Service {
 			cli, s := owner(t)
-			l := closedAtEnd[rwlock.Service](t)(etcdio.NewRWLock(cli, prefix(name), etcdio.WithSession(s)))
+			l := testkit.ClosedAtEnd[rwlock.Service](t)(etcdio.NewRWLock(cli, prefix(name), etcdio.WithSession(s)))
 			sessions.Store(l, s)
 			names.Store(l, name)
 			return l
 		},
 		NewElection: func(t *testing.T, name string) election.Service {
 			cli, s := owner(t)
-			e := closedAtEnd[election.Service](t)(etcdio.NewElection(cli, prefix(name), etcdio.WithSession(s)))
+			e := testkit.ClosedAtEnd[election.Service](t)(etcdio.NewElection(cli, prefix(name), etcdio.WithSession(s)))
 			sessions.Store(e, s)
 			names.Store(e, name)
 			return e
@@ -109,7 +111,7 @@ func etcdBackend(t *testing.T) conformance.Backend {
 		NewLockSharing: func(t *testing.T, name string, with lock.Service) lock.Service {
 			t.Helper()
 			s := session(t, with)
-			l := closedAtEnd[lock.Service](t)(etcdio.NewLock(s.Client(), prefix(name), etcdio.WithSession(s)))
+			l := testkit.ClosedAtEnd[lock.Service](t)(etcdio.NewLock(s.Client(), prefix(name), etcdio.WithSession(s)))
 			sessions.Store(l, s)
 			names.Store(l, name)
 			return l
@@ -134,7 +136,7 @@ func etcdBackend(t *testing.T) conformance.Backend {
 			}
 			// The waiter's key is the one under the name with its lease.
 			lease := int64(session(t, svc).LeaseID())
-			eventually(t, 10*time.Second, "the waiter's key", func() bool {
+			testkit.Eventually(t, 10*time.Second, "the waiter's key", func() bool {
 				resp, err := admin.Get(context.Background(), prefix(name.(string))+"/", clientv3.WithPrefix())
 				if err != nil {
 					t.Fatal(err)

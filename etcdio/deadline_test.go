@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,7 +23,7 @@ import (
 // key is left behind, not even the key of a transaction that etcd applied
 // after its caller gave up.
 func TestLockDeadlineErrorIsTheContexts(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	const waiters, attempts = 6, 150
@@ -89,7 +91,7 @@ func TestLockDeadlineErrorIsTheContexts(t *testing.T) {
 		t.Fatalf("%d Lock calls whose context ended returned an error not wrapping it; first: %v", len(foreign), foreign[0])
 	}
 	defer dumpKeys(t, cli, prefix)
-	eventually(t, 5*time.Second, "no key left", func() bool { return countKeys(t, cli, prefix) == 0 })
+	testkit.Eventually(t, 5*time.Second, "no key left", func() bool { return countKeys(t, cli, prefix) == 0 })
 }
 
 func dumpKeys(t *testing.T, cli *clientv3.Client, prefix string) {

@@ -3,6 +3,13 @@
 //
 // # Map
 //
+// etcdio is a driver of package primitives/driver, the owner engine every
+// disco backend shares: a service embeds a driver.Shell (the grant, its
+// events, Subscribe, Done, Err, one hold at a time), and the session keeps
+// a driver.Clock (the lease's deadline, Suspended, Resumed, Lost). What is
+// here is etcd's alone: how a key is queued, waits, gets its token, is
+// deleted, and how the lease is kept alive.
+//
 // One type, service (service.go), is every primitive; a spec value says what
 // sets a lock, an rwlock and an election apart (its errors, its queues, its
 // token rule, what it mirrors). lock.go, rwlock.go and election.go hold the
@@ -10,8 +17,8 @@
 //
 //   - session.go: the Session and its loop, run. run's doc lists every loop
 //     entry point: each is a method marked "Loop only", posted by a caller
-//     or a helper. keepalive.go: the keepalive helper, the deadline,
-//     Suspended and Resumed. watch.go: follow, the one way a helper watches
+//     or a helper. keepalive.go: the keepalive helper, and what the
+//     loop does with each acknowledgement and with the clock's moments. watch.go: follow, the one way a helper watches
 //     etcd (with its liveness check). mirror.go: the session's copy of a
 //     prefix. cleanup.go: keys to delete while the session lives.
 //   - queue.go: how a lock waits. A caller writes its key (create) and parks
@@ -23,9 +30,9 @@
 //   - election.go: a candidate parks the same way (campaigned); the loop
 //     makes it leader from the mirror of the prefix (electionChanged). Its
 //     token is its key's CreateRevision.
-//   - grant.go: the loop's record of what a service holds, its events, and
-//     its end: released (Unlock, Resign), Lost (checkGrant, then
-//     vanishedConfirmed or the session's end), Close.
+//   - grant.go: how a grant (the shell's driver.Hold) ends in etcd:
+//     released (Unlock, Resign), Lost (checkGrant, then vanishedConfirmed
+//     or the session's end), Close.
 //   - semaphore.go: a semaphore is a service whose spec's token claims a
 //     slot; its waiter parks like a lock's (semEnqueued) but counts down
 //     the keys ahead from a watch of the queue (semLooked on its turn).
@@ -37,8 +44,8 @@
 //     session: its Wait's watch runs on the caller's goroutine, the one
 //     watch no session keeps, so without follow's liveness check; it relies
 //     on the client's gRPC keepalives (see below) or the caller's context.
-//   - metrics.go: the Prometheus collectors the loop reports to
-//     (WithMetrics). markstore.go: a guard's mark store in etcd, for
+//   - metrics.go: WithMetrics and NewMetrics, over package metrics' one
+//     type that every backend reports to. markstore.go: a guard's mark store in etcd, for
 //     fencing/guard (no session: one compare-and-swap per raise).
 //
 // # The session loop
@@ -176,5 +183,16 @@
 // from an epoch key beside its prefix (see NewRWLock), so that readers holding
 // together share one token and a single guard protects reads and writes.
 // Every grant also carries Created, its key's CreateRevision, which names it:
-// Release, ResignTerm, lock.Do and election.Lead match grants by it.
+// Release, ResignTerm, lock.Do and election.Lead match grants by it; and
+// LeaseID, the session's etcd lease.
+//
+// # Options
+//
+// The options every disco backend shares, with the same meaning and default
+// (see package primitives/driver): WithTTL (the lease's TTL, whole seconds;
+// default DefaultTTL, 10 s), WithSuspendAfter (part of the TTL without an
+// acknowledged keepalive before Suspended; default 1/2),
+// WithCancelOnSuspend, WithMetrics, WithLogger, WithContext (bounds
+// construction only, default 10 s), WithSession. etcd's own:
+// WithMaxValueSize.
 package etcdio

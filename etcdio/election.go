@@ -10,6 +10,7 @@ import (
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -48,11 +49,11 @@ func (e electionService) Campaign(ctx context.Context, value string) error {
 	if err := e.checkValue("campaign", value); err != nil {
 		return err
 	}
-	if err := e.enter(ctx, false); err != nil {
+	if err := e.Enter(ctx, false); err != nil {
 		return err
 	}
 	if err := e.campaign(ctx, value); err != nil {
-		e.leave()
+		e.Leave()
 		return err
 	}
 	return nil
@@ -65,18 +66,18 @@ func (e electionService) campaign(ctx context.Context, value string) error {
 		return fmt.Errorf("campaign: %w", err)
 	}
 	ahead := resp.Responses[0].GetResponseRange().Count > 0
-	_, err = e.park(ctx, w, func(r actor.Reply[grant]) { e.campaigned(w, ahead, r) })
+	_, err = e.park(ctx, w, func(r actor.Reply[driver.Hold]) { e.campaigned(w, ahead, r) })
 	return err
 }
 
 // campaigned parks Campaign's caller until its key leads. Loop only.
-func (svc *service) campaigned(w *waiter, ahead bool, r actor.Reply[grant]) {
+func (svc *service) campaigned(w *waiter, ahead bool, r actor.Reply[driver.Hold]) {
 	switch {
-	case svc.ended:
-		r.Answer(grant{}, svc.Err())
+	case svc.Ended():
+		r.Answer(driver.Hold{}, svc.Err())
 		return
 	case svc.gone(w.key, w.created):
-		r.Answer(grant{}, fmt.Errorf("%s: key %s deleted before it led: %w", svc.name, w.key, primitives.ErrLost))
+		r.Answer(driver.Hold{}, fmt.Errorf("%s: key %s deleted before it led: %w", svc.name, w.key, primitives.ErrLost))
 		return
 	}
 	svc.seen = max(svc.seen, w.created)
@@ -84,7 +85,7 @@ func (svc *service) campaigned(w *waiter, ahead bool, r actor.Reply[grant]) {
 	w.waited = ahead
 	svc.waiter = w
 	if !ahead {
-		svc.grantWaiter(w, grant{key: w.key, created: w.created, token: w.created, value: w.value, waited: w.waited})
+		svc.grantWaiter(w, driver.Hold{Key: w.key, Created: w.created, Token: fencing.Token(w.created), Value: w.value, Waited: w.waited})
 		return
 	}
 	svc.electionChanged(svc.mirrors[0])
@@ -100,8 +101,8 @@ func (svc *service) electionChanged(m *mirror) {
 	now := leadership(m.first(svc.ours))
 	if now != svc.leader {
 		svc.leader = now
-		svc.metrics.leaderChanged()
-		svc.events.Publish(primitives.LeaderChanged{Key: now.Key, Value: now.Value, Token: now.FencingToken})
+		svc.metrics.LeaderChanged()
+		svc.Publish(primitives.LeaderChanged{Key: now.Key, Value: now.Value, Token: now.FencingToken})
 		svc.observers.Publish(now)
 	}
 	waiting := svc.pending[:0]
@@ -123,7 +124,7 @@ func (svc *service) electionChanged(m *mirror) {
 	case !m.has(w.key):
 		svc.stopWaiter(fmt.Errorf("%s: candidate key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost))
 	case !m.anyBefore(svc.ours, w.created):
-		svc.grantWaiter(w, grant{key: w.key, created: w.created, token: w.created, value: w.value, waited: w.waited})
+		svc.grantWaiter(w, driver.Hold{Key: w.key, Created: w.created, Token: fencing.Token(w.created), Value: w.value, Waited: w.waited})
 	}
 }
 
@@ -139,21 +140,21 @@ func (e electionService) Proclaim(ctx context.Context, value string) error {
 	if err := e.checkValue("proclaim", value); err != nil {
 		return err
 	}
-	c, err := e.withGrant(ctx, nil, func(*grant) {})
+	c, err := e.withGrant(ctx, nil, func() {})
 	if err != nil {
 		return err
 	}
 	resp, err := e.s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.created)).
-		Then(clientv3.OpPut(c.key, value, clientv3.WithLease(e.s.lease))).Commit()
+		If(clientv3.Compare(clientv3.CreateRevision(c.Key), "=", c.Created)).
+		Then(clientv3.OpPut(c.Key, value, clientv3.WithLease(e.s.lease))).Commit()
 	if err != nil {
 		return e.callErr(ctx, fmt.Errorf("%s: proclaim: %w", e.name, err))
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("%s: proclaim: leader key %s is gone: %w", e.name, c.key, election.ErrNotLeader)
+		return fmt.Errorf("%s: proclaim: leader key %s is gone: %w", e.name, c.Key, election.ErrNotLeader)
 	}
 	_, err = call(context.WithoutCancel(ctx), e.s, func(r actor.Reply[struct{}]) {
-		e.proclaimed(c.created, value, resp.Header.Revision)
+		e.proclaimed(c.Created, value, resp.Header.Revision)
 		r.Answer(struct{}{}, nil)
 	})
 	return err
@@ -162,9 +163,8 @@ func (e electionService) Proclaim(ctx context.Context, value string) error {
 // proclaimed records a term's new value, written at rev. Loop only.
 func (svc *service) proclaimed(created int64, value string, rev int64) {
 	svc.seen = max(svc.seen, rev)
-	if cur := svc.grant; cur != nil && cur.created == created {
-		cur.value = value
-		svc.setGrant(cur)
+	if cur := svc.Held(); cur != nil && cur.Created == created {
+		svc.Update(func(h *driver.Hold) { h.Value = value })
 	}
 }
 
@@ -174,11 +174,11 @@ func (e electionService) Resign(ctx context.Context) error { return e.release(ct
 // grant: ErrNotLeader if this candidate no longer leads in that term, even if
 // it has won a later one. election.Lead uses it.
 func (e electionService) ResignTerm(ctx context.Context, term election.Leadership) error {
-	return e.release(ctx, exactly(term.Created, term.Key, term.FencingToken))
+	return e.release(ctx, driver.Exactly(term.Created, term.Key, term.FencingToken))
 }
 
 func (e electionService) Leader(ctx context.Context) (election.Leadership, error) {
-	if err := e.usable(ctx); err != nil {
+	if err := e.Usable(ctx); err != nil {
 		return election.Leadership{}, err
 	}
 	resp, err := e.s.cli.Get(ctx, e.prefix, clientv3.WithFirstCreate()...)
@@ -198,11 +198,11 @@ func (e electionService) Leader(ctx context.Context) (election.Leadership, error
 }
 
 func (e electionService) Term() (election.Leadership, bool) {
-	g, ok := e.current()
+	g, ok := e.Current()
 	if !ok {
 		return election.Leadership{}, false
 	}
-	return election.Leadership{Key: g.key, Value: g.value, FencingToken: fencing.Token(g.token), LeaseID: int64(e.s.lease), Created: g.created}, true
+	return election.Leadership{Key: g.Key, Value: g.Value, FencingToken: g.Token, LeaseID: g.LeaseID, Created: g.Created}, true
 }
 
 func (e electionService) Observe(ctx context.Context) <-chan election.Leadership {
@@ -235,7 +235,7 @@ type observeCall struct {
 func (svc *service) observe(ctx context.Context, now int64, r actor.Reply[<-chan election.Leadership]) {
 	rev := max(now, svc.seen)
 	switch m := svc.mirrors[0]; {
-	case svc.ended:
+	case svc.Ended():
 		r.Answer(nil, svc.Err())
 	case m.ready && m.rev >= rev:
 		r.Answer(svc.observers.Subscribe(ctx, svc.leader), nil)

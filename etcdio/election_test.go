@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -20,7 +22,7 @@ import (
 
 func newElection(t testing.TB, cli *clientv3.Client, prefix string, opts ...etcdio.Option) election.Service {
 	t.Helper()
-	return closedAtEnd[election.Service](t)(etcdio.NewElection(cli, prefix, opts...))
+	return testkit.ClosedAtEnd[election.Service](t)(etcdio.NewElection(cli, prefix, opts...))
 }
 
 func mustCampaign(t testing.TB, e election.Service, value string) election.Leadership {
@@ -65,7 +67,7 @@ func campaignAll(t *testing.T, cands []election.Service) <-chan int {
 }
 
 func TestElectionSingleLeaderAndFailover(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	cands := make([]election.Service, 5)
@@ -74,7 +76,7 @@ func TestElectionSingleLeaderAndFailover(t *testing.T) {
 	}
 	won := campaignAll(t, cands)
 	first := <-won
-	eventually(t, 5*time.Second, "every candidate's key", func() bool { return countKeys(t, cli, prefix) == 5 })
+	testkit.Eventually(t, 5*time.Second, "every candidate's key", func() bool { return countKeys(t, cli, prefix) == 5 })
 	select {
 	case i := <-won:
 		t.Fatalf("candidates %d and %d both lead", first, i)
@@ -129,7 +131,7 @@ func TestElectionSingleLeaderAndFailover(t *testing.T) {
 }
 
 func TestElectionProclaimKeepsToken(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	e := newElection(t, newClient(t), prefixOf(t))
 	ctx := testCtx(t, 10*time.Second)
 	if err := e.Proclaim(ctx, "x"); !errors.Is(err, election.ErrNotLeader) {
@@ -168,7 +170,7 @@ func TestElectionProclaimKeepsToken(t *testing.T) {
 }
 
 func TestElectionObserveSeesEveryTerm(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	observer := newElection(t, newClient(t), prefix)
 	obs := observer.Observe(testCtx(t, 20*time.Second))
@@ -197,7 +199,7 @@ func TestElectionObserveSeesEveryTerm(t *testing.T) {
 }
 
 func TestElectionCampaignCancelled(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	leader := newElection(t, cli, prefix)
@@ -206,7 +208,7 @@ func TestElectionCampaignCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Campaign(ctx, "c") }()
-	eventually(t, 5*time.Second, "candidate key", func() bool { return countKeys(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "candidate key", func() bool { return countKeys(t, cli, prefix) == 2 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Campaign: %v", err)
@@ -227,7 +229,7 @@ func TestElectionCampaignCancelled(t *testing.T) {
 }
 
 func TestElectionEventsAndLead(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	e := newElection(t, cli, prefix)
@@ -286,7 +288,7 @@ func TestElectionEventsAndLead(t *testing.T) {
 }
 
 func TestElectionInteropConcurrency(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	sess := etcdSession(t, cli)
@@ -301,7 +303,7 @@ func TestElectionInteropConcurrency(t *testing.T) {
 	}
 	won := make(chan error, 1)
 	go func() { won <- theirs.Campaign(ctx, "etcd") }()
-	eventually(t, 5*time.Second, "etcd candidate key", func() bool { return countKeys(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "etcd candidate key", func() bool { return countKeys(t, cli, prefix) == 2 })
 	if err := ours.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +323,7 @@ func TestElectionInteropConcurrency(t *testing.T) {
 }
 
 func TestElectionGuardRejectsPreviousLeader(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	g := guard.New()
 	var terms []election.Leadership
@@ -347,7 +349,7 @@ func TestElectionGuardRejectsPreviousLeader(t *testing.T) {
 // pause or a suspended VM would: its keepalives stop, its lease expires, and
 // the next candidate leads within the TTL plus a second.
 func TestElectionFailoverOnExpiry(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	const ttl = 2 * time.Second
 	cli := newClient(t)
@@ -360,7 +362,7 @@ func TestElectionFailoverOnExpiry(t *testing.T) {
 	next := newElection(t, newClient(t), prefix)
 	won := make(chan error, 1)
 	go func() { won <- next.Campaign(testCtx(t, 20*time.Second), "next") }()
-	eventually(t, 5*time.Second, "second candidate's key", func() bool { return countKeys(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "second candidate's key", func() bool { return countKeys(t, cli, prefix) == 2 })
 
 	resume := make(chan struct{})
 	start := time.Now()
@@ -394,7 +396,7 @@ func TestElectionFailoverOnExpiry(t *testing.T) {
 }
 
 func TestElectionResignTerm(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	e := newElection(t, newClient(t), prefixOf(t))
 	ctx := testCtx(t, 10*time.Second)
 	first := mustCampaign(t, e, "1")

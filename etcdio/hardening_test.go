@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -22,7 +24,7 @@ import (
 // a service's 1st and 3rd read grants share a key name and, in one read
 // epoch, a token, yet releasing the 1st must not free the 3rd.
 func TestRWLockStaleReleaseKeepsLiveGrant(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx := testCtx(t, 20*time.Second)
 	rw := newRWLock(t, newClient(t), prefixOf(t))
 	first, err := rw.RLock(ctx)
@@ -52,7 +54,7 @@ func TestRWLockStaleReleaseKeepsLiveGrant(t *testing.T) {
 
 // A lock's stale Release likewise never frees the service's later grant.
 func TestLockStaleReleaseKeepsLiveGrant(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx := testCtx(t, 20*time.Second)
 	l := newLock(t, newClient(t), prefixOf(t))
 	first := mustLock(t, l)
@@ -71,7 +73,7 @@ func TestLockStaleReleaseKeepsLiveGrant(t *testing.T) {
 // Observe parked before its election's mirror loads is answered when the
 // election closes: its channel closes, even with a context that never ends.
 func TestObserveAnsweredWhenElectionCloses(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	s, err := etcdio.NewSession(cli)
 	if err != nil {
@@ -122,7 +124,7 @@ func (c *doneWatcher) Done() <-chan struct{} {
 // The primitive's own errors: bad input is a clear error from the
 // constructor, never a panic, and leaves no lease behind.
 func TestConstructorsRejectBadInput(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	leases := func() int {
 		resp, err := cli.Leases(context.Background())
@@ -172,7 +174,7 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 
 // A prefix that ends in "/" puts keys where etcd's Mutex does for it.
 func TestTrailingSlashPrefixExcludesMutex(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	prefix := prefixOf(t) + "/"
 	l := newLock(t, cli, prefix)
@@ -189,7 +191,7 @@ func TestTrailingSlashPrefixExcludesMutex(t *testing.T) {
 // WithContext bounds construction: against a dead endpoint the constructor
 // gives up when ctx ends, not after a fixed 10 s.
 func TestWithContextBoundsConstruction(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}, DialTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +212,7 @@ func TestWithContextBoundsConstruction(t *testing.T) {
 // A lease revoked by someone else is reported as the lease's end, not as a
 // key deleted by another client.
 func TestLostReportsRevokedLease(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	l := newLock(t, cli, prefixOf(t))
 	events := l.Subscribe(testCtx(t, 10*time.Second))
@@ -230,7 +232,7 @@ func TestLostReportsRevokedLease(t *testing.T) {
 
 // A failed Lock returns the zero Grant.
 func TestFailedLockReturnsZeroGrant(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	holder, waiter := newLock(t, cli, prefixOf(t)), newLock(t, newClient(t), prefixOf(t))
 	mustLock(t, holder)
@@ -251,7 +253,7 @@ func TestFailedLockReturnsZeroGrant(t *testing.T) {
 
 // The error of a service whose shared session was closed names the service.
 func TestSharedSessionClosedErrorNamesService(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	s, err := etcdio.NewSession(cli)
 	if err != nil {
@@ -275,7 +277,7 @@ func TestSharedSessionClosedErrorNamesService(t *testing.T) {
 // Close of a session whose client is closed says so, rather than "context
 // canceled".
 func TestSessionCloseAfterClientClose(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	s, err := etcdio.NewSession(cli)
 	if err != nil {
@@ -289,7 +291,7 @@ func TestSessionCloseAfterClientClose(t *testing.T) {
 
 // RetireRWLock removes the epoch key, and only once the lock is unused.
 func TestRetireRWLock(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	prefix := prefixOf(t)
 	ctx := testCtx(t, 10*time.Second)

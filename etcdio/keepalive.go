@@ -11,6 +11,7 @@ import (
 
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // keepalive renews the lease every TTL/3 on one keepalive stream, reopened
@@ -101,58 +102,62 @@ func (s *Session) keepaliveStream(lc pb.LeaseClient, interval time.Duration, pau
 	}
 }
 
-// keptAlive records an acknowledged keepalive. The server renewed the lease
-// no earlier than sent, so the lease lives at least until sent+ttl; counting
-// from the reply's arrival could overestimate it. An acknowledgement after
-// Suspended resumes the holders. Loop only.
+// keptAlive records an acknowledged keepalive, sent at sent: the lease
+// lives at least until sent+ttl (see driver.Clock). An acknowledgement
+// after Suspended resumes the holders; one after the deadline is too late.
+// Loop only.
 func (s *Session) keptAlive(sent time.Time, ttl int64, rtt time.Duration) {
 	if ttl <= 0 {
 		s.lossCause = CauseLeaseRevoked
 		s.end(fmt.Errorf("etcdio: lease %x expired or was revoked: %w", int64(s.lease), primitives.ErrLost))
 		return
 	}
-	s.metrics.keptAlive(rtt, time.Until(s.deadline))
-	if d := sent.Add(time.Duration(ttl) * time.Second); d.After(s.deadline) {
-		s.deadline = d
-	}
-	if sent.After(s.lastSent) {
-		s.lastSent = sent
-	}
-	if s.suspended && time.Since(s.lastSent) < s.suspendAfter {
-		s.suspended = false
-		s.log.Info("session resumed", zap.Time("deadline", s.deadline))
+	now := time.Now()
+	s.metrics.Renewed(rtt, s.clock.Deadline().Sub(now))
+	switch s.clock.Renewed(sent, now, time.Duration(ttl)*time.Second) {
+	case driver.Expire:
+		s.expire()
+		return
+	case driver.Resume:
+		s.log.Info("session resumed", zap.Time("deadline", s.clock.Deadline()))
 		for svc := range s.services {
-			svc.resume()
+			svc.Resume()
 		}
 	}
 	s.armTimer()
 }
 
-// alarm is when the loop must next act on its own: the moment the session
-// has gone unconfirmed for suspendAfter (unless it is suspended already),
-// or the lease's deadline, whichever comes first. Loop only.
-func (s *Session) alarm() time.Time {
-	if at := s.lastSent.Add(s.suspendAfter); !s.suspended && at.Before(s.deadline) {
-		return at
+// tick acts on the clock now: the session ends at the lease's deadline, and
+// its holders are suspended at the suspension point. It reports whether the
+// session ended. Loop only.
+func (s *Session) tick() bool {
+	switch s.clock.Tick(time.Now()) {
+	case driver.Expire:
+		s.expire()
+		return true
+	case driver.Suspend:
+		s.suspend()
 	}
-	return s.deadline
+	return false
 }
 
-// armTimer sets the loop's timer for the alarm. Loop only.
-func (s *Session) armTimer() { s.timer.Reset(time.Until(s.alarm())) }
+// expire ends the session: no keepalive was acknowledged in time. Loop only.
+func (s *Session) expire() {
+	s.lossCause = CauseLeaseExpired
+	s.end(s.expired())
+}
 
-// suspend tells every holder that the session has gone unconfirmed for
-// suspendAfter, if it has: it may be lost at the deadline. Loop only.
+// armTimer sets the loop's timer for the clock's next moment. Loop only.
+func (s *Session) armTimer() { s.timer.Reset(time.Until(s.clock.Next())) }
+
+// suspend tells every holder that the session has gone unconfirmed: it may
+// be lost at the deadline. Loop only.
 func (s *Session) suspend() {
-	if s.suspended || time.Now().Before(s.lastSent.Add(s.suspendAfter)) {
-		return
-	}
-	s.suspended = true
-	s.metrics.suspended()
-	s.log.Warn("session suspended: no keepalive acknowledged lately", zap.Time("deadline", s.deadline))
+	s.metrics.Suspended()
+	s.log.Warn("session suspended: no keepalive acknowledged lately", zap.Time("deadline", s.clock.Deadline()))
 	s.probeLease()
 	for svc := range s.services {
-		svc.suspend(s.deadline)
+		svc.Suspend(s.clock.Deadline())
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
@@ -31,11 +31,11 @@ func NewLock(cli *clientv3.Client, prefix string, opts ...Option) (lock.Service,
 
 func (l lockService) queue() queue { return queue{keys: l.prefix, blockers: l.prefix} }
 
-func (l lockService) grant(g grant, err error) (lock.Grant, error) {
+func (l lockService) grant(g driver.Hold, err error) (lock.Grant, error) {
 	if err != nil {
 		return lock.Grant{}, err
 	}
-	return lock.Grant{FencingToken: fencing.Token(g.token), Key: g.key, LeaseID: int64(l.s.lease), TTL: l.s.ttl, Created: g.created}, nil
+	return lock.Grant{FencingToken: g.Token, Key: g.Key, LeaseID: g.LeaseID, TTL: l.s.ttl, Created: g.Created}, nil
 }
 
 func (l lockService) Lock(ctx context.Context) (lock.Grant, error) {
@@ -49,5 +49,5 @@ func (l lockService) TryLock(ctx context.Context) (lock.Grant, error) {
 func (l lockService) Unlock(ctx context.Context) error { return l.release(ctx, nil) }
 
 func (l lockService) Release(ctx context.Context, g lock.Grant) error {
-	return l.release(ctx, exactly(g.Created, g.Key, g.FencingToken))
+	return l.release(ctx, driver.Exactly(g.Created, g.Key, g.FencingToken))
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -22,7 +24,7 @@ import (
 
 func newLock(t testing.TB, cli *clientv3.Client, prefix string, opts ...etcdio.Option) lock.Service {
 	t.Helper()
-	return closedAtEnd[lock.Service](t)(etcdio.NewLock(cli, prefix, opts...))
+	return testkit.ClosedAtEnd[lock.Service](t)(etcdio.NewLock(cli, prefix, opts...))
 }
 
 func mustLock(t testing.TB, l lock.Service) lock.Grant {
@@ -35,7 +37,7 @@ func mustLock(t testing.TB, l lock.Service) lock.Grant {
 }
 
 func TestLockMutualExclusion(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	const services, rounds = 8, 5
 	prefix := prefixOf(t)
 	var inside atomic.Int32
@@ -87,7 +89,7 @@ func TestLockMutualExclusion(t *testing.T) {
 }
 
 func TestLockFIFO(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	holder := newLock(t, cli, prefix)
@@ -110,7 +112,7 @@ func TestLockFIFO(t *testing.T) {
 			}
 		}()
 		// Queue them one by one: waiter i's key exists before i+1 starts.
-		eventually(t, 5*time.Second, "waiter's key", func() bool { return countKeys(t, cli, prefix) == int64(i+2) })
+		testkit.Eventually(t, 5*time.Second, "waiter's key", func() bool { return countKeys(t, cli, prefix) == int64(i+2) })
 	}
 	if err := holder.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
@@ -127,7 +129,7 @@ func TestLockFIFO(t *testing.T) {
 }
 
 func TestTryLock(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	a, b := newLock(t, cli, prefix), newLock(t, newClient(t), prefix)
@@ -154,7 +156,7 @@ func TestTryLock(t *testing.T) {
 }
 
 func TestUnlockNotHeld(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	l := newLock(t, newClient(t), prefixOf(t))
 	ctx := testCtx(t, 10*time.Second)
 	if err := l.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
@@ -184,7 +186,7 @@ func TestUnlockNotHeld(t *testing.T) {
 }
 
 func TestLockCancelWhileWaiting(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	a := newLock(t, cli, prefix)
@@ -194,7 +196,7 @@ func TestLockCancelWhileWaiting(t *testing.T) {
 	bctx, cancelB := context.WithCancel(context.Background())
 	bErr := make(chan error, 1)
 	go func() { _, err := b.Lock(bctx); bErr <- err }()
-	eventually(t, 5*time.Second, "b's key", func() bool { return countKeys(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "b's key", func() bool { return countKeys(t, cli, prefix) == 2 })
 
 	c := newLock(t, newClient(t), prefix)
 	cGot := make(chan lock.Grant, 1)
@@ -205,7 +207,7 @@ func TestLockCancelWhileWaiting(t *testing.T) {
 		}
 		cGot <- g
 	}()
-	eventually(t, 5*time.Second, "c's key", func() bool { return countKeys(t, cli, prefix) == 3 })
+	testkit.Eventually(t, 5*time.Second, "c's key", func() bool { return countKeys(t, cli, prefix) == 3 })
 
 	cancelB()
 	if err := <-bErr; !errors.Is(err, context.Canceled) {
@@ -228,7 +230,7 @@ func TestLockCancelWhileWaiting(t *testing.T) {
 }
 
 func TestLockCloseWhileHolding(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	a, err := etcdio.NewLock(newClient(t), prefix, etcdio.WithTTL(10*time.Second))
 	if err != nil {
@@ -238,7 +240,7 @@ func TestLockCloseWhileHolding(t *testing.T) {
 	b := newLock(t, newClient(t), prefix, etcdio.WithTTL(10*time.Second))
 	got := make(chan error, 1)
 	go func() { _, err := b.Lock(testCtx(t, 10*time.Second)); got <- err }()
-	eventually(t, 5*time.Second, "b's key", func() bool { return countKeys(t, newClient(t), prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "b's key", func() bool { return countKeys(t, newClient(t), prefix) == 2 })
 	start := time.Now()
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -261,7 +263,7 @@ func TestLockCloseWhileHolding(t *testing.T) {
 }
 
 func TestLockLeaseRevoked(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	l := newLock(t, cli, prefixOf(t))
 	events := l.Subscribe(testCtx(t, 10*time.Second))
@@ -322,7 +324,7 @@ func nextEvent(t *testing.T, ch <-chan primitives.Event) primitives.Event {
 }
 
 func TestLockKeyDeletedByOther(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	l := newLock(t, cli, prefixOf(t))
 	events := l.Subscribe(testCtx(t, 10*time.Second))
@@ -344,7 +346,7 @@ func TestLockKeyDeletedByOther(t *testing.T) {
 }
 
 func TestLockInteropConcurrencyMutex(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	sess := etcdSession(t, cli)
@@ -358,7 +360,7 @@ func TestLockInteropConcurrencyMutex(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- mu.Lock(ctx) }()
-	eventually(t, 5*time.Second, "mutex key", func() bool { return countKeys(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "mutex key", func() bool { return countKeys(t, cli, prefix) == 2 })
 	if err := l.Release(ctx, g); err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +372,7 @@ func TestLockInteropConcurrencyMutex(t *testing.T) {
 	}
 	waited := make(chan lock.Grant, 1)
 	go func() { g, _ := l.Lock(ctx); waited <- g }()
-	eventually(t, 5*time.Second, "disco key", func() bool { return countKeys(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "disco key", func() bool { return countKeys(t, cli, prefix) == 2 })
 	if err := mu.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +382,7 @@ func TestLockInteropConcurrencyMutex(t *testing.T) {
 }
 
 func TestLockSharedSession(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	s, err := etcdio.NewSession(cli)
 	if err != nil {
@@ -417,7 +419,7 @@ func TestLockSharedSession(t *testing.T) {
 }
 
 func TestLockBadInput(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t)
 	closed, err := clientv3.New(clientv3.Config{Endpoints: etcdtest.Endpoints()})
 	if err != nil {
@@ -457,7 +459,7 @@ func TestLockBadInput(t *testing.T) {
 // TestGuardRejectsPreviousHolder is the three-party contract end to end: the
 // holder after a handoff is admitted, the previous holder is not.
 func TestGuardRejectsPreviousHolder(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	g := guard.New()
 	a, b := newLock(t, newClient(t), prefix), newLock(t, newClient(t), prefix)
@@ -480,7 +482,7 @@ func TestGuardRejectsPreviousHolder(t *testing.T) {
 // TestLockWaiterSessionLost: a waiter whose own lease is revoked stops
 // waiting at once with ErrLost (etcd issue 19597), leaving nothing behind.
 func TestLockWaiterSessionLost(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	holder := newLock(t, cli, prefix)
@@ -488,7 +490,7 @@ func TestLockWaiterSessionLost(t *testing.T) {
 	waiter := newLock(t, newClient(t), prefix)
 	errc := make(chan error, 1)
 	go func() { _, err := waiter.Lock(testCtx(t, 20*time.Second)); errc <- err }()
-	eventually(t, 5*time.Second, "waiter's key", func() bool { return countKeys(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "waiter's key", func() bool { return countKeys(t, cli, prefix) == 2 })
 	resp, err := cli.Get(context.Background(), prefix+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
 	if err != nil {
 		t.Fatal(err)
@@ -519,13 +521,13 @@ func TestLockWaiterSessionLost(t *testing.T) {
 // ahead. (A waiter skips that read only when etcd confirms its watch at a
 // revision no later than its own key's creation.)
 func TestWaiterWhoseBlockerGoesBeforeItsWatchOpens(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	holder := newLock(t, cli, prefix)
 	mustLock(t, holder)
 	wcli := newClient(t)
-	s := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(wcli))
+	s := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(wcli))
 	waiter := newLock(t, wcli, prefix, etcdio.WithSession(s))
 
 	// The waiter's loop stops at its next step: its Lock writes its key on
@@ -537,7 +539,7 @@ func TestWaiterWhoseBlockerGoesBeforeItsWatchOpens(t *testing.T) {
 		_, err := waiter.Lock(testCtx(t, 20*time.Second))
 		got <- err
 	}()
-	eventually(t, 5*time.Second, "the waiter's key", func() bool { return countKeys(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "the waiter's key", func() bool { return countKeys(t, cli, prefix) == 2 })
 	if err := holder.Unlock(testCtx(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}

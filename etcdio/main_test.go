@@ -7,7 +7,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/goleak"
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
@@ -15,14 +14,6 @@ import (
 )
 
 func TestMain(m *testing.M) { etcdtest.Main(m) }
-
-// noLeaks fails t if goroutines started during the test outlive it. Call it
-// first, so that its check runs after every other cleanup.
-func noLeaks(t *testing.T) {
-	t.Helper()
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
 
 // newClient returns a client of the test server, closed when t ends.
 func newClient(t testing.TB) *clientv3.Client {
@@ -63,31 +54,6 @@ func countKeys(t testing.TB, cli *clientv3.Client, prefix string) int64 {
 		t.Fatal(err)
 	}
 	return resp.Count
-}
-
-// eventually polls cond until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
-}
-
-// closedAtEnd returns a function that fails t on err and otherwise closes
-// the service it is given when t ends.
-func closedAtEnd[S interface{ Close() error }](t testing.TB) func(S, error) S {
-	return func(s S, err error) S {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
 }
 
 // etcdSession returns a session of etcd's own concurrency package, for the

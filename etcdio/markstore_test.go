@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio"
@@ -30,7 +32,7 @@ func dropPrefix(t *testing.T, prefix string) {
 }
 
 func TestMarkStoreLaws(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t) + "/"
 	dropPrefix(t, prefix)
 	s, err := etcdio.NewMarkStore(newClient(t), prefix)
@@ -97,7 +99,7 @@ func pausedClient(t *testing.T) (*clientv3.Client, *faultproxy.Proxy) {
 // store's request timeout with an error wrapping context.DeadlineExceeded.
 // Once the link carries bytes again, the store works.
 func TestMarkStoreBoundsRequests(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t) + "/"
 	dropPrefix(t, prefix)
 	cli, px := pausedClient(t)

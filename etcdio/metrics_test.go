@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,7 +18,7 @@ import (
 // A scripted sequence (lock, handoff, a key deleted behind a holder, a
 // revoked lease, an election) and the counters it must leave.
 func TestMetricsCountTheScript(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	reg := prometheus.NewRegistry()
 	m, err := etcdio.NewMetrics(reg)
 	if err != nil {
@@ -35,7 +37,7 @@ func TestMetricsCountTheScript(t *testing.T) {
 	ga := mustLock(t, a)
 	got := make(chan error, 1)
 	go func() { _, err := b.Lock(ctx); got <- err }()
-	eventually(t, 5*time.Second, "b queued", func() bool { return countKeys(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "b queued", func() bool { return countKeys(t, cli, prefix) == 2 })
 	if err := a.Release(ctx, ga); err != nil {
 		t.Fatal(err)
 	}

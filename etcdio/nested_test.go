@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio"
@@ -17,7 +19,7 @@ import (
 // nested name (/n/sub) for keys of its own queue, though etcd ranges the
 // nested keys within /n's prefix.
 func TestNestedNamesAreIndependent(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx := testCtx(t, 20*time.Second)
 	cli := newClient(t)
 	n := prefixOf(t)
@@ -58,7 +60,7 @@ func TestNestedNamesAreIndependent(t *testing.T) {
 		mustLock(t, late)
 		got := make(chan error, 1)
 		go func() { _, err := l.Lock(testCtx(t, 10*time.Second)); got <- err }()
-		eventually(t, 5*time.Second, "the waiter's key", func() bool {
+		testkit.Eventually(t, 5*time.Second, "the waiter's key", func() bool {
 			select {
 			case err := <-got:
 				t.Fatalf("Lock on %s returned %v while another owner held it", n, err)

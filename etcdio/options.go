@@ -8,11 +8,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
-// DefaultTTL is the lease TTL of a session made without WithTTL. It is the
-// same as etcd's concurrency.Session default.
-const DefaultTTL = 60 * time.Second
+// DefaultTTL is the lease TTL of a session made without WithTTL: the same
+// on every disco backend (driver.DefaultTTL).
+const DefaultTTL = driver.DefaultTTL
 
 // ErrInvalidArgument is wrapped by every constructor error caused by bad
 // input: a nil or closed client, a bad prefix, a bad TTL, clashing options.
@@ -27,18 +28,11 @@ const maxPrefix = 1024
 type Option func(*options)
 
 type options struct {
-	ttl             time.Duration
-	ttlSet          bool
-	session         *Session
-	sessionSet      bool
-	log             *zap.Logger
-	ctx             context.Context
-	cancelOnSuspend bool
-	suspendAfter    float64 // part of the TTL without an acknowledgement
-	suspendSet      bool
-	metrics         *Metrics
-	maxValue        int
-	maxValueSet     bool
+	driver.Config // TTL, SuspendAfter, CancelOnSuspend, Metrics, Logger, Context
+	session       *Session
+	sessionSet    bool
+	maxValue      int
+	maxValueSet   bool
 }
 
 // DefaultMaxValueSize is the largest election value (Campaign, Proclaim) a
@@ -60,7 +54,7 @@ func WithMaxValueSize(n int) Option {
 // holds end at most TTL later. Not allowed together with WithSession, whose
 // session already has its TTL.
 func WithTTL(d time.Duration) Option {
-	return func(o *options) { o.ttl, o.ttlSet = d, true }
+	return func(o *options) { o.TTL, o.TTLSet = d, true }
 }
 
 // WithSession makes a primitive run on an existing session's event loop and
@@ -72,7 +66,7 @@ func WithSession(s *Session) Option {
 
 // WithLogger sends the session's logs to l. Without it disco logs nothing.
 func WithLogger(l *zap.Logger) Option {
-	return func(o *options) { o.log = l }
+	return func(o *options) { o.Logger = l }
 }
 
 // WithContext bounds construction: the lease grant of a new session (and,
@@ -80,7 +74,7 @@ func WithLogger(l *zap.Logger) Option {
 // never bounds the life of what is constructed. Without it construction
 // gives up after 10 seconds, as etcd's concurrency.NewSession does not.
 func WithContext(ctx context.Context) Option {
-	return func(o *options) { o.ctx = ctx }
+	return func(o *options) { o.Context = ctx }
 }
 
 // WithCancelOnSuspend makes lock.Do, rwlock.DoRead, rwlock.DoWrite and
@@ -90,7 +84,7 @@ func WithContext(ctx context.Context) Option {
 // return an error wrapping primitives.ErrSuspended. It configures primitives,
 // not sessions.
 func WithCancelOnSuspend() Option {
-	return func(o *options) { o.cancelOnSuspend = true }
+	return func(o *options) { o.CancelOnSuspend = true }
 }
 
 // WithSuspendAfter sets how long a session may go without an acknowledged
@@ -99,11 +93,11 @@ func WithCancelOnSuspend() Option {
 // of the TTL, so a healthy session is confirmed well before. Not allowed
 // together with WithSession.
 func WithSuspendAfter(part float64) Option {
-	return func(o *options) { o.suspendAfter, o.suspendSet = part, true }
+	return func(o *options) { o.SuspendAfter, o.SuspendSet = part, true }
 }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{ttl: DefaultTTL, suspendAfter: 0.5, maxValue: DefaultMaxValueSize}
+	o := options{Config: driver.NewConfig(), maxValue: DefaultMaxValueSize}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("nil Option: %w", ErrInvalidArgument)
@@ -113,28 +107,14 @@ func buildOptions(opts []Option) (options, error) {
 	if o.sessionSet && o.session == nil {
 		return o, fmt.Errorf("WithSession(nil): %w", ErrInvalidArgument)
 	}
-	if o.ttlSet {
-		if o.ttl < time.Second || o.ttl%time.Second != 0 {
-			return o, fmt.Errorf("TTL %v: must be whole seconds, at least 1s: %w", o.ttl, ErrInvalidArgument)
-		}
-		if o.session != nil {
-			return o, fmt.Errorf("WithTTL and WithSession together: the session has its own TTL: %w", ErrInvalidArgument)
-		}
+	if o.TTLSet && (o.TTL < time.Second || o.TTL%time.Second != 0) {
+		return o, fmt.Errorf("TTL %v: must be whole seconds, at least 1s: %w", o.TTL, ErrInvalidArgument)
 	}
-	if !(o.suspendAfter > 0 && o.suspendAfter < 1) {
-		return o, fmt.Errorf("WithSuspendAfter(%v): must be between 0 and 1: %w", o.suspendAfter, ErrInvalidArgument)
-	}
-	if o.suspendSet && o.session != nil {
-		return o, fmt.Errorf("WithSuspendAfter and WithSession together: the session has its own: %w", ErrInvalidArgument)
+	if err := o.Check(o.session != nil, ErrInvalidArgument); err != nil {
+		return o, err
 	}
 	if o.maxValueSet && o.maxValue < 1 {
 		return o, fmt.Errorf("WithMaxValueSize(%d): must be at least 1: %w", o.maxValue, ErrInvalidArgument)
-	}
-	if o.ctx == nil {
-		o.ctx = context.Background()
-	}
-	if o.log == nil {
-		o.log = zap.NewNop()
 	}
 	return o, nil
 }

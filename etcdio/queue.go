@@ -14,8 +14,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
@@ -44,26 +46,26 @@ type waiter struct {
 	blockers string    // locks: prefix of the keys that block it
 	waited   bool      // someone was ahead when it was written
 	start    time.Time // when its acquisition began
-	reply    actor.Reply[grant]
+	reply    actor.Reply[driver.Hold]
 	// Locks: the blocker just ahead, and the end of the helper watching it.
 	ahead     *mvccpb.KeyValue
 	stopWatch context.CancelFunc
 }
 
 // acquire makes this owner hold the lock in q, or fails leaving no key.
-func (svc *service) acquire(ctx context.Context, q queue, try bool) (grant, error) {
-	if err := svc.enter(ctx, try); err != nil {
-		return grant{}, err
+func (svc *service) acquire(ctx context.Context, q queue, try bool) (driver.Hold, error) {
+	if err := svc.Enter(ctx, try); err != nil {
+		return driver.Hold{}, err
 	}
 	g, err := svc.enqueue(ctx, q, try)
 	if err != nil {
-		svc.leave() // a recorded grant's end frees sem, on the loop
+		svc.Leave() // a recorded grant's end frees sem, on the loop
 	}
 	return g, err
 }
 
 // enqueue writes the key and waits for the grant.
-func (svc *service) enqueue(ctx context.Context, q queue, try bool) (grant, error) {
+func (svc *service) enqueue(ctx context.Context, q queue, try bool) (driver.Hold, error) {
 	var conds []clientv3.Cmp
 	var ahead clientv3.Op
 	if try {
@@ -75,7 +77,7 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (grant, erro
 	}
 	w, resp, err := svc.create(ctx, q.keys, "", conds, ahead)
 	if err != nil {
-		return grant{}, err
+		return driver.Hold{}, err
 	}
 	if resp == nil {
 		return svc.tryPastNested(ctx, q)
@@ -87,7 +89,7 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (grant, erro
 			pred = kvs[0]
 		}
 	}
-	return svc.park(ctx, w, func(r actor.Reply[grant]) { svc.enqueued(w, pred, r) })
+	return svc.park(ctx, w, func(r actor.Reply[driver.Hold]) { svc.enqueued(w, pred, r) })
 }
 
 // tryPastNested settles a Try that found some key under q's blockers: if
@@ -95,22 +97,22 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (grant, erro
 // them and holds if nobody of its own layout is ahead; otherwise, or if
 // someone of the layout got ahead meanwhile, the lock is taken and no key
 // is left.
-func (svc *service) tryPastNested(ctx context.Context, q queue) (grant, error) {
+func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, error) {
 	taken := fmt.Errorf("%s: %w", svc.name, svc.spec.errTaken)
 	// Not keys only: etcd's keys-only ranges leave out the lease, which
 	// ours reads.
 	resp, err := svc.s.cli.Get(ctx, q.blockers, clientv3.WithPrefix())
 	if err != nil {
-		return grant{}, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
+		return driver.Hold{}, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
 	}
 	for _, kv := range resp.Kvs {
 		if svc.ours(kv) {
-			return grant{}, taken
+			return driver.Hold{}, taken
 		}
 	}
 	w, _, err := svc.create(ctx, q.keys, "", nil, clientv3.Op{})
 	if err != nil {
-		return grant{}, err
+		return driver.Hold{}, err
 	}
 	w.mode, w.blockers = q.mode, q.blockers
 	pred, rev, err := svc.lookPastNested(ctx, w)
@@ -119,11 +121,11 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (grant, error) {
 	}
 	if err != nil {
 		_ = svc.s.deleteKey(w.key, w.created)
-		return grant{}, svc.callErr(ctx, err)
+		return driver.Hold{}, svc.callErr(ctx, err)
 	}
 	// It holds at rev, the look's revision: at its own creation a key of
 	// its layout may still have been ahead.
-	return svc.park(ctx, w, func(r actor.Reply[grant]) {
+	return svc.park(ctx, w, func(r actor.Reply[driver.Hold]) {
 		if svc.parkable(w, r) {
 			w.reply, svc.waiter = r, w
 			svc.holds(w, rev)
@@ -256,32 +258,32 @@ const settleGrace = 250 * time.Millisecond
 // park hands w to the loop with post and waits for the grant. A caller that
 // fails (its ctx ended, the key was lost, the service or session ended)
 // withdraws w and deletes its key before returning.
-func (svc *service) park(ctx context.Context, w *waiter, post func(actor.Reply[grant])) (grant, error) {
+func (svc *service) park(ctx context.Context, w *waiter, post func(actor.Reply[driver.Hold])) (driver.Hold, error) {
 	g, err := call(ctx, svc.s, post)
 	if err != nil {
 		svc.s.post(func() { svc.withdraw(w) })
 		_ = svc.s.deleteKey(w.key, w.created)
-		return grant{}, svc.callErr(ctx, err)
+		return driver.Hold{}, svc.callErr(ctx, err)
 	}
 	return g, nil
 }
 
 // parkable reports whether w's caller can be parked; if not (the service
 // ended, or w's key is already gone) it answers r. Loop only.
-func (svc *service) parkable(w *waiter, r actor.Reply[grant]) bool {
+func (svc *service) parkable(w *waiter, r actor.Reply[driver.Hold]) bool {
 	switch {
-	case svc.ended:
-		r.Answer(grant{}, svc.Err())
+	case svc.Ended():
+		r.Answer(driver.Hold{}, svc.Err())
 		return false
 	case svc.gone(w.key, w.created):
-		r.Answer(grant{}, fmt.Errorf("%s: key %s deleted before it was granted: %w", svc.name, w.key, primitives.ErrLost))
+		r.Answer(driver.Hold{}, fmt.Errorf("%s: key %s deleted before it was granted: %w", svc.name, w.key, primitives.ErrLost))
 		return false
 	}
 	return true
 }
 
 // enqueued parks the caller of a lock's new key until it holds. Loop only.
-func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[grant]) {
+func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[driver.Hold]) {
 	if !svc.parkable(w, r) {
 		return
 	}
@@ -483,7 +485,7 @@ func (svc *service) holds(w *waiter, rev int64) {
 		w.stopWatch = nil
 	}
 	w.ahead = nil
-	g := grant{key: w.key, created: w.created, token: rev, mode: w.mode, value: w.value, waited: w.waited}
+	g := driver.Hold{Key: w.key, Created: w.created, Token: fencing.Token(rev), Mode: w.mode, Value: w.value, Waited: w.waited}
 	if svc.spec.token == nil {
 		svc.grantWaiter(w, g)
 		return
@@ -507,15 +509,13 @@ func (svc *service) tokenIssued(w *waiter, tok int64, err error) {
 		svc.stopWaiter(fmt.Errorf("%s: fencing token: %w", svc.name, err))
 		return
 	}
-	svc.grantWaiter(w, grant{key: w.key, created: w.created, token: tok, mode: w.mode, value: w.value, waited: w.waited})
+	svc.grantWaiter(w, driver.Hold{Key: w.key, Created: w.created, Token: fencing.Token(tok), Mode: w.mode, Value: w.value, Waited: w.waited})
 }
 
 // grantWaiter turns the waiter into the service's grant. Loop only.
-func (svc *service) grantWaiter(w *waiter, g grant) {
+func (svc *service) grantWaiter(w *waiter, g driver.Hold) {
 	svc.waiter = nil
-	if svc.recordGrant(g, w.reply) {
-		svc.metrics.acquired(svc.spec.kind, time.Since(w.start), g.waited)
-	}
+	svc.recordGrant(g, w)
 }
 
 // withdraw forgets w, if it still waits: its caller gave up and deletes its
@@ -537,7 +537,7 @@ func (svc *service) stopWaiter(err error) []keyRev {
 		return nil
 	}
 	svc.withdraw(w)
-	w.reply.Answer(grant{}, err)
+	w.reply.Answer(driver.Hold{}, err)
 	return []keyRev{{w.key, w.created}}
 }
 

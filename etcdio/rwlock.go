@@ -7,8 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
@@ -70,19 +70,19 @@ func (l rwlockService) queue(m rwlock.Mode) queue {
 // epochKey is the rwlock's epoch key: its prefix + EpochSuffix.
 func epochKey(svc *service) string { return svc.prefix[:len(svc.prefix)-1] + EpochSuffix }
 
-// rwlockToken issues the fencing token of a grant, as rwlockService's doc
+// rwlockToken issues the fencing token of a driver.Hold, as rwlockService's doc
 // describes. It runs on a session helper before the grant is recorded.
-func rwlockToken(ctx context.Context, svc *service, g grant) (int64, error) {
+func rwlockToken(ctx context.Context, svc *service, g driver.Hold) (int64, error) {
 	cli := svc.s.cli
-	mine := clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.created)
+	mine := clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)
 	epoch := epochKey(svc)
-	if g.mode == rwlock.Write {
+	if g.Mode == rwlock.Write {
 		resp, err := cli.Txn(ctx).If(mine).Then(clientv3.OpPut(epoch, writeEpoch)).Commit()
 		if err != nil {
 			return 0, err
 		}
 		if !resp.Succeeded {
-			return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
+			return 0, fmt.Errorf("key %s is gone: %w", g.Key, primitives.ErrLost)
 		}
 		return resp.Header.Revision, nil
 	}
@@ -92,7 +92,7 @@ func rwlockToken(ctx context.Context, svc *service, g grant) (int64, error) {
 			return 0, err
 		}
 		if !resp.Succeeded {
-			return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
+			return 0, fmt.Errorf("key %s is gone: %w", g.Key, primitives.ErrLost)
 		}
 		var seen int64
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -114,11 +114,11 @@ func rwlockToken(ctx context.Context, svc *service, g grant) (int64, error) {
 	}
 }
 
-func (l rwlockService) grant(g grant, err error) (rwlock.Grant, error) {
+func (l rwlockService) grant(g driver.Hold, err error) (rwlock.Grant, error) {
 	if err != nil {
 		return rwlock.Grant{}, err
 	}
-	return rwlock.Grant{FencingToken: fencing.Token(g.token), Key: g.key, LeaseID: int64(l.s.lease), TTL: l.s.ttl, Mode: g.mode, Created: g.created}, nil
+	return rwlock.Grant{FencingToken: g.Token, Key: g.Key, LeaseID: g.LeaseID, TTL: l.s.ttl, Mode: g.Mode, Created: g.Created}, nil
 }
 
 func (l rwlockService) RLock(ctx context.Context) (rwlock.Grant, error) {
@@ -142,12 +142,12 @@ func (l rwlockService) RUnlock(ctx context.Context) error { return l.unlock(ctx,
 func (l rwlockService) Unlock(ctx context.Context) error { return l.unlock(ctx, rwlock.Write) }
 
 func (l rwlockService) unlock(ctx context.Context, m rwlock.Mode) error {
-	return l.release(ctx, func(g grant) bool { return g.mode == m })
+	return l.release(ctx, func(g driver.Hold) bool { return g.Mode == m })
 }
 
 func (l rwlockService) Release(ctx context.Context, g rwlock.Grant) error {
-	same := exactly(g.Created, g.Key, g.FencingToken)
-	return l.release(ctx, func(h grant) bool { return same(h) && h.mode == g.Mode })
+	same := driver.Exactly(g.Created, g.Key, g.FencingToken)
+	return l.release(ctx, func(h driver.Hold) bool { return same(h) && h.Mode == g.Mode })
 }
 
 // ErrInUse is returned by RetireRWLock while keys of the lock still exist.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
@@ -20,7 +22,7 @@ import (
 
 func newRWLock(t testing.TB, cli *clientv3.Client, prefix string, opts ...etcdio.Option) rwlock.Service {
 	t.Helper()
-	return closedAtEnd[rwlock.Service](t)(etcdio.NewRWLock(cli, prefix, opts...))
+	return testkit.ClosedAtEnd[rwlock.Service](t)(etcdio.NewRWLock(cli, prefix, opts...))
 }
 
 // acquireAsync runs acquire in the background; its grant arrives on the
@@ -66,7 +68,7 @@ func keysUnder(t *testing.T, cli *clientv3.Client, prefix string) int64 {
 }
 
 func TestRWLockReadersShareWriterExcludes(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	ctx := testCtx(t, 20*time.Second)
@@ -87,10 +89,10 @@ func TestRWLockReadersShareWriterExcludes(t *testing.T) {
 
 	// A writer waits for the readers before it.
 	wg := acquireAsync(t, w.Lock)
-	eventually(t, 5*time.Second, "writer's key", func() bool { return keysUnder(t, cli, prefix) == 3 })
+	testkit.Eventually(t, 5*time.Second, "writer's key", func() bool { return keysUnder(t, cli, prefix) == 3 })
 	// A reader after a waiting writer waits too: no writer starvation.
 	rg := acquireAsync(t, r3.RLock)
-	eventually(t, 5*time.Second, "late reader's key", func() bool { return keysUnder(t, cli, prefix) == 4 })
+	testkit.Eventually(t, 5*time.Second, "late reader's key", func() bool { return keysUnder(t, cli, prefix) == 4 })
 	if _, err := newRWLock(t, newClient(t), prefix).TryRLock(ctx); !errors.Is(err, rwlock.ErrRWLockTaken) {
 		t.Fatalf("TryRLock with a writer waiting: %v", err)
 	}
@@ -122,7 +124,7 @@ func TestRWLockReadersShareWriterExcludes(t *testing.T) {
 }
 
 func TestRWLockMutualExclusion(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	var readers, writers atomic.Int32
 	var wg sync.WaitGroup
@@ -170,7 +172,7 @@ func TestRWLockMutualExclusion(t *testing.T) {
 }
 
 func TestRWLockTokens(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	ctx := testCtx(t, 20*time.Second)
@@ -183,7 +185,7 @@ func TestRWLockTokens(t *testing.T) {
 	}
 	// Two readers released by the same writer's Unlock share one token.
 	cha, chb := acquireAsync(t, ra.RLock), acquireAsync(t, rb.RLock)
-	eventually(t, 5*time.Second, "readers' keys", func() bool { return keysUnder(t, cli, prefix) == 3 })
+	testkit.Eventually(t, 5*time.Second, "readers' keys", func() bool { return keysUnder(t, cli, prefix) == 3 })
 	if err := w1.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +211,7 @@ func TestRWLockTokens(t *testing.T) {
 	}
 	// A writer's token is above every token issued before it.
 	chw := acquireAsync(t, w2.Lock)
-	eventually(t, 5*time.Second, "writer's key", func() bool { return keysUnder(t, cli, prefix) == 3 })
+	testkit.Eventually(t, 5*time.Second, "writer's key", func() bool { return keysUnder(t, cli, prefix) == 3 })
 	if err := rb.RUnlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +250,7 @@ func TestRWLockTokens(t *testing.T) {
 }
 
 func TestRWLockTryAndNotHeld(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	ctx := testCtx(t, 10*time.Second)
@@ -297,7 +299,7 @@ func TestRWLockTryAndNotHeld(t *testing.T) {
 }
 
 func TestRWLockCancelAndLoss(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	w := newRWLock(t, newClient(t), prefix)
@@ -309,7 +311,7 @@ func TestRWLockCancelAndLoss(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := r.RLock(ctx); errc <- err }()
-	eventually(t, 5*time.Second, "reader's key", func() bool { return keysUnder(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "reader's key", func() bool { return keysUnder(t, cli, prefix) == 2 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled RLock: %v", err)
@@ -347,7 +349,7 @@ func TestRWLockCancelAndLoss(t *testing.T) {
 }
 
 func TestRWLockInteropRecipes(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := prefixOf(t)
 	cli := newClient(t)
 	sess := etcdSession(t, cli)
@@ -363,7 +365,7 @@ func TestRWLockInteropRecipes(t *testing.T) {
 		t.Fatalf("TryRLock while recipes writer holds: %v", err)
 	}
 	ch := acquireAsync(t, ours.Lock)
-	eventually(t, 5*time.Second, "our writer's key", func() bool { return keysUnder(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "our writer's key", func() bool { return keysUnder(t, cli, prefix) == 2 })
 	notYet(t, ch, "our writer")
 	if err := theirs.Unlock(); err != nil {
 		t.Fatal(err)
@@ -373,7 +375,7 @@ func TestRWLockInteropRecipes(t *testing.T) {
 	// Our writer holds: their reader waits until we unlock.
 	got := make(chan error, 1)
 	go func() { got <- theirs.RLock() }()
-	eventually(t, 5*time.Second, "their reader's key", func() bool { return keysUnder(t, cli, prefix) == 2 })
+	testkit.Eventually(t, 5*time.Second, "their reader's key", func() bool { return keysUnder(t, cli, prefix) == 2 })
 	select {
 	case err := <-got:
 		t.Fatalf("recipes reader got in while our writer holds: %v", err)

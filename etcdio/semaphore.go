@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/actor"
-	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
@@ -106,7 +106,7 @@ func NewSemaphore(cli *clientv3.Client, prefix string, n int, opts ...Option) (s
 		return nil, fail(fmt.Errorf("%d permits, want 1 to %d: %w", n, maxPermits, ErrInvalidArgument))
 	}
 	st := &semState{n: n, nameArg: prefix, cfgKey: prefix + PermitsSuffix, queueDir: prefix + "/q/", slotDir: prefix + "/slot/"}
-	created, err := st.agree(o.ctx, cli)
+	created, err := st.agree(o.Context, cli)
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -116,7 +116,7 @@ func NewSemaphore(cli *clientv3.Client, prefix string, n int, opts ...Option) (s
 	if err != nil {
 		if created {
 			// Undo the record of n, unless someone uses the name meanwhile.
-			_ = retireSemaphore(o.ctx, cli, prefix)
+			_ = retireSemaphore(o.Context, cli, prefix)
 		}
 		return nil, err
 	}
@@ -153,30 +153,30 @@ func (m semService) TryAcquire(ctx context.Context) (semaphore.Grant, error) {
 	return m.grant(m.acquireSem(ctx, true))
 }
 
-func (m semService) grant(g grant, err error) (semaphore.Grant, error) {
+func (m semService) grant(g driver.Hold, err error) (semaphore.Grant, error) {
 	if err != nil {
 		return semaphore.Grant{}, err
 	}
-	return semaphore.Grant{FencingToken: fencing.Token(g.token), Key: g.key, LeaseID: int64(m.s.lease), TTL: m.s.ttl,
-		Name: m.nameArg, Slot: m.slotOf(g.created), Created: g.created}, nil
+	return semaphore.Grant{FencingToken: g.Token, Key: g.Key, LeaseID: g.LeaseID, TTL: m.s.ttl,
+		Name: m.nameArg, Slot: m.slotOf(g.Created), Created: g.Created}, nil
 }
 
 // Release deletes g's queue key and, in the same transaction, its slot key
 // if the slot is still g's, only if the key is still g's, so a late retry
 // never frees a newer hold.
 func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
-	same := exactly(g.Created, g.Key, g.FencingToken)
-	match := func(h grant) bool { return same(h) && m.slotOf(h.created) == g.Slot }
-	cur, err := m.withGrant(ctx, match, func(g *grant) { g.releasing++ })
+	same := driver.Exactly(g.Created, g.Key, g.FencingToken)
+	match := func(h driver.Hold) bool { return same(h) && m.slotOf(h.Created) == g.Slot }
+	cur, err := m.beginRelease(ctx, match)
 	if err != nil {
 		return err
 	}
 	slotKey := m.slotDir + strconv.Itoa(g.Slot)
-	freeSlot := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(slotKey), "=", cur.token)},
+	freeSlot := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(slotKey), "=", int64(cur.Token))},
 		[]clientv3.Op{clientv3.OpDelete(slotKey)}, nil)
 	resp, terr := m.s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(cur.key), "=", cur.created)).
-		Then(clientv3.OpDelete(cur.key), freeSlot).Commit()
+		If(clientv3.Compare(clientv3.CreateRevision(cur.Key), "=", cur.Created)).
+		Then(clientv3.OpDelete(cur.Key), freeSlot).Commit()
 	_, err = call(context.WithoutCancel(ctx), m.s, func(r actor.Reply[struct{}]) {
 		r.Answer(struct{}{}, m.released(cur, resp, terr))
 	})

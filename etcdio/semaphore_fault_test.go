@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio"
@@ -50,7 +52,7 @@ func notHeld(t *testing.T, s semaphore.Service, g semaphore.Grant, what string) 
 // Lost within the stated bound, and a later holder of the slot has a higher
 // token.
 func TestSemaphoreClaimDeleted(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
 	a := newSem(t, cli, prefix, 2)
@@ -94,7 +96,7 @@ func TestSemaphoreClaimDeleted(t *testing.T) {
 // The same with one permit and a waiter: the holder is told Lost, and only
 // then the waiter holds the slot, with a higher token.
 func TestSemaphoreClaimDeletedWaiterTakesOver(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
 	a := newSem(t, cli, prefix, 1)
@@ -122,10 +124,10 @@ func TestSemaphoreClaimDeletedWaiterTakesOver(t *testing.T) {
 // the slot, so the waiter gets it only after the holder, resumed, was told
 // Lost.
 func TestSemaphoreQueueKeyDeletedWhilePaused(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
-	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
+	sess := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	a := newSem(t, cli, prefix, 1, etcdio.WithSession(sess))
 	events := a.Subscribe(testCtx(t, 20*time.Second))
 	ga := mustAcquire(t, a)
@@ -164,11 +166,11 @@ func TestSemaphoreQueueKeyDeletedWhilePaused(t *testing.T) {
 // error (compared with ==) or a grant, and once all are done nothing of
 // theirs is left under the prefix.
 func TestSemaphoreShortDeadlinesLeaveNothing(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	const n, waiters, tries = 2, 6, 40
 	prefix := semPrefix(t)
 	cli := newClient(t)
-	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
+	sess := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	stop := make(chan struct{})
 	var holders sync.WaitGroup
 	for range n {

@@ -152,17 +152,17 @@ func (st *semState) watchHold(svc *service, h hold) {
 }
 
 // partLost: one of h's keys was deleted by someone else while the lease
-// lives. The grant, if still h's and not being released, ends with Lost;
+// lives. The driver.Hold, if still h's and not being released, ends with Lost;
 // then h's other key is deleted, which frees the slot. Loop only.
 func (st *semState) partLost(svc *service, h hold, part string) {
-	if svc.ended {
+	if svc.Ended() {
 		return
 	}
-	if g := svc.grant; g != nil && g.created == h.created {
-		if g.releasing > 0 {
+	if g := svc.Held(); g != nil && g.Created == h.created {
+		if g.Releasing() {
 			return // the release deletes what is left
 		}
-		svc.endGrant(g.lost(fmt.Errorf("%s: %s deleted by another client: %w", svc.name, part, primitives.ErrLost)), CauseKeyDeleted)
+		svc.Lose(fmt.Errorf("%s: %s deleted by another client: %w", svc.name, part, primitives.ErrLost), CauseKeyDeleted)
 	}
 	svc.s.goHelper(func(context.Context) { st.dropHold(svc.s, h) })
 }
@@ -242,12 +242,12 @@ func persist(s *Session, what string, f func(ctx context.Context) error) {
 // session, also deletes the slot key of the hold it ends, so that the slot
 // is free at once (with its own session, the lease takes it).
 func (m semService) Close() error {
-	g, held := m.current()
+	g, held := m.Current()
 	m.stopWatch()
 	err := m.service.Close()
 	if held && !m.owned && m.s.Err() == nil {
-		if slot := m.slotOf(g.created); slot >= 0 {
-			m.dropHold(m.s, hold{key: g.key, created: g.created, slotKey: m.slotDir + fmt.Sprint(slot), token: g.token})
+		if slot := m.slotOf(g.Created); slot >= 0 {
+			m.dropHold(m.s, hold{key: g.Key, created: g.Created, slotKey: m.slotDir + fmt.Sprint(slot), token: int64(g.Token)})
 		}
 	}
 	return err

@@ -11,20 +11,21 @@ import (
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
 // acquireSem makes this owner hold a permit, or fails leaving no key. If
 // ctx ends (or its deadline passes) first, it returns ctx.Err().
-func (m semService) acquireSem(ctx context.Context, try bool) (grant, error) {
-	if err := m.enter(ctx, try); err != nil {
-		return grant{}, err
+func (m semService) acquireSem(ctx context.Context, try bool) (driver.Hold, error) {
+	if err := m.Enter(ctx, try); err != nil {
+		return driver.Hold{}, err
 	}
 	g, err := m.enqueueSem(ctx, try)
 	if err != nil {
-		m.leave() // a recorded grant's end frees sem, on the loop
+		m.Leave() // a recorded grant's end frees sem, on the loop
 		if e := ctxtime.Ended(ctx); e != nil {
-			return grant{}, e
+			return driver.Hold{}, e
 		}
 	}
 	return g, err
@@ -34,21 +35,21 @@ func (m semService) acquireSem(ctx context.Context, try bool) (grant, error) {
 // reading the queue and the slots in the same transaction, and waits for the
 // grant. The read runs before the put: every key it finds is ahead. A write
 // its caller gave up on is settled by create.
-func (m semService) enqueueSem(ctx context.Context, try bool) (grant, error) {
+func (m semService) enqueueSem(ctx context.Context, try bool) (driver.Hold, error) {
 	agrees := clientv3.Compare(clientv3.Value(m.cfgKey), "=", strconv.Itoa(m.n))
 	w, resp, err := m.create(ctx, m.queueDir, "", []clientv3.Cmp{agrees}, m.readOp())
 	if err != nil {
-		return grant{}, err
+		return driver.Hold{}, err
 	}
 	if resp == nil {
-		return grant{}, fmt.Errorf("%s: %s no longer says %d permits (changed or retired): %w",
+		return driver.Hold{}, fmt.Errorf("%s: %s no longer says %d permits (changed or retired): %w",
 			m.name, m.cfgKey, m.n, semaphore.ErrPermitMismatch)
 	}
 	sn := m.snapshotOf(w.created, w.created, resp.Responses[0])
 	count := len(sn.queue)
 	if try && count >= m.n {
 		_ = m.s.deleteKey(w.key, w.created)
-		return grant{}, fmt.Errorf("%s: %d owners hold or wait for %d permits: %w", m.name, count, m.n, semaphore.ErrNoPermit)
+		return driver.Hold{}, fmt.Errorf("%s: %d owners hold or wait for %d permits: %w", m.name, count, m.n, semaphore.ErrNoPermit)
 	}
 	if count < m.n {
 		// The read ran before the put: add the key the put wrote.
@@ -56,7 +57,7 @@ func (m semService) enqueueSem(ctx context.Context, try bool) (grant, error) {
 		m.keep(sn)
 	}
 	w.blockers = m.queueDir
-	g, err := m.park(ctx, w, func(r actor.Reply[grant]) { m.semEnqueued(w, count, r) })
+	g, err := m.park(ctx, w, func(r actor.Reply[driver.Hold]) { m.semEnqueued(w, count, r) })
 	if err != nil {
 		m.dropClaim(w)
 	}
@@ -65,7 +66,7 @@ func (m semService) enqueueSem(ctx context.Context, try bool) (grant, error) {
 
 // semEnqueued parks the caller of a new queue key, with count keys ahead of
 // it, until it holds. Loop only.
-func (m semService) semEnqueued(w *waiter, count int, r actor.Reply[grant]) {
+func (m semService) semEnqueued(w *waiter, count int, r actor.Reply[driver.Hold]) {
 	svc := m.service
 	if !svc.parkable(w, r) {
 		return

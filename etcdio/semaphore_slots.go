@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // snapshot is one read of the queue and the slot keys, made at revision rev
@@ -89,24 +90,24 @@ type claimed struct {
 // that lost one of its keys has yet to delete the other), it waits for a
 // deletion under the prefix and reads again. It runs on a session helper
 // before the grant is recorded (the spec's token).
-func (st *semState) claim(ctx context.Context, svc *service, g grant) (int64, error) {
-	if !st.begin(g.created) {
-		return 0, fmt.Errorf("key %s: the acquisition was given up: %w", g.key, primitives.ErrLost)
+func (st *semState) claim(ctx context.Context, svc *service, g driver.Hold) (int64, error) {
+	if !st.begin(g.Created) {
+		return 0, fmt.Errorf("key %s: the acquisition was given up: %w", g.Key, primitives.ErrLost)
 	}
 	cli := svc.s.cli
-	mine := clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.created)
-	owner := g.key + "@" + strconv.FormatInt(g.created, 10)
+	mine := clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)
+	owner := g.Key + "@" + strconv.FormatInt(g.Created, 10)
 	read := func() (snapshot, error) {
 		resp, err := cli.Txn(ctx).If(mine).Then(st.readOp()).Commit()
 		if err != nil {
 			return snapshot{}, err
 		}
 		if !resp.Succeeded {
-			return snapshot{}, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
+			return snapshot{}, fmt.Errorf("key %s is gone: %w", g.Key, primitives.ErrLost)
 		}
-		return st.snapshotOf(g.created, resp.Header.Revision, resp.Responses[0]), nil
+		return st.snapshotOf(g.Created, resp.Header.Revision, resp.Responses[0]), nil
 	}
-	sn, kept := st.take(g.created)
+	sn, kept := st.take(g.Created)
 	if !kept {
 		var err error
 		if sn, err = read(); err != nil {
@@ -117,8 +118,8 @@ func (st *semState) claim(ctx context.Context, svc *service, g grant) (int64, er
 	for {
 		slot, rev := sn.hint, int64(0) // a hinted slot's key was deleted
 		if !sn.hinted {
-			if !sn.has(g.key, g.created) {
-				return 0, fmt.Errorf("key %s is gone: %w", g.key, primitives.ErrLost)
+			if !sn.has(g.Key, g.Created) {
+				return 0, fmt.Errorf("key %s is gone: %w", g.Key, primitives.ErrLost)
 			}
 			var ok bool
 			stale := !leftovers.IsZero() && !time.Now().Before(leftovers)
@@ -139,19 +140,19 @@ func (st *semState) claim(ctx context.Context, svc *service, g grant) (int64, er
 		key := st.slotDir + strconv.Itoa(slot)
 		resp, err := cli.Txn(ctx).If(mine, clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, owner, clientv3.WithLease(svc.s.lease)),
-				clientv3.OpPut(g.key, strconv.Itoa(slot), clientv3.WithIgnoreLease())).
+				clientv3.OpPut(g.Key, strconv.Itoa(slot), clientv3.WithIgnoreLease())).
 			Else(st.readOp()).Commit()
 		if err != nil {
 			return 0, err
 		}
 		if resp.Succeeded {
 			tok := resp.Header.Revision
-			st.setHeld(claimed{created: g.created, slot: slot})
-			st.watchHold(svc, hold{key: g.key, created: g.created, slotKey: key, token: tok})
+			st.setHeld(claimed{created: g.Created, slot: slot})
+			st.watchHold(svc, hold{key: g.Key, created: g.Created, slotKey: key, token: tok})
 			return tok, nil
 		}
 		// Another holder took the slot first, or g's key is gone.
-		sn = st.snapshotOf(g.created, resp.Header.Revision, resp.Responses[0])
+		sn = st.snapshotOf(g.Created, resp.Header.Revision, resp.Responses[0])
 	}
 }
 

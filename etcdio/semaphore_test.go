@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio"
@@ -40,7 +42,7 @@ func semPrefix(t testing.TB) string {
 
 func newSem(t testing.TB, cli *clientv3.Client, prefix string, n int, opts ...etcdio.Option) semaphore.Service {
 	t.Helper()
-	return closedAtEnd[semaphore.Service](t)(etcdio.NewSemaphore(cli, prefix, n, opts...))
+	return testkit.ClosedAtEnd[semaphore.Service](t)(etcdio.NewSemaphore(cli, prefix, n, opts...))
 }
 
 func mustAcquire(t testing.TB, s semaphore.Service) semaphore.Grant {
@@ -65,7 +67,7 @@ func acquireQueued(t *testing.T, s semaphore.Service, cli *clientv3.Client, pref
 		}
 		got <- g
 	}()
-	eventually(t, 5*time.Second, fmt.Sprintf("%d queued keys", n), func() bool { return countKeys(t, cli, prefix+"/q") == n })
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("%d queued keys", n), func() bool { return countKeys(t, cli, prefix+"/q") == n })
 	return got
 }
 
@@ -93,7 +95,7 @@ func (s *slotGuards) check(g semaphore.Grant) error {
 // 32 owners contend for 4 permits: never more than 4 hold at once, no slot
 // is held twice at once, and every slot's tokens only go up.
 func TestSemaphoreBound(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	const n, owners, rounds = 4, 32, 3
 	prefix := semPrefix(t)
 	clis := []*clientv3.Client{newClient(t), newClient(t), newClient(t), newClient(t)}
@@ -156,7 +158,7 @@ func TestSemaphoreBound(t *testing.T) {
 }
 
 func TestSemaphoreTryAcquire(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
 	a, b, c := newSem(t, cli, prefix, 2), newSem(t, cli, prefix, 2), newSem(t, cli, prefix, 2)
@@ -196,7 +198,7 @@ func TestSemaphoreTryAcquire(t *testing.T) {
 // A waiter whose context ends returns ctx.Err() and leaves no key; the
 // owners behind it still get their turn.
 func TestSemaphoreCancelWhileWaiting(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
 	a := newSem(t, cli, prefix, 1)
@@ -206,7 +208,7 @@ func TestSemaphoreCancelWhileWaiting(t *testing.T) {
 	bctx, cancelB := context.WithCancel(context.Background())
 	bErr := make(chan error, 1)
 	go func() { _, err := b.Acquire(bctx); bErr <- err }()
-	eventually(t, 5*time.Second, "b's key", func() bool { return countKeys(t, cli, prefix+"/q") == 2 })
+	testkit.Eventually(t, 5*time.Second, "b's key", func() bool { return countKeys(t, cli, prefix+"/q") == 2 })
 
 	c := newSem(t, newClient(t), prefix, 1)
 	cGot := acquireQueued(t, c, cli, prefix, 3)
@@ -242,7 +244,7 @@ func TestSemaphoreCancelWhileWaiting(t *testing.T) {
 // which takes over its slot with a higher token, and the slot's guard then
 // rejects the lost holder's token.
 func TestSemaphoreLostHolder(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
 	a, c := newSem(t, cli, prefix, 2), newSem(t, cli, prefix, 2)
@@ -289,10 +291,10 @@ func TestSemaphoreLostHolder(t *testing.T) {
 
 // A holder whose session ends frees its permit: the waiter acquires.
 func TestSemaphoreSessionLost(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
-	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
+	sess := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	a := newSem(t, cli, prefix, 1, etcdio.WithSession(sess))
 	ga := mustAcquire(t, a)
 	b := newSem(t, newClient(t), prefix, 1)
@@ -321,7 +323,7 @@ func TestSemaphoreSessionLost(t *testing.T) {
 // Users that disagree on N get ErrPermitMismatch and leave nothing; bad
 // input is a clear error; RetireSemaphore frees the name for another N.
 func TestSemaphorePermitMismatch(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
 	a := newSem(t, cli, prefix, 2)
@@ -360,7 +362,7 @@ func TestSemaphorePermitMismatch(t *testing.T) {
 // TestSemaphoreConformance runs the suite's semaphore section against
 // etcdio, with the hooks of the other sections extended to semaphores.
 func TestSemaphoreConformance(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	base := etcdBackend(t)
 	admin := newClient(t)
 	var sessions sync.Map // service -> *etcdio.Session
@@ -419,10 +421,10 @@ func TestSemaphoreConformance(t *testing.T) {
 // session frees its permit at once, and its slot (whose claim outlives the
 // Close until the lease ends) goes to the next owner.
 func TestSemaphoreSharedSession(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	prefix := semPrefix(t)
 	cli := newClient(t)
-	sess := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
+	sess := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(cli))
 	a := newSem(t, cli, prefix, 2, etcdio.WithSession(sess))
 	b := newSem(t, cli, prefix, 2, etcdio.WithSession(sess))
 	c := newSem(t, cli, prefix, 2, etcdio.WithSession(sess))

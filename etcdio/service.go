@@ -14,7 +14,9 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -39,46 +41,37 @@ type spec struct {
 	// token, if set, issues the token of a key that holds, off the loop;
 	// otherwise the token is the revision at which the key was confirmed to
 	// hold (locks) or its CreateRevision (elections).
-	token func(ctx context.Context, svc *service, g grant) (int64, error)
+	token func(ctx context.Context, svc *service, g driver.Hold) (int64, error)
 }
 
 // service is one primitive on a session: a lock, an rwlock or an election,
 // as its spec says. It holds at most one grant at a time (a lock's hold, a
-// read or write grant, a term as leader), and has at most one key waiting
+// read or write driver.Hold, a term as leader), and has at most one key waiting
 // for its turn.
 type service struct {
-	spec            *spec
-	s               *Session
-	owned           bool   // the session is this service's own
-	id              uint64 // names this service's keys, with the lease
-	name            string // "lock /pfx", for errors
-	prefix          string // the caller's prefix + "/"
-	cancelOnSuspend bool
-	maxValue        int // the largest election value accepted
-	metrics         *Metrics
-	events          *actor.Fanout[primitives.Event]
-	done            chan struct{}
+	*driver.Shell // the driver.Hold, the events, Done and Err, one hold at a time
+	spec          *spec
+	s             *Session
+	owned         bool   // the session is this service's own
+	id            uint64 // names this service's keys, with the lease
+	name          string // "lock /pfx", for errors
+	prefix        string // the caller's prefix + "/"
+	maxValue      int    // the largest election value accepted
+	metrics       *metrics.Metrics
 
-	// sem is full while the service acquires or holds, like a sync.Mutex:
-	// a caller enters it before writing a key and leaves it if it fails;
-	// once the loop records the grant, only the grant's end empties it.
-	sem chan struct{}
 	// keys counts the service's key names and retired skips names whose
-	// keys' fate is unknown; only callers in sem touch them.
+	// keys' fate is unknown; only callers in the shell (Enter) touch them.
 	keys, retired uint64
 
-	errMu     sync.Mutex
-	err       error
 	closeOnce sync.Once
 
-	termMu sync.Mutex
-	term   grant // a copy of the loop's grant, for reads off the loop (Term)
-
 	// Owned by the loop.
-	grant   *grant
 	waiter  *waiter
 	mirrors []*mirror
-	ended   bool
+	// vanished is the Created of a grant whose key was seen deleted: Lost
+	// waits for the lease check to say whether someone deleted it or the
+	// lease went with it.
+	vanished int64
 	// seen is the revision of this service's latest successful write: an
 	// election's Observe waits for its mirror to reach it.
 	seen int64
@@ -96,29 +89,31 @@ func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*
 	if err != nil {
 		return nil, fail(err)
 	}
-	svc := &service{
-		spec:            sp,
-		name:            sp.kind + " " + prefix,
-		prefix:          prefix + "/",
-		cancelOnSuspend: o.cancelOnSuspend,
-		maxValue:        o.maxValue,
-		events:          actor.NewFanout(primitives.Coalescable),
-		done:            make(chan struct{}),
-		sem:             make(chan struct{}, 1),
-	}
-	if sp.mirrorAll {
-		svc.observers = actor.NewFanout(func(election.Leadership) bool { return true })
-	}
 	s, owned, err := sessionFor(cli, o)
 	if err != nil {
 		return nil, fail(err)
 	}
-	svc.s, svc.id, svc.owned = s, s.ownerID(), owned
-	svc.metrics = o.metrics
-	if svc.metrics == nil {
-		svc.metrics = s.metrics
+	m := o.Metrics
+	if m == nil {
+		m = s.metrics
 	}
-	if _, err = call(o.ctx, s, svc.joined); err != nil {
+	name := sp.kind + " " + prefix
+	svc := &service{
+		Shell: driver.NewShell(driver.Spec{Kind: sp.kind, Name: name, NotHeld: sp.errNotHeld, Taken: sp.errTaken,
+			CancelOnSuspend: o.CancelOnSuspend, Metrics: m}),
+		spec:     sp,
+		name:     name,
+		prefix:   prefix + "/",
+		maxValue: o.maxValue,
+		metrics:  m,
+		s:        s,
+		id:       s.ownerID(),
+		owned:    owned,
+	}
+	if sp.mirrorAll {
+		svc.observers = actor.NewFanout(func(election.Leadership) bool { return true })
+	}
+	if _, err = call(o.Context, s, svc.joined); err != nil {
 		if svc.owned {
 			_ = s.Close()
 		}
@@ -225,6 +220,9 @@ func (svc *service) joined(r actor.Reply[struct{}]) {
 		}
 	}
 	s.services[svc] = struct{}{}
+	if s.clock.Suspended() {
+		svc.Suspend(s.clock.Deadline()) // a grant made before Resume hears it
+	}
 	if !r.Answer(struct{}{}, nil) {
 		svc.detach()
 	}
@@ -239,36 +237,6 @@ func (svc *service) detach() {
 	svc.s.unclaim(svc.prefix)
 }
 
-// Subscribe delivers this owner's events that happen after it returns; see
-// package primitives for the rules. The channel is closed when ctx ends or,
-// after the remaining events, when the service is done.
-func (svc *service) Subscribe(ctx context.Context) <-chan primitives.Event {
-	return svc.events.Subscribe(ctx)
-}
-
-// Done is closed when the service's session ended or Close was called.
-func (svc *service) Done() <-chan struct{} { return svc.done }
-
-// Err is nil while the service is usable; then it wraps primitives.ErrLost
-// or primitives.ErrClosed.
-func (svc *service) Err() error {
-	svc.errMu.Lock()
-	defer svc.errMu.Unlock()
-	return svc.err
-}
-
-// CancelOnSuspend reports whether Do and Lead end fn's context at Suspended
-// (WithCancelOnSuspend).
-func (svc *service) CancelOnSuspend() bool { return svc.cancelOnSuspend }
-
-// usable returns why a new call cannot start, if it cannot.
-func (svc *service) usable(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return svc.Err()
-}
-
 // callErr turns a failed request or loop call into what the caller should
 // see: its own context's error if that ended or its deadline passed, the
 // service's if it is done.
@@ -281,32 +249,6 @@ func (svc *service) callErr(ctx context.Context, err error) error {
 	}
 	return err
 }
-
-// enter takes the service's semaphore: at once or not at all if try, else
-// waiting until ctx ends or the service is done.
-func (svc *service) enter(ctx context.Context, try bool) error {
-	if err := svc.usable(ctx); err != nil {
-		return err
-	}
-	if try {
-		select {
-		case svc.sem <- struct{}{}:
-			return nil
-		default:
-			return fmt.Errorf("%s: held by this service: %w", svc.name, svc.spec.errTaken)
-		}
-	}
-	select {
-	case svc.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-svc.done:
-		return svc.Err()
-	}
-}
-
-func (svc *service) leave() { <-svc.sem }
 
 // nextKey returns the name of this service's next key under queue: a name
 // no other service, on this session or any other, uses, and never the name
@@ -332,13 +274,9 @@ func (svc *service) sessionEnded(err error) {
 // finish marks the service done for err and answers every call still parked
 // on it. Loop only.
 func (svc *service) finish(err error) {
-	if svc.ended {
+	if svc.Ended() {
 		return
 	}
-	svc.ended = true
-	svc.errMu.Lock()
-	svc.err = err
-	svc.errMu.Unlock()
 	for _, c := range svc.pending {
 		c.reply.Answer(nil, err)
 	}
@@ -346,8 +284,7 @@ func (svc *service) finish(err error) {
 	if svc.observers != nil {
 		svc.observers.Close()
 	}
-	close(svc.done)
-	svc.events.Close()
+	svc.Finish(err)
 }
 
 // Close ends the service: its grant is released and its waiting key
@@ -382,7 +319,7 @@ func (svc *service) Close() error {
 // closed ends the grant and the wait, detaches the service from the session
 // and answers with the keys to delete. Loop only.
 func (svc *service) closed(r actor.Reply[[]keyRev]) {
-	if svc.ended {
+	if svc.Ended() {
 		r.Answer(nil, nil)
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ahrtr/disco/actor"
 
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -22,7 +23,7 @@ func TestTokenFailureFreesTheHold(t *testing.T) {
 	cli := etcdtest.NewClient(t)
 	boom := errors.New("boom")
 	failing := *lockSpec
-	failing.token = func(context.Context, *service, grant) (int64, error) { return 0, boom }
+	failing.token = func(context.Context, *service, driver.Hold) (int64, error) { return 0, boom }
 	svc, err := newService(&failing, cli, "/test/token-failure", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +36,7 @@ func TestTokenFailureFreesTheHold(t *testing.T) {
 		t.Fatalf("Lock with a failing token: %v, want boom", err)
 	}
 	// The grant is born whole: a failed token never records it.
-	if _, held := l.current(); held {
+	if _, held := l.Current(); held {
 		t.Fatal("grant recorded although its token failed")
 	}
 	resp, err := cli.Get(ctx, "/test/token-failure/", clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -73,12 +74,15 @@ func TestObserveAfterResignFindsKeyGone(t *testing.T) {
 	// succeeded, at a revision past anything under the prefix.
 	failed := &clientv3.TxnResponse{Succeeded: false, Header: &pb.ResponseHeader{Revision: int64(term.FencingToken) + 1000}}
 	_, err = call(ctx, e.s, func(r actor.Reply[struct{}]) {
-		g, ok := e.current()
+		g, ok := e.Current()
 		if !ok {
 			r.Answer(struct{}{}, errors.New("not leading"))
 			return
 		}
-		e.grant.releasing++
+		if _, err := e.BeginRelease(driver.CreatedAt(g.Created)); err != nil {
+			r.Answer(struct{}{}, err)
+			return
+		}
 		r.Answer(struct{}{}, e.released(g, failed, nil))
 	})
 	if !errors.Is(err, election.ErrNotLeader) {

@@ -16,12 +16,13 @@ import (
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // Timeouts for the requests a session makes on its own behalf, outside any
 // caller's context.
 const (
-	grantTimeout   = 10 * time.Second // the lease grant, without WithContext
+	grantTimeout   = 10 * time.Second // the lease driver.Hold, without WithContext
 	revokeTimeout  = 5 * time.Second  // Close's lease revoke
 	requestTimeout = 2 * time.Second  // one attempt of a helper's read or delete
 )
@@ -33,12 +34,11 @@ var ErrClientClosed = errors.New("etcdio: etcd client closed")
 // Session is one lease and the event loop that owns it. See the package doc
 // for the loop's rules. A Session is safe for concurrent use.
 type Session struct {
-	cli          *clientv3.Client
-	lease        clientv3.LeaseID
-	ttl          time.Duration
-	suspendAfter time.Duration
-	log          *zap.Logger
-	metrics      *Metrics
+	cli     *clientv3.Client
+	lease   clientv3.LeaseID
+	ttl     time.Duration
+	log     *zap.Logger
+	metrics *Metrics
 
 	mb     *actor.Mailbox[func()]
 	done   chan struct{} // closed by the loop when the session ends
@@ -69,12 +69,10 @@ type Session struct {
 	closeErr  error
 
 	// Owned by the loop.
-	deadline  time.Time   // the lease surely ends then
-	lossCause string      // why the session was lost, for metrics
-	lastSent  time.Time   // send time of the latest acknowledged keepalive
-	timer     *time.Timer // set for the alarm
-	suspended bool
-	checking  bool // a lease check is in flight
+	clock     driver.Clock // the lease's deadline, suspension and end
+	lossCause string       // why the session was lost, for metrics
+	timer     *time.Timer  // set for the clock's next moment
+	checking  bool         // a lease check is in flight
 	mirrors   map[string]*mirror
 	claims    map[string]claim
 	services  map[*service]struct{}
@@ -113,33 +111,31 @@ func newSession(cli *clientv3.Client, o options) (*Session, error) {
 	if err := checkClient(cli); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, grantTimeout)
+	ctx, cancel := context.WithTimeout(o.Context, grantTimeout)
 	defer cancel()
 	defer context.AfterFunc(cli.Ctx(), cancel)()
 	sent := time.Now()
-	resp, err := cli.Grant(ctx, int64(o.ttl/time.Second))
+	resp, err := cli.Grant(ctx, int64(o.TTL/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
 	ttl := time.Duration(resp.TTL) * time.Second
 	s := &Session{
-		cli:          cli,
-		lease:        resp.ID,
-		ttl:          ttl,
-		suspendAfter: time.Duration(float64(ttl) * o.suspendAfter),
-		log:          o.log.With(zap.String("lease", strconv.FormatInt(int64(resp.ID), 16))),
-		metrics:      o.metrics,
-		mb:           actor.NewMailbox[func()](),
-		done:         make(chan struct{}),
-		probe:        make(chan struct{}, 1),
-		deadline:     sent.Add(ttl),
-		lastSent:     sent,
-		mirrors:      make(map[string]*mirror),
-		claims:       make(map[string]claim),
-		services:     make(map[*service]struct{}),
+		cli:      cli,
+		lease:    resp.ID,
+		ttl:      ttl,
+		log:      o.Logger.With(zap.String("lease", strconv.FormatInt(int64(resp.ID), 16))),
+		metrics:  o.Metrics,
+		mb:       actor.NewMailbox[func()](),
+		done:     make(chan struct{}),
+		probe:    make(chan struct{}, 1),
+		clock:    driver.NewClock(sent, ttl, driver.SuspendPart(ttl, o.SuspendAfter)),
+		mirrors:  make(map[string]*mirror),
+		claims:   make(map[string]claim),
+		services: make(map[*service]struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.timer = time.NewTimer(time.Until(s.alarm()))
+	s.timer = time.NewTimer(time.Until(s.clock.Next()))
 	s.wg.Add(1)
 	go s.keepalive()
 	go s.run()
@@ -218,9 +214,9 @@ func (s *Session) Close() error {
 //     mirrorChanged and mirrorProgressed (a mirror's watch), (*service).looked
 //     and semLooked (a waiter's watch and read), tokenIssued (a grant's
 //     token), leaseChecked (checkLease's read).
-//   - The timer, set for the next of two moments (alarm): the lease's
-//     deadline (end), and before it the moment no keepalive has been
-//     acknowledged for suspendAfter (suspend).
+//   - The timer, set for the clock's next moment (driver.Clock.Next): the
+//     lease's deadline (end), and before it the moment no keepalive has
+//     been acknowledged for the suspension part of the TTL (suspend).
 //
 // No message is acted on past the lease's deadline.
 func (s *Session) run() {
@@ -230,13 +226,11 @@ func (s *Session) run() {
 		case <-s.mb.Ready():
 			testhook.Wait(s, s.ctx.Done())
 			batch = s.mb.Drain(batch)
-			s.metrics.drained(len(batch))
+			s.metrics.Drained(len(batch))
 			for _, f := range batch {
-				if time.Now().After(s.deadline) {
-					// Messages may have waited (a pause, a slow machine);
-					// none is acted on past the lease's end.
-					s.lossCause = CauseLeaseExpired
-					s.end(s.expired())
+				// Messages may have waited (a pause, a slow machine);
+				// none is acted on past the lease's end.
+				if s.tick() {
 					return
 				}
 				f()
@@ -246,12 +240,9 @@ func (s *Session) run() {
 			}
 		case <-s.timer.C:
 			testhook.Wait(s, s.ctx.Done())
-			if !time.Now().Before(s.deadline) {
-				s.lossCause = CauseLeaseExpired
-				s.end(s.expired())
+			if s.tick() {
 				return
 			}
-			s.suspend()
 			s.armTimer()
 		}
 	}

@@ -24,7 +24,7 @@ func TestSessionEndsAtItsOwnDeadline(t *testing.T) {
 	}
 	defer s.Close()
 	deadline := func() time.Time {
-		d, err := call(context.Background(), s, func(r actor.Reply[time.Time]) { r.Answer(s.deadline, nil) })
+		d, err := call(context.Background(), s, func(r actor.Reply[time.Time]) { r.Answer(s.clock.Deadline(), nil) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,10 +50,10 @@ func TestSessionEndsAtItsOwnDeadline(t *testing.T) {
 	ended := time.Now()
 	// The loop has exited (Done is closed after its last write): its final
 	// deadline can be read now.
-	if ended.Before(s.deadline) {
-		t.Fatalf("session ended %v before its deadline", s.deadline.Sub(ended))
+	if ended.Before(s.clock.Deadline()) {
+		t.Fatalf("session ended %v before its deadline", s.clock.Deadline().Sub(ended))
 	}
-	if late := ended.Sub(s.deadline); late > time.Second {
+	if late := ended.Sub(s.clock.Deadline()); late > time.Second {
 		t.Fatalf("session ended %v after its deadline", late)
 	}
 	if !errors.Is(s.Err(), primitives.ErrLost) {

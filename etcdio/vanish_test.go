@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -24,7 +26,7 @@ import (
 // call), and nothing is left under the prefix but the holder's key. The
 // holder is a disco lock or etcd's Mutex: both are the same queue.
 func TestWaiterKeyVanishesAtEveryStep(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	const rounds = 8
 	cases := []struct {
 		name string
@@ -111,7 +113,7 @@ func waiterVanishes(t *testing.T, prefix, holderKind string, at step,
 	}
 	wcli := newClient(t)
 	watching := watchesOf(wcli, blocker)
-	s := closedAtEnd[*etcdio.Session](t)(etcdio.NewSession(wcli))
+	s := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(wcli))
 	waiter := newLock(t, wcli, prefix, etcdio.WithSession(s))
 	resume := make(chan struct{})
 	if at == beforeWatch {
@@ -127,7 +129,7 @@ func waiterVanishes(t *testing.T, prefix, holderKind string, at step,
 		got <- err
 	}()
 	var mine string
-	eventually(t, 5*time.Second, "the waiter's key", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the waiter's key", func() bool {
 		resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix())
 		if err != nil {
 			t.Fatal(err)
@@ -160,7 +162,7 @@ func waiterVanishes(t *testing.T, prefix, holderKind string, at step,
 	case <-time.After(5 * time.Second):
 		t.Fatal("waiting Lock still waiting 5s after the fault")
 	}
-	eventually(t, 5*time.Second, "only the holder's key left", func() bool {
+	testkit.Eventually(t, 5*time.Second, "only the holder's key left", func() bool {
 		resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			t.Fatal(err)

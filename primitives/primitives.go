@@ -5,7 +5,7 @@
 // Events describe one owner's view. Acquired, Released, Lost, Suspended and
 // Resumed are about this owner's own hold (a lock grant, a read or write
 // grant, a term as leader), named by its Created: the backend's creation
-// sequence of the hold's key (etcd: its CreateRevision), which no later hold
+// sequence of the hold's key (each backend's doc says what it is), which no later hold
 // of any owner repeats. LeaderChanged reports whoever leads an election, this
 // owner or another.
 //
@@ -130,7 +130,7 @@ func Coalescable(e Event) bool {
 
 // SuspendCanceler is implemented by a service that can be built to end the
 // context lock.Do, rwlock.DoRead, rwlock.DoWrite and election.Lead hand to fn
-// at Suspended, rather than only at Lost (etcdio.WithCancelOnSuspend), for
+// at Suspended, rather than only at Lost (every backend's WithCancelOnSuspend), for
 // owners that would rather pause than risk a late write. Do and Lead then
 // return an error wrapping ErrSuspended with fn's.
 type SuspendCanceler interface {

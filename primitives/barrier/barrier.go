@@ -1,9 +1,8 @@
 // Package barrier defines two barriers, independent of any backend:
 // Barrier, which one party holds while others wait for its release, and
 // DoubleBarrier, which a fixed number of parties enter together and leave
-// together. etcdio.NewBarrier and etcdio.NewDoubleBarrier provide them on
-// etcd, with the key layouts of etcd's recipes.Barrier and
-// recipes.DoubleBarrier.
+// together. Backends provide them (each backend's NewBarrier and
+// NewDoubleBarrier), in the layouts of their stores' own recipes.
 //
 // Barriers carry no fencing tokens: they order the phases of a job, they
 // do not grant exclusive access to anything.

@@ -1,5 +1,5 @@
 // Package election defines leader election with fencing tokens, independent
-// of any backend. etcdio.NewElection provides one on etcd.
+// of any backend. Each backend's NewElection provides one.
 //
 // A leader's fencing token is strictly greater than every earlier leader's,
 // and stays the same for its whole term (Proclaim changes the value, not the
@@ -79,11 +79,11 @@ type Leadership struct {
 	// FencingToken is the CreateRevision of Key: strictly greater from
 	// term to term, the same throughout a term.
 	FencingToken fencing.Token
-	// LeaseID is the lease Key is attached to.
+	// LeaseID is the lease or session Key is bound to.
 	LeaseID int64
-	// Created is the backend's creation sequence of Key (etcd: its
-	// CreateRevision, so equal to FencingToken there). It names the term;
-	// ResignTerm matches by it; zero never matches.
+	// Created is the backend's creation sequence of Key (each backend's
+	// doc says what it is). It names the term; ResignTerm matches by it;
+	// zero never matches.
 	Created int64
 }
 

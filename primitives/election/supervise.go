@@ -64,13 +64,13 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption { return supervise.
 // A term counts as lost, and Supervise campaigns again, when Lead's error
 // wraps primitives.ErrLost (the term ended: its key was deleted, its session
 // lost), or primitives.ErrSuspended (the Service was built to cancel at
-// Suspended, e.g. etcdio.WithCancelOnSuspend), whatever fn returned. Any
+// Suspended, with a backend's WithCancelOnSuspend), whatever fn returned. Any
 // other newService or Campaign error is retried too, with backoff, and
 // reported to OnRetry. Bad input is permanent: backends' constructor errors
 // for it (a bad prefix) wrap primitives.ErrInvalidArgument, and so stop
 // Supervise, as does any newService error that wraps it.
 // newService gets Supervise's ctx; it should use it to
-// bound construction only (etcdio.WithContext), never the Service's life.
+// bound construction only (a backend's WithContext), never the Service's life.
 // Supervise owns every Service it builds and closes each before it builds
 // the next and before it returns, so nothing it campaigned with is left in
 // the backend.
@@ -81,8 +81,8 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption { return supervise.
 //     term's, so a resource behind a guard (package fencing/guard) rejects a
 //     deposed leader that has not noticed yet; client-go's elector offers no
 //     token and relies on the leader stopping in time;
-//   - safety does not rest on clocks: etcdio counts the lease's end from the
-//     send time of the last acknowledged keepalive, on the owner's own clock,
+//   - safety does not rest on clocks: every backend counts the lease's end from the
+//     send time of the last acknowledged renewal, on the owner's own clock,
 //     so clocks need not agree, only run at about the same rate over one
 //     TTL; and if a pause breaks even that, the token still rejects the old
 //     leader, where client-go's elector has only its timers;

@@ -1,5 +1,5 @@
 // Package lock defines a distributed mutual-exclusion lock with fencing
-// tokens, independent of any backend. etcdio.NewLock provides one on etcd.
+// tokens, independent of any backend. Each backend's NewLock provides one.
 //
 // A Service is one owner and is safe for concurrent use, like a sync.Mutex: a
 // second Lock from another goroutine of the same Service waits until the
@@ -64,9 +64,7 @@ type Service interface {
 // Grant describes one hold of the lock.
 type Grant struct {
 	// FencingToken is strictly greater than every earlier holder's token on
-	// this lock. How a backend derives it is in its package doc (etcd: a
-	// revision at which this hold's key exists and no earlier waiter's key
-	// does; ZooKeeper: the czxid of the hold's znode).
+	// this lock. How a backend derives it is in its package doc.
 	FencingToken fencing.Token
 	// Key is the backend key that represents this hold: never the key of
 	// the Service's previous hold, though a backend may reuse names of
@@ -77,8 +75,8 @@ type Grant struct {
 	LeaseID int64
 	// TTL is the lease's time to live.
 	TTL time.Duration
-	// Created is the backend's creation sequence of Key (etcd: its
-	// CreateRevision; ZooKeeper: its czxid). It names this hold: no later hold, of this owner or
+	// Created is the backend's creation sequence of Key (each backend's
+	// doc says what it is). It names this hold: no later hold, of this owner or
 	// any other, has the same. Release matches by it; zero never matches.
 	Created int64
 }

@@ -1,5 +1,5 @@
 // Package rwlock defines a distributed read/write lock with fencing tokens,
-// independent of any backend. etcdio.NewRWLock provides one on etcd.
+// independent of any backend. Each backend's NewRWLock provides one.
 //
 // Readers never block each other. Lock waits until every reader and writer
 // that registered before it has released; RLock waits until every writer that
@@ -96,8 +96,8 @@ type Grant struct {
 	LeaseID      int64
 	TTL          time.Duration
 	Mode         Mode
-	// Created is the backend's creation sequence of Key (etcd: its
-	// CreateRevision). It names this grant: readers of one epoch share a
+	// Created is the backend's creation sequence of Key (each backend's
+	// doc says what it is). It names this grant: readers of one epoch share a
 	// token, but no two grants share Created. Release matches by it; zero
 	// never matches.
 	Created int64

@@ -1,6 +1,6 @@
 // Package semaphore defines a distributed counting semaphore with fencing
-// tokens, independent of any backend. etcdio.NewSemaphore provides one on
-// etcd.
+// tokens, independent of any backend. A backend's NewSemaphore provides
+// one.
 //
 // A semaphore named by its prefix has N permits, N fixed per name: every user
 // of the name must agree on N, and a user that disagrees gets an error
@@ -99,8 +99,8 @@ type Grant struct {
 	// Slot is the permit slot this hold owns, 0 to N-1: no other owner holds
 	// it while this hold lasts.
 	Slot int
-	// Created is the backend's creation sequence of Key (etcd: its
-	// CreateRevision). It names this hold: Release matches by it; zero
+	// Created is the backend's creation sequence of Key (each backend's
+	// doc says what it is). It names this hold: Release matches by it; zero
 	// never matches.
 	Created int64
 }

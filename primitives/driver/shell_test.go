@@ -1,0 +1,184 @@
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
+	"github.com/ahrtr/disco/primitives/lock"
+)
+
+func newShell() *driver.Shell {
+	return driver.NewShell(driver.Spec{Kind: "lock", Name: "test: lock /x", NotHeld: lock.ErrNotHeld, Taken: lock.ErrLockTaken})
+}
+
+// next returns the next event of ch, failing t if none comes in time.
+func next(t *testing.T, ch <-chan primitives.Event) primitives.Event {
+	t.Helper()
+	select {
+	case e := <-ch:
+		return e
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+		return nil
+	}
+}
+
+func TestShellGrantAndRelease(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	sh := newShell()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := sh.Subscribe(ctx)
+	if err := sh.Enter(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Enter(ctx, true); !errors.Is(err, lock.ErrLockTaken) {
+		t.Fatalf("second try while acquiring: %v, want ErrLockTaken", err)
+	}
+	h := driver.Hold{Key: "k", Created: 7, Token: 9}
+	if !sh.Grant(h, time.Now(), func(driver.Hold) bool { return true }) {
+		t.Fatal("grant refused")
+	}
+	if cur, ok := sh.Current(); !ok || cur.Created != 7 || cur.Since.IsZero() {
+		t.Fatalf("Current = %+v, %v", cur, ok)
+	}
+	if e, ok := next(t, events).(primitives.Acquired); !ok || e.Created != 7 || e.Token != 9 {
+		t.Fatalf("first event %#v, want Acquired of 7", e)
+	}
+	if _, err := sh.BeginRelease(driver.CreatedAt(8)); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("release of another grant: %v, want ErrNotHeld", err)
+	}
+	g, err := sh.BeginRelease(driver.Exactly(7, "k", 9))
+	if err != nil || !sh.Held().Releasing() {
+		t.Fatalf("BeginRelease: %v, releasing %v", err, sh.Held().Releasing())
+	}
+	if err := sh.SettleRelease(g, driver.Failed, errors.New("boom")); err == nil || sh.Held() == nil {
+		t.Fatalf("failed release: %v, held %v: the grant must stand", err, sh.Held())
+	}
+	g, _ = sh.BeginRelease(driver.Any)
+	if err := sh.SettleRelease(g, driver.Deleted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := next(t, events).(primitives.Released); !ok || e.Created != 7 {
+		t.Fatalf("event %#v, want Released of 7", e)
+	}
+	if _, ok := sh.Current(); ok {
+		t.Fatal("Current after the release")
+	}
+	// The release left the shell: the next acquisition enters at once.
+	if err := sh.Enter(ctx, true); err != nil {
+		t.Fatalf("Enter after the release: %v", err)
+	}
+	sh.Leave()
+	sh.Finish(fmt.Errorf("test: %w", primitives.ErrClosed))
+	if _, ok := <-events; ok {
+		t.Fatal("subscription open after Finish")
+	}
+}
+
+// A grant whose caller gave up is undone and never announced; the caller
+// leaves.
+func TestShellRefusedGrant(t *testing.T) {
+	sh := newShell()
+	ctx := context.Background()
+	events := sh.Subscribe(ctx)
+	_ = sh.Enter(ctx, false)
+	if sh.Grant(driver.Hold{Key: "k", Created: 1}, time.Now(), func(driver.Hold) bool { return false }) {
+		t.Fatal("refused grant recorded")
+	}
+	if _, ok := sh.Current(); ok {
+		t.Fatal("refused grant is current")
+	}
+	sh.Leave()
+	sh.Finish(primitives.ErrClosed)
+	for e := range events {
+		t.Fatalf("event %#v after a refused grant", e)
+	}
+}
+
+// A grant made while the session is suspended is followed by Suspended at
+// once, with the session's deadline; Resume then reaches it.
+func TestShellGrantWhileSuspended(t *testing.T) {
+	sh := newShell()
+	ctx := context.Background()
+	events := sh.Subscribe(ctx)
+	deadline := time.Now().Add(time.Minute)
+	sh.Suspend(deadline)
+	_ = sh.Enter(ctx, false)
+	sh.Grant(driver.Hold{Key: "k", Created: 3, Token: 3}, time.Now(), func(driver.Hold) bool { return true })
+	if _, ok := next(t, events).(primitives.Acquired); !ok {
+		t.Fatal("want Acquired first")
+	}
+	if e, ok := next(t, events).(primitives.Suspended); !ok || !e.Deadline.Equal(deadline) || e.Created != 3 {
+		t.Fatalf("event %#v, want Suspended with the deadline", e)
+	}
+	sh.Suspend(deadline) // already suspended: nothing new
+	sh.Resume()
+	if e, ok := next(t, events).(primitives.Resumed); !ok || e.Created != 3 {
+		t.Fatalf("event %#v, want Resumed", e)
+	}
+	sh.Finish(primitives.ErrClosed)
+}
+
+// The session's end: Released if the service was closed, Lost otherwise; a
+// release that finds the key gone is a loss and reports NotHeld.
+func TestShellEnds(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		end  func(*driver.Shell) error
+		want func(primitives.Event) bool
+	}{
+		{"closed", func(sh *driver.Shell) error {
+			_, ok := sh.EndFor(fmt.Errorf("x: %w", primitives.ErrClosed), "")
+			return map[bool]error{true: nil, false: errors.New("nothing ended")}[ok]
+		}, func(e primitives.Event) bool { _, ok := e.(primitives.Released); return ok }},
+		{"lost", func(sh *driver.Shell) error {
+			sh.EndFor(fmt.Errorf("x: %w", primitives.ErrLost), "lease_expired")
+			return nil
+		}, func(e primitives.Event) bool {
+			l, ok := e.(primitives.Lost)
+			return ok && errors.Is(l.Err, primitives.ErrLost)
+		}},
+		{"gone", func(sh *driver.Shell) error {
+			g, _ := sh.BeginRelease(driver.Any)
+			if err := sh.SettleRelease(g, driver.Gone, nil); !errors.Is(err, lock.ErrNotHeld) {
+				return fmt.Errorf("settle gone: %v, want ErrNotHeld", err)
+			}
+			return nil
+		}, func(e primitives.Event) bool { _, ok := e.(primitives.Lost); return ok }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sh := newShell()
+			events := sh.Subscribe(ctx)
+			_ = sh.Enter(ctx, false)
+			sh.Grant(driver.Hold{Key: "k", Created: 5}, time.Now(), func(driver.Hold) bool { return true })
+			next(t, events)
+			if err := tc.end(sh); err != nil {
+				t.Fatal(err)
+			}
+			if e := next(t, events); !tc.want(e) {
+				t.Fatalf("event %#v", e)
+			}
+			if err := sh.Enter(ctx, true); err != nil {
+				t.Fatalf("Enter after the end: %v", err)
+			}
+			sh.Finish(primitives.ErrClosed)
+			if err := sh.Enter(ctx, false); !errors.Is(err, primitives.ErrClosed) {
+				t.Fatalf("Enter after Finish: %v, want ErrClosed", err)
+			}
+			select {
+			case <-sh.Done():
+			default:
+				t.Fatal("Done open after Finish")
+			}
+		})
+	}
+}
