@@ -89,11 +89,10 @@ func (c *Clock) Expired() bool { return c.expired }
 // if the deadline had passed (the acknowledgement came too late), Resume if
 // it confirms a suspended session, else Steady.
 func (c *Clock) Renewed(sent, now time.Time, ttl time.Duration) Change {
-	switch {
-	case c.expired:
+	if c.expired {
 		return Steady
-	case !now.Before(c.deadline):
-		c.expired = true
+	}
+	if c.expire(now) {
 		return Expire
 	}
 	if ttl <= 0 {
@@ -135,14 +134,22 @@ func (c *Clock) Tick(now time.Time) Change {
 	switch {
 	case c.expired:
 		return Steady
-	case !now.Before(c.deadline):
-		c.expired = true
+	case c.expire(now):
 		return Expire
 	case !c.suspended && !now.Before(c.lastSent.Add(c.suspendAfter)):
 		c.suspended = true
 		return Suspend
 	}
 	return Steady
+}
+
+// expire marks the clock expired if now is at or past the deadline, and
+// reports whether it did.
+func (c *Clock) expire(now time.Time) bool {
+	if !now.Before(c.deadline) {
+		c.expired = true
+	}
+	return c.expired
 }
 
 // Next is when Tick has something to report unless a renewal comes first:

@@ -38,6 +38,7 @@
 //     lease no earlier than that send, so counting from it never
 //     overestimates the lease.
 //   - Every Suspend and Resume the clock reports goes to every shell on the
-//     session; a shell that holds nothing remembers it, so that a grant made
-//     while suspended is followed by Suspended at once.
+//     session, and a shell that joins a suspended session is told Suspend
+//     at once; a shell that holds nothing remembers it, so that a grant
+//     made while suspended is followed by Suspended at once.
 package driver
