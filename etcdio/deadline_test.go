@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ahrtr/disco/internal/testkit"
-
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/internal/testkit"
 )
 
 // A Lock whose context ends returns that context's error, whatever the
