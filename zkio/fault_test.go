@@ -9,6 +9,7 @@ import (
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/internal/faultproxy"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -65,8 +66,8 @@ func TestPartitionPastTimeoutLoses(t *testing.T) {
 	const timeout = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithSessionTimeout(timeout)))
-	w := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(timeout)))
+	h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithSessionTimeout(timeout)))
+	w := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(timeout)))
 	events := h.Subscribe(ctx)
 	gd := guard.New()
 	held := make(chan lock.Grant, 1)
@@ -144,8 +145,8 @@ func TestShortPartitionResumes(t *testing.T) {
 	const path = "/fault/short"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithSessionTimeout(6*time.Second)))
-	o := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(6*time.Second)))
+	h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithSessionTimeout(6*time.Second)))
+	o := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(6*time.Second)))
 	events := h.Subscribe(ctx)
 	g, err := h.Lock(ctx)
 	if err != nil {
@@ -174,7 +175,7 @@ func TestCancelOnSuspend(t *testing.T) {
 	p, via := newPartition(t, servers[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, "/fault/cancel", zkio.WithSessionTimeout(6*time.Second), zkio.WithCancelOnSuspend()))
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, "/fault/cancel", zkio.WithSessionTimeout(6*time.Second), zkio.WithCancelOnSuspend()))
 	running := make(chan struct{})
 	cause := make(chan error, 1)
 	done := make(chan error, 1)
@@ -214,8 +215,8 @@ func TestLostAtDeadline(t *testing.T) {
 	const path = "/fault/deadline"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	h := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path))
-	w := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(5*time.Second)))
+	h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path))
+	w := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(5*time.Second)))
 	events := h.Subscribe(ctx)
 	g, err := h.Lock(ctx)
 	if err != nil {

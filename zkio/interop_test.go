@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -163,7 +164,7 @@ func TestInteropCuratorMutex(t *testing.T) {
 	const path = "/interop/mutex"
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	l := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(5*time.Second)))
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(5*time.Second)))
 
 	// disco first: Curator waits behind it.
 	g1, err := l.Lock(ctx)
@@ -216,7 +217,7 @@ func TestInteropCuratorLeaderLatch(t *testing.T) {
 	const path = "/interop/latch"
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	e := closedAtEnd[election.Service](t)(zkio.NewElection(servers, path, zkio.WithSessionTimeout(5*time.Second)))
+	e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(servers, path, zkio.WithSessionTimeout(5*time.Second)))
 
 	// Curator first: disco sees it lead, with its id as the value.
 	cur := startPeer(t, cp, "latch", servers[0], path, "curator-1")

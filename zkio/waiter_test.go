@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -31,8 +32,8 @@ func TestWaiterKeyDeleted(t *testing.T) {
 	}
 	cases := map[string]func(path string) pair{
 		"lock": func(path string) pair {
-			h := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, opts...))
-			w := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, opts...))
+			h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, opts...))
+			w := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, opts...))
 			return pair{
 				hold:    func(ctx context.Context) (string, error) { g, err := h.Lock(ctx); return g.Key, err },
 				wait:    func(ctx context.Context) (string, error) { g, err := w.Lock(ctx); return g.Key, err },
@@ -41,8 +42,8 @@ func TestWaiterKeyDeleted(t *testing.T) {
 			}
 		},
 		"rwlock reader": func(path string) pair {
-			h := closedAtEnd[rwlock.Service](t)(zkio.NewRWLock(servers, path, opts...))
-			w := closedAtEnd[rwlock.Service](t)(zkio.NewRWLock(servers, path, opts...))
+			h := testkit.ClosedAtEnd[rwlock.Service](t)(zkio.NewRWLock(servers, path, opts...))
+			w := testkit.ClosedAtEnd[rwlock.Service](t)(zkio.NewRWLock(servers, path, opts...))
 			return pair{
 				hold:    func(ctx context.Context) (string, error) { g, err := h.Lock(ctx); return g.Key, err },
 				wait:    func(ctx context.Context) (string, error) { g, err := w.RLock(ctx); return g.Key, err },
@@ -51,8 +52,8 @@ func TestWaiterKeyDeleted(t *testing.T) {
 			}
 		},
 		"election": func(path string) pair {
-			h := closedAtEnd[election.Service](t)(zkio.NewElection(servers, path, opts...))
-			w := closedAtEnd[election.Service](t)(zkio.NewElection(servers, path, opts...))
+			h := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(servers, path, opts...))
+			w := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(servers, path, opts...))
 			key := func(e election.Service) string { l, _ := e.Term(); return l.Key }
 			return pair{
 				hold:    func(ctx context.Context) (string, error) { err := h.Campaign(ctx, "h"); return key(h), err },
@@ -116,7 +117,7 @@ func TestObserveWatchersBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	e := closedAtEnd[election.Service](t)(zkio.NewElection(nil, "/observe/watchers", zkio.WithSession(s)))
+	e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, "/observe/watchers", zkio.WithSession(s)))
 	if err := e.Campaign(ctx, "stable"); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/ahrtr/disco/internal/testhook"
 )
 
 // wire wraps every TCP connection a session's ZooKeeper client makes, to
@@ -12,51 +14,53 @@ import (
 // session no earlier than that, so a deadline counted from it is not
 // later than the server's. (For the idle exchange, one ping and its reply,
 // it is exact; a reply that arrives after a later request was written
-// makes it err late by at most the time that request is in flight.)
+// makes it err late by at most the time that request is in flight.) Each
+// reply that moves it pokes the session's loop (heardCh).
 //
-// A test may gate the wire (pause): reads, writes and dials then wait, as
-// they would in a process frozen by a long garbage collection pause.
+// The wire's traffic is the session's renewal: a test that pauses the
+// session or its renewal (package testhook) stops reads, writes and dials.
 type wire struct {
+	session any           // the testhook key: the *Session
+	heardCh chan struct{} // poked when heard moves
+
 	mu        sync.Mutex
 	lastWrite time.Time // start of the latest write
 	heard     time.Time // send time of the latest write answered
-	gate      <-chan struct{}
+	replied   time.Time // when that answer came
+	broken    time.Time // when a connection last failed or closed
 }
 
-func newWire() *wire { return &wire{heard: time.Now()} }
+func newWire(session any) *wire {
+	now := time.Now()
+	return &wire{session: session, heardCh: make(chan struct{}, 1), heard: now, replied: now}
+}
 
-// lastHeard returns the send time of the last request the server answered.
-func (w *wire) lastHeard() time.Time {
+// lastHeard returns the send time of the last request the server
+// answered, and when its answer came.
+func (w *wire) lastHeard() (sent, replied time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.heard
+	return w.heard, w.replied
 }
 
-// pause makes the wire's traffic wait until resume is closed.
-func (w *wire) pause(resume <-chan struct{}) {
+// lastBroken returns when a connection last failed or closed (zero: never).
+func (w *wire) lastBroken() time.Time {
 	w.mu.Lock()
-	w.gate = resume
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	return w.broken
 }
 
-// wait blocks while the wire is paused, or until closed is closed.
-func (w *wire) wait(closed <-chan struct{}) {
+func (w *wire) breaks() {
 	w.mu.Lock()
-	g := w.gate
+	w.broken = time.Now()
 	w.mu.Unlock()
-	if g == nil {
-		return
-	}
-	select {
-	case <-g:
-	case <-closed:
-	}
 }
 
 func (w *wire) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	w.wait(nil)
+	testhook.WaitRenewal(w.session, nil)
 	c, err := net.DialTimeout(network, addr, timeout)
 	if err != nil {
+		w.breaks()
 		return nil, err
 	}
 	return &wireConn{Conn: c, w: w, closed: make(chan struct{})}, nil
@@ -70,20 +74,31 @@ type wireConn struct {
 }
 
 func (c *wireConn) Read(p []byte) (int, error) {
-	c.w.wait(c.closed)
+	testhook.WaitRenewal(c.w.session, c.closed)
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.w.mu.Lock()
-		if c.w.lastWrite.After(c.w.heard) {
-			c.w.heard = c.w.lastWrite
+		w := c.w
+		w.mu.Lock()
+		moved := w.lastWrite.After(w.heard)
+		if moved {
+			w.heard, w.replied = w.lastWrite, time.Now()
 		}
-		c.w.mu.Unlock()
+		w.mu.Unlock()
+		if moved {
+			select {
+			case w.heardCh <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if err != nil {
+		c.w.breaks()
 	}
 	return n, err
 }
 
 func (c *wireConn) Write(p []byte) (int, error) {
-	c.w.wait(c.closed)
+	testhook.WaitRenewal(c.w.session, c.closed)
 	c.w.mu.Lock()
 	c.w.lastWrite = time.Now()
 	c.w.mu.Unlock()
@@ -91,6 +106,9 @@ func (c *wireConn) Write(p []byte) (int, error) {
 }
 
 func (c *wireConn) Close() error {
-	c.once.Do(func() { close(c.closed) })
+	c.once.Do(func() {
+		close(c.closed)
+		c.w.breaks()
+	})
 	return c.Conn.Close()
 }
