@@ -142,17 +142,10 @@ func (p *peer) send(t *testing.T, line string) {
 func queued(t *testing.T, servers []string, path string, n int) {
 	t.Helper()
 	admin := adminConn(t, servers)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d children of %s", n, path), func() bool {
 		children, _, err := admin.Children(path)
-		if err == nil && len(children) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d children, want %d (%v)", path, len(children), n, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
+		return err == nil && len(children) == n
+	})
 }
 
 // TestInteropCuratorMutex: a disco lock and Curator's InterProcessMutex on

@@ -3,6 +3,7 @@ package zkio_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"testing"
@@ -140,12 +141,9 @@ func TestObserveWatchersBounded(t *testing.T) {
 	}
 	// The goroutines of ended observations end (they are the loop's
 	// subscriptions); poll for it.
-	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > goroutines+5; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after %d Observe calls, %d before", runtime.NumGoroutine(), calls, goroutines)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("at most %d goroutines after %d Observe calls", goroutines+5, calls), func() bool {
+		return runtime.NumGoroutine() <= goroutines+5
+	})
 	// The follower still sees changes.
 	ch := e.Observe(ctx)
 	<-ch
