@@ -92,7 +92,7 @@ func newSession(servers []string, o options) (*Session, error) {
 		done:     make(chan struct{}),
 		services: make(map[*service]struct{}),
 	}
-	s.wire = newWire(s)
+	s.wire = newWire(s, s.quit)
 	sendBuffer := zk.WithLogInfo(true) // the default: the client logs what zkLogger learns from
 	if buf := o.maxData + sendSlack; buf > clientSendBuffer {
 		sendBuffer = zk.WithMaxConnBufferSize(buf)
