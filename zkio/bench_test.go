@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
@@ -33,7 +34,7 @@ func p50p99(b *testing.B, d []time.Duration) {
 // BenchmarkLockUnlock: one owner, Lock then Unlock.
 func BenchmarkLockUnlock(b *testing.B) {
 	servers := startZooKeeper(b)
-	l := closedAtEnd[lock.Service](b)(zkio.NewLock(servers, fmt.Sprint("/bench/lock", b.N), zkio.WithSessionTimeout(10*time.Second)))
+	l := testkit.ClosedAtEnd[lock.Service](b)(zkio.NewLock(servers, fmt.Sprint("/bench/lock", b.N), zkio.WithSessionTimeout(10*time.Second)))
 	ctx := context.Background()
 	d := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -111,7 +112,7 @@ func BenchmarkHandoff(b *testing.B) {
 			ctx := context.Background()
 			ls := make([]lock.Service, owners)
 			for i := range ls {
-				ls[i] = closedAtEnd[lock.Service](b)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(10*time.Second)))
+				ls[i] = testkit.ClosedAtEnd[lock.Service](b)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(10*time.Second)))
 			}
 			b.ResetTimer()
 			for _, l := range ls {
@@ -156,8 +157,8 @@ func BenchmarkElectionFailover(b *testing.B) {
 	path := fmt.Sprint("/bench/election", b.N)
 	ctx := context.Background()
 	es := []election.Service{
-		closedAtEnd[election.Service](b)(zkio.NewElection(servers, path, zkio.WithSessionTimeout(10*time.Second))),
-		closedAtEnd[election.Service](b)(zkio.NewElection(servers, path, zkio.WithSessionTimeout(10*time.Second))),
+		testkit.ClosedAtEnd[election.Service](b)(zkio.NewElection(servers, path, zkio.WithSessionTimeout(10*time.Second))),
+		testkit.ClosedAtEnd[election.Service](b)(zkio.NewElection(servers, path, zkio.WithSessionTimeout(10*time.Second))),
 	}
 	if err := es[0].Campaign(ctx, "0"); err != nil {
 		b.Fatal(err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives/conformance"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -42,20 +44,11 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 		}
 		return s.(*zkio.Session)
 	}
-	var links sync.Map // *zkio.Session -> *partition: its link to the server
 	var names sync.Map // service -> the name it was made with
-	// owner returns a new session for one owner, connected through a
-	// partition of its own (PauseRenewal cuts it), closed when t ends.
+	// owner returns a new session for one owner, closed when t ends.
 	owner := func(t *testing.T) *zkio.Session {
 		t.Helper()
-		link, addr := newPartition(t, servers[0])
-		s, err := zkio.NewSession([]string{addr}, zkio.WithSessionTimeout(conformanceTimeout))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		links.Store(s, link)
-		return s
+		return testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers, zkio.WithTTL(conformanceTimeout)))
 	}
 	path := func(name string) string { return "/conformance/" + name }
 	return conformance.Backend{
@@ -63,21 +56,21 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 		TTL:  conformanceTimeout,
 		NewLock: func(t *testing.T, name string) lock.Service {
 			s := owner(t)
-			l := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path(name), zkio.WithSession(s)))
+			l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, path(name), zkio.WithSession(s)))
 			sessions.Store(l, s)
 			names.Store(l, name)
 			return l
 		},
 		NewRWLock: func(t *testing.T, name string) rwlock.Service {
 			s := owner(t)
-			l := closedAtEnd[rwlock.Service](t)(zkio.NewRWLock(nil, path(name), zkio.WithSession(s)))
+			l := testkit.ClosedAtEnd[rwlock.Service](t)(zkio.NewRWLock(nil, path(name), zkio.WithSession(s)))
 			sessions.Store(l, s)
 			names.Store(l, name)
 			return l
 		},
 		NewElection: func(t *testing.T, name string) election.Service {
 			s := owner(t)
-			e := closedAtEnd[election.Service](t)(zkio.NewElection(nil, path(name), zkio.WithSession(s)))
+			e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, path(name), zkio.WithSession(s)))
 			sessions.Store(e, s)
 			names.Store(e, name)
 			return e
@@ -89,7 +82,7 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 		Pause: func(t *testing.T, svc any) func() {
 			t.Helper()
 			resume := make(chan struct{})
-			zkio.PauseSession(session(t, svc), resume)
+			testhook.PauseSession(session(t, svc), resume)
 			var once sync.Once
 			return func() { once.Do(func() { close(resume) }) }
 		},
@@ -101,16 +94,15 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 		},
 		PauseRenewal: func(t *testing.T, svc any) func() {
 			t.Helper()
-			v, _ := links.Load(session(t, svc))
-			link := v.(*partition)
-			link.cut()
+			resume := make(chan struct{})
+			testhook.PauseRenewal(session(t, svc), resume)
 			var once sync.Once
-			return func() { once.Do(link.heal) }
+			return func() { once.Do(func() { close(resume) }) }
 		},
 		NewLockSharing: func(t *testing.T, name string, with lock.Service) lock.Service {
 			t.Helper()
 			s := session(t, with)
-			l := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path(name), zkio.WithSession(s)))
+			l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, path(name), zkio.WithSession(s)))
 			sessions.Store(l, s)
 			names.Store(l, name)
 			return l
@@ -134,9 +126,8 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 				t.Fatalf("DeleteWaiter given a service the factory did not make: %T", svc)
 			}
 			// The waiter's znode is the one its session owns.
-			id, dir := session(t, svc).SessionID(), path(name.(string))
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			id, dir := session(t, svc).LeaseID(), path(name.(string))
+			testkit.Eventually(t, 10*time.Second, "the waiter's znode", func() bool {
 				kids, _, err := admin.Children(dir)
 				if err != nil && !errors.Is(err, zk.ErrNoNode) {
 					t.Fatal(err)
@@ -146,14 +137,11 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 						if err := admin.Delete(dir+"/"+k, -1); err != nil {
 							t.Fatal(err)
 						}
-						return
+						return true
 					}
 				}
-				if time.Now().After(deadline) {
-					t.Fatal("the waiter's znode never appeared")
-				}
-				time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-			}
+				return false
+			})
 		},
 		Construct: func(t *testing.T, kind, name string) (io.Closer, error) {
 			t.Helper()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -34,11 +35,11 @@ func TestShortDeadlines(t *testing.T) {
 	}
 	kinds := map[string]func(path string) acq{
 		"lock": func(path string) acq {
-			l := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
+			l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
 			return acq{func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, l.Unlock}
 		},
 		"election": func(path string) acq {
-			e := closedAtEnd[election.Service](t)(zkio.NewElection(nil, path, zkio.WithSession(s)))
+			e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, path, zkio.WithSession(s)))
 			return acq{func(ctx context.Context) error { return e.Campaign(ctx, "v") }, e.Resign}
 		},
 	}
@@ -104,7 +105,7 @@ func TestEndedContextWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	e := closedAtEnd[election.Service](t)(zkio.NewElection(nil, "/ended/election", zkio.WithSession(s)))
+	e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, "/ended/election", zkio.WithSession(s)))
 	zkio.KillSession(s)
 	<-e.Done()
 	if err := e.Campaign(done, "v"); !errors.Is(err, context.Canceled) || !errors.Is(err, primitives.ErrLost) {

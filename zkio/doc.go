@@ -12,9 +12,11 @@
 //
 // # The session loop
 //
-// Each Session runs one event-loop goroutine (package actor). The loop
-// alone owns the session's state: whether it is connected, suspended or
-// ended, and each primitive's hold, its election view and its observers.
+// Each Session runs one event-loop goroutine (package actor), built on the
+// owner engine every backend shares (package primitives/driver): each
+// primitive is a driver.Shell, its grant a driver.Hold, the session's
+// liveness a driver.Clock. The loop alone owns the session's state: its
+// clock, and each primitive's grant, its election view and its observers.
 // Its rules:
 //
 //   - Nothing blocks the loop. Every ZooKeeper request runs elsewhere: a
@@ -25,7 +27,7 @@
 //     their results to the loop's mailbox, which never blocks; the loop
 //     answers through replies that never block either. A caller that gave
 //     up (its context ended) costs the loop nothing: it withdraws its own
-//     znode, and a grant answered after it gave up is released by a helper.
+//     znode, and a grant answered after it gave up is never recorded.
 //   - The loop owns the session-state events of the ZooKeeper client, and
 //     every hold's watch reports to it. A slow subscriber never stalls it:
 //     events are queued per subscriber; Acquired, Released, Lost, Suspended
@@ -34,6 +36,27 @@
 //     always delivered.
 //   - Who may block: callers (on ZooKeeper, or on their reply, until their
 //     context ends) and helpers (on ZooKeeper, until the session ends).
+//
+// # Options
+//
+// NewSession, NewLock, NewRWLock and NewElection take:
+//
+//	WithTTL(d)             the session timeout to ask for; default DefaultSessionTimeout
+//	                       (driver.DefaultTTL, 10s); whole milliseconds, at least 1s
+//	WithSessionTimeout(d)  the same, by its ZooKeeper name (at least 100ms)
+//	WithSuspendAfter(p)    Suspended after p of the granted timeout unheard from;
+//	                       default driver.DefaultSuspendAfter (0.5)
+//	WithCancelOnSuspend()  lock.Do, rwlock.DoRead/DoWrite, election.Lead end fn's
+//	                       context at Suspended; default off (primitives only)
+//	WithMetrics(m)         report to m (package metrics); default none
+//	WithLogger(l)          the session's and the ZooKeeper client's logs; default none
+//	WithContext(ctx)       bounds construction; default 10s
+//	WithMaxDataSize(n)     the largest value taken; default DefaultMaxDataSize
+//	WithSession(s)         run on s instead of a session of one's own
+//
+// WithSession excludes the options that configure a session (WithTTL,
+// WithSessionTimeout, WithSuspendAfter, WithMaxDataSize); a primitive on
+// it without WithMetrics reports to the session's metrics.
 //
 // # Layouts and interoperability
 //
@@ -79,12 +102,17 @@
 // taken for a member of its parent's queue); so is /zookeeper and below,
 // and any character ZooKeeper refuses in a path.
 //
-// # Fencing tokens
+// # Fencing tokens, Created and LeaseID
 //
-// A hold's token is the czxid of its znode, the zxid of the transaction
-// that created it; Created is the same number. Why the token laws hold: a
-// znode holds the lock (or leads) only when no znode with a lower sequence
-// number is left in its queue, and ZooKeeper assigns sequence numbers and
+// A grant's Key is its znode's path; its LeaseID is the ZooKeeper session
+// id (Session.LeaseID, the znode's ephemeralOwner); its TTL the session
+// timeout the server granted (Session.TTL). A hold's token is the czxid of
+// its znode, the zxid of the transaction that created it; Created is the
+// same number, for a read/write lock too (whose tokens come from its epoch
+// znode, see below).
+//
+// Why the token laws hold: a znode holds the lock (or leads) only when no
+// znode with a lower sequence number is left in its queue, and ZooKeeper assigns sequence numbers and
 // zxids in the same order, the one total order of its transactions. Take
 // two holds, the first on znode a, the next on znode b. When a held, b
 // either existed and so had a higher sequence number, hence a higher czxid,
@@ -103,20 +131,22 @@
 //
 // The ZooKeeper server expires a session when it has heard nothing from it
 // for the session timeout (the one the server granted, which the session
-// learns at connect). The session counts the same deadline from the send
-// time of the last request the server answered (the client pings every
-// third of the timeout), so it gives up no later than the server can have:
-// the deadline errs by at most the time a request is in flight. When the
-// connection drops, or no request has been answered for half the timeout,
-// every holder gets Suspended with that deadline: no one else can acquire
-// before it. If the client reconnects to any server of the ensemble before
-// it, with the same session, holders get Resumed. The session is lost when
-// the deadline passes, when ZooKeeper reports it expired, or when its
-// connection closes under it; then every primitive on it gets Lost for what
-// it held, its waiters fail, Done closes, and every later call fails with an
-// error wrapping primitives.ErrLost. The session then closes its client:
-// the ZooKeeper client would otherwise open a new session, without the
-// holds.
+// learns at connect). Every request the server answers renews the session;
+// the session counts the same deadline from the send time of the last
+// request the server answered (the client pings every third of the
+// timeout), so it gives up no later than the server can have: the deadline
+// errs by at most the time a request is in flight. When the connection
+// breaks, or no request has been answered for WithSuspendAfter's part of
+// the timeout (default half), every holder gets Suspended with that
+// deadline: no one else can acquire before it. Once a request sent after
+// that is answered (the client reconnects to any server of the ensemble
+// before the deadline, with the same session), holders get Resumed. The
+// session is lost when the deadline passes, when ZooKeeper reports it
+// expired, or when its connection closes under it; then every primitive on
+// it gets Lost for what it held, its waiters fail, Done closes, and every
+// later call fails with an error wrapping primitives.ErrLost. The session
+// then closes its client: the ZooKeeper client would otherwise open a new
+// session, without the holds.
 //
 // If a held znode is deleted by someone else while the session lives, only
 // that hold ends, with Lost; the primitive stays usable.

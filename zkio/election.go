@@ -8,11 +8,11 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/ahrtr/disco/actor"
-	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
-var electionSpec = &spec{markers: []string{latchMarker}, notHeld: election.ErrNotLeader, taken: election.ErrNotLeader, election: true}
+var electionSpec = &spec{kind: "election", markers: []string{latchMarker}, notHeld: election.ErrNotLeader, taken: election.ErrNotLeader, election: true}
 
 // NewElection returns a candidate in the election on the znode path, in the
 // layout of Curator's LeaderLatch: a disco election and LeaderLatch
@@ -27,15 +27,15 @@ func NewElection(servers []string, path string, opts ...Option) (election.Servic
 
 type zkElection struct{ *service }
 
-func leadership(h *held) election.Leadership {
-	return election.Leadership{Key: h.node, Value: h.value, FencingToken: fencing.Token(h.token), LeaseID: h.lease, Created: h.created}
+func leadership(h driver.Hold) election.Leadership {
+	return election.Leadership{Key: h.Key, Value: h.Value, FencingToken: h.Token, LeaseID: h.LeaseID, Created: h.Created}
 }
 
 // Campaign and Proclaim refuse a value larger than the session takes
 // (DefaultMaxDataSize, or WithMaxDataSize's) with an error wrapping
 // ErrInvalidArgument, before they send anything.
 func (e *zkElection) Campaign(ctx context.Context, value string) error {
-	_, err := e.acquire(ctx, latchMarker, value, false)
+	_, err := e.acquire(ctx, 0, value, false)
 	return err
 }
 
@@ -43,42 +43,41 @@ func (e *zkElection) Proclaim(ctx context.Context, value string) error {
 	if err := e.s.checkValue("proclaim", value); err != nil {
 		return err
 	}
-	h, err := call(ctx, e.service, func(r actor.Reply[*held]) {
-		switch {
-		case e.isEnded || e.closing:
-			r.Answer(nil, e.endedErr())
-		case e.grant == nil || e.grant.releasing:
-			r.Answer(nil, election.ErrNotLeader)
-		default:
-			r.Answer(e.grant, nil)
+	h, err := call(ctx, e.service, func(r actor.Reply[driver.Hold]) {
+		if err := e.stopped(); err != nil {
+			r.Answer(driver.Hold{}, err)
+			return
 		}
+		if cur := e.Held(); cur != nil && cur.Releasing() {
+			r.Answer(driver.Hold{}, election.ErrNotLeader)
+			return
+		}
+		r.Answer(e.On(driver.Any))
 	})
 	if err != nil {
 		return err
 	}
-	if _, err := e.s.conn.Set(h.node, []byte(value), -1); err != nil {
+	if _, err := e.s.conn.Set(h.Key, []byte(value), -1); err != nil {
 		if errors.Is(err, zk.ErrNoNode) {
 			return election.ErrNotLeader
 		}
-		return fmt.Errorf("zkio: proclaim on %s: %w", h.node, err)
+		return fmt.Errorf("zkio: proclaim on %s: %w", h.Key, err)
 	}
 	_, err = call(context.WithoutCancel(ctx), e.service, func(r actor.Reply[struct{}]) {
-		if e.grant == h {
-			nh := *h
-			nh.value = value
-			e.term.Store(&nh)
+		if cur := e.Held(); cur != nil && cur.Created == h.Created {
+			e.Update(func(h *driver.Hold) { h.Value = value })
 		}
 		r.Answer(struct{}{}, nil)
 	})
 	return err
 }
 
-func (e *zkElection) Resign(ctx context.Context) error { return e.release(ctx, 0, true, "") }
+func (e *zkElection) Resign(ctx context.Context) error { return e.release(ctx, driver.Any) }
 
 // ResignTerm ends exactly the term it names (by Created); ErrNotLeader if
 // that term is over, even if this candidate leads in a later one.
 func (e *zkElection) ResignTerm(ctx context.Context, term election.Leadership) error {
-	return e.release(ctx, term.Created, false, "")
+	return e.release(ctx, driver.CreatedAt(term.Created))
 }
 
 func (e *zkElection) Leader(ctx context.Context) (election.Leadership, error) {
@@ -86,8 +85,8 @@ func (e *zkElection) Leader(ctx context.Context) (election.Leadership, error) {
 }
 
 func (e *zkElection) Term() (election.Leadership, bool) {
-	h := e.term.Load()
-	if h == nil || e.Err() != nil {
+	h, ok := e.Current()
+	if !ok || e.Err() != nil {
 		return election.Leadership{}, false
 	}
 	return leadership(h), true

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -31,8 +32,8 @@ func TestServerFailureKeepsHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	h := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
-	o := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(8*time.Second)))
+	h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
+	o := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(8*time.Second)))
 	events := h.Subscribe(ctx)
 	g, err := h.Lock(ctx)
 	if err != nil {

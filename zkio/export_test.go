@@ -14,13 +14,6 @@ import (
 // expiry.
 func KillSession(s *Session) { s.conn.Close() }
 
-// PauseSession freezes s as a long garbage collection pause would: its loop
-// and its connection's traffic stop until resume is closed.
-func PauseSession(s *Session, resume <-chan struct{}) {
-	s.wire.pause(resume)
-	s.post(func() { s.pausing = resume })
-}
-
 // ServerOf returns the address of the server s is connected to.
 func ServerOf(s *Session) string { return s.conn.Server() }
 

@@ -9,6 +9,8 @@ import (
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/internal/faultproxy"
+	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -65,8 +67,8 @@ func TestPartitionPastTimeoutLoses(t *testing.T) {
 	const timeout = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithSessionTimeout(timeout)))
-	w := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(timeout)))
+	h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithSessionTimeout(timeout)))
+	w := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(timeout)))
 	events := h.Subscribe(ctx)
 	gd := guard.New()
 	held := make(chan lock.Grant, 1)
@@ -144,8 +146,8 @@ func TestShortPartitionResumes(t *testing.T) {
 	const path = "/fault/short"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithSessionTimeout(6*time.Second)))
-	o := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(6*time.Second)))
+	h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithSessionTimeout(6*time.Second)))
+	o := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(6*time.Second)))
 	events := h.Subscribe(ctx)
 	g, err := h.Lock(ctx)
 	if err != nil {
@@ -174,7 +176,7 @@ func TestCancelOnSuspend(t *testing.T) {
 	p, via := newPartition(t, servers[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, "/fault/cancel", zkio.WithSessionTimeout(6*time.Second), zkio.WithCancelOnSuspend()))
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, "/fault/cancel", zkio.WithSessionTimeout(6*time.Second), zkio.WithCancelOnSuspend()))
 	running := make(chan struct{})
 	cause := make(chan error, 1)
 	done := make(chan error, 1)
@@ -204,8 +206,8 @@ func TestCancelOnSuspend(t *testing.T) {
 // TestLostAtDeadline: a holder cut off from ZooKeeper gets Lost at its
 // Suspended's Deadline (within lostLate), before another client can hold;
 // the deadline counts with the session timeout the server granted (the
-// test server grants at most 20 ticks, 10s, of the 30s asked for by
-// default), never the one asked for.
+// test server grants at most 20 ticks, 10s, of the 30s asked for here),
+// never the one asked for.
 func TestLostAtDeadline(t *testing.T) {
 	t.Parallel()
 	const lostLate = 250 * time.Millisecond
@@ -214,8 +216,8 @@ func TestLostAtDeadline(t *testing.T) {
 	const path = "/fault/deadline"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	h := closedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path))
-	w := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(5*time.Second)))
+	h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path, zkio.WithTTL(30*time.Second)))
+	w := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(5*time.Second)))
 	events := h.Subscribe(ctx)
 	g, err := h.Lock(ctx)
 	if err != nil {
@@ -255,5 +257,31 @@ func TestLostAtDeadline(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the waiter never held")
+	}
+}
+
+// TestSuspendAfter: with WithSuspendAfter(p), a holder the server has not
+// heard from is Suspended p of the session timeout after the send time of
+// the last request answered (the Suspended's Deadline less the timeout),
+// not at the default half.
+func TestSuspendAfter(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	const ttl, part = 5 * time.Second, 0.2
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers, zkio.WithTTL(ttl), zkio.WithSuspendAfter(part)))
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, "/fault/suspendafter", zkio.WithSession(s)))
+	events := l.Subscribe(ctx)
+	if _, err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resume := make(chan struct{})
+	testhook.PauseRenewal(s, resume)
+	defer close(resume)
+	sus := nextOf[primitives.Suspended](t, events, 10*time.Second)
+	after := time.Since(sus.Deadline.Add(-ttl))
+	if want := time.Duration(part * float64(ttl)); after < want || after > want+time.Second {
+		t.Fatalf("Suspended %v after the last answered request, want %v", after, want)
 	}
 }

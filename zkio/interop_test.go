@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -141,17 +142,10 @@ func (p *peer) send(t *testing.T, line string) {
 func queued(t *testing.T, servers []string, path string, n int) {
 	t.Helper()
 	admin := adminConn(t, servers)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d children of %s", n, path), func() bool {
 		children, _, err := admin.Children(path)
-		if err == nil && len(children) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d children, want %d (%v)", path, len(children), n, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
+		return err == nil && len(children) == n
+	})
 }
 
 // TestInteropCuratorMutex: a disco lock and Curator's InterProcessMutex on
@@ -163,7 +157,7 @@ func TestInteropCuratorMutex(t *testing.T) {
 	const path = "/interop/mutex"
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	l := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(5*time.Second)))
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, zkio.WithSessionTimeout(5*time.Second)))
 
 	// disco first: Curator waits behind it.
 	g1, err := l.Lock(ctx)
@@ -216,7 +210,7 @@ func TestInteropCuratorLeaderLatch(t *testing.T) {
 	const path = "/interop/latch"
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	e := closedAtEnd[election.Service](t)(zkio.NewElection(servers, path, zkio.WithSessionTimeout(5*time.Second)))
+	e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(servers, path, zkio.WithSessionTimeout(5*time.Second)))
 
 	// Curator first: disco sees it lead, with its id as the value.
 	cur := startPeer(t, cp, "latch", servers[0], path, "curator-1")

@@ -139,7 +139,7 @@ func (svc *service) followLeader() {
 				return
 			}
 			select {
-			case <-svc.done:
+			case <-svc.Done():
 				return
 			default:
 			}
@@ -155,7 +155,7 @@ func (svc *service) followLeader() {
 		case <-ch[1]:
 			armed = false
 		case <-ls.poke:
-		case <-svc.done:
+		case <-svc.Done():
 			return
 		case <-svc.s.quit:
 			return
@@ -166,13 +166,14 @@ func (svc *service) followLeader() {
 // leaderRead applies read number n. Loop only.
 func (svc *service) leaderRead(n uint64, l election.Leadership) {
 	ls := &svc.leader
-	if svc.isEnded || n < ls.seen {
+	if svc.Ended() || n < ls.seen {
 		return
 	}
 	ls.seen = n
 	if l != ls.view {
 		ls.view = l
-		svc.events.Publish(primitives.LeaderChanged{Key: l.Key, Value: l.Value, Token: l.FencingToken})
+		svc.metrics.LeaderChanged()
+		svc.Publish(primitives.LeaderChanged{Key: l.Key, Value: l.Value, Token: l.FencingToken})
 		ls.observers.Publish(l)
 	}
 	kept := ls.waiting[:0]
@@ -190,7 +191,7 @@ func (svc *service) leaderRead(n uint64, l election.Leadership) {
 // called (from a read started after it), then every change.
 func (svc *service) observe(ctx context.Context) <-chan election.Leadership {
 	ch, err := call(ctx, svc, func(r actor.Reply[<-chan election.Leadership]) {
-		if svc.isEnded || svc.closing {
+		if svc.stopped() != nil {
 			closed := make(chan election.Leadership)
 			close(closed)
 			r.Answer(closed, nil)

@@ -3,11 +3,11 @@ package zkio
 import (
 	"context"
 
-	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
-var lockSpec = &spec{markers: []string{lockMarker}, notHeld: lock.ErrNotHeld, taken: lock.ErrLockTaken}
+var lockSpec = &spec{kind: "lock", markers: []string{lockMarker}, notHeld: lock.ErrNotHeld, taken: lock.ErrLockTaken}
 
 // NewLock returns a lock on the znode path, in the layout of Curator's
 // InterProcessMutex: a disco lock and an InterProcessMutex on the same path
@@ -24,28 +24,23 @@ func NewLock(servers []string, path string, opts ...Option) (lock.Service, error
 
 type zkLock struct{ *service }
 
-func (l *zkLock) grant(h *held) lock.Grant {
-	return lock.Grant{FencingToken: fencing.Token(h.token), Key: h.node, LeaseID: h.lease, TTL: h.timeout, Created: h.created}
+func (l *zkLock) grant(h driver.Hold, err error) (lock.Grant, error) {
+	if err != nil {
+		return lock.Grant{}, err
+	}
+	return lock.Grant{FencingToken: h.Token, Key: h.Key, LeaseID: h.LeaseID, TTL: l.s.Timeout(), Created: h.Created}, nil
 }
 
 func (l *zkLock) Lock(ctx context.Context) (lock.Grant, error) {
-	h, err := l.acquire(ctx, lockMarker, "", false)
-	if err != nil {
-		return lock.Grant{}, err
-	}
-	return l.grant(h), nil
+	return l.grant(l.acquire(ctx, 0, "", false))
 }
 
 func (l *zkLock) TryLock(ctx context.Context) (lock.Grant, error) {
-	h, err := l.acquire(ctx, lockMarker, "", true)
-	if err != nil {
-		return lock.Grant{}, err
-	}
-	return l.grant(h), nil
+	return l.grant(l.acquire(ctx, 0, "", true))
 }
 
-func (l *zkLock) Unlock(ctx context.Context) error { return l.release(ctx, 0, true, "") }
+func (l *zkLock) Unlock(ctx context.Context) error { return l.release(ctx, driver.Any) }
 
 func (l *zkLock) Release(ctx context.Context, g lock.Grant) error {
-	return l.release(ctx, g.Created, false, "")
+	return l.release(ctx, driver.CreatedAt(g.Created))
 }

@@ -75,15 +75,3 @@ func adminConn(t testing.TB, servers []string) *zk.Conn {
 type quiet struct{}
 
 func (quiet) Printf(string, ...any) {}
-
-// closedAtEnd fails t on err, and closes s when t ends.
-func closedAtEnd[S interface{ Close() error }](t testing.TB) func(S, error) S {
-	return func(s S, err error) S {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
@@ -35,9 +36,9 @@ func TestNestedNamesIndependent(t *testing.T) {
 	defer o.Close()
 	on := func(sess *zkio.Session, path string) (lock.Service, rwlock.Service, election.Service) {
 		t.Helper()
-		l := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(sess)))
-		rw := closedAtEnd[rwlock.Service](t)(zkio.NewRWLock(nil, path+"/rw", zkio.WithSession(sess)))
-		e := closedAtEnd[election.Service](t)(zkio.NewElection(nil, path+"/e", zkio.WithSession(sess)))
+		l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(sess)))
+		rw := testkit.ClosedAtEnd[rwlock.Service](t)(zkio.NewRWLock(nil, path+"/rw", zkio.WithSession(sess)))
+		e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, path+"/e", zkio.WithSession(sess)))
 		return l, rw, e
 	}
 	hold := func(l lock.Service, rw rwlock.Service, e election.Service) {
@@ -79,11 +80,11 @@ func TestNestedNamesIndependent(t *testing.T) {
 	free("/m/sub while /m holds", sl, srw, se)
 
 	// A lock directly on the parent of another lock's path.
-	parent := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, n+"/sub", zkio.WithSession(o)))
+	parent := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, n+"/sub", zkio.WithSession(o)))
 	if _, err := parent.TryLock(ctx); !errors.Is(err, lock.ErrLockTaken) {
 		t.Fatalf("TryLock of a held lock: %v, want ErrLockTaken", err)
 	}
-	child := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, n+"/sub/deeper", zkio.WithSession(o)))
+	child := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, n+"/sub/deeper", zkio.WithSession(o)))
 	if _, err := child.TryLock(ctx); err != nil {
 		t.Fatalf("TryLock of /n/sub/deeper while /n/sub holds: %v", err)
 	}

@@ -9,13 +9,16 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // DefaultSessionTimeout is the session timeout asked for by a session made
-// without WithSessionTimeout. The server may grant a different one (between
-// 2 and 20 of its ticks); the session always counts with the one granted.
-const DefaultSessionTimeout = 30 * time.Second
+// without WithTTL or WithSessionTimeout: driver.DefaultTTL, as on every
+// backend. The server may grant a different one (between 2 and 20 of its
+// ticks); the session always counts with the one granted.
+const DefaultSessionTimeout = driver.DefaultTTL
 
 // ErrInvalidArgument is wrapped by every error caused by bad input: no
 // servers, a bad path, a bad timeout, clashing options, an oversized value.
@@ -40,24 +43,46 @@ const maxMaxData = 1 << 30
 type Option func(*options)
 
 type options struct {
-	timeout         time.Duration
-	timeoutSet      bool
-	session         *Session
-	sessionSet      bool
-	log             *zap.Logger
-	ctx             context.Context
-	cancelOnSuspend bool
-	maxData         int
-	maxDataSet      bool
+	driver.Config      // TTL is the session timeout asked for
+	timeoutSet    bool // the TTL came from WithSessionTimeout
+	session       *Session
+	sessionSet    bool
+	maxData       int
+	maxDataSet    bool
 }
 
-// WithSessionTimeout sets the ZooKeeper session timeout to ask for (whole
-// milliseconds, at least 100ms). After the owner stops talking to
-// ZooKeeper (it crashed, paused or was cut off) the server ends its session,
-// and with it every hold, that long after it last heard from it. Not allowed
-// together with WithSession, whose session already has its timeout.
+// WithTTL sets the session timeout to ask for (default DefaultSessionTimeout,
+// 10s; whole milliseconds, at least 1s): ZooKeeper's name for a lease's TTL.
+// After the owner stops talking to ZooKeeper (it crashed, paused or was cut
+// off) the server ends its session, and with it every hold, that long after
+// it last heard from it. The server may grant less or more; the session
+// counts with what it granted (Session.TTL). Not allowed together with
+// WithSession, whose session already has its timeout.
+func WithTTL(d time.Duration) Option {
+	return func(o *options) { o.TTL, o.TTLSet, o.timeoutSet = d, true, false }
+}
+
+// WithSessionTimeout is WithTTL by its ZooKeeper name, and sets the same
+// timeout; it takes whole milliseconds from 100ms (the server grants at
+// least two of its ticks whatever is asked).
 func WithSessionTimeout(d time.Duration) Option {
-	return func(o *options) { o.timeout, o.timeoutSet = d, true }
+	return func(o *options) { o.TTL, o.TTLSet, o.timeoutSet = d, false, true }
+}
+
+// WithSuspendAfter sets the part of the negotiated session timeout (0 < p <
+// 1; default driver.DefaultSuspendAfter, a half) the session may go unheard
+// from by the server before its holders get Suspended; a broken connection
+// suspends them at once. Not allowed together with WithSession.
+func WithSuspendAfter(p float64) Option {
+	return func(o *options) { o.SuspendAfter, o.SuspendSet = p, true }
+}
+
+// WithMetrics reports the session's and the primitives' measures to m
+// (see package metrics). Without it nothing is recorded. A primitive on a
+// shared session (WithSession) without WithMetrics reports to the
+// session's.
+func WithMetrics(m *metrics.Metrics) Option {
+	return func(o *options) { o.Metrics = m }
 }
 
 // WithSession makes a primitive run on an existing session (its connection
@@ -71,14 +96,14 @@ func WithSession(s *Session) Option {
 // WithLogger sends the session's logs, and the ZooKeeper client's, to l.
 // Without it disco logs nothing.
 func WithLogger(l *zap.Logger) Option {
-	return func(o *options) { o.log = l }
+	return func(o *options) { o.Logger = l }
 }
 
 // WithContext bounds construction: a new session's first connection gives
 // up when ctx ends. It never bounds the life of what is constructed.
 // Without it construction gives up after 10 seconds.
 func WithContext(ctx context.Context) Option {
-	return func(o *options) { o.ctx = ctx }
+	return func(o *options) { o.Context = ctx }
 }
 
 // WithCancelOnSuspend makes lock.Do and election.Lead end fn's context
@@ -86,7 +111,7 @@ func WithContext(ctx context.Context) Option {
 // session may end soon) rather than only at Lost. It configures primitives,
 // not sessions.
 func WithCancelOnSuspend() Option {
-	return func(o *options) { o.cancelOnSuspend = true }
+	return func(o *options) { o.CancelOnSuspend = true }
 }
 
 // WithMaxDataSize sets the largest value, in bytes, that primitives on the
@@ -102,7 +127,7 @@ func WithMaxDataSize(n int) Option {
 }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{timeout: DefaultSessionTimeout, maxData: DefaultMaxDataSize}
+	o := options{Config: driver.NewConfig(), maxData: DefaultMaxDataSize}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("nil Option: %w", ErrInvalidArgument)
@@ -113,12 +138,18 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("WithSession(nil): %w", ErrInvalidArgument)
 	}
 	if o.timeoutSet {
-		if o.timeout < 100*time.Millisecond || o.timeout%time.Millisecond != 0 {
-			return o, fmt.Errorf("session timeout %v: must be whole milliseconds, at least 100ms: %w", o.timeout, ErrInvalidArgument)
+		if o.TTL < 100*time.Millisecond {
+			return o, fmt.Errorf("session timeout %v: must be at least 100ms: %w", o.TTL, ErrInvalidArgument)
 		}
 		if o.session != nil {
 			return o, fmt.Errorf("WithSessionTimeout and WithSession together: the session has its own timeout: %w", ErrInvalidArgument)
 		}
+	}
+	if (o.timeoutSet || o.TTLSet) && o.TTL%time.Millisecond != 0 {
+		return o, fmt.Errorf("session timeout %v: must be whole milliseconds: %w", o.TTL, ErrInvalidArgument)
+	}
+	if err := o.Check(o.session != nil, ErrInvalidArgument); err != nil {
+		return o, err
 	}
 	if o.maxDataSet {
 		if o.maxData <= 0 || o.maxData > maxMaxData {
@@ -127,12 +158,6 @@ func buildOptions(opts []Option) (options, error) {
 		if o.session != nil {
 			return o, fmt.Errorf("WithMaxDataSize and WithSession together: the session has its own limit: %w", ErrInvalidArgument)
 		}
-	}
-	if o.ctx == nil {
-		o.ctx = context.Background()
-	}
-	if o.log == nil {
-		o.log = zap.NewNop()
 	}
 	return o, nil
 }

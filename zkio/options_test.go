@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
 )
@@ -44,6 +46,12 @@ func TestBadInput(t *testing.T) {
 		{"short timeout", servers, "/ok", []zkio.Option{zkio.WithSessionTimeout(time.Millisecond)}},
 		{"servers and session", servers, "/ok", []zkio.Option{zkio.WithSession(s)}},
 		{"timeout and session", nil, "/ok", []zkio.Option{zkio.WithSession(s), zkio.WithSessionTimeout(time.Second)}},
+		{"short TTL", servers, "/ok", []zkio.Option{zkio.WithTTL(500 * time.Millisecond)}},
+		{"TTL not in milliseconds", servers, "/ok", []zkio.Option{zkio.WithTTL(time.Second + time.Microsecond)}},
+		{"TTL and session", nil, "/ok", []zkio.Option{zkio.WithSession(s), zkio.WithTTL(5 * time.Second)}},
+		{"suspend after nothing", servers, "/ok", []zkio.Option{zkio.WithSuspendAfter(0)}},
+		{"suspend after the whole TTL", servers, "/ok", []zkio.Option{zkio.WithSuspendAfter(1)}},
+		{"suspend after and session", nil, "/ok", []zkio.Option{zkio.WithSession(s), zkio.WithSuspendAfter(0.3)}},
 		// Paths ZooKeeper refuses.
 		{"control character", servers, "/a/b\x01c", nil},
 		{"invalid UTF-8", servers, "/a/\xff", nil},
@@ -142,5 +150,33 @@ func TestSuperviseBadPath(t *testing.T) {
 		if !errors.Is(err, primitives.ErrInvalidArgument) || time.Since(start) > 2*time.Second {
 			t.Errorf("Supervise on %q: %v after %v, want ErrInvalidArgument at once", path, err, time.Since(start))
 		}
+	}
+}
+
+// TestSessionAccessors: a session's LeaseID is its ZooKeeper session id and
+// its TTL the timeout the server granted, the same as SessionID and
+// Timeout, and what its grants carry; without WithTTL it asks for
+// driver.DefaultTTL.
+func TestSessionAccessors(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	if zkio.DefaultSessionTimeout != driver.DefaultTTL {
+		t.Fatalf("DefaultSessionTimeout %v, want driver.DefaultTTL %v", zkio.DefaultSessionTimeout, driver.DefaultTTL)
+	}
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers, zkio.WithTTL(4*time.Second)))
+	if s.LeaseID() == 0 || s.LeaseID() != s.SessionID() || s.TTL() != s.Timeout() || s.TTL() != 4*time.Second {
+		t.Fatalf("LeaseID %#x, SessionID %#x, TTL %v, Timeout %v", s.LeaseID(), s.SessionID(), s.TTL(), s.Timeout())
+	}
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, "/accessors/lock", zkio.WithSession(s)))
+	g, err := l.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.LeaseID != s.LeaseID() || g.TTL != s.TTL() {
+		t.Fatalf("grant %+v on session %#x of TTL %v", g, s.LeaseID(), s.TTL())
+	}
+	d := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	if want := min(driver.DefaultTTL, 20*testserver.ZooKeeperTickTime); d.TTL() != want {
+		t.Fatalf("TTL without WithTTL %v, want %v", d.TTL(), want)
 	}
 }

@@ -96,7 +96,7 @@ func (svc *service) pauseRetry(ctx context.Context) bool {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
-	case <-svc.ended:
+	case <-svc.stop:
 	}
 	return false
 }
@@ -244,20 +244,16 @@ func (svc *service) createParents(ctx context.Context) error {
 
 // live returns the reason to stop now: ctx's end or the service's.
 func (svc *service) live(ctx context.Context) error {
-	select {
-	case <-svc.ended:
-		return svc.Err()
-	default:
+	if err := svc.stopped(); err != nil {
+		return err
 	}
 	return ctx.Err()
 }
 
 // cause returns why a wait stopped: the service's end, else ctx's.
 func (svc *service) cause(ctx context.Context) error {
-	select {
-	case <-svc.ended:
-		return svc.Err()
-	default:
+	if err := svc.stopped(); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -275,11 +271,17 @@ func (svc *service) withdraw(node string) {
 	svc.s.forgetNode(node)
 }
 
-// wait queues the znode and returns once it holds (see blocker); with try,
-// it returns taken at once if it does not. While it waits it watches the
-// znode ahead and its own: if its own is deleted, it fails at once with an
-// error wrapping ErrLost. On any failure the znode is withdrawn.
-func (svc *service) wait(ctx context.Context, o *own, try bool) error {
+// wait queues the znode and returns once it holds (see blocker), and
+// whether it waited behind another member; with try, it returns taken at
+// once if it does not hold. While it waits it watches the znode ahead and
+// its own: if its own is deleted, it fails at once with an error wrapping
+// ErrLost. On any failure the znode is withdrawn.
+func (svc *service) wait(ctx context.Context, o *own, try bool) (waited bool, err error) {
+	err = svc.waitTurn(ctx, o, try, &waited)
+	return waited, err
+}
+
+func (svc *service) waitTurn(ctx context.Context, o *own, try bool, waited *bool) error {
 	conn := svc.s.conn
 	node := o.node
 	base := node[strings.LastIndex(node, "/")+1:]
@@ -344,6 +346,7 @@ func (svc *service) wait(ctx context.Context, o *own, try bool) error {
 		if !exists {
 			continue
 		}
+		*waited = true
 		select {
 		case <-ch:
 		case ev := <-mine:
@@ -353,8 +356,8 @@ func (svc *service) wait(ctx context.Context, o *own, try bool) error {
 			mine = nil // changed, or no longer watched: look again
 		case <-ctx.Done():
 			return fail(ctx.Err())
-		case <-svc.ended:
-			return fail(svc.Err())
+		case <-svc.stop:
+			return fail(svc.stopped())
 		}
 	}
 }

@@ -7,12 +7,12 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
-var rwlockSpec = &spec{markers: []string{readMarker, writeMarker}, notHeld: rwlock.ErrNotHeld,
+var rwlockSpec = &spec{kind: "rwlock", markers: []string{readMarker, writeMarker}, notHeld: rwlock.ErrNotHeld,
 	taken: rwlock.ErrRWLockTaken, token: epochToken}
 
 // EpochSuffix is appended to a read/write lock's path to name its epoch
@@ -58,49 +58,49 @@ func NewRWLock(servers []string, path string, opts ...Option) (rwlock.Service, e
 
 type zkRWLock struct{ *service }
 
-func (l *zkRWLock) grant(h *held, err error) (rwlock.Grant, error) {
+func (l *zkRWLock) grant(h driver.Hold, err error) (rwlock.Grant, error) {
 	if err != nil {
 		return rwlock.Grant{}, err
 	}
-	mode := rwlock.Write
-	if h.marker == readMarker {
-		mode = rwlock.Read
-	}
-	return rwlock.Grant{FencingToken: fencing.Token(h.token), Key: h.node, LeaseID: h.lease, TTL: h.timeout,
-		Mode: mode, Created: h.created}, nil
+	return rwlock.Grant{FencingToken: h.Token, Key: h.Key, LeaseID: h.LeaseID, TTL: l.s.Timeout(),
+		Mode: h.Mode, Created: h.Created}, nil
 }
 
 // RLock blocks until this owner holds a read grant.
 func (l *zkRWLock) RLock(ctx context.Context) (rwlock.Grant, error) {
-	return l.grant(l.acquire(ctx, readMarker, "", false))
+	return l.grant(l.acquire(ctx, rwlock.Read, "", false))
 }
 
 // TryRLock takes a read grant only if no writer holds or waits.
 func (l *zkRWLock) TryRLock(ctx context.Context) (rwlock.Grant, error) {
-	return l.grant(l.acquire(ctx, readMarker, "", true))
+	return l.grant(l.acquire(ctx, rwlock.Read, "", true))
 }
 
 // RUnlock releases the current read grant; rwlock.ErrNotHeld if there is
 // none.
-func (l *zkRWLock) RUnlock(ctx context.Context) error { return l.release(ctx, 0, true, readMarker) }
+func (l *zkRWLock) RUnlock(ctx context.Context) error {
+	return l.release(ctx, driver.InMode(rwlock.Read))
+}
 
 // Lock blocks until this owner holds the write grant.
 func (l *zkRWLock) Lock(ctx context.Context) (rwlock.Grant, error) {
-	return l.grant(l.acquire(ctx, writeMarker, "", false))
+	return l.grant(l.acquire(ctx, rwlock.Write, "", false))
 }
 
 // TryLock takes the write grant only if nobody holds or waits.
 func (l *zkRWLock) TryLock(ctx context.Context) (rwlock.Grant, error) {
-	return l.grant(l.acquire(ctx, writeMarker, "", true))
+	return l.grant(l.acquire(ctx, rwlock.Write, "", true))
 }
 
 // Unlock releases the current write grant; rwlock.ErrNotHeld if there is
 // none.
-func (l *zkRWLock) Unlock(ctx context.Context) error { return l.release(ctx, 0, true, writeMarker) }
+func (l *zkRWLock) Unlock(ctx context.Context) error {
+	return l.release(ctx, driver.InMode(rwlock.Write))
+}
 
 // Release releases exactly g (read or write), matched by its Created.
 func (l *zkRWLock) Release(ctx context.Context, g rwlock.Grant) error {
-	return l.release(ctx, g.Created, false, "")
+	return l.release(ctx, driver.CreatedAt(g.Created))
 }
 
 // errRaced says another holder advanced the epoch first, or it was
@@ -112,13 +112,13 @@ var errNoEpoch = errors.New("zkio: no epoch")
 
 // epochToken issues the token of the hold on node, which holds now, as
 // NewRWLock's doc describes. It retries while the connection is down.
-func epochToken(ctx context.Context, svc *service, node, marker string) (int64, error) {
+func epochToken(ctx context.Context, svc *service, node string, mode rwlock.Mode) (int64, error) {
 	epoch := svc.path + EpochSuffix
 	for {
 		if err := svc.live(ctx); err != nil {
 			return 0, err
 		}
-		token, err := epochOnce(svc.s.conn, epoch, node, marker)
+		token, err := epochOnce(svc.s.conn, epoch, node, mode)
 		switch {
 		case err == nil:
 			return token, nil
@@ -138,8 +138,8 @@ func epochToken(ctx context.Context, svc *service, node, marker string) (int64, 
 
 // epochOnce makes one attempt: a writer advances the epoch, a reader joins
 // the current read epoch or starts one. zk.ErrNoNode means node is gone.
-func epochOnce(conn *zk.Conn, epoch, node, marker string) (int64, error) {
-	if marker == writeMarker {
+func epochOnce(conn *zk.Conn, epoch, node string, mode rwlock.Mode) (int64, error) {
+	if mode == rwlock.Write {
 		token, err := advance(conn, epoch, node, writeEpoch, -1)
 		if errors.Is(err, errNoEpoch) {
 			return advance(conn, epoch, node, writeEpoch, -2)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,63 +12,57 @@ import (
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
+	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
 // spec says what sets a lock, a read/write lock and an election apart.
 type spec struct {
+	kind     string   // the metrics' kind: lock, rwlock, election
 	markers  []string // the queue's znode markers in Curator's layout
 	notHeld  error    // lock.ErrNotHeld, election.ErrNotLeader
 	taken    error    // lock.ErrLockTaken
 	election bool     // follows who leads (LeaderChanged, Observe)
 	// token issues the fencing token of a hold on node, once it holds; nil:
 	// the znode's czxid.
-	token func(ctx context.Context, svc *service, node, marker string) (int64, error)
+	token func(ctx context.Context, svc *service, node string, mode rwlock.Mode) (int64, error)
 }
 
-// held is one hold (a lock grant, a term), as the loop records it.
-type held struct {
-	node    string
-	marker  string // the kind of its znode: a read/write lock's mode
-	created int64  // the znode's czxid: Created
-	token   int64  // the fencing token: created, unless the spec issues tokens
-	value   string
-	lease   int64 // the session id, the znode's ephemeralOwner
-	timeout time.Duration
-
-	releasing bool          // Loop only: a release is under way
-	stop      chan struct{} // ends the helper watching the znode
+// marker is the znode marker of a member of mode: the one place a
+// read/write lock's rwlock.Mode becomes Curator's marker. Kinds with one
+// marker ignore mode.
+func (sp *spec) marker(mode rwlock.Mode) string {
+	switch {
+	case len(sp.markers) == 1:
+		return sp.markers[0]
+	case mode == rwlock.Read:
+		return readMarker
+	}
+	return writeMarker
 }
 
 // service is every primitive: one owner in one queue (a lock's waiters, an
-// election's candidates) on one session.
+// election's candidates) on one session. Its grant is its shell's
+// driver.Hold: Key is the znode, Created its czxid, LeaseID the session.
 type service struct {
-	s               *Session
-	own             bool // the service made its session and closes it
-	path            string
-	spec            *spec
-	cancelOnSuspend bool
-
-	slot   chan struct{} // taken from the start of an acquisition to the end of its hold
-	events *actor.Fanout[primitives.Event]
-	ended  chan struct{} // closed by the loop when the service ends
-	done   chan struct{} // closed once the end is complete
-	err    atomic.Pointer[error]
-	term   atomic.Pointer[held] // the current hold, for Term
+	*driver.Shell
+	s         *Session
+	own       bool // the service made its session and closes it
+	path      string
+	spec      *spec
+	metrics   *metrics.Metrics
+	closedErr error
+	// stop is closed by the loop when Close begins or the service ends:
+	// acquisitions under way withdraw their znodes.
+	stop chan struct{}
 
 	closeStarted atomic.Bool
 
-	acqMu   sync.Mutex
-	acqN    int           // acquisitions under way
-	acqStop bool          // Close began: no new acquisition
-	acqIdle chan struct{} // closed when acqStop and acqN == 0
-
 	// Loop only.
-	grant     *held
-	isEnded   bool
-	closing   bool
-	suspended bool
-	leader    leaderState
+	stopping bool // stop is closed
+	leader   leaderState
 }
 
 func newService(servers []string, path string, sp *spec, opts []Option) (*service, error) {
@@ -82,14 +75,10 @@ func newService(servers []string, path string, sp *spec, opts []Option) (*servic
 		return nil, err
 	}
 	svc := &service{
-		path:            p,
-		spec:            sp,
-		cancelOnSuspend: o.cancelOnSuspend,
-		slot:            make(chan struct{}, 1),
-		events:          actor.NewFanout(primitives.Coalescable),
-		ended:           make(chan struct{}),
-		done:            make(chan struct{}),
-		acqIdle:         make(chan struct{}),
+		path:      p,
+		spec:      sp,
+		closedErr: fmt.Errorf("zkio: %s: %w", p, primitives.ErrClosed),
+		stop:      make(chan struct{}),
 	}
 	if o.session != nil {
 		if len(servers) > 0 {
@@ -103,13 +92,19 @@ func newService(servers []string, path string, sp *spec, opts []Option) (*servic
 		}
 		svc.s, svc.own = s, true
 	}
+	svc.metrics = o.Metrics
+	if svc.metrics == nil {
+		svc.metrics = svc.s.metrics
+	}
+	svc.Shell = driver.NewShell(driver.Spec{Kind: sp.kind, Name: "zkio: " + sp.kind + " " + p,
+		NotHeld: sp.notHeld, Taken: sp.taken, CancelOnSuspend: o.CancelOnSuspend, Metrics: svc.metrics})
 	if sp.election {
 		svc.leader.init()
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(o.Context, 10*time.Second)
 	defer cancel()
 	_, err = call(ctx, svc, func(r actor.Reply[struct{}]) {
-		svc.s.services[svc] = struct{}{}
+		svc.s.join(svc)
 		if sp.election {
 			svc.s.helper(svc.followLeader)
 		}
@@ -140,32 +135,28 @@ func call[T any](ctx context.Context, svc *service, f func(actor.Reply[T])) (T, 
 	return v, err
 }
 
-// Err is nil while the service is usable; then it wraps primitives.ErrLost
-// or primitives.ErrClosed.
-func (svc *service) Err() error {
-	if p := svc.err.Load(); p != nil {
-		return *p
+// stopped returns why the service takes no more requests: its Err once
+// done, ErrClosed while Close is under way; nil while it takes them.
+func (svc *service) stopped() error {
+	select {
+	case <-svc.stop:
+	default:
+		return nil
 	}
-	return nil
+	if e := svc.Err(); e != nil {
+		return e
+	}
+	return svc.closedErr
 }
 
-func (svc *service) Done() <-chan struct{} { return svc.done }
-
-func (svc *service) Subscribe(ctx context.Context) <-chan primitives.Event {
-	return svc.events.Subscribe(ctx)
-}
-
-// CancelOnSuspend reports whether lock.Do and election.Lead end fn's
-// context at Suspended.
-func (svc *service) CancelOnSuspend() bool { return svc.cancelOnSuspend }
-
-// acquire queues a new znode carrying marker, with value as its data, and
-// returns the hold once it holds; with try, it fails at once with
-// spec.taken if it would wait. A second acquisition of the service waits
-// for the first hold to end. If ctx has ended (or its deadline passed) when
-// it fails, its error is ctx.Err() or wraps it, whatever else it wraps.
-func (svc *service) acquire(ctx context.Context, marker, value string, try bool) (*held, error) {
-	h, err := svc.acquireOnce(ctx, marker, value, try)
+// acquire queues a new znode of mode (a read/write lock's; other kinds
+// have one), with value as its data, and returns the grant once it holds;
+// with try, it fails at once with spec.taken if it would wait. A second
+// acquisition of the service waits for the first grant to end. If ctx has
+// ended (or its deadline passed) when it fails, its error is ctx.Err() or
+// wraps it, whatever else it wraps.
+func (svc *service) acquire(ctx context.Context, mode rwlock.Mode, value string, try bool) (driver.Hold, error) {
+	h, err := svc.acquireOnce(ctx, mode, value, try)
 	if err != nil {
 		err = ctxFirst(ctx, err)
 	}
@@ -182,125 +173,84 @@ func ctxFirst(ctx context.Context, err error) error {
 	return fmt.Errorf("%w (%w)", cerr, err)
 }
 
-func (svc *service) acquireOnce(ctx context.Context, marker, value string, try bool) (*held, error) {
+func (svc *service) acquireOnce(ctx context.Context, mode rwlock.Mode, value string, try bool) (driver.Hold, error) {
+	began := time.Now()
 	if err := svc.s.checkValue("campaign", value); err != nil {
-		return nil, err
+		return driver.Hold{}, err
 	}
 	if err := svc.live(ctx); err != nil {
-		return nil, err
+		return driver.Hold{}, err
 	}
-	svc.acqMu.Lock()
-	if svc.acqStop {
-		svc.acqMu.Unlock()
-		return nil, fmt.Errorf("zkio: %s: %w", svc.path, primitives.ErrClosed)
+	if err := svc.Enter(ctx, try); err != nil {
+		return driver.Hold{}, err
 	}
-	svc.acqN++
-	svc.acqMu.Unlock()
-	defer func() {
-		svc.acqMu.Lock()
-		svc.acqN--
-		if svc.acqStop && svc.acqN == 0 {
-			close(svc.acqIdle)
-		}
-		svc.acqMu.Unlock()
-	}()
-	if try {
-		select {
-		case svc.slot <- struct{}{}:
-		default:
-			return nil, svc.spec.taken
-		}
-	} else {
-		select {
-		case svc.slot <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-svc.ended:
-			return nil, svc.Err()
-		}
-	}
-	h, err := svc.acquireSlot(ctx, marker, value, try)
+	h, err := svc.acquireEntered(ctx, mode, value, try, began)
 	if err != nil {
-		<-svc.slot
-		// A request cut short by the session's end says so.
-		if e := svc.Err(); e != nil && !errors.Is(err, primitives.ErrLost) && !errors.Is(err, primitives.ErrClosed) {
+		svc.Leave()
+		// A request cut short by the service's end says so.
+		if e := svc.stopped(); e != nil && !errors.Is(err, primitives.ErrLost) && !errors.Is(err, primitives.ErrClosed) {
 			err = fmt.Errorf("%w (%w)", e, err)
 		}
 	}
 	return h, err
 }
 
-func (svc *service) acquireSlot(ctx context.Context, marker, value string, try bool) (*held, error) {
-	node, err := svc.create(ctx, marker, []byte(value))
+// acquireEntered is acquire once the caller entered the shell. Close, if it
+// began meanwhile, waits for the caller to leave, so that nothing it wrote
+// is left when Close returns.
+func (svc *service) acquireEntered(ctx context.Context, mode rwlock.Mode, value string, try bool, began time.Time) (driver.Hold, error) {
+	if err := svc.live(ctx); err != nil {
+		return driver.Hold{}, err
+	}
+	node, err := svc.create(ctx, svc.spec.marker(mode), []byte(value))
 	if err != nil {
-		return nil, err
+		return driver.Hold{}, err
 	}
 	o := &own{node: node, early: svc.stat(node)}
-	if err := svc.wait(ctx, o, try); err != nil {
-		return nil, err
+	waited, err := svc.wait(ctx, o, try)
+	if err != nil {
+		return driver.Hold{}, err
 	}
 	created, err := svc.created(ctx, o)
 	if err != nil {
-		return nil, err
+		return driver.Hold{}, err
 	}
 	token := created
 	if svc.spec.token != nil {
-		if token, err = svc.spec.token(ctx, svc, node, marker); err != nil {
+		if token, err = svc.spec.token(ctx, svc, node, mode); err != nil {
 			svc.withdraw(node)
-			return nil, err
+			return driver.Hold{}, err
 		}
 	}
-	h := &held{node: node, marker: marker, created: created, token: token, value: value,
-		lease: svc.s.SessionID(), timeout: svc.s.Timeout()}
-	got, err := call(ctx, svc, func(r actor.Reply[*held]) { svc.granted(r, h) })
+	h := driver.Hold{Key: node, Created: created, Token: fencing.Token(token), Mode: mode, Value: value,
+		LeaseID: svc.s.SessionID(), Waited: waited}
+	got, err := call(ctx, svc, func(r actor.Reply[driver.Hold]) { svc.granted(r, h, began) })
 	if err != nil {
-		if got == nil {
-			svc.withdraw(node)
-		}
-		return nil, err
+		svc.withdraw(node)
+		return driver.Hold{}, err
 	}
 	return got, nil
 }
 
-// granted makes h the service's hold: the answer, then Acquired. If the
-// caller gave up meanwhile, h never becomes the hold: the caller, whose
-// call failed, withdraws its znode and frees the slot (freeing it here too
-// would free it twice). Loop only.
-func (svc *service) granted(r actor.Reply[*held], h *held) {
-	if svc.isEnded || svc.closing {
-		r.Answer(nil, svc.endedErr())
+// granted records h as the service's grant and answers the caller with it;
+// if the caller gave up meanwhile, h never becomes the grant: the caller,
+// whose call failed, withdraws its znode and leaves the shell. Loop only.
+func (svc *service) granted(r actor.Reply[driver.Hold], h driver.Hold, began time.Time) {
+	if err := svc.stopped(); err != nil {
+		r.Answer(driver.Hold{}, err)
 		return
 	}
-	h.stop = make(chan struct{})
-	svc.grant = h
-	svc.term.Store(h)
-	if !r.Answer(h, nil) {
-		svc.grant = nil
-		svc.term.Store(nil)
-		return
+	if svc.Grant(h, began, func(h driver.Hold) bool { return r.Answer(h, nil) }) {
+		svc.s.helper(func() { svc.watchHeld(h) })
 	}
-	svc.events.Publish(primitives.Acquired{Key: h.node, Token: fencing.Token(h.token), Created: h.created})
-	if svc.suspended {
-		svc.events.Publish(primitives.Suspended{Key: h.node, Token: fencing.Token(h.token), Created: h.created,
-			Deadline: svc.s.wire.lastHeard().Add(svc.s.Timeout())})
-	}
-	svc.s.helper(func() { svc.watchHeld(h) })
 }
 
-// endedErr is the error of a call to a service that ended or is closing.
-// Loop only.
-func (svc *service) endedErr() error {
-	if e := svc.Err(); e != nil {
-		return e
-	}
-	return fmt.Errorf("zkio: %s: %w", svc.path, primitives.ErrClosed)
-}
-
-// watchHeld watches the hold's znode and tells the loop if it disappears
-// while the session lives. Helper.
-func (svc *service) watchHeld(h *held) {
+// watchHeld watches the grant's znode and tells the loop if it disappears
+// while the session lives. It ends once the znode is gone (a release
+// deletes it) or the session ends. Helper.
+func (svc *service) watchHeld(h driver.Hold) {
 	for {
-		exists, _, ch, err := svc.s.conn.ExistsW(h.node)
+		exists, _, ch, err := svc.s.conn.ExistsW(h.Key)
 		switch {
 		case err == nil && !exists:
 			svc.s.post(func() { svc.vanished(h) })
@@ -317,129 +267,78 @@ func (svc *service) watchHeld(h *held) {
 				svc.s.post(func() { svc.vanished(h) })
 				return
 			}
-		case <-h.stop:
-			return
 		case <-svc.s.quit:
 			return
 		}
 	}
 }
 
-// vanished ends h with Lost: its znode was deleted behind its back. The
-// service stays usable. Loop only.
-func (svc *service) vanished(h *held) {
-	if svc.grant != h || h.releasing || svc.closing {
+// vanished ends h with Lost if it is still the grant and no release of it
+// is under way: its znode was deleted behind its back. The service stays
+// usable. Loop only.
+func (svc *service) vanished(h driver.Hold) {
+	cur := svc.Held()
+	if cur == nil || cur.Created != h.Created || cur.Releasing() || svc.stopping {
 		return
 	}
-	svc.endHold(primitives.Lost{Key: h.node, Token: fencing.Token(h.token), Created: h.created,
-		Err: fmt.Errorf("zkio: %s deleted by someone else: %w", h.node, primitives.ErrLost)})
+	svc.Lose(svc.KeyDeleted(h.Key), metrics.CauseKeyDeleted)
 }
 
-// endHold publishes how the hold ended and frees the service for the next
-// acquisition. Loop only.
-func (svc *service) endHold(e primitives.Event) {
-	h := svc.grant
-	svc.grant = nil
-	svc.term.Store(nil)
-	close(h.stop)
-	svc.events.Publish(e)
-	select {
-	case <-svc.slot:
-	default:
-	}
-}
-
-// release ends the hold named by created (a zero created names none, since
-// every znode's czxid is positive), or with current the current hold if it
-// carries marker ("": any): it deletes the znode, then the hold ends with
-// Released. A release that fails keeps the hold and may be retried.
-func (svc *service) release(ctx context.Context, created int64, current bool, marker string) error {
-	h, err := call(ctx, svc, func(r actor.Reply[*held]) {
-		switch {
-		case svc.isEnded || svc.closing:
-			r.Answer(nil, svc.endedErr())
-		case svc.grant == nil || svc.grant.releasing || (!current && svc.grant.created != created) ||
-			(current && marker != "" && svc.grant.marker != marker):
-			r.Answer(nil, svc.spec.notHeld)
-		default:
-			h := svc.grant
-			h.releasing = true
-			if !r.Answer(h, nil) {
-				h.releasing = false
-			}
+// release ends the grant m matches: it deletes the znode, then the grant
+// ends with Released. A release that fails keeps the grant and may be
+// retried; one that finds the znode gone ends it with Lost.
+func (svc *service) release(ctx context.Context, m driver.Match) error {
+	h, err := call(ctx, svc, func(r actor.Reply[driver.Hold]) {
+		if err := svc.stopped(); err != nil {
+			r.Answer(driver.Hold{}, err)
+			return
+		}
+		if cur := svc.Held(); cur != nil && cur.Releasing() {
+			r.Answer(driver.Hold{}, svc.spec.notHeld) // the other release settles it
+			return
+		}
+		h, err := svc.BeginRelease(m)
+		if err != nil {
+			r.Answer(h, err)
+			return
+		}
+		if !r.Answer(h, nil) {
+			_ = svc.SettleRelease(h, driver.Failed, context.Canceled)
 		}
 	})
 	if err != nil {
 		return err
 	}
-	derr := svc.s.conn.Delete(h.node, -1)
-	if errors.Is(derr, zk.ErrNoNode) {
-		derr = nil
+	out := driver.Deleted
+	derr := svc.s.conn.Delete(h.Key, -1)
+	switch {
+	case errors.Is(derr, zk.ErrNoNode):
+		out = driver.Gone
+	case derr != nil:
+		out = driver.Failed
 	}
-	_, err = call(context.WithoutCancel(ctx), svc, func(r actor.Reply[struct{}]) {
-		svc.released(h, derr)
-		r.Answer(struct{}{}, nil)
+	settled, err := call(context.WithoutCancel(ctx), svc, func(r actor.Reply[error]) {
+		r.Answer(svc.SettleRelease(h, out, derr), nil)
 	})
-	if derr != nil {
-		return fmt.Errorf("zkio: delete %s: %w", h.node, derr)
-	}
-	return err
-}
-
-// released ends h with Released if its znode was deleted (err == nil), or
-// keeps it otherwise. Loop only.
-func (svc *service) released(h *held, err error) {
-	if svc.grant != h {
-		return
-	}
 	if err != nil {
-		h.releasing = false
+		return err
+	}
+	return settled
+}
+
+// end ends the service with err: Lost (cause) for its grant, or Released
+// if err wraps ErrClosed; then every channel closes. Loop only.
+func (svc *service) end(err error, cause string) {
+	if svc.Ended() {
 		return
 	}
-	svc.endHold(primitives.Released{Key: h.node, Token: fencing.Token(h.token), Created: h.created})
-}
-
-// suspend tells the holder the session may end at deadline. Loop only.
-func (svc *service) suspend(deadline time.Time) {
-	svc.suspended = true
-	if h := svc.grant; h != nil {
-		svc.events.Publish(primitives.Suspended{Key: h.node, Token: fencing.Token(h.token), Created: h.created, Deadline: deadline})
-	}
-}
-
-// resume tells the holder the session was confirmed again. Loop only.
-func (svc *service) resume() {
-	svc.suspended = false
-	if h := svc.grant; h != nil {
-		svc.events.Publish(primitives.Resumed{Key: h.node, Token: fencing.Token(h.token), Created: h.created})
-	}
-}
-
-// end ends the service with err: Lost for its hold, then every channel
-// closes. Loop only.
-func (svc *service) end(err error) {
-	if svc.isEnded {
-		return
-	}
-	svc.isEnded = true
-	if svc.Err() == nil {
-		svc.err.Store(&err)
-	}
-	if h := svc.grant; h != nil {
-		if errors.Is(err, primitives.ErrClosed) {
-			svc.endHold(primitives.Released{Key: h.node, Token: fencing.Token(h.token), Created: h.created})
-		} else {
-			svc.endHold(primitives.Lost{Key: h.node, Token: fencing.Token(h.token), Created: h.created, Err: err})
-		}
-	}
-	select {
-	case <-svc.ended:
-	default:
-		close(svc.ended)
+	svc.EndFor(err, cause)
+	svc.Finish(err)
+	if !svc.stopping {
+		svc.stopping = true
+		close(svc.stop)
 	}
 	svc.leader.end()
-	svc.events.Close()
-	close(svc.done)
 }
 
 // Close releases what the service holds and withdraws a waiting
@@ -447,59 +346,56 @@ func (svc *service) end(err error) {
 // done with ErrClosed. On its own session it closes the session too.
 func (svc *service) Close() error {
 	if !svc.closeStarted.CompareAndSwap(false, true) {
-		<-svc.done
+		<-svc.Done()
 		return fmt.Errorf("zkio: %s: already closed: %w", svc.path, errors.Join(primitives.ErrClosed, svc.Err()))
 	}
-	closedErr := fmt.Errorf("zkio: %s: %w", svc.path, primitives.ErrClosed)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	svc.acqMu.Lock()
-	svc.acqStop = true
-	if svc.acqN == 0 {
-		close(svc.acqIdle)
-	}
-	svc.acqMu.Unlock()
 	// The loop stops the service's acquisitions (they withdraw their
-	// znodes) and hands over its hold, which Close deletes.
-	h, err := call(ctx, svc, func(r actor.Reply[*held]) {
-		if svc.isEnded {
-			r.Answer(nil, svc.Err())
+	// znodes and leave the shell) and hands over its grant, which Close
+	// deletes.
+	type grant struct {
+		h  driver.Hold
+		ok bool
+	}
+	g, err := call(ctx, svc, func(r actor.Reply[grant]) {
+		if svc.Ended() {
+			r.Answer(grant{}, svc.Err())
 			return
 		}
-		svc.closing = true
-		svc.err.Store(&closedErr)
-		close(svc.ended)
-		r.Answer(svc.grant, nil)
+		svc.stopping = true
+		close(svc.stop)
+		h, ok := svc.Current()
+		r.Answer(grant{h, ok}, nil)
 	})
 	if err != nil {
 		if svc.own {
 			svc.s.Close()
 		}
-		<-svc.done
+		<-svc.Done()
 		return nil
 	}
 	var derr error
-	if h != nil {
-		if derr = svc.s.conn.Delete(h.node, -1); errors.Is(derr, zk.ErrNoNode) {
+	if g.ok {
+		// The grant keeps the shell: no acquisition is under way.
+		if derr = svc.s.conn.Delete(g.h.Key, -1); errors.Is(derr, zk.ErrNoNode) {
 			derr = nil
 		}
-	}
-	// Acquisitions under way saw the service end and withdraw their
-	// znodes; wait for them, so that Close leaves nothing behind.
-	select {
-	case <-svc.acqIdle:
-	case <-ctx.Done():
+	} else {
+		// Wait for an acquisition under way to withdraw its znode and
+		// leave, so that Close leaves nothing behind.
+		_ = svc.Enter(ctx, false)
 	}
 	svc.s.post(func() {
-		svc.end(closedErr)
+		svc.end(svc.closedErr, "")
 		delete(svc.s.services, svc)
 	})
 	if svc.own {
 		// Ending the session deletes whatever the service left.
 		svc.s.Close()
-	} else if derr != nil && h != nil {
-		svc.s.forgetNode(h.node)
+	} else if derr != nil {
+		svc.s.forgetNode(g.h.Key)
 	}
-	<-svc.done
+	<-svc.Done()
 	return nil
 }

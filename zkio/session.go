@@ -12,7 +12,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // Session is one ZooKeeper session: one client connection (re-established
@@ -27,9 +30,12 @@ type Session struct {
 	zkev    <-chan zk.Event
 	wire    *wire
 	log     *zap.Logger
+	metrics *metrics.Metrics
 	asked   time.Duration
-	granted atomic.Int64 // negotiated timeout, ns; 0 until known
-	maxData int          // the largest value primitives take
+	part    float64       // WithSuspendAfter's part of the timeout
+	granted atomic.Int64  // negotiated timeout, ns; 0 until known
+	learnt  chan struct{} // closed once granted is known
+	maxData int           // the largest value primitives take
 
 	mb            *actor.Mailbox[func()]
 	quit          chan struct{} // closed when the loop is told to stop
@@ -43,12 +49,9 @@ type Session struct {
 	closeOnce sync.Once
 
 	// Loop only.
-	services  map[*service]struct{}
-	connected bool
-	suspended bool
-	ended     bool
-	wake      time.Time       // when the loop checks the session next
-	pausing   <-chan struct{} // test hook: freeze the loop until closed
+	services map[*service]struct{}
+	clock    driver.Clock
+	ended    bool
 }
 
 // NewSession connects to the ZooKeeper servers ("host:port") and waits for
@@ -61,7 +64,7 @@ func NewSession(servers []string, opts ...Option) (*Session, error) {
 	if o.session != nil {
 		return nil, fmt.Errorf("WithSession given to NewSession: %w", ErrInvalidArgument)
 	}
-	if o.cancelOnSuspend {
+	if o.CancelOnSuspend {
 		return nil, fmt.Errorf("WithCancelOnSuspend configures primitives, not sessions: %w", ErrInvalidArgument)
 	}
 	return newSession(servers, o)
@@ -77,9 +80,11 @@ func newSession(servers []string, o options) (*Session, error) {
 		}
 	}
 	s := &Session{
-		wire:     newWire(),
-		log:      o.log,
-		asked:    o.timeout,
+		log:      o.Logger,
+		metrics:  o.Metrics,
+		asked:    o.TTL,
+		part:     o.SuspendAfter,
+		learnt:   make(chan struct{}),
 		maxData:  o.maxData,
 		mb:       actor.NewMailbox[func()](),
 		quit:     make(chan struct{}),
@@ -87,20 +92,23 @@ func newSession(servers []string, o options) (*Session, error) {
 		done:     make(chan struct{}),
 		services: make(map[*service]struct{}),
 	}
+	s.wire = newWire(s, s.quit)
 	sendBuffer := zk.WithLogInfo(true) // the default: the client logs what zkLogger learns from
 	if buf := o.maxData + sendSlack; buf > clientSendBuffer {
 		sendBuffer = zk.WithMaxConnBufferSize(buf)
 	}
-	conn, events, err := zk.Connect(servers, o.timeout, zk.WithDialer(s.wire.dial),
+	conn, events, err := zk.Connect(servers, o.TTL, zk.WithDialer(s.wire.dial),
 		zk.WithLogger(zkLogger{s}), sendBuffer)
 	if err != nil {
 		return nil, fmt.Errorf("zkio: connect: %w", err)
 	}
 	s.conn, s.zkev = conn, events
-	ctx := o.ctx
+	ctx := o.Context
 	wait := time.NewTimer(10 * time.Second)
 	defer wait.Stop()
-	for connected := false; !connected; {
+	// The session is there once the client says so and the timeout it
+	// was granted is known (the client logs it just after).
+	for connected, learnt := false, s.learnt; !connected || learnt != nil; {
 		select {
 		case ev, ok := <-events:
 			if !ok {
@@ -109,6 +117,8 @@ func newSession(servers []string, o options) (*Session, error) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
 				connected = true
 			}
+		case <-learnt:
+			learnt = nil
 		case <-ctx.Done():
 			conn.Close()
 			return nil, fmt.Errorf("zkio: no session: %w", ctx.Err())
@@ -117,7 +127,10 @@ func newSession(servers []string, o options) (*Session, error) {
 			return nil, fmt.Errorf("zkio: no session with %v within 10s", servers)
 		}
 	}
-	s.connected = true
+	// The lease was granted no earlier than the connect request was sent.
+	sent, _ := s.wire.lastHeard()
+	ttl := s.Timeout()
+	s.clock = driver.NewClock(sent, ttl, driver.SuspendPart(ttl, s.part))
 	go s.run()
 	return s, nil
 }
@@ -143,6 +156,10 @@ func (s *Session) checkValue(what string, value string) error {
 // every znode its primitives create.
 func (s *Session) SessionID() int64 { return s.conn.SessionID() }
 
+// LeaseID is SessionID, by the name every backend's session has: the
+// LeaseID of every grant on the session.
+func (s *Session) LeaseID() int64 { return s.SessionID() }
+
 // Timeout returns the session timeout the server granted (or, before it was
 // learnt, the one asked for).
 func (s *Session) Timeout() time.Duration {
@@ -151,6 +168,10 @@ func (s *Session) Timeout() time.Duration {
 	}
 	return s.asked
 }
+
+// TTL is Timeout, by the name every backend's session has: the session
+// timeout the server granted, the TTL of every grant on the session.
+func (s *Session) TTL() time.Duration { return s.Timeout() }
 
 // Done is closed when the session has ended: expired, lost or closed.
 func (s *Session) Done() <-chan struct{} { return s.done }
@@ -173,7 +194,7 @@ func (s *Session) Close() error {
 	first := false
 	s.closeOnce.Do(func() {
 		first = true
-		if !s.mb.Post(func() { s.end(err) }) {
+		if !s.mb.Post(func() { s.end(err, "") }) {
 			return
 		}
 		<-s.stopped
@@ -208,51 +229,44 @@ func (s *Session) helper(f func()) {
 
 // run is the session's event loop. Its entry points are the functions
 // posted to its mailbox (by callers and helpers), the client's session
-// events, and a timer that wakes it when the session must next be checked
-// (see check): at its deadline, at the point it counts as quiet, and at
-// least every tenth of its timeout.
+// events, the wire's word that the server answered, and a timer set to the
+// clock's next point (suspension or deadline). A test may freeze it
+// (testhook.PauseSession); it then checks the clock at once on waking, as
+// a process waking from a long pause would.
 func (s *Session) run() {
 	defer close(s.stopped)
-	wake := time.NewTimer(0)
+	wake := time.NewTimer(time.Until(s.clock.Next()))
 	defer wake.Stop()
-	var armed time.Time
 	var batch []func()
 	for !s.ended {
-		if !s.wake.Equal(armed) {
-			armed = s.wake
-			wake.Reset(time.Until(armed))
-		}
 		select {
 		case <-s.mb.Ready():
+			testhook.Wait(s, s.quit)
 			batch = s.mb.Drain(batch[:0])
+			s.metrics.Drained(len(batch))
 			for _, f := range batch {
 				if !s.ended {
 					f()
 				}
-				s.frozen()
 			}
 		case ev, ok := <-s.zkev:
+			testhook.Wait(s, s.quit)
 			if !ok {
-				s.end(fmt.Errorf("zkio: session %#x: connection closed: %w", s.conn.SessionID(), primitives.ErrLost))
+				s.end(fmt.Errorf("zkio: session %#x: connection closed: %w", s.conn.SessionID(), primitives.ErrLost),
+					metrics.CauseLeaseRevoked)
 				break
 			}
 			s.sessionEvent(ev)
+		case <-s.wire.heardCh:
+			testhook.Wait(s, s.quit)
 		case <-wake.C:
-			armed = time.Time{}
-			s.check()
+			testhook.Wait(s, s.quit)
+		}
+		s.check()
+		if !s.ended {
+			wake.Reset(time.Until(s.clock.Next()))
 		}
 	}
-}
-
-// frozen blocks while a test pauses the loop, then checks the session at
-// once, as a process waking from a long pause would. Loop only.
-func (s *Session) frozen() {
-	if s.pausing == nil {
-		return
-	}
-	<-s.pausing
-	s.pausing = nil
-	s.check()
 }
 
 // sessionEvent follows the client's session state. Loop only.
@@ -262,66 +276,83 @@ func (s *Session) sessionEvent(ev zk.Event) {
 	}
 	switch ev.State {
 	case zk.StateExpired:
-		s.end(fmt.Errorf("zkio: session %#x expired: %w", s.conn.SessionID(), primitives.ErrLost))
-		return
-	case zk.StateHasSession:
-		s.connected = true
+		s.end(fmt.Errorf("zkio: session %#x expired: %w", s.conn.SessionID(), primitives.ErrLost),
+			metrics.CauseLeaseRevoked)
 	case zk.StateDisconnected, zk.StateConnecting:
-		s.connected = false
+		// The connection broke when the wire saw it fail; a request sent
+		// after that and answered (on a new connection) already made up
+		// for it.
+		now := time.Now()
+		at := s.wire.lastBroken()
+		if at.IsZero() || at.After(now) {
+			at = now
+		}
+		if sent, _ := s.wire.lastHeard(); !sent.After(at) {
+			s.act(s.clock.Broken(at))
+		}
 	}
-	s.check()
 }
 
-// check ends the session once the server may have expired it, and
-// suspends or resumes its holders; it sets when the loop checks next: at
-// the deadline, at the point the session counts as quiet (if not
-// suspended), and no later than a tenth of its timeout from now (to see a
-// quiet session heard from again). Loop only.
+// check tells the clock of the latest answer the server gave, if it is
+// new, and of the time: the session is lost at its deadline, its holders
+// are suspended and resumed as it says. Loop only.
 func (s *Session) check() {
 	if s.ended {
 		return
 	}
-	timeout := s.Timeout()
-	heard := s.wire.lastHeard()
-	deadline := heard.Add(timeout)
 	now := time.Now()
-	if !now.Before(deadline) {
-		s.end(fmt.Errorf("zkio: session %#x not heard from since %s, its timeout %v has passed: %w",
-			s.conn.SessionID(), heard.Format(time.RFC3339Nano), timeout, primitives.ErrLost))
+	if sent, replied := s.wire.lastHeard(); sent.After(s.clock.LastSent()) {
+		margin := s.clock.Deadline().Sub(now)
+		change := s.clock.Renewed(sent, now, s.Timeout())
+		if change != driver.Expire {
+			s.metrics.Renewed(replied.Sub(sent), margin)
+		}
+		s.act(change)
+	}
+	s.act(s.clock.Tick(now))
+}
+
+// act carries out what the clock reported. Loop only.
+func (s *Session) act(c driver.Change) {
+	if s.ended {
 		return
 	}
-	quietAt := heard.Add(timeout / 2)
-	quiet := now.After(quietAt)
-	switch {
-	case !s.suspended && (!s.connected || quiet):
-		s.suspended = true
+	switch c {
+	case driver.Suspend:
+		s.metrics.Suspended()
 		for svc := range s.services {
-			svc.suspend(deadline)
+			svc.Suspend(s.clock.Deadline())
 		}
-	case s.suspended && s.connected && !quiet:
-		s.suspended = false
+	case driver.Resume:
 		for svc := range s.services {
-			svc.resume()
+			svc.Resume()
 		}
-	}
-	s.wake = now.Add(max(timeout/10, 10*time.Millisecond))
-	if deadline.Before(s.wake) {
-		s.wake = deadline
-	}
-	if !s.suspended && quietAt.After(now) && quietAt.Before(s.wake) {
-		s.wake = quietAt
+	case driver.Expire:
+		sent := s.clock.LastSent()
+		s.end(fmt.Errorf("zkio: session %#x not heard from since %s, its timeout %v has passed: %w",
+			s.conn.SessionID(), sent.Format(time.RFC3339Nano), s.Timeout(), primitives.ErrLost),
+			metrics.CauseLeaseExpired)
 	}
 }
 
-// end ends the session and every primitive on it with err. Loop only.
-func (s *Session) end(err error) {
+// join adds svc to the session, suspended if the session is. Loop only.
+func (s *Session) join(svc *service) {
+	s.services[svc] = struct{}{}
+	if s.clock.Suspended() {
+		svc.Suspend(s.clock.Deadline())
+	}
+}
+
+// end ends the session and every primitive on it with err; cause is the
+// metrics.Cause of a loss ("" for Close). Loop only.
+func (s *Session) end(err error, cause string) {
 	if s.ended {
 		return
 	}
 	s.ended = true
 	s.err.Store(&err)
 	for svc := range s.services {
-		svc.end(err)
+		svc.end(err, cause)
 	}
 	clear(s.services)
 	s.mb.Close()
@@ -343,7 +374,9 @@ type zkLogger struct{ s *Session }
 func (l zkLogger) Printf(format string, args ...any) {
 	if strings.HasPrefix(format, "authenticated: id=%d, timeout=%d") && len(args) == 2 {
 		if ms, ok := args[1].(int32); ok && ms > 0 {
-			l.s.granted.Store(int64(time.Duration(ms) * time.Millisecond))
+			if l.s.granted.Swap(int64(time.Duration(ms)*time.Millisecond)) == 0 {
+				close(l.s.learnt)
+			}
 		}
 	}
 	l.s.log.Debug(fmt.Sprintf(format, args...), zap.String("component", "zookeeper client"))

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
@@ -25,9 +26,9 @@ func TestSharedSession(t *testing.T) {
 	const path = "/shared/lock"
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	a := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
-	w := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
-	c := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
+	a := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
+	w := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
+	c := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
 	if _, err := a.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -33,7 +34,7 @@ func TestOversizedValue(t *testing.T) {
 	}
 	defer s.Close()
 	admin := adminConn(t, servers)
-	l := closedAtEnd[lock.Service](t)(zkio.NewLock(nil, "/oversized/lock", zkio.WithSession(s)))
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, "/oversized/lock", zkio.WithSession(s)))
 	events := l.Subscribe(ctx)
 	if _, err := l.Lock(ctx); err != nil {
 		t.Fatal(err)
@@ -41,7 +42,7 @@ func TestOversizedValue(t *testing.T) {
 	// The longest path a primitive takes, so that the limit leaves room for
 	// the znode's name.
 	path := "/oversized/" + strings.Repeat("e", 1024-len("/oversized/"))
-	e := closedAtEnd[election.Service](t)(zkio.NewElection(nil, path, zkio.WithSession(s)))
+	e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, path, zkio.WithSession(s)))
 	limit := strconv.Itoa(zkio.DefaultMaxDataSize)
 	refused := func(what string, f func(context.Context) error) {
 		t.Helper()
@@ -127,7 +128,7 @@ func TestWithMaxDataSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	e := closedAtEnd[election.Service](t)(zkio.NewElection(nil, "/maxdata/e", zkio.WithSession(s)))
+	e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, "/maxdata/e", zkio.WithSession(s)))
 	if err := e.Campaign(ctx, strings.Repeat("x", 101)); !errors.Is(err, zkio.ErrInvalidArgument) || !strings.Contains(err.Error(), "100 bytes") {
 		t.Fatalf("Campaign of 101 bytes with a limit of 100: %v", err)
 	}
@@ -137,7 +138,7 @@ func TestWithMaxDataSize(t *testing.T) {
 	if err := e.Proclaim(ctx, strings.Repeat("x", 101)); !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Fatalf("Proclaim of 101 bytes with a limit of 100: %v", err)
 	}
-	own := closedAtEnd[election.Service](t)(zkio.NewElection(servers, "/maxdata/own", zkio.WithSessionTimeout(5*time.Second), zkio.WithMaxDataSize(10)))
+	own := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(servers, "/maxdata/own", zkio.WithSessionTimeout(5*time.Second), zkio.WithMaxDataSize(10)))
 	if err := own.Campaign(ctx, strings.Repeat("x", 11)); !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Fatalf("Campaign of 11 bytes on its own session with a limit of 10: %v", err)
 	}

@@ -3,11 +3,13 @@ package zkio_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -31,8 +33,8 @@ func TestWaiterKeyDeleted(t *testing.T) {
 	}
 	cases := map[string]func(path string) pair{
 		"lock": func(path string) pair {
-			h := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, opts...))
-			w := closedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, opts...))
+			h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, opts...))
+			w := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path, opts...))
 			return pair{
 				hold:    func(ctx context.Context) (string, error) { g, err := h.Lock(ctx); return g.Key, err },
 				wait:    func(ctx context.Context) (string, error) { g, err := w.Lock(ctx); return g.Key, err },
@@ -41,8 +43,8 @@ func TestWaiterKeyDeleted(t *testing.T) {
 			}
 		},
 		"rwlock reader": func(path string) pair {
-			h := closedAtEnd[rwlock.Service](t)(zkio.NewRWLock(servers, path, opts...))
-			w := closedAtEnd[rwlock.Service](t)(zkio.NewRWLock(servers, path, opts...))
+			h := testkit.ClosedAtEnd[rwlock.Service](t)(zkio.NewRWLock(servers, path, opts...))
+			w := testkit.ClosedAtEnd[rwlock.Service](t)(zkio.NewRWLock(servers, path, opts...))
 			return pair{
 				hold:    func(ctx context.Context) (string, error) { g, err := h.Lock(ctx); return g.Key, err },
 				wait:    func(ctx context.Context) (string, error) { g, err := w.RLock(ctx); return g.Key, err },
@@ -51,8 +53,8 @@ func TestWaiterKeyDeleted(t *testing.T) {
 			}
 		},
 		"election": func(path string) pair {
-			h := closedAtEnd[election.Service](t)(zkio.NewElection(servers, path, opts...))
-			w := closedAtEnd[election.Service](t)(zkio.NewElection(servers, path, opts...))
+			h := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(servers, path, opts...))
+			w := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(servers, path, opts...))
 			key := func(e election.Service) string { l, _ := e.Term(); return l.Key }
 			return pair{
 				hold:    func(ctx context.Context) (string, error) { err := h.Campaign(ctx, "h"); return key(h), err },
@@ -116,7 +118,7 @@ func TestObserveWatchersBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	e := closedAtEnd[election.Service](t)(zkio.NewElection(nil, "/observe/watchers", zkio.WithSession(s)))
+	e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, "/observe/watchers", zkio.WithSession(s)))
 	if err := e.Campaign(ctx, "stable"); err != nil {
 		t.Fatal(err)
 	}
@@ -139,12 +141,9 @@ func TestObserveWatchersBounded(t *testing.T) {
 	}
 	// The goroutines of ended observations end (they are the loop's
 	// subscriptions); poll for it.
-	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > goroutines+5; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after %d Observe calls, %d before", runtime.NumGoroutine(), calls, goroutines)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("at most %d goroutines after %d Observe calls", goroutines+5, calls), func() bool {
+		return runtime.NumGoroutine() <= goroutines+5
+	})
 	// The follower still sees changes.
 	ch := e.Observe(ctx)
 	<-ch

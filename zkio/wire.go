@@ -1,96 +1,205 @@
 package zkio
 
 import (
+	"encoding/binary"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/ahrtr/disco/internal/testhook"
 )
 
 // wire wraps every TCP connection a session's ZooKeeper client makes, to
 // learn when the server last heard from the session: the send time of the
-// last request written before a reply arrived. The server extended the
-// session no earlier than that, so a deadline counted from it is not
-// later than the server's. (For the idle exchange, one ping and its reply,
-// it is exact; a reply that arrives after a later request was written
-// makes it err late by at most the time that request is in flight.)
+// latest request whose reply arrived. The server extended the session no
+// earlier than it received that request, so a deadline counted from its
+// send is not later than the server's. The wire follows the protocol's
+// framing (each packet a length, then its body, which begins with the
+// request's xid, echoed by its reply) to pair each reply with its request;
+// watch notifications, which answer no request, do not count. Each reply
+// that moves the time pokes the session's loop (heardCh).
 //
-// A test may gate the wire (pause): reads, writes and dials then wait, as
-// they would in a process frozen by a long garbage collection pause.
+// The wire's traffic is the session's renewal: a test that pauses the
+// session or its renewal (package testhook) stops reads, writes and dials.
 type wire struct {
-	mu        sync.Mutex
-	lastWrite time.Time // start of the latest write
-	heard     time.Time // send time of the latest write answered
-	gate      <-chan struct{}
+	session any             // the testhook key: the *Session
+	quit    <-chan struct{} // closed when the session ends
+	heardCh chan struct{}   // poked when heard moves
+
+	mu      sync.Mutex
+	heard   time.Time // send time of the latest request answered
+	replied time.Time // when that answer came
+	broken  time.Time // when a connection last failed or closed
 }
 
-func newWire() *wire { return &wire{heard: time.Now()} }
+func newWire(session any, quit <-chan struct{}) *wire {
+	now := time.Now()
+	return &wire{session: session, quit: quit, heardCh: make(chan struct{}, 1), heard: now, replied: now}
+}
 
-// lastHeard returns the send time of the last request the server answered.
-func (w *wire) lastHeard() time.Time {
+// lastHeard returns the send time of the last request the server
+// answered, and when its answer came.
+func (w *wire) lastHeard() (sent, replied time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.heard
+	return w.heard, w.replied
 }
 
-// pause makes the wire's traffic wait until resume is closed.
-func (w *wire) pause(resume <-chan struct{}) {
+// lastBroken returns when a connection last failed or closed (zero: never).
+func (w *wire) lastBroken() time.Time {
 	w.mu.Lock()
-	w.gate = resume
+	defer w.mu.Unlock()
+	return w.broken
+}
+
+func (w *wire) breaks() {
+	w.mu.Lock()
+	w.broken = time.Now()
 	w.mu.Unlock()
 }
 
-// wait blocks while the wire is paused, or until closed is closed.
-func (w *wire) wait(closed <-chan struct{}) {
+// answered records that the server answered a request sent at sent.
+func (w *wire) answered(sent time.Time) {
 	w.mu.Lock()
-	g := w.gate
-	w.mu.Unlock()
-	if g == nil {
-		return
+	moved := sent.After(w.heard)
+	if moved {
+		w.heard, w.replied = sent, time.Now()
 	}
-	select {
-	case <-g:
-	case <-closed:
+	w.mu.Unlock()
+	if moved {
+		select {
+		case w.heardCh <- struct{}{}:
+		default:
+		}
 	}
 }
 
 func (w *wire) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	w.wait(nil)
+	testhook.WaitRenewal(w.session, w.quit)
 	c, err := net.DialTimeout(network, addr, timeout)
 	if err != nil {
+		w.breaks()
 		return nil, err
 	}
-	return &wireConn{Conn: c, w: w, closed: make(chan struct{})}, nil
+	return &wireConn{Conn: c, w: w, closed: make(chan struct{}), sent: map[int32][]time.Time{}}, nil
 }
 
+// wireConn is one connection of the wire. Its client writes from one
+// goroutine and reads from another.
 type wireConn struct {
 	net.Conn
 	w      *wire
 	once   sync.Once
 	closed chan struct{}
+
+	mu        sync.Mutex
+	out, in   frames
+	connected time.Time             // send time of the connect request, the first packet
+	sent      map[int32][]time.Time // send times of the requests unanswered, by xid, in order
+	lastWrite time.Time             // the start of the latest write (for a stream not followed)
 }
 
 func (c *wireConn) Read(p []byte) (int, error) {
-	c.w.wait(c.closed)
+	testhook.WaitRenewal(c.w.session, c.closed)
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.w.mu.Lock()
-		if c.w.lastWrite.After(c.w.heard) {
-			c.w.heard = c.w.lastWrite
+		var answered []time.Time
+		c.mu.Lock()
+		ok := c.in.feed(p[:n], func(first bool, xid int32) {
+			switch {
+			case first: // the connect response
+				answered = append(answered, c.connected)
+			case xid == xidWatch: // a notification: no answer
+			default:
+				if q := c.sent[xid]; len(q) > 0 {
+					answered = append(answered, q[0])
+					if c.sent[xid] = q[1:]; len(q) == 1 {
+						delete(c.sent, xid)
+					}
+				}
+			}
+		})
+		if !ok {
+			// A stream the wire cannot follow: count the reply as the
+			// answer to the latest write, late by at most the time a
+			// request is in flight.
+			answered = append(answered, c.lastWrite)
 		}
-		c.w.mu.Unlock()
+		c.mu.Unlock()
+		for _, t := range answered {
+			c.w.answered(t)
+		}
+	}
+	if err != nil {
+		c.w.breaks()
 	}
 	return n, err
 }
 
 func (c *wireConn) Write(p []byte) (int, error) {
-	c.w.wait(c.closed)
-	c.w.mu.Lock()
-	c.w.lastWrite = time.Now()
-	c.w.mu.Unlock()
+	testhook.WaitRenewal(c.w.session, c.closed)
+	now := time.Now()
+	c.mu.Lock()
+	c.lastWrite = now
+	c.out.feed(p, func(first bool, xid int32) {
+		if first {
+			c.connected = now
+		} else {
+			c.sent[xid] = append(c.sent[xid], now)
+		}
+	})
+	c.mu.Unlock()
 	return c.Conn.Write(p)
 }
 
 func (c *wireConn) Close() error {
-	c.once.Do(func() { close(c.closed) })
+	c.once.Do(func() {
+		close(c.closed)
+		c.w.breaks()
+	})
 	return c.Conn.Close()
+}
+
+// xidWatch is the xid of a watch notification, which answers no request.
+const xidWatch = -1
+
+// maxFrame bounds a packet's length; a larger one means the stream is not
+// ZooKeeper's framing as the wire understands it.
+const maxFrame = maxMaxData + sendSlack
+
+// frames follows one direction of a connection: packets of a 4-byte
+// big-endian length and a body whose first 4 bytes are, except in the
+// first packet (the connect request or response), the xid.
+type frames struct {
+	head   [8]byte
+	n      int  // bytes of head filled
+	skip   int  // bytes of the current body left to skip
+	count  int  // packets seen
+	broken bool // the stream is not followed
+}
+
+// feed follows p, calling packet for each packet whose head it completes;
+// false once the stream cannot be followed.
+func (f *frames) feed(p []byte, packet func(first bool, xid int32)) bool {
+	for len(p) > 0 && !f.broken {
+		if f.skip > 0 {
+			k := min(f.skip, len(p))
+			f.skip, p = f.skip-k, p[k:]
+			continue
+		}
+		k := copy(f.head[f.n:], p)
+		f.n, p = f.n+k, p[k:]
+		if f.n < len(f.head) {
+			continue
+		}
+		length := int(binary.BigEndian.Uint32(f.head[:4]))
+		if length < 4 || length > maxFrame {
+			f.broken = true
+			break
+		}
+		packet(f.count == 0, int32(binary.BigEndian.Uint32(f.head[4:])))
+		f.count++
+		f.n, f.skip = 0, length-4
+	}
+	return !f.broken
 }

@@ -1,0 +1,128 @@
+package zkio_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/metrics"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/election"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/zkio"
+)
+
+// TestMetrics: a session and its primitives given WithMetrics report a
+// grant, a release, a loss (a znode deleted by someone else), a suspension
+// (the session unheard from), acknowledged renewals, the loop's mailbox and
+// a change of leader to the registry's series.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers, zkio.WithTTL(4*time.Second), zkio.WithMetrics(m)))
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, "/metrics/lock", zkio.WithSession(s)))
+	e := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, "/metrics/election", zkio.WithSession(s)))
+	events := l.Subscribe(ctx)
+
+	// A grant and its release.
+	if _, err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A grant lost to someone else's delete.
+	g, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Delete(g.Key, -1); err != nil {
+		t.Fatal(err)
+	}
+	nextOf[primitives.Lost](t, events, 10*time.Second)
+	// A suspension: the server hears nothing until resumed.
+	if _, err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resume := make(chan struct{})
+	testhook.PauseRenewal(s, resume)
+	nextOf[primitives.Suspended](t, events, 10*time.Second)
+	close(resume)
+	nextOf[primitives.Resumed](t, events, 10*time.Second)
+	// A leader.
+	if err := e.Campaign(ctx, "me"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The election learns who leads from its own reads, after Campaign.
+	testkit.Eventually(t, 10*time.Second, "a leader change", func() bool {
+		return gather(t, reg)["disco_leader_changes_total"] >= 1
+	})
+	got := gather(t, reg)
+	want := map[string]float64{
+		`disco_acquisitions_total{kind="lock"}`:               3,
+		`disco_acquisitions_total{kind="election"}`:           1,
+		`disco_hold_seconds_count{kind="lock"}`:               2,
+		`disco_losses_total{cause="key_deleted",kind="lock"}`: 1,
+		`disco_suspensions_total`:                             1,
+		`disco_acquire_wait_seconds_count{kind="lock"}`:       3,
+		`disco_handoffs_total{kind="lock"}`:                   0,
+		`disco_leader_changes_total`:                          -1, // at least one
+		`disco_keepalive_rtt_seconds_count`:                   -1,
+		`disco_lease_margin_seconds_count`:                    -1,
+		`disco_loop_mailbox_depth_count`:                      -1,
+	}
+	for series, w := range want {
+		v, ok := got[series]
+		switch {
+		case w < 0 && (!ok || v < 1):
+			t.Errorf("%s = %v, want at least 1", series, v)
+		case w >= 0 && v != w:
+			t.Errorf("%s = %v, want %v", series, v, w)
+		}
+	}
+}
+
+// gather returns every sample of reg by its series name and labels, as
+// Prometheus's text format names them (histograms by _count).
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			labels := ""
+			for i, lp := range mt.GetLabel() {
+				if i > 0 {
+					labels += ","
+				}
+				labels += lp.GetName() + `="` + lp.GetValue() + `"`
+			}
+			if labels != "" {
+				labels = "{" + labels + "}"
+			}
+			switch {
+			case mt.GetCounter() != nil:
+				out[mf.GetName()+labels] = mt.GetCounter().GetValue()
+			case mt.GetHistogram() != nil:
+				out[mf.GetName()+"_count"+labels] = float64(mt.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}
