@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/redisio"
@@ -16,7 +17,7 @@ import (
 // primitives.ErrInvalidArgument, never a panic, and leaves Redis empty.
 func TestBadInput(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t, r)
 	other := newClient(t, r)
 	s, err := redisio.NewSession(other)
