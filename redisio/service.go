@@ -70,24 +70,26 @@ const (
 	kindRWLock               // token: a new increment (writer) or the read epoch's (reader)
 )
 
-// spec is the shell's description of a service of kind k on name.
-func (k kind) spec(name string, o options) driver.Spec {
-	sp := driver.Spec{CancelOnSuspend: o.CancelOnSuspend, Metrics: o.Metrics}
+// spec is the shell's description of a service of kind k on name, without
+// its options.
+func (k kind) spec(name string) driver.Spec {
+	var sp driver.Spec
 	switch k {
 	case kindLock:
-		sp.Kind, sp.NotHeld, sp.Taken = "lock", lock.ErrNotHeld, lock.ErrLockTaken
+		sp = driver.Spec{Kind: "lock", NotHeld: lock.ErrNotHeld, Taken: lock.ErrLockTaken}
 	case kindRWLock:
-		sp.Kind, sp.NotHeld, sp.Taken = "rwlock", rwlock.ErrNotHeld, rwlock.ErrRWLockTaken
+		sp = driver.Spec{Kind: "rwlock", NotHeld: rwlock.ErrNotHeld, Taken: rwlock.ErrRWLockTaken}
 	case kindElection:
-		sp.Kind, sp.NotHeld, sp.Taken = "election", election.ErrNotLeader, lock.ErrLockTaken
+		sp = driver.Spec{Kind: "election", NotHeld: election.ErrNotLeader, Taken: lock.ErrLockTaken}
 	}
 	sp.Name = fmt.Sprintf("redisio: %s %q", sp.Kind, name)
 	return sp
 }
 
 func newService(cli *redis.Client, name string, k kind, opts []Option) (*service, error) {
+	sp := k.spec(name)
 	if cli == nil {
-		return nil, fmt.Errorf("redisio: %s: nil client: %w", k.spec(name, options{}).Kind, primitives.ErrInvalidArgument)
+		return nil, fmt.Errorf("redisio: %s: nil client: %w", sp.Kind, primitives.ErrInvalidArgument)
 	}
 	if err := checkName(name); err != nil {
 		return nil, err
@@ -103,13 +105,14 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 		}
 		own = true
 	} else if s.cli != cli {
-		return nil, fmt.Errorf("%s: the session runs on another client: %w", k.spec(name, o).Name, primitives.ErrInvalidArgument)
+		return nil, fmt.Errorf("%s: the session runs on another client: %w", sp.Name, primitives.ErrInvalidArgument)
 	}
-	if o.Metrics == nil {
-		o.Metrics = s.metrics
+	sp.CancelOnSuspend, sp.Metrics = o.CancelOnSuspend, o.Metrics
+	if sp.Metrics == nil {
+		sp.Metrics = s.metrics
 	}
 	v := &service{
-		Shell: driver.NewShell(k.spec(name, o)),
+		Shell: driver.NewShell(sp),
 		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue,
 		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
 		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{},
