@@ -53,8 +53,7 @@
 //   - WithMetrics(m): report to m (default nil: nothing recorded); a
 //     primitive made WithSession without it reports to its session's.
 //   - WithLogger(l): log through l (default silent).
-//   - WithContext(ctx): bounds construction only (default
-//     context.Background()).
+//   - WithContext(ctx): bounds construction only (default: 10 s).
 //   - WithSession(s): run on an existing session (default: a session of the
 //     primitive's own, closed by its Close); not with WithTTL or
 //     WithSuspendAfter, which are the session's.
@@ -171,9 +170,11 @@
 //
 // Deleting a hold's key, or its session's key, ends the hold (a deleted
 // hold key is replaced by a tombstone, which the owner's refresh reports
-// gone): its owner is told Lost at its session's next acknowledged
-// refresh, within TTL/3 and that refresh's round trip while Redis answers,
-// at the latest at the session's deadline. Until the owner has been told
+// gone): its owner is told Lost after its session's next acknowledged
+// refresh, within TTL/3 and two round trips while Redis answers (the
+// refresh's, and the one that takes the dead hold out of the queue first,
+// so that the owner's own next try does not find it ahead), at the latest
+// at the session's deadline. Until the owner has been told
 // and has released, nobody else is granted the name (if the owner is gone,
 // not before the hold's key or tombstone expires, which is no earlier than
 // that deadline): a successor holds only after the Lost, with a higher

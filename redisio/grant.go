@@ -3,7 +3,8 @@ package redisio
 import (
 	"context"
 
-	"github.com/ahrtr/disco/metrics"
+	"go.uber.org/zap"
+
 	"github.com/ahrtr/disco/primitives/driver"
 )
 
@@ -33,23 +34,32 @@ func (v *service) release(ctx context.Context, m driver.Match) error {
 	return err
 }
 
-// checkHeldLoop ends the hold with Lost if the refresh found its key gone,
-// and has a helper take it out of the queue so that the next one is woken.
-// Loop only.
+// checkHeldLoop ends the hold with Lost if the refresh found its key gone.
+// A helper first takes the dead hold out of the queue and its record (so
+// that the next one is woken, and the owner's own next try after the Lost
+// does not find it ahead), then the shell settles the release as Gone: Lost,
+// whatever the cleanup met. Meanwhile the hold is releasing: a refresh that
+// finds the key gone again, or the owner's Unlock, leaves it alone. Loop
+// only.
 func (v *service) checkHeldLoop(gone map[string]bool) {
 	h := v.Held()
 	if h == nil || h.Releasing() || !gone[h.Key] {
 		return
 	}
-	ref := v.ref(h.Key)
-	v.Lose(v.KeyDeleted(h.Key), metrics.CauseKeyDeleted)
-	s := v.s
+	g, err := v.BeginRelease(driver.CreatedAt(h.Created))
+	if err != nil {
+		return
+	}
+	s, ref := v.s, v.ref(g.Key)
 	s.helpers.Add(1)
 	go func() {
 		defer s.helpers.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
-		_, _ = s.release(ctx, ref)
+		if _, err := s.release(ctx, ref); err != nil {
+			s.log.Debug("redisio: remove a deleted hold", zap.String("key", g.Key), zap.Error(err))
+		}
+		s.mb.Post(func() { _ = v.SettleRelease(g, driver.Gone, nil) })
 	}()
 }
 

@@ -28,6 +28,7 @@ type Option func(*options)
 
 type options struct {
 	driver.Config
+	ctxSet  bool // WithContext was given
 	session *Session
 	// maxValue is the largest election value Campaign and Proclaim accept.
 	maxValue int
@@ -109,14 +110,28 @@ func WithLogger(l *zap.Logger) Option {
 // would rather stop than risk a late write while the session is in doubt.
 func WithCancelOnSuspend() Option { return func(o *options) { o.CancelOnSuspend = true } }
 
+// constructTimeout bounds construction without WithContext, as on every
+// backend.
+const constructTimeout = 10 * time.Second
+
 // WithContext bounds construction (creating the session, subscribing to
-// the scope's channel), never the session's life.
+// the scope's channel, joining the session's loop), never the session's
+// life. Without it construction gives up after 10 seconds.
 func WithContext(ctx context.Context) Option {
 	return func(o *options) {
 		if ctx != nil {
-			o.Context = ctx
+			o.Context, o.ctxSet = ctx, true
 		}
 	}
+}
+
+// construction returns the context that bounds construction:
+// WithContext's, else one that ends after constructTimeout.
+func (o options) construction() (context.Context, context.CancelFunc) {
+	if o.ctxSet {
+		return o.Context, func() {}
+	}
+	return context.WithTimeout(o.Context, constructTimeout)
 }
 
 func buildOptions(opts []Option) (options, error) {

@@ -98,9 +98,11 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := o.construction()
+	defer cancel()
 	s, own := o.session, false
 	if s == nil {
-		if s, err = newSession(cli, o); err != nil {
+		if s, err = newSession(ctx, cli, o); err != nil {
 			return nil, err
 		}
 		own = true
@@ -120,11 +122,11 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	if k == kindElection {
 		v.obs = actor.NewFanout(func(election.Leadership) bool { return true })
 	}
-	if err := s.subscribe(o.Context, v.wake); err != nil {
+	if err := s.subscribe(ctx, v.wake); err != nil {
 		v.finish()
 		return nil, err
 	}
-	if _, err := loopCall(s, o.Context, func() (struct{}, error) {
+	if _, err := loopCall(s, ctx, func() (struct{}, error) {
 		if s.ended {
 			return struct{}{}, s.Err()
 		}

@@ -76,12 +76,15 @@ func NewSession(cli *redis.Client, opts ...Option) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newSession(cli, o)
+	ctx, cancel := o.construction()
+	defer cancel()
+	return newSession(ctx, cli, o)
 }
 
-func newSession(cli *redis.Client, o options) (*Session, error) {
+// newSession creates the session; ctx bounds its creation.
+func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, error) {
 	sent := time.Now()
-	id, err := sessionScript.Run(o.Context, cli, []string{sessionCounter}, sessionPrefix, o.TTL.Milliseconds()).Int64()
+	id, err := sessionScript.Run(ctx, cli, []string{sessionCounter}, sessionPrefix, o.TTL.Milliseconds()).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("redisio: create session: %w", err)
 	}
@@ -93,8 +96,8 @@ func newSession(cli *redis.Client, o options) (*Session, error) {
 	}
 	// The session's own channel opens the pub/sub connection at once, so
 	// that scopes subscribed later share it.
-	s.ps = cli.Subscribe(o.Context, s.key)
-	if _, err := s.ps.Receive(o.Context); err != nil {
+	s.ps = cli.Subscribe(ctx, s.key)
+	if _, err := s.ps.Receive(ctx); err != nil {
 		s.ps.Close()
 		s.cleanup(nil)
 		return nil, fmt.Errorf("redisio: subscribe: %w", err)
