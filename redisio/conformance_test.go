@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives/conformance"
 	"github.com/ahrtr/disco/primitives/election"
@@ -27,7 +28,7 @@ const conformanceTTL = 2 * time.Second
 // real redis-server with appendfsync always.
 func TestConformance(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	conformance.Run(t, redisBackend(t, r))
 }
 
@@ -78,21 +79,21 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 		TTL:  conformanceTTL,
 		NewLock: func(t *testing.T, name string) lock.Service {
 			cli, s := owner(t)
-			l := closedAtEnd[lock.Service](t)(redisio.NewLock(cli, name, redisio.WithSession(s)))
+			l := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(cli, name, redisio.WithSession(s)))
 			sessions.Store(l, s)
 			names.Store(l, name)
 			return l
 		},
 		NewRWLock: func(t *testing.T, name string) rwlock.Service {
 			cli, s := owner(t)
-			l := closedAtEnd[rwlock.Service](t)(redisio.NewRWLock(cli, name, redisio.WithSession(s)))
+			l := testkit.ClosedAtEnd[rwlock.Service](t)(redisio.NewRWLock(cli, name, redisio.WithSession(s)))
 			sessions.Store(l, s)
 			names.Store(l, name)
 			return l
 		},
 		NewElection: func(t *testing.T, name string) election.Service {
 			cli, s := owner(t)
-			e := closedAtEnd[election.Service](t)(redisio.NewElection(cli, name, redisio.WithSession(s)))
+			e := testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, name, redisio.WithSession(s)))
 			sessions.Store(e, s)
 			names.Store(e, name)
 			return e
@@ -127,7 +128,7 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 			t.Helper()
 			s := session(t, with)
 			cli, _ := clients.Load(s)
-			l := closedAtEnd[lock.Service](t)(redisio.NewLock(cli.(*redis.Client), name, redisio.WithSession(s)))
+			l := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(cli.(*redis.Client), name, redisio.WithSession(s)))
 			sessions.Store(l, s)
 			names.Store(l, name)
 			return l
@@ -141,21 +142,17 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 			}
 			// The waiter's key is the hold hash naming its session.
 			own := session(t, svc).Key()
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			testkit.Eventually(t, 10*time.Second, "the waiter's hold key", func() bool {
 				for _, k := range keysOf(t, name.(string)) {
 					if sess, err := admin.HGet(context.Background(), k, "s").Result(); err == nil && sess == own {
 						if err := admin.Del(context.Background(), k).Err(); err != nil {
 							t.Fatal(err)
 						}
-						return
+						return true
 					}
 				}
-				if time.Now().After(deadline) {
-					t.Fatal("the waiter's hold key never appeared")
-				}
-				time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-			}
+				return false
+			})
 		},
 		Construct: func(t *testing.T, kind, name string) (io.Closer, error) {
 			t.Helper()
@@ -184,17 +181,4 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 // globEscape quotes the characters a Redis KEYS pattern gives a meaning.
 func globEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
-}
-
-// closedAtEnd fails t on a constructor's error and closes the service when
-// t ends.
-func closedAtEnd[S interface{ Close() error }](t *testing.T) func(S, error) S {
-	return func(s S, err error) S {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -34,7 +35,7 @@ func TestShortDeadlinesSlowReplies(t *testing.T) { shortDeadlines(t, true) }
 
 func shortDeadlines(t *testing.T, slow bool) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	admin := newClient(t, r)
 	const ttl = 3 * time.Second
 	for _, kind := range []string{"lock", "rwlock", "election"} {
@@ -224,21 +225,21 @@ func probeOf(t *testing.T, r *testserver.Redis, kind, name string) func() {
 	cli := newClient(t, r)
 	switch kind {
 	case "lock":
-		l := closedAtEnd[lock.Service](t)(redisio.NewLock(cli, name))
+		l := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(cli, name))
 		return func() {
 			if _, err := l.TryLock(ctx); err == nil {
 				l.Unlock(ctx)
 			}
 		}
 	case "rwlock":
-		l := closedAtEnd[rwlock.Service](t)(redisio.NewRWLock(cli, name))
+		l := testkit.ClosedAtEnd[rwlock.Service](t)(redisio.NewRWLock(cli, name))
 		return func() {
 			if _, err := l.TryRLock(ctx); err == nil {
 				l.RUnlock(ctx)
 			}
 		}
 	default:
-		e := closedAtEnd[election.Service](t)(redisio.NewElection(cli, name))
+		e := testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, name))
 		return func() {
 			if _, err := e.Leader(ctx); err != nil && !errors.Is(err, election.ErrNoLeader) {
 				t.Errorf("Leader: %v", err)

@@ -13,15 +13,54 @@
 //
 // # Map
 //
+// redisio is a driver on disco's owner engine (package primitives/driver):
+// the engine keeps each primitive's one hold at a time, its grant
+// (driver.Hold), its events and its end, and the session's liveness
+// (driver.Clock); redisio speaks Redis.
+//
 //   - scripts.go: every Lua script, and the keys they use.
 //   - session.go: the Session, its loop (run) and its end (lose, Close).
-//     refresh.go: the refresher, the deadline, Suspended and Resumed.
-//     pubsub.go: the session's channel subscriptions and wake-ups.
-//   - service.go: one type, service, is every primitive; lock.go,
-//     rwlock.go and election.go are the public methods over it, watch.go
-//     an election's leader reads.
+//     refresh.go: the refresher and the session's clock (Suspended,
+//     Resumed, the deadline). pubsub.go: the session's channel
+//     subscriptions and wake-ups.
+//   - service.go: one type, service, is every primitive, around a
+//     driver.Shell; lock.go, rwlock.go and election.go are the public
+//     methods over it, watch.go an election's leader reads.
 //   - queue.go: how an acquisition queues, waits and is granted.
-//     grant.go: the loop's record of a hold, its events and its end.
+//     grant.go: a hold's release and its loss to a deleted key.
+//
+// # Tokens, Created and LeaseID
+//
+// A grant's Created is its hold's number: the increment of the name's
+// counter (name/seq) that the enqueue script took, also the number in the
+// hold's key name/<Created>; it names the grant (Release, ResignTerm and
+// the events match by it). A lock's or rwlock writer's token is a further
+// increment of the same counter taken in the script that grants it; an
+// rwlock reader's is its read epoch's; an election term's is its Created.
+// LeaseID is the session's id, the number in its key disco/session/<id>.
+//
+// # Options
+//
+// NewSession, NewLock, NewRWLock and NewElection take:
+//
+//   - WithTTL(d): the session's time to live, its key's PX expiry (default
+//     DefaultTTL, 10 s, as every backend; at least MinTTL, 100 ms).
+//   - WithSuspendAfter(p): the part of the TTL without an acknowledged
+//     refresh after which holders get Suspended (default
+//     driver.DefaultSuspendAfter, a half).
+//   - WithCancelOnSuspend(): lock.Do, rwlock.DoRead, rwlock.DoWrite and
+//     election.Lead end fn's context at Suspended (default: only at Lost).
+//   - WithMetrics(m): report to m (default nil: nothing recorded); a
+//     primitive made WithSession without it reports to its session's.
+//   - WithLogger(l): log through l (default silent).
+//   - WithContext(ctx): bounds construction only (default: 10 s).
+//   - WithSession(s): run on an existing session (default: a session of the
+//     primitive's own, closed by its Close); not with WithTTL or
+//     WithSuspendAfter, which are the session's.
+//   - WithMaxValueSize(n): the largest election value (default
+//     DefaultMaxValueSize, 1 MiB).
+//
+// Bad options are errors wrapping primitives.ErrInvalidArgument.
 //
 // # The safety contract
 //
@@ -131,9 +170,11 @@
 //
 // Deleting a hold's key, or its session's key, ends the hold (a deleted
 // hold key is replaced by a tombstone, which the owner's refresh reports
-// gone): its owner is told Lost at its session's next acknowledged
-// refresh, within TTL/3 and that refresh's round trip while Redis answers,
-// at the latest at the session's deadline. Until the owner has been told
+// gone): its owner is told Lost after its session's next acknowledged
+// refresh, within TTL/3 and two round trips while Redis answers (the
+// refresh's, and the one that takes the dead hold out of the queue first,
+// so that the owner's own next try does not find it ahead), at the latest
+// at the session's deadline. Until the owner has been told
 // and has released, nobody else is granted the name (if the owner is gone,
 // not before the hold's key or tombstone expires, which is no earlier than
 // that deadline): a successor holds only after the Lost, with a higher
@@ -181,16 +222,29 @@
 // A helper refreshes the session every TTL/3 with one script that sets the
 // session key's PX expiry, and its holds' keys', to the TTL and reports
 // which hold keys are gone. The server set the expiry no earlier than the
-// request was sent, so the loop counts the deadline from the send time of
-// the latest acknowledged refresh, never from the reply's arrival. Half a
-// TTL without an acknowledgement brings Suspended (with that deadline) to
-// every holder, an acknowledgement in time Resumed; a hold granted while the
-// session is suspended gets Suspended, with the same deadline, right after
-// its Acquired. At the deadline, or at once when Redis says the session key
-// is gone, the session is lost: every primitive gets Lost for what it held,
+// request was sent, so the session's clock (driver.Clock) counts the
+// deadline from the send time of the latest acknowledged refresh, never
+// from the reply's arrival. WithSuspendAfter's part of the TTL (half by
+// default) without an acknowledgement, or a refresh that finds the
+// connection broken (refused, reset: not a mere timeout), brings Suspended
+// (with that deadline) to every holder; an acknowledgement in time of a
+// refresh sent after that brings Resumed. A hold granted while the session
+// is suspended gets Suspended, with the same deadline, right after its
+// Acquired. At the deadline, or at once when Redis says the session key is
+// gone, the session is lost: every primitive gets Lost for what it held,
 // its waiters fail, Done closes, and every later call fails with an error
 // wrapping primitives.ErrLost. A hold whose key alone is gone (deleted by
 // someone) ends with Lost (see Deleted keys) and the primitive stays
-// usable. Close instead deletes the holds and the session
-// key, so others proceed at once rather than after the TTL.
+// usable. Close instead ends the primitives at once (Released for what
+// they held) and deletes the holds and the session key before it returns,
+// so others proceed at once rather than after the TTL.
+//
+// # Metrics
+//
+// With WithMetrics, the engine reports every primitive's grants, waits,
+// holds, handoffs and losses (causes: lease_expired at the deadline,
+// lease_revoked when the session key is gone, key_deleted); the session
+// reports its suspensions, each acknowledged refresh's round trip and
+// margin before the deadline, and how many messages its loop drains at
+// once; an election reports each change of leader it sees.
 package redisio

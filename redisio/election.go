@@ -6,11 +6,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
+	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
-// Election is redisio's election.Service; see NewElection.
-type Election struct{ *service }
+// Election is redisio's election.Service and election.TermResigner, what
+// NewElection returns; it is exported for the reasons Lock is. It has no
+// methods beyond those interfaces' and CancelOnSuspend.
+type Election struct {
+	face
+	v *service
+}
 
 var (
 	_ election.Service      = (*Election)(nil)
@@ -22,11 +29,11 @@ var (
 // token is its Created, so tokens rise from term to term. Options and bad
 // input as NewLock.
 func NewElection(cli *redis.Client, name string, opts ...Option) (election.Service, error) {
-	v, err := newService(cli, "election", name, kindElection, opts)
+	v, err := newService(cli, name, kindElection, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Election{v}, nil
+	return &Election{v, v}, nil
 }
 
 // Campaign blocks until this candidate leads with value.
@@ -34,7 +41,7 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 	if err := e.checkValue("campaign", value); err != nil {
 		return err
 	}
-	_, err := e.acquire(ctx, false, value, 'w')
+	_, err := e.v.acquire(ctx, false, value, rwlock.Write)
 	return err
 }
 
@@ -43,55 +50,46 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := e.checkValue("proclaim", value); err != nil {
 		return err
 	}
-	h, err := loopCall(e.s, ctx, func() (hold, error) {
-		if e.ended || e.closing {
-			return hold{}, e.Err()
-		}
-		if e.held == nil || e.held.releasing {
-			return hold{}, e.errf("%w", election.ErrNotLeader)
-		}
-		return *e.held, nil
+	v := e.v
+	h, err := loopCall(v.s, ctx, func() (driver.Hold, error) {
+		return v.On(func(h driver.Hold) bool { return !h.Releasing() })
 	})
 	if err != nil {
 		return err
 	}
-	n, err := proclaimScript.Run(ctx, e.s.cli, []string{e.queue, e.granted, e.s.key, h.key}, value, e.wake).Int64()
+	n, err := proclaimScript.Run(ctx, v.s.cli, []string{v.queue, v.granted, v.s.key, h.Key}, value, v.wake).Int64()
 	if err != nil {
-		return e.errf("proclaim: %w", err)
+		return v.errf("proclaim: %w", err)
 	}
 	if n == 0 {
-		return e.errf("%w", election.ErrNotLeader)
+		return v.errf("%w", election.ErrNotLeader)
 	}
-	_, err = loopCall(e.s, context.Background(), func() (struct{}, error) {
-		if e.held != nil && e.held.created == h.created {
-			e.held.value = value
-			hh := *e.held
-			e.term.Store(&hh)
-		}
+	_, err = loopCall(v.s, context.Background(), func() (struct{}, error) {
+		v.Update(func(cur *driver.Hold) {
+			if cur.Created == h.Created {
+				cur.Value = value
+			}
+		})
 		return struct{}{}, nil
 	})
 	return err
 }
 
 // Resign ends this candidate's term; election.ErrNotLeader if it has none.
-func (e *Election) Resign(ctx context.Context) error { return e.release(ctx, 0, true, 0) }
+func (e *Election) Resign(ctx context.Context) error { return e.v.release(ctx, driver.Any) }
 
 // ResignTerm ends exactly term, matched by its Created.
 func (e *Election) ResignTerm(ctx context.Context, term election.Leadership) error {
-	return e.release(ctx, term.Created, false, 0)
+	return e.v.release(ctx, driver.CreatedAt(term.Created))
 }
 
 // Term is this candidate's own current term.
 func (e *Election) Term() (election.Leadership, bool) {
-	h := e.term.Load()
-	if h == nil {
+	h, ok := e.v.Current()
+	if !ok {
 		return election.Leadership{}, false
 	}
-	return e.leadership(*h), true
-}
-
-func (e *Election) leadership(h hold) election.Leadership {
-	return election.Leadership{Key: h.key, Value: h.value, FencingToken: tokenOf(h), LeaseID: e.s.id, Created: h.created}
+	return election.Leadership{Key: h.Key, Value: h.Value, FencingToken: h.Token, LeaseID: h.LeaseID, Created: h.Created}, true
 }
 
 // Leader returns whoever leads now; election.ErrNoLeader if nobody does.
@@ -99,28 +97,29 @@ func (e *Election) Leader(ctx context.Context) (election.Leadership, error) {
 	if err := e.Err(); err != nil {
 		return election.Leadership{}, err
 	}
-	l, err := e.readLeader(ctx)
+	l, err := e.v.readLeader(ctx)
 	if err != nil {
 		return l, err
 	}
 	if l.Key == "" {
-		return l, e.errf("%w", election.ErrNoLeader)
+		return l, e.v.errf("%w", election.ErrNoLeader)
 	}
 	return l, nil
 }
 
 // Observe delivers the current leader first, then each change.
 func (e *Election) Observe(ctx context.Context) <-chan election.Leadership {
-	seq := e.leaderReads.Add(1)
-	l, rerr := e.readLeader(ctx)
-	ch, err := loopCall(e.s, ctx, func() (<-chan election.Leadership, error) {
-		if e.ended {
-			return nil, e.Err()
+	v := e.v
+	seq := v.leaderReads.Add(1)
+	l, rerr := v.readLeader(ctx)
+	ch, err := loopCall(v.s, ctx, func() (<-chan election.Leadership, error) {
+		if v.Ended() {
+			return nil, v.Err()
 		}
 		if rerr == nil {
-			e.applyLeaderLoop(seq, l)
+			v.applyLeaderLoop(seq, l)
 		}
-		return e.obs.Subscribe(ctx, e.leader), nil
+		return v.obs.Subscribe(ctx, v.leader), nil
 	})
 	if err != nil {
 		closed := make(chan election.Leadership)
@@ -133,9 +132,9 @@ func (e *Election) Observe(ctx context.Context) <-chan election.Leadership {
 // checkValue refuses a value over the service's limit before anything is
 // sent.
 func (e *Election) checkValue(what, value string) error {
-	if len(value) > e.maxValue {
-		return e.errf("%s: value of %d bytes, more than the %d accepted (WithMaxValueSize): %w",
-			what, len(value), e.maxValue, primitives.ErrInvalidArgument)
+	if len(value) > e.v.maxValue {
+		return e.v.errf("%s: value of %d bytes, more than the %d accepted (WithMaxValueSize): %w",
+			what, len(value), e.v.maxValue, primitives.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -2,108 +2,71 @@ package redisio
 
 import (
 	"context"
-	"time"
 
-	"github.com/ahrtr/disco/fencing"
-	"github.com/ahrtr/disco/primitives"
+	"go.uber.org/zap"
+
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
-// release ends the current hold (any, of mode if mode is not 0) or the one
-// named by created.
-func (v *service) release(ctx context.Context, created int64, any bool, mode byte) error {
-	h, err := loopCall(v.s, ctx, func() (hold, error) {
-		if v.ended || v.closing {
-			return hold{}, v.Err()
-		}
-		if v.held == nil || v.held.releasing || (!any && (created == 0 || created != v.held.created)) ||
-			(mode != 0 && v.held.mode != mode) {
-			return hold{}, v.errf("%w", v.notHeld)
-		}
-		v.held.releasing = true
-		return *v.held, nil
+// release ends the hold that m matches: the shell marks the release in
+// flight, the release script deletes the hold's key if it is still this
+// session's, and the shell settles what it found. A second release while
+// one is in flight finds nothing to release (its key may already be gone
+// by the first, which is no loss).
+func (v *service) release(ctx context.Context, m driver.Match) error {
+	h, err := loopCall(v.s, ctx, func() (driver.Hold, error) {
+		return v.BeginRelease(func(h driver.Hold) bool { return !h.Releasing() && m(h) })
 	})
 	if err != nil {
 		return err
 	}
-	n, err := v.s.release(ctx, v.ref(h.key))
-	if err != nil {
-		v.s.mb.Post(func() {
-			if v.held != nil && v.held.created == h.created {
-				v.held.releasing = false
-			}
-		})
-		return v.errf("release: %w", err)
+	n, rerr := v.s.release(ctx, v.ref(h.Key))
+	out := driver.Deleted
+	switch {
+	case rerr != nil:
+		out = driver.Failed
+	case n == 0:
+		out = driver.Gone
 	}
-	_, _ = loopCall(v.s, context.Background(), func() (struct{}, error) {
-		if !v.ended && v.held != nil && v.held.created == h.created {
-			if n == 1 {
-				v.endHold(primitives.Released{Key: h.key, Token: tokenOf(h), Created: h.created})
-			} else {
-				v.endHold(primitives.Lost{Key: h.key, Token: tokenOf(h), Created: h.created,
-					Err: v.errf("key %s deleted: %w", h.key, primitives.ErrLost)})
-			}
-		}
-		return struct{}{}, nil
+	_, err = loopCall(v.s, context.Background(), func() (struct{}, error) {
+		return struct{}{}, v.SettleRelease(h, out, rerr)
 	})
-	if n == 0 {
-		return v.errf("%w", v.notHeld)
-	}
-	return nil
+	return err
 }
 
-func tokenOf(h hold) fencing.Token { return fencing.Token(h.token) }
-
-// endHold ends the current hold with ev. Loop only.
-func (v *service) endHold(ev primitives.Event) {
-	v.held = nil
-	v.term.Store(nil)
-	select {
-	case <-v.sem:
-	default:
-	}
-	v.fan.Publish(ev)
-}
-
-// checkHeldLoop ends the hold with Lost if the refresh found its key gone,
-// and has a helper take it out of the queue so that the next one is woken.
-// Loop only.
+// checkHeldLoop ends the hold with Lost if the refresh found its key gone.
+// A helper first takes the dead hold out of the queue and its record (so
+// that the next one is woken, and the owner's own next try after the Lost
+// does not find it ahead), then the shell settles the release as Gone: Lost,
+// whatever the cleanup met. Meanwhile the hold is releasing: a refresh that
+// finds the key gone again, or the owner's Unlock, leaves it alone. Loop
+// only.
 func (v *service) checkHeldLoop(gone map[string]bool) {
-	h := v.held
-	if h == nil || h.releasing || v.closing || !gone[h.key] {
+	h := v.Held()
+	if h == nil || h.Releasing() || !gone[h.Key] {
 		return
 	}
-	v.endHold(primitives.Lost{Key: h.key, Token: tokenOf(*h), Created: h.created,
-		Err: v.errf("key %s deleted: %w", h.key, primitives.ErrLost)})
-	s, ref := v.s, v.ref(h.key)
+	g, err := v.BeginRelease(driver.CreatedAt(h.Created))
+	if err != nil {
+		return
+	}
+	s, ref := v.s, v.ref(g.Key)
 	s.helpers.Add(1)
 	go func() {
 		defer s.helpers.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
-		_, _ = s.release(ctx, ref)
+		if _, err := s.release(ctx, ref); err != nil {
+			s.log.Debug("redisio: remove a deleted hold", zap.String("key", g.Key), zap.Error(err))
+		}
+		s.mb.Post(func() { _ = v.SettleRelease(g, driver.Gone, nil) })
 	}()
-}
-
-// suspendLoop and resumeLoop report the session's suspension to the
-// holder. Loop only.
-func (v *service) suspendLoop(deadline time.Time) {
-	if h := v.held; h != nil && !h.suspended {
-		h.suspended = true
-		v.fan.Publish(primitives.Suspended{Key: h.key, Token: tokenOf(*h), Created: h.created, Deadline: deadline})
-	}
-}
-
-func (v *service) resumeLoop() {
-	if h := v.held; h != nil && h.suspended {
-		h.suspended = false
-		v.fan.Publish(primitives.Resumed{Key: h.key, Token: tokenOf(*h), Created: h.created})
-	}
 }
 
 // appendKeys adds the service's hold keys, held and waiting. Loop only.
 func (v *service) appendKeys(keys []string) []string {
-	if v.held != nil {
-		keys = append(keys, v.held.key)
+	if h := v.Held(); h != nil {
+		keys = append(keys, h.Key)
 	}
 	for k := range v.waiting {
 		keys = append(keys, k)

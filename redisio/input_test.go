@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/redisio"
@@ -16,7 +17,7 @@ import (
 // primitives.ErrInvalidArgument, never a panic, and leaves Redis empty.
 func TestBadInput(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t, r)
 	other := newClient(t, r)
 	s, err := redisio.NewSession(other)
@@ -41,6 +42,16 @@ func TestBadInput(t *testing.T) {
 		{"short TTL", func() error { _, err := redisio.NewLock(cli, "a", redisio.WithTTL(time.Millisecond)); return err }},
 		{"session TTL", func() error { _, err := redisio.NewSession(cli, redisio.WithTTL(-time.Second)); return err }},
 		{"nil option", func() error { _, err := redisio.NewLock(cli, "a", nil); return err }},
+		{"TTL with a session", func() error {
+			_, err := redisio.NewLock(cli, "a", redisio.WithSession(s), redisio.WithTTL(time.Second))
+			return err
+		}},
+		{"suspend part with a session", func() error {
+			_, err := redisio.NewLock(cli, "a", redisio.WithSession(s), redisio.WithSuspendAfter(0.3))
+			return err
+		}},
+		{"suspend part 0", func() error { _, err := redisio.NewLock(cli, "a", redisio.WithSuspendAfter(0)); return err }},
+		{"suspend part 1", func() error { _, err := redisio.NewSession(cli, redisio.WithSuspendAfter(1)); return err }},
 		{"nil session", func() error { _, err := redisio.NewLock(cli, "a", redisio.WithSession(nil)); return err }},
 		{"session of another client", func() error { _, err := redisio.NewLock(cli, "a", redisio.WithSession(s)); return err }},
 	}

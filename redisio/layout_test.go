@@ -12,6 +12,7 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
@@ -146,7 +147,7 @@ func taken(err error) bool {
 // anyone else holds. Either way the next holder's token is higher.
 func TestLayoutKeyDeleted(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	keys := []struct {
 		name string
 		key  func(name string, h owned) string
@@ -200,16 +201,10 @@ func deleteBehindHoldersBack(t *testing.T, r *testserver.Redis, admin *redis.Cli
 		o, err := waiter.acquire(ctx)
 		waited <- result{o, err}
 	}()
-	for { // the waiter has queued
+	testkit.Eventually(t, 10*time.Second, "the waiter queued", func() bool {
 		n, err := admin.ZCard(ctx, name+"/queue").Result()
-		if err == nil && n == 2 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the waiter never queued: %d, %v", n, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+		return err == nil && n == 2
+	})
 
 	resume := make(chan struct{})
 	testhook.PauseRenewal(holder.session, resume) // the holder hears nothing until resumed

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/redisio"
@@ -18,7 +19,7 @@ import (
 // candidate's term once its Campaign returns, with the same key.
 func TestLeaderBeforeCampaignReturns(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	admin := newClient(t, r)
@@ -44,16 +45,10 @@ func TestLeaderBeforeCampaignReturns(t *testing.T) {
 	}
 	won := make(chan error, 1)
 	go func() { won <- next.Campaign(ctx, "next") }()
-	for { // next has queued
+	testkit.Eventually(t, 10*time.Second, "next queued", func() bool {
 		n, err := admin.ZCard(ctx, "leader-early/queue").Result()
-		if err == nil && n == 2 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("next never queued: %d, %v", n, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+		return err == nil && n == 2
+	})
 	resume := make(chan struct{})
 	testhook.PauseSession(nextSession, resume) // next's process cannot notice it leads
 	if err := first.Resign(ctx); err != nil {

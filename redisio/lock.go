@@ -5,11 +5,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
-// Lock is redisio's lock.Service; see NewLock.
-type Lock struct{ *service }
+// Lock is redisio's lock.Service, what NewLock returns. NewLock's result is
+// the interface so that a program depends on the contract, not on the
+// backend; the type stays exported because it always was (code that
+// type-asserts to *redisio.Lock keeps compiling) and so that its methods
+// are documented here. It has no methods beyond lock.Service's and
+// CancelOnSuspend.
+type Lock struct {
+	face
+	v *service
+}
 
 var _ lock.Service = (*Lock)(nil)
 
@@ -18,42 +28,38 @@ var _ lock.Service = (*Lock)(nil)
 // Without WithSession it runs on a session of its own, closed by Close.
 // Bad input (nil client, empty or "/" name, over 1 KiB, a name in disco's
 // own key trees: disco/session, disco/sessions and the names below them,
-// TTL below MinTTL) is an error wrapping primitives.ErrInvalidArgument, and
-// nothing is written to Redis.
+// TTL below MinTTL, WithTTL or WithSuspendAfter with WithSession) is an
+// error wrapping primitives.ErrInvalidArgument, and nothing is written to
+// Redis.
 func NewLock(cli *redis.Client, name string, opts ...Option) (lock.Service, error) {
-	v, err := newService(cli, "lock", name, kindLock, opts)
+	v, err := newService(cli, name, kindLock, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{v}, nil
+	return &Lock{v, v}, nil
 }
 
-func (l *Lock) grant(h hold) lock.Grant {
-	return lock.Grant{FencingToken: tokenOf(h), Key: h.key, LeaseID: l.s.id, TTL: l.s.ttl, Created: h.created}
+func (l *Lock) grant(h driver.Hold, err error) (lock.Grant, error) {
+	if err != nil {
+		return lock.Grant{}, err
+	}
+	return lock.Grant{FencingToken: h.Token, Key: h.Key, LeaseID: h.LeaseID, TTL: l.v.s.ttl, Created: h.Created}, nil
 }
 
 // Lock blocks until this owner holds the lock.
 func (l *Lock) Lock(ctx context.Context) (lock.Grant, error) {
-	h, err := l.acquire(ctx, false, "", 'w')
-	if err != nil {
-		return lock.Grant{}, err
-	}
-	return l.grant(h), nil
+	return l.grant(l.v.acquire(ctx, false, "", rwlock.Write))
 }
 
 // TryLock takes the lock only if nobody holds it or waits for it.
 func (l *Lock) TryLock(ctx context.Context) (lock.Grant, error) {
-	h, err := l.acquire(ctx, true, "", 'w')
-	if err != nil {
-		return lock.Grant{}, err
-	}
-	return l.grant(h), nil
+	return l.grant(l.v.acquire(ctx, true, "", rwlock.Write))
 }
 
 // Unlock releases the current hold; lock.ErrNotHeld if there is none.
-func (l *Lock) Unlock(ctx context.Context) error { return l.release(ctx, 0, true, 0) }
+func (l *Lock) Unlock(ctx context.Context) error { return l.v.release(ctx, driver.Any) }
 
 // Release releases exactly g, matched by its Created.
 func (l *Lock) Release(ctx context.Context, g lock.Grant) error {
-	return l.release(ctx, g.Created, false, 0)
+	return l.v.release(ctx, driver.CreatedAt(g.Created))
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 )
 
@@ -116,7 +116,7 @@ return r
 // before it.
 func TestOldAndNewLayoutTogether(t *testing.T) {
 	r := testserver.StartRedis(t)
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	testkit.NoLeaks(t)
 	const name, rounds = "mixed", 25
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

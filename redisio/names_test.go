@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -19,7 +20,7 @@ import (
 // them are accepted.
 func TestReservedNames(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cli := newClient(t, r)
 	refused := []string{
 		"disco/session", "disco/session/", "disco/session/1", "disco/session/x/y",
@@ -69,7 +70,7 @@ func TestReservedNames(t *testing.T) {
 // back "a".
 func TestNestedNamesAreIndependent(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	parent := lockOn(t, r, "a")

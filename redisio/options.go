@@ -8,11 +8,14 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
-// DefaultTTL is a session's time to live when WithTTL is not given.
-const DefaultTTL = 10 * time.Second
+// DefaultTTL is a session's time to live when WithTTL is not given; it is
+// driver.DefaultTTL, the default of every backend.
+const DefaultTTL = driver.DefaultTTL
 
 // MinTTL is the shortest TTL WithTTL accepts.
 const MinTTL = 100 * time.Millisecond
@@ -20,15 +23,13 @@ const MinTTL = 100 * time.Millisecond
 // maxName bounds a primitive's name.
 const maxName = 1024
 
-// Option configures NewSession, NewLock and NewElection.
+// Option configures NewSession, NewLock, NewRWLock and NewElection.
 type Option func(*options)
 
 type options struct {
-	ttl     time.Duration
+	driver.Config
+	ctxSet  bool // WithContext was given
 	session *Session
-	log     *zap.Logger
-	ctx     context.Context
-	cancel  bool // cancel Do's and Lead's fn at Suspended
 	// maxValue is the largest election value Campaign and Proclaim accept.
 	maxValue int
 	errs     []error
@@ -54,15 +55,31 @@ func WithMaxValueSize(n int) Option {
 }
 
 // WithTTL sets the session's time to live: its key's PX expiry, refreshed
-// every TTL/3. At least MinTTL; whole milliseconds.
+// every TTL/3. At least MinTTL; whole milliseconds. Not allowed together
+// with WithSession, whose session has its own TTL.
 func WithTTL(d time.Duration) Option {
 	return func(o *options) {
 		if d < MinTTL {
 			o.errs = append(o.errs, fmt.Errorf("redisio: TTL %v below %v: %w", d, MinTTL, primitives.ErrInvalidArgument))
 			return
 		}
-		o.ttl = d.Truncate(time.Millisecond)
+		o.TTL, o.TTLSet = d.Truncate(time.Millisecond), true
 	}
+}
+
+// WithSuspendAfter sets the part of the TTL (0 < p < 1, default
+// driver.DefaultSuspendAfter, a half) that the session may go without an
+// acknowledged refresh before its holders get Suspended. Not allowed
+// together with WithSession, whose session has its own.
+func WithSuspendAfter(p float64) Option {
+	return func(o *options) { o.SuspendAfter, o.SuspendSet = p, true }
+}
+
+// WithMetrics reports the session's and the primitives' measures to m (see
+// package metrics); nil, the default, records nothing. A primitive made
+// WithSession without WithMetrics reports to its session's.
+func WithMetrics(m *metrics.Metrics) Option {
+	return func(o *options) { o.Metrics = m }
 }
 
 // WithSession runs a primitive on an existing session, sharing its event
@@ -82,7 +99,7 @@ func WithSession(s *Session) Option {
 func WithLogger(l *zap.Logger) Option {
 	return func(o *options) {
 		if l != nil {
-			o.log = l
+			o.Logger = l
 		}
 	}
 }
@@ -91,20 +108,34 @@ func WithLogger(l *zap.Logger) Option {
 // election.Lead end fn's context already at Suspended (with a cause
 // wrapping primitives.ErrSuspended), not only at Lost, for owners that
 // would rather stop than risk a late write while the session is in doubt.
-func WithCancelOnSuspend() Option { return func(o *options) { o.cancel = true } }
+func WithCancelOnSuspend() Option { return func(o *options) { o.CancelOnSuspend = true } }
+
+// constructTimeout bounds construction without WithContext, as on every
+// backend.
+const constructTimeout = 10 * time.Second
 
 // WithContext bounds construction (creating the session, subscribing to
-// the scope's channel), never the session's life.
+// the scope's channel, joining the session's loop), never the session's
+// life. Without it construction gives up after 10 seconds.
 func WithContext(ctx context.Context) Option {
 	return func(o *options) {
 		if ctx != nil {
-			o.ctx = ctx
+			o.Context, o.ctxSet = ctx, true
 		}
 	}
 }
 
+// construction returns the context that bounds construction:
+// WithContext's, else one that ends after constructTimeout.
+func (o options) construction() (context.Context, context.CancelFunc) {
+	if o.ctxSet {
+		return o.Context, func() {}
+	}
+	return context.WithTimeout(o.Context, constructTimeout)
+}
+
 func buildOptions(opts []Option) (options, error) {
-	o := options{ttl: DefaultTTL, log: zap.NewNop(), ctx: context.Background(), maxValue: DefaultMaxValueSize}
+	o := options{Config: driver.NewConfig(), maxValue: DefaultMaxValueSize}
 	for _, f := range opts {
 		if f == nil {
 			return o, fmt.Errorf("redisio: nil option: %w", primitives.ErrInvalidArgument)
@@ -114,6 +145,14 @@ func buildOptions(opts []Option) (options, error) {
 	if len(o.errs) > 0 {
 		return o, o.errs[0]
 	}
+	// Config.Check holds a TTL to at least a second; redisio's floor is
+	// MinTTL, which WithTTL checked, so Check sees the TTL raised to it.
+	c := o.Config
+	c.TTL = max(c.TTL, time.Second)
+	if err := c.Check(o.session != nil, primitives.ErrInvalidArgument); err != nil {
+		return o, fmt.Errorf("redisio: %w", err)
+	}
+	o.Context, o.Logger = c.Context, c.Logger
 	return o, nil
 }
 

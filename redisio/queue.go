@@ -8,41 +8,43 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
+	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
-// acquire is Lock, TryLock and Campaign: one hold at a time per service.
-func (v *service) acquire(ctx context.Context, try bool, value string, mode byte) (hold, error) {
-	if err := v.Err(); err != nil {
-		return hold{}, err
+// acquire is Lock, TryLock, RLock, TryRLock and Campaign: one hold at a
+// time per service (the shell's Enter), mode for an rwlock, value for an
+// election.
+func (v *service) acquire(ctx context.Context, try bool, value string, mode rwlock.Mode) (driver.Hold, error) {
+	began := time.Now()
+	if err := v.Enter(ctx, try); err != nil {
+		return driver.Hold{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return hold{}, err
+	if err := v.Err(); err != nil { // it ended while this caller waited to enter
+		v.Leave()
+		return driver.Hold{}, err
 	}
-	if try {
-		select {
-		case v.sem <- struct{}{}:
-		default:
-			return hold{}, v.errf("%w", v.taken)
-		}
-	} else {
-		select {
-		case v.sem <- struct{}{}:
-		case <-ctx.Done():
-			return hold{}, ctx.Err()
-		case <-v.done:
-			return hold{}, v.Err()
-		}
-	}
-	h, err := v.enqueue(ctx, try, value, mode)
+	h, err := v.enqueue(ctx, try, value, mode, began)
 	if err != nil {
-		<-v.sem
+		v.Leave()
 	}
 	return h, err
 }
 
+// wireMode is an rwlock mode as the scripts write it.
+func wireMode(m rwlock.Mode) string {
+	if m == rwlock.Read {
+		return "r"
+	}
+	return "w"
+}
+
 // enqueue creates the hold in Redis and waits for its turn.
-func (v *service) enqueue(ctx context.Context, try bool, value string, mode byte) (hold, error) {
+func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlock.Mode, began time.Time) (driver.Hold, error) {
 	tryArg := "0"
 	if try {
 		tryArg = "1"
@@ -57,7 +59,7 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode byte
 	var err error
 	if v.kind == kindRWLock {
 		res, err = rwEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, v.rtok},
-			v.name, tryArg, string(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
+			v.name, tryArg, wireMode(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
 	} else {
 		res, err = enqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key},
 			v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
@@ -68,67 +70,67 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode byte
 		if cerr := ctx.Err(); cerr != nil {
 			// The caller gave up meanwhile: its context's error is the
 			// answer, whatever the request met.
-			return hold{}, v.errf("enqueue: %w (%v)", cerr, err)
+			return driver.Hold{}, v.errf("enqueue: %w (%v)", cerr, err)
 		}
-		return hold{}, v.errf("enqueue: %w", err)
+		return driver.Hold{}, v.errf("enqueue: %w", err)
 	}
 	switch res[0] {
 	case -1:
-		return hold{}, v.sessionGone()
+		return driver.Hold{}, v.sessionGone()
 	case -2:
-		return hold{}, v.errf("%w", v.taken)
+		return driver.Hold{}, v.errf("%w", v.Spec().Taken)
 	}
-	h := hold{key: v.name + "/" + strconv.FormatInt(res[0], 10), mode: mode, created: res[0], token: res[1], value: value}
-	if h.token != 0 {
-		return h, v.grant(h)
+	h := driver.Hold{Key: v.name + "/" + strconv.FormatInt(res[0], 10), Created: res[0], Token: fencing.Token(res[1]),
+		Mode: mode, Value: value, LeaseID: v.s.id}
+	if h.Token != 0 {
+		return v.grant(h, began)
 	}
-	return v.wait(ctx, h)
+	return v.wait(ctx, h, began)
 }
 
 // sessionGone tells the loop that Redis no longer has the session's key.
 func (v *service) sessionGone() error {
-	v.s.loseAsync(errors.New("session key gone"))
+	v.s.loseAsync(errors.New("session key gone"), metrics.CauseLeaseRevoked)
 	return v.errf("session %d key gone: %w", v.s.id, primitives.ErrLost)
 }
 
-// grant records h as held and publishes Acquired, followed at once by
-// Suspended (with the session's deadline) if the session is suspended; or
-// it releases h if the service ended meanwhile.
-func (v *service) grant(h hold) error {
-	_, err := loopCall(v.s, context.Background(), func() (struct{}, error) {
-		if v.ended || v.closing {
-			return struct{}{}, v.Err()
-		}
-		delete(v.waiting, h.key)
-		hh := h
-		v.held = &hh
-		v.term.Store(&h)
-		v.fan.Publish(primitives.Acquired{Key: h.key, Token: tokenOf(h), Created: h.created})
-		if v.s.suspended {
-			// Granted in doubt: told at once, as the session's other holders were.
-			v.suspendLoop(v.s.lastAck.Add(v.s.ttl))
-		}
-		return struct{}{}, nil
+// grant has the shell record h, asked for at began, and answer its
+// caller, which announces it (followed by Suspended if the session is
+// suspended); if the service ended meanwhile, or the answer was refused,
+// h is released.
+func (v *service) grant(h driver.Hold, began time.Time) (driver.Hold, error) {
+	got, err := actor.Call(context.Background(), v.s.stopped, func(r actor.Reply[driver.Hold]) bool {
+		return v.s.mb.Post(func() {
+			if v.Ended() {
+				r.Answer(driver.Hold{}, v.Err())
+				return
+			}
+			delete(v.waiting, h.Key)
+			v.Grant(h, began, func(g driver.Hold) bool { return r.Answer(g, nil) })
+		})
 	})
 	if err != nil {
-		v.withdraw(h.key)
+		if serr := v.s.Err(); errors.Is(err, actor.ErrStopped) && serr != nil {
+			err = serr
+		}
+		v.withdraw(h.Key)
 	}
-	return err
+	return got, err
 }
 
 // wait parks the caller until its hold heads the queue: woken by the
 // session's pub/sub when it becomes the head, or by the recheck timer.
-func (v *service) wait(ctx context.Context, h hold) (hold, error) {
+func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time) (driver.Hold, error) {
 	wake := make(chan struct{}, 1)
 	if _, err := loopCall(v.s, context.Background(), func() (struct{}, error) {
-		if v.ended || v.closing {
+		if v.Ended() {
 			return struct{}{}, v.Err()
 		}
-		v.waiting[h.key] = wake
+		v.waiting[h.Key] = wake
 		return struct{}{}, nil
 	}); err != nil {
-		v.withdraw(h.key)
-		return hold{}, err
+		v.withdraw(h.Key)
+		return driver.Hold{}, err
 	}
 	t := time.NewTimer(0) // look once at once: a wake may have come before the loop knew the key
 	defer t.Stop()
@@ -137,33 +139,33 @@ func (v *service) wait(ctx context.Context, h hold) (hold, error) {
 		case <-wake:
 		case <-t.C:
 		case <-ctx.Done():
-			v.withdraw(h.key)
-			return hold{}, ctx.Err()
-		case <-v.done:
-			v.withdraw(h.key)
-			return hold{}, v.Err()
+			v.withdraw(h.Key)
+			return driver.Hold{}, ctx.Err()
+		case <-v.Done():
+			v.withdraw(h.Key)
+			return driver.Hold{}, v.Err()
 		}
 		t.Reset(v.recheck())
 		cctx, cancel := context.WithTimeout(ctx, opTimeout)
-		res, err := v.check(cctx, h.key)
+		res, err := v.check(cctx, h.Key)
 		cancel()
 		if err != nil {
-			v.s.log.Debug("redisio: check", zap.String("key", h.key), zap.Error(err))
+			v.s.log.Debug("redisio: check", zap.String("key", h.Key), zap.Error(err))
 			continue
 		}
 		switch res[0] {
 		case -1:
-			v.withdraw(h.key)
-			return hold{}, v.sessionGone()
+			v.withdraw(h.Key)
+			return driver.Hold{}, v.sessionGone()
 		case -3:
-			v.withdraw(h.key)
+			v.withdraw(h.Key)
 			if err := v.Err(); err != nil {
-				return hold{}, err
+				return driver.Hold{}, err
 			}
-			return hold{}, v.errf("waiting key %s deleted: %w", h.key, primitives.ErrLost)
+			return driver.Hold{}, v.errf("waiting key %s deleted: %w", h.Key, primitives.ErrLost)
 		case 1:
-			h.token = res[1]
-			return h, v.grant(h)
+			h.Token, h.Waited = fencing.Token(res[1]), true
+			return v.grant(h, began)
 		}
 	}
 }

@@ -4,69 +4,67 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/metrics"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
-// suspendAfter is how long without an acknowledged refresh makes holders
-// Suspended.
-func (s *Session) suspendAfter() time.Duration { return s.ttl / 2 }
-
-// nextTick is the time until the next suspension point or deadline. Loop
-// only.
-func (s *Session) nextTick() time.Duration {
-	at := s.lastAck.Add(s.ttl)
-	if !s.suspended {
-		at = s.lastAck.Add(s.suspendAfter())
-	}
-	return max(time.Until(at), time.Millisecond)
+// untilNext is the time until the clock's next suspension point or
+// deadline. Loop only.
+func (s *Session) untilNext() time.Duration {
+	return max(time.Until(s.clock.Next()), time.Millisecond)
 }
 
-// tick loses the session past its deadline and suspends its holders past
-// the suspension point. Loop only.
+// tick checks the clock: past the suspension point the holders are
+// suspended, past the deadline the session is lost. Loop only.
 func (s *Session) tick() {
-	if s.ended {
-		return
-	}
-	now := time.Now()
-	deadline := s.lastAck.Add(s.ttl)
-	if !now.Before(deadline) {
-		s.lose(fmt.Errorf("no refresh acknowledged within the TTL %v (deadline %v)", s.ttl, deadline.Format(time.RFC3339Nano)))
-		return
-	}
-	if !s.suspended && !now.Before(s.lastAck.Add(s.suspendAfter())) {
-		s.suspended = true
-		for v := range s.services {
-			v.suspendLoop(deadline)
-		}
+	if !s.ended {
+		s.apply(s.clock.Tick(time.Now()))
 	}
 }
 
-// refreshed records a refresh sent at sent: missing is nil when the
-// session key was extended, with the hold keys that were gone. Loop only.
-func (s *Session) refreshed(sent time.Time, sessionGone bool, missing []string) {
+// apply acts on what the clock reported: every service hears a Suspend or
+// a Resume; an Expire loses the session. Loop only.
+func (s *Session) apply(c driver.Change) {
+	switch c {
+	case driver.Suspend:
+		s.metrics.Suspended()
+		deadline := s.clock.Deadline()
+		for v := range s.services {
+			v.Suspend(deadline)
+		}
+	case driver.Resume:
+		for v := range s.services {
+			v.Resume()
+		}
+	case driver.Expire:
+		s.lose(fmt.Errorf("no refresh acknowledged within the TTL %v (deadline %v)",
+			s.ttl, s.clock.Deadline().Format(time.RFC3339Nano)), metrics.CauseLeaseExpired)
+	}
+}
+
+// refreshed records the acknowledgement, after rtt, of a refresh sent at
+// sent: sessionGone if the session key was gone, else missing lists the
+// hold keys that were. An acknowledgement after the deadline revives
+// nothing. Loop only.
+func (s *Session) refreshed(sent time.Time, rtt time.Duration, sessionGone bool, missing []string) {
 	if s.ended {
 		return
 	}
 	if sessionGone {
-		s.lose(errors.New("session key gone"))
+		s.lose(errors.New("session key gone"), metrics.CauseLeaseRevoked)
 		return
 	}
-	s.tick() // a refresh acknowledged after the deadline does not revive it
-	if s.ended {
+	now := time.Now()
+	s.metrics.Renewed(rtt, s.clock.Deadline().Sub(now))
+	if s.apply(s.clock.Renewed(sent, now, 0)); s.ended {
 		return
-	}
-	if sent.After(s.lastAck) {
-		s.lastAck = sent
-	}
-	if s.suspended {
-		s.suspended = false
-		for v := range s.services {
-			v.resumeLoop()
-		}
 	}
 	gone := make(map[string]bool, len(missing))
 	for _, k := range missing {
@@ -75,6 +73,26 @@ func (s *Session) refreshed(sent time.Time, sessionGone bool, missing []string) 
 	for v := range s.services {
 		v.checkHeldLoop(gone)
 	}
+}
+
+// broken records that a refresh found the connection broken at at: the
+// holders are suspended at once. Loop only.
+func (s *Session) broken(at time.Time) {
+	if !s.ended {
+		s.apply(s.clock.Broken(at))
+	}
+}
+
+// connBroken reports whether err says the connection to Redis is broken
+// (refused, reset, closed by the server), not merely slow: a timeout may
+// still have reached the server.
+func connBroken(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // holdKeys lists every key of the session's holds, held or waiting. Loop
@@ -88,7 +106,8 @@ func (s *Session) holdKeys() []string {
 }
 
 // refresher extends the session's key and its holds' keys every TTL/3 and
-// tells the loop when each acknowledged request was sent.
+// tells the loop when each acknowledged request was sent, and when one
+// found the connection broken.
 func (s *Session) refresher() {
 	defer s.helpers.Done()
 	every := s.ttl / 3
@@ -111,8 +130,13 @@ func (s *Session) refresher() {
 		cancel()
 		if err != nil {
 			s.log.Debug("redisio: refresh", zap.Int64("session", s.id), zap.Error(err))
+			if connBroken(err) {
+				at := time.Now()
+				s.mb.Post(func() { s.broken(at) })
+			}
 			continue
 		}
+		rtt := time.Since(sent)
 		var missing []string
 		gone := false
 		switch r := res.(type) {
@@ -125,6 +149,6 @@ func (s *Session) refresher() {
 				}
 			}
 		}
-		s.mb.Post(func() { s.refreshed(sent, gone, missing) })
+		s.mb.Post(func() { s.refreshed(sent, rtt, gone, missing) })
 	}
 }

@@ -5,11 +5,17 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
-// RWLock is redisio's rwlock.Service; see NewRWLock.
-type RWLock struct{ *service }
+// RWLock is redisio's rwlock.Service, what NewRWLock returns; it is
+// exported for the reasons Lock is. It has no methods beyond
+// rwlock.Service's and CancelOnSuspend.
+type RWLock struct {
+	face
+	v *service
+}
 
 var _ rwlock.Service = (*RWLock)(nil)
 
@@ -24,53 +30,53 @@ var _ rwlock.Service = (*RWLock)(nil)
 // them, and one guard protects reads and writes. Options and bad input as
 // NewLock.
 func NewRWLock(cli *redis.Client, name string, opts ...Option) (rwlock.Service, error) {
-	v, err := newService(cli, "rwlock", name, kindRWLock, opts)
+	v, err := newService(cli, name, kindRWLock, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &RWLock{v}, nil
+	return &RWLock{v, v}, nil
 }
 
-func (l *RWLock) grant(h hold, err error) (rwlock.Grant, error) {
+func (l *RWLock) grant(h driver.Hold, err error) (rwlock.Grant, error) {
 	if err != nil {
 		return rwlock.Grant{}, err
 	}
-	mode := rwlock.Write
-	if h.mode == 'r' {
-		mode = rwlock.Read
-	}
-	return rwlock.Grant{FencingToken: tokenOf(h), Key: h.key, LeaseID: l.s.id, TTL: l.s.ttl, Mode: mode, Created: h.created}, nil
+	return rwlock.Grant{FencingToken: h.Token, Key: h.Key, LeaseID: h.LeaseID, TTL: l.v.s.ttl, Mode: h.Mode, Created: h.Created}, nil
 }
 
 // RLock blocks until this owner holds a read grant.
 func (l *RWLock) RLock(ctx context.Context) (rwlock.Grant, error) {
-	return l.grant(l.acquire(ctx, false, "", 'r'))
+	return l.grant(l.v.acquire(ctx, false, "", rwlock.Read))
 }
 
 // TryRLock takes a read grant only if no writer holds or waits.
 func (l *RWLock) TryRLock(ctx context.Context) (rwlock.Grant, error) {
-	return l.grant(l.acquire(ctx, true, "", 'r'))
+	return l.grant(l.v.acquire(ctx, true, "", rwlock.Read))
 }
 
 // RUnlock releases the current read grant; rwlock.ErrNotHeld if there is
 // none.
-func (l *RWLock) RUnlock(ctx context.Context) error { return l.release(ctx, 0, true, 'r') }
+func (l *RWLock) RUnlock(ctx context.Context) error {
+	return l.v.release(ctx, driver.InMode(rwlock.Read))
+}
 
 // Lock blocks until this owner holds the write grant.
 func (l *RWLock) Lock(ctx context.Context) (rwlock.Grant, error) {
-	return l.grant(l.acquire(ctx, false, "", 'w'))
+	return l.grant(l.v.acquire(ctx, false, "", rwlock.Write))
 }
 
 // TryLock takes the write grant only if nobody holds or waits.
 func (l *RWLock) TryLock(ctx context.Context) (rwlock.Grant, error) {
-	return l.grant(l.acquire(ctx, true, "", 'w'))
+	return l.grant(l.v.acquire(ctx, true, "", rwlock.Write))
 }
 
 // Unlock releases the current write grant; rwlock.ErrNotHeld if there is
 // none.
-func (l *RWLock) Unlock(ctx context.Context) error { return l.release(ctx, 0, true, 'w') }
+func (l *RWLock) Unlock(ctx context.Context) error {
+	return l.v.release(ctx, driver.InMode(rwlock.Write))
+}
 
 // Release releases exactly g (read or write), matched by its Created.
 func (l *RWLock) Release(ctx context.Context, g rwlock.Grant) error {
-	return l.release(ctx, g.Created, false, 0)
+	return l.v.release(ctx, driver.CreatedAt(g.Created))
 }

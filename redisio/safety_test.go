@@ -9,6 +9,7 @@ import (
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -50,7 +51,7 @@ func grants(t *testing.T, l lock.Service, n int) []lock.Grant {
 // that admitted the tokens before the restart admits the ones after.
 func TestTokensRiseAcrossRestartWithAOF(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	gd := guard.New()
 	before := grants(t, lockOn(t, r, "aof"), 3)
 	for _, g := range before {
@@ -82,7 +83,7 @@ func TestTokensRiseAcrossRestartWithAOF(t *testing.T) {
 // may show the same token, which a guard treats as equal.
 func TestTokensGoBackWithoutAOF(t *testing.T) {
 	r := testserver.StartRedis(t, testserver.WithoutAOF())
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	gd := guard.New()
 	before := grants(t, lockOn(t, r, "volatile"), 3)
 	last := before[len(before)-1].Token()
@@ -107,7 +108,7 @@ func TestTokensGoBackWithoutAOF(t *testing.T) {
 // holder's late write, and the holder sees Lost when it wakes.
 func TestPausedHolderIsFencedByGuard(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cli := newClient(t, r)
@@ -175,7 +176,7 @@ func TestPausedHolderIsFencedByGuard(t *testing.T) {
 // takes over with a higher token once the holder unlocks.
 func TestRestartWhileWaiting(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	holder := lockOn(t, r, "restart-wait", redisio.WithTTL(3*time.Second))

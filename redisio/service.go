@@ -13,18 +13,21 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
 )
 
-// service is every primitive: a lock, rwlock or election on one scope (a name),
-// owned by one session. Its loop-only fields belong to the session's loop.
+// service is every primitive: a lock, rwlock or election on one scope (a
+// name), owned by one session. Its shell (driver.Shell) is the one hold at a
+// time, the current grant, the events and the service's end; the service
+// adds what Redis needs. Its loop-only fields belong to the session's loop.
 type service struct {
+	*driver.Shell
 	s    *Session
 	own  bool // the session was made for this service; Close closes it
 	kind kind
-	what string
 	name string
 	// maxValue is the largest election value accepted.
 	maxValue int
@@ -33,31 +36,28 @@ type service struct {
 	granted  string // name/held
 	rtok     string
 	wake     string
-	notHeld  error
-	taken    error
-	cancel   bool // WithCancelOnSuspend
 
-	fan  *actor.Fanout[primitives.Event]
-	obs  *actor.Fanout[election.Leadership] // elections only
-	sem  chan struct{}                      // one hold (or acquisition) at a time
-	done chan struct{}
-
-	errOnce    sync.Once
-	errMu      sync.Mutex
-	err        error
+	obs        *actor.Fanout[election.Leadership] // elections only
 	finishOnce sync.Once
 
-	term        atomic.Pointer[hold] // the current hold, for Term
 	leaderReads atomic.Uint64
 	watchWake   chan struct{}
 
 	// Loop only.
-	held      *hold
 	waiting   map[string]chan struct{} // hold key -> its waiter's wake
-	ended     bool
-	closing   bool
 	leader    election.Leadership
 	leaderSeq uint64
+}
+
+// face is what Lock, RWLock and Election show of their service beyond
+// their own methods: the shell's Subscribe, Done, Err and CancelOnSuspend,
+// and Close. The shell's loop-only methods stay out of their method sets.
+type face interface {
+	Subscribe(ctx context.Context) <-chan primitives.Event
+	Done() <-chan struct{}
+	Err() error
+	CancelOnSuspend() bool
+	Close() error
 }
 
 // kind is what a service is: it decides the scripts, the token rule and
@@ -70,20 +70,26 @@ const (
 	kindRWLock               // token: a new increment (writer) or the read epoch's (reader)
 )
 
-// hold is one grant (or a waiting acquisition) in Redis.
-type hold struct {
-	key       string
-	mode      byte // 'w', or 'r' for an rwlock's read hold
-	created   int64
-	token     int64
-	value     string
-	releasing bool
-	suspended bool
+// spec is the shell's description of a service of kind k on name, without
+// its options.
+func (k kind) spec(name string) driver.Spec {
+	var sp driver.Spec
+	switch k {
+	case kindLock:
+		sp = driver.Spec{Kind: "lock", NotHeld: lock.ErrNotHeld, Taken: lock.ErrLockTaken}
+	case kindRWLock:
+		sp = driver.Spec{Kind: "rwlock", NotHeld: rwlock.ErrNotHeld, Taken: rwlock.ErrRWLockTaken}
+	case kindElection:
+		sp = driver.Spec{Kind: "election", NotHeld: election.ErrNotLeader, Taken: lock.ErrLockTaken}
+	}
+	sp.Name = fmt.Sprintf("redisio: %s %q", sp.Kind, name)
+	return sp
 }
 
-func newService(cli *redis.Client, what, name string, k kind, opts []Option) (*service, error) {
+func newService(cli *redis.Client, name string, k kind, opts []Option) (*service, error) {
+	sp := k.spec(name)
 	if cli == nil {
-		return nil, fmt.Errorf("redisio: %s: nil client: %w", what, primitives.ErrInvalidArgument)
+		return nil, fmt.Errorf("redisio: %s: nil client: %w", sp.Kind, primitives.ErrInvalidArgument)
 	}
 	if err := checkName(name); err != nil {
 		return nil, err
@@ -92,39 +98,42 @@ func newService(cli *redis.Client, what, name string, k kind, opts []Option) (*s
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := o.construction()
+	defer cancel()
 	s, own := o.session, false
 	if s == nil {
-		if s, err = newSession(cli, o); err != nil {
+		if s, err = newSession(ctx, cli, o); err != nil {
 			return nil, err
 		}
 		own = true
 	} else if s.cli != cli {
-		return nil, fmt.Errorf("redisio: %s %q: the session runs on another client: %w", what, name, primitives.ErrInvalidArgument)
+		return nil, fmt.Errorf("%s: the session runs on another client: %w", sp.Name, primitives.ErrInvalidArgument)
+	}
+	sp.CancelOnSuspend, sp.Metrics = o.CancelOnSuspend, o.Metrics
+	if sp.Metrics == nil {
+		sp.Metrics = s.metrics
 	}
 	v := &service{
-		s: s, own: own, kind: k, what: what, name: name, cancel: o.cancel, maxValue: o.maxValue,
+		Shell: driver.NewShell(sp),
+		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue,
 		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
-		fan: actor.NewFanout(primitives.Coalescable), sem: make(chan struct{}, 1), done: make(chan struct{}),
 		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{},
 	}
-	switch k {
-	case kindLock:
-		v.notHeld, v.taken = lock.ErrNotHeld, lock.ErrLockTaken
-	case kindRWLock:
-		v.notHeld, v.taken = rwlock.ErrNotHeld, rwlock.ErrRWLockTaken
-	case kindElection:
-		v.notHeld, v.taken = election.ErrNotLeader, lock.ErrLockTaken
+	if k == kindElection {
 		v.obs = actor.NewFanout(func(election.Leadership) bool { return true })
 	}
-	if err := s.subscribe(o.ctx, v.wake); err != nil {
+	if err := s.subscribe(ctx, v.wake); err != nil {
 		v.finish()
 		return nil, err
 	}
-	if _, err := loopCall(s, o.ctx, func() (struct{}, error) {
+	if _, err := loopCall(s, ctx, func() (struct{}, error) {
 		if s.ended {
 			return struct{}{}, s.Err()
 		}
 		s.services[v] = struct{}{}
+		if s.clock.Suspended() {
+			v.Suspend(s.clock.Deadline()) // a grant while suspended is told at once
+		}
 		if k == kindElection {
 			s.helpers.Add(1)
 			go v.watch()
@@ -137,35 +146,8 @@ func newService(cli *redis.Client, what, name string, k kind, opts []Option) (*s
 	return v, nil
 }
 
-// Err is nil while the service is usable.
-func (v *service) Err() error {
-	v.errMu.Lock()
-	defer v.errMu.Unlock()
-	return v.err
-}
-
-// CancelOnSuspend reports whether Do and Lead end fn's context at
-// Suspended (WithCancelOnSuspend).
-func (v *service) CancelOnSuspend() bool { return v.cancel }
-
-// Done is closed when the service is lost or closed.
-func (v *service) Done() <-chan struct{} { return v.done }
-
-// Subscribe delivers this owner's events after it returns.
-func (v *service) Subscribe(ctx context.Context) <-chan primitives.Event { return v.fan.Subscribe(ctx) }
-
-// setErr ends the service's usable life with err (the first cause wins).
-func (v *service) setErr(err error) {
-	v.errOnce.Do(func() {
-		v.errMu.Lock()
-		v.err = err
-		v.errMu.Unlock()
-		close(v.done)
-	})
-}
-
 func (v *service) errf(format string, args ...any) error {
-	return fmt.Errorf("redisio: %s %q: "+format, append([]any{v.what, v.name}, args...)...)
+	return fmt.Errorf("%s: "+format, append([]any{v.Spec().Name}, args...)...)
 }
 
 func (v *service) ref(key string) holdRef {
@@ -186,44 +168,29 @@ func (v *service) recheck() time.Duration {
 	return min(max(v.s.ttl/4, 50*time.Millisecond), time.Second)
 }
 
-// Close releases what the service holds or waits for in Redis, then ends
-// it: Released for its hold, its subscriptions closed, ErrClosed after.
+// Close ends the service at once (Released for its hold, its waiters
+// failing, its subscriptions closed, ErrClosed after), then deletes its
+// keys in Redis, so that others proceed before Close returns.
 func (v *service) Close() error {
 	refs, err := loopCall(v.s, context.Background(), func() ([]holdRef, error) {
-		if v.ended || v.closing {
+		if v.Ended() {
 			return nil, v.Err()
 		}
-		v.closing = true
-		v.setErr(v.errf("%w", primitives.ErrClosed))
-		var refs []holdRef
-		if v.held != nil {
-			v.held.releasing = true
-			refs = append(refs, v.ref(v.held.key))
-		}
-		for k := range v.waiting {
-			refs = append(refs, v.ref(k))
-		}
-		return refs, nil
+		return v.endLoop(v.errf("%w", primitives.ErrClosed), ""), nil
 	})
-	if err != nil {
-		v.finish()
-		if errors.Is(err, primitives.ErrClosed) {
-			return err
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		for _, r := range refs {
+			if _, err := v.s.release(ctx, r); err != nil {
+				v.s.log.Debug("redisio: release at Close", zap.String("key", r.key), zap.Error(err))
+			}
 		}
-		return nil
+		cancel()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	for _, r := range refs {
-		if _, err := v.s.release(ctx, r); err != nil {
-			v.s.log.Debug("redisio: release at Close", zap.String("key", r.key), zap.Error(err))
-		}
-	}
-	cancel()
-	_, _ = loopCall(v.s, context.Background(), func() (struct{}, error) {
-		v.endLoop(v.Err(), true)
-		return struct{}{}, nil
-	})
 	v.finish()
+	if errors.Is(err, primitives.ErrClosed) {
+		return err
+	}
 	return nil
 }
 
@@ -238,29 +205,23 @@ func (v *service) finish() {
 	})
 }
 
-// endLoop ends the service with err: Released (closing) or Lost for its
-// hold, its subscriptions closed. It returns the keys to delete in Redis.
-// Loop only.
-func (v *service) endLoop(err error, closing bool) []holdRef {
-	if v.ended {
+// endLoop ends the service with err, which wraps primitives.ErrClosed
+// (Released for its hold) or primitives.ErrLost (Lost, cause a
+// metrics.Cause): its waiters fail, its subscriptions close. It returns
+// the keys to delete in Redis. Loop only.
+func (v *service) endLoop(err error, cause string) []holdRef {
+	if v.Ended() {
 		return nil
 	}
-	v.ended = true
-	v.setErr(err)
 	var refs []holdRef
-	if h := v.held; h != nil {
-		refs = append(refs, v.ref(h.key))
-		if closing {
-			v.endHold(primitives.Released{Key: h.key, Token: tokenOf(*h), Created: h.created})
-		} else {
-			v.endHold(primitives.Lost{Key: h.key, Token: tokenOf(*h), Created: h.created, Err: err})
-		}
+	if h, ok := v.EndFor(err, cause); ok {
+		refs = append(refs, v.ref(h.Key))
 	}
 	for k := range v.waiting {
 		refs = append(refs, v.ref(k))
 	}
 	clear(v.waiting)
-	v.fan.Close()
+	v.Finish(err)
 	if v.obs != nil {
 		v.obs.Close()
 	}

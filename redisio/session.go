@@ -14,7 +14,9 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 const (
@@ -31,11 +33,12 @@ const (
 // primitives that run on it. A Session is lost when its key is not
 // confirmed within its TTL; everything it holds is then lost with it.
 type Session struct {
-	cli *redis.Client
-	id  int64
-	key string
-	ttl time.Duration
-	log *zap.Logger
+	cli     *redis.Client
+	id      int64
+	key     string
+	ttl     time.Duration
+	log     *zap.Logger
+	metrics *metrics.Metrics
 
 	mb       *actor.Mailbox[func()]
 	quit     chan struct{} // closed to stop the loop and the helpers
@@ -55,14 +58,16 @@ type Session struct {
 	subs  map[string]int // wake channel -> services subscribed
 
 	// Loop only.
-	services  map[*service]struct{}
-	lastAck   time.Time // send time of the latest acknowledged refresh
-	suspended bool
-	ended     bool
+	services map[*service]struct{}
+	clock    driver.Clock // the deadline, from the send times of acknowledged refreshes
+	ended    bool
 }
 
 // NewSession creates a session on cli: a new id and its key, with the TTL
-// (WithTTL, default DefaultTTL). The caller owns cli; Close never closes it.
+// (WithTTL, default DefaultTTL), suspending its holders after
+// WithSuspendAfter's part of it (default half) without an acknowledged
+// refresh, reporting to WithMetrics. The caller owns cli; Close never
+// closes it.
 func NewSession(cli *redis.Client, opts ...Option) (*Session, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("redisio: nil client: %w", primitives.ErrInvalidArgument)
@@ -71,24 +76,28 @@ func NewSession(cli *redis.Client, opts ...Option) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newSession(cli, o)
+	ctx, cancel := o.construction()
+	defer cancel()
+	return newSession(ctx, cli, o)
 }
 
-func newSession(cli *redis.Client, o options) (*Session, error) {
+// newSession creates the session; ctx bounds its creation.
+func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, error) {
 	sent := time.Now()
-	id, err := sessionScript.Run(o.ctx, cli, []string{sessionCounter}, sessionPrefix, o.ttl.Milliseconds()).Int64()
+	id, err := sessionScript.Run(ctx, cli, []string{sessionCounter}, sessionPrefix, o.TTL.Milliseconds()).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("redisio: create session: %w", err)
 	}
 	s := &Session{
-		cli: cli, id: id, key: sessionPrefix + strconv.FormatInt(id, 10), ttl: o.ttl, log: o.log,
+		cli: cli, id: id, key: sessionPrefix + strconv.FormatInt(id, 10), ttl: o.TTL, log: o.Logger, metrics: o.Metrics,
 		mb: actor.NewMailbox[func()](), quit: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{}),
-		subs: map[string]int{}, services: map[*service]struct{}{}, lastAck: sent,
+		subs: map[string]int{}, services: map[*service]struct{}{},
+		clock: driver.NewClock(sent, o.TTL, driver.SuspendPart(o.TTL, o.SuspendAfter)),
 	}
 	// The session's own channel opens the pub/sub connection at once, so
 	// that scopes subscribed later share it.
-	s.ps = cli.Subscribe(o.ctx, s.key)
-	if _, err := s.ps.Receive(o.ctx); err != nil {
+	s.ps = cli.Subscribe(ctx, s.key)
+	if _, err := s.ps.Receive(ctx); err != nil {
 		s.ps.Close()
 		s.cleanup(nil)
 		return nil, fmt.Errorf("redisio: subscribe: %w", err)
@@ -106,8 +115,13 @@ func newSession(cli *redis.Client, o options) (*Session, error) {
 	return s, nil
 }
 
-// LeaseID is the session's id, the number in its key.
+// LeaseID is the session's id, the number in its key: every grant's
+// LeaseID on this session.
 func (s *Session) LeaseID() int64 { return s.id }
+
+// Client is the client the session runs on (the caller's; Close never
+// closes it).
+func (s *Session) Client() *redis.Client { return s.cli }
 
 // Key is the session's liveness key, disco/session/<id>.
 func (s *Session) Key() string { return s.key }
@@ -136,11 +150,12 @@ func (s *Session) Close() error {
 		if s.ended {
 			return nil, s.Err()
 		}
+		err := fmt.Errorf("redisio: session %d: %w", s.id, primitives.ErrClosed)
 		var refs []holdRef
 		for v := range s.services {
-			refs = append(refs, v.endLoop(primitives.ErrClosed, true)...)
+			refs = append(refs, v.endLoop(err, "")...)
 		}
-		s.end(fmt.Errorf("redisio: session %d: %w", s.id, primitives.ErrClosed))
+		s.end(err)
 		return refs, nil
 	})
 	if err == nil {
@@ -204,9 +219,9 @@ func (s *Session) end(err error) {
 }
 
 // lose ends the session as lost: every primitive gets Lost for what it
-// held, its waiters fail, and a helper deletes what is left of its keys.
-// Loop only.
-func (s *Session) lose(cause error) {
+// held (why is the metrics.Cause), its waiters fail, and a helper deletes
+// what is left of its keys. Loop only.
+func (s *Session) lose(cause error, why string) {
 	if s.ended {
 		return
 	}
@@ -214,7 +229,7 @@ func (s *Session) lose(cause error) {
 	s.log.Info("redisio: session lost", zap.Int64("session", s.id), zap.Error(cause))
 	var refs []holdRef
 	for v := range s.services {
-		refs = append(refs, v.endLoop(err, false)...)
+		refs = append(refs, v.endLoop(err, why)...)
 	}
 	s.end(err)
 	s.helpers.Add(1)
@@ -225,7 +240,7 @@ func (s *Session) lose(cause error) {
 }
 
 // loseAsync asks the loop to end the session as lost; any goroutine.
-func (s *Session) loseAsync(cause error) { s.mb.Post(func() { s.lose(cause) }) }
+func (s *Session) loseAsync(cause error, why string) { s.mb.Post(func() { s.lose(cause, why) }) }
 
 // loopCall runs f on the loop and returns its result; if the loop has
 // stopped, the session's error.
@@ -242,14 +257,15 @@ func loopCall[T any](s *Session, ctx context.Context, f func() (T, error)) (T, e
 }
 
 // run is the session's event loop. Its entry points are the functions
-// posted to its mailbox (each marked "Loop only") and its timer, which
-// marks the suspension point and the deadline. Nothing here waits on Redis.
+// posted to its mailbox (each marked "Loop only") and its timer, set to
+// the clock's next suspension point or deadline. Nothing here waits on
+// Redis.
 func (s *Session) run() {
 	defer s.helpers.Done()
 	defer close(s.stopped)
 	defer s.stop()
 	defer s.mb.Close()
-	timer := time.NewTimer(s.nextTick())
+	timer := time.NewTimer(s.untilNext())
 	defer timer.Stop()
 	var buf []func()
 	for {
@@ -258,6 +274,7 @@ func (s *Session) run() {
 			testhook.Wait(s, s.quit)
 			s.tick()
 			buf = s.mb.Drain(buf)
+			s.metrics.Drained(len(buf))
 			for _, f := range buf {
 				f()
 			}
@@ -274,6 +291,6 @@ func (s *Session) run() {
 			}
 			return
 		}
-		timer.Reset(s.nextTick())
+		timer.Reset(s.untilNext())
 	}
 }

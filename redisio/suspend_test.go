@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -19,7 +20,7 @@ import (
 // brings Resumed and the hold is intact.
 func TestSuspendedThenResumed(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	const ttl = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -76,7 +77,7 @@ func TestSuspendedThenResumed(t *testing.T) {
 // context end at Suspended, with a cause wrapping primitives.ErrSuspended.
 func TestCancelOnSuspend(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cli := newClient(t, r)
@@ -111,7 +112,7 @@ func TestCancelOnSuspend(t *testing.T) {
 // session was told to.
 func TestGrantWhileSuspended(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	const ttl = 4 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
@@ -42,7 +43,7 @@ func scriptCalls(t *testing.T, cli *redis.Client) int {
 // to the next waiter in order.
 func TestParkedWaitersDoNotPoll(t *testing.T) {
 	r := testserver.StartRedis(t)
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	const waiters, ttl, park = 8, 4 * time.Second, 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -65,16 +66,10 @@ func TestParkedWaitersDoNotPoll(t *testing.T) {
 		}()
 	}
 	// Every waiter has queued (the holder heads the queue).
-	for {
+	testkit.Eventually(t, 10*time.Second, "every waiter queued", func() bool {
 		n, err := admin.ZCard(ctx, "parked/queue").Result()
-		if err == nil && n == waiters+1 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("waiters never all queued: %d holds queued, %v", n, err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+		return err == nil && n == waiters+1
+	})
 	before := scriptCalls(t, admin)
 	time.Sleep(park) // the measured quiet spell, not synchronisation
 	calls := scriptCalls(t, admin) - before

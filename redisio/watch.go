@@ -42,7 +42,7 @@ func (v *service) watch() {
 	go func() {
 		defer v.s.helpers.Done()
 		select {
-		case <-v.done:
+		case <-v.Done():
 		case <-v.s.quit:
 		}
 		cancel()
@@ -70,7 +70,7 @@ func (v *service) watch() {
 // applyLeaderLoop records a leader read, unless a later read has been
 // applied, and reports a change. Loop only.
 func (v *service) applyLeaderLoop(seq uint64, l election.Leadership) {
-	if v.ended || seq <= v.leaderSeq {
+	if v.Ended() || seq <= v.leaderSeq {
 		return
 	}
 	v.leaderSeq = seq
@@ -79,6 +79,7 @@ func (v *service) applyLeaderLoop(seq uint64, l election.Leadership) {
 		return
 	}
 	v.leader = l
-	v.fan.Publish(primitives.LeaderChanged{Key: l.Key, Value: l.Value, Token: l.FencingToken})
+	v.Spec().Metrics.LeaderChanged()
+	v.Publish(primitives.LeaderChanged{Key: l.Key, Value: l.Value, Token: l.FencingToken})
 	v.obs.Publish(l)
 }

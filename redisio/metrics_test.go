@@ -1,0 +1,199 @@
+package redisio_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/metrics"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/election"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/redisio"
+)
+
+// TestMetrics: a registry given to WithMetrics sees the grants, waits,
+// holds, handoffs and losses of the primitives (by kind and cause), and the
+// session's suspensions, refreshes and loop drains, and an election's
+// leader changes.
+func TestMetrics(t *testing.T) {
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := newClient(t, r)
+	cli, other := newClient(t, r), newClient(t, r)
+	s := testkit.ClosedAtEnd[*redisio.Session](t)(redisio.NewSession(cli, redisio.WithTTL(2*time.Second), redisio.WithMetrics(m)))
+	l := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(cli, "metrics", redisio.WithSession(s)))
+	// A lock on its own session, reporting to the same registry.
+	w := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(other, "metrics", redisio.WithTTL(2*time.Second), redisio.WithMetrics(m)))
+	events := l.Subscribe(ctx)
+	wevents := w.Subscribe(ctx)
+
+	// A grant, then a handoff to a waiter at the release.
+	if _, err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		g   lock.Grant
+		err error
+	}
+	waited := make(chan res, 1)
+	go func() { g, err := w.Lock(ctx); waited <- res{g, err} }()
+	testkit.Eventually(t, 10*time.Second, "the waiter queued", func() bool {
+		n, err := admin.ZCard(ctx, "metrics/queue").Result()
+		return err == nil && n == 2
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg := <-waited
+	if wg.err != nil {
+		t.Fatal(wg.err)
+	}
+	// The waiter's session key deleted: a loss with cause lease_revoked.
+	if err := admin.Del(ctx, fmt.Sprintf("disco/session/%d", wg.g.LeaseID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	awaitEvent[primitives.Lost](t, wevents)
+	// The later grants come without waiting once the lost hold is cleaned
+	// up: one handoff in all.
+	drained := func() {
+		testkit.Eventually(t, 10*time.Second, "an empty queue", func() bool {
+			n, err := admin.ZCard(ctx, "metrics/queue").Result()
+			return err == nil && n == 0
+		})
+	}
+	drained()
+
+	// A grant whose key is deleted behind its back: a loss with cause
+	// key_deleted.
+	g, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Del(ctx, g.Key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	awaitEvent[primitives.Lost](t, events)
+	drained()
+
+	// A grant on a suspended session, then Resumed.
+	if _, err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resume := make(chan struct{})
+	testhook.PauseRenewal(s, resume)
+	awaitEvent[primitives.Suspended](t, events)
+	close(resume)
+	awaitEvent[primitives.Resumed](t, events)
+
+	// An election's leader change.
+	e := testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, "metrics-election", redisio.WithSession(s)))
+	if err := e.Campaign(ctx, "v"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "a leader change counted", func() bool {
+		return gather(t, reg)["disco_leader_changes_total"] >= 1
+	})
+	if err := s.Close(); err != nil { // Released for the lock and the term
+		t.Fatal(err)
+	}
+
+	got := gather(t, reg)
+	want := map[string]float64{
+		`disco_acquisitions_total{kind="lock"}`:                   4,
+		`disco_acquisitions_total{kind="election"}`:               1,
+		`disco_acquire_wait_seconds{kind="lock"}`:                 4,
+		`disco_handoffs_total{kind="lock"}`:                       1,
+		`disco_hold_seconds{kind="lock"}`:                         4,
+		`disco_hold_seconds{kind="election"}`:                     1,
+		`disco_losses_total{cause="key_deleted",kind="lock"}`:     1,
+		`disco_losses_total{cause="lease_revoked",kind="lock"}`:   1,
+		`disco_losses_total{cause="lease_expired",kind="lock"}`:   0,
+		`disco_losses_total{cause="key_deleted",kind="election"}`: 0,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	for _, k := range []string{"disco_suspensions_total", "disco_keepalive_rtt_seconds", "disco_lease_margin_seconds",
+		"disco_loop_mailbox_depth", "disco_leader_changes_total"} {
+		if got[k] < 1 {
+			t.Errorf("%s = %v, want at least 1", k, got[k])
+		}
+	}
+	if t.Failed() {
+		keys := make([]string, 0, len(got))
+		for k, v := range got {
+			keys = append(keys, fmt.Sprintf("%s %v", k, v))
+		}
+		sort.Strings(keys)
+		t.Logf("series:\n%s", strings.Join(keys, "\n"))
+	}
+}
+
+// awaitEvent returns the next event of type E from events.
+func awaitEvent[E primitives.Event](t *testing.T, events <-chan primitives.Event) E {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				var zero E
+				t.Fatalf("events closed before a %T", zero)
+			}
+			if e, ok := e.(E); ok {
+				return e
+			}
+		case <-timeout:
+			var zero E
+			t.Fatalf("no %T within 10s", zero)
+		}
+	}
+}
+
+// gather returns reg's series: a counter's value, a histogram's count, by
+// name and labels.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+			}
+			key := mf.GetName()
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.GetCounter().GetValue()
+			case m.Histogram != nil:
+				out[key] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}
