@@ -24,6 +24,8 @@ type Hold struct {
 	Mode rwlock.Mode
 	// Value is an election term's value.
 	Value string
+	// Slot is a semaphore permit's slot; it means nothing for other kinds.
+	Slot int
 	// LeaseID is the lease or session the key is bound to.
 	LeaseID int64
 	// Waited says the grant came after waiting behind another owner.
