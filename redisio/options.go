@@ -145,14 +145,10 @@ func buildOptions(opts []Option) (options, error) {
 	if len(o.errs) > 0 {
 		return o, o.errs[0]
 	}
-	// Config.Check holds a TTL to at least a second; redisio's floor is
-	// MinTTL, which WithTTL checked, so Check sees the TTL raised to it.
-	c := o.Config
-	c.TTL = max(c.TTL, time.Second)
-	if err := c.Check(o.session != nil, primitives.ErrInvalidArgument); err != nil {
+	o.Config.MinTTL = MinTTL
+	if err := o.Check(o.session != nil, primitives.ErrInvalidArgument); err != nil {
 		return o, fmt.Errorf("redisio: %w", err)
 	}
-	o.Context, o.Logger = c.Context, c.Logger
 	return o, nil
 }
 

@@ -34,6 +34,9 @@ const DefaultSuspendAfter = 0.5
 // WithSession, whose session type is the backend's, is each backend's own;
 // Check is told whether it was given.
 type Config struct {
+	// MinTTL is the shortest TTL Check accepts: 1 s unless the backend's
+	// store allows less (Redis: 100 ms).
+	MinTTL          time.Duration
 	TTL             time.Duration
 	TTLSet          bool
 	SuspendAfter    float64
@@ -46,7 +49,7 @@ type Config struct {
 
 // NewConfig returns the defaults.
 func NewConfig() Config {
-	return Config{TTL: DefaultTTL, SuspendAfter: DefaultSuspendAfter}
+	return Config{MinTTL: time.Second, TTL: DefaultTTL, SuspendAfter: DefaultSuspendAfter}
 }
 
 // Check validates c for a constructor given a session (WithSession) or not,
@@ -59,9 +62,12 @@ func (c *Config) Check(withSession bool, invalid error) error {
 	if invalid == nil {
 		invalid = primitives.ErrInvalidArgument
 	}
+	if c.MinTTL <= 0 {
+		c.MinTTL = time.Second
+	}
 	if c.TTLSet {
-		if c.TTL < time.Second {
-			return fmt.Errorf("TTL %v: must be at least 1s: %w", c.TTL, invalid)
+		if c.TTL < c.MinTTL {
+			return fmt.Errorf("TTL %v: must be at least %v: %w", c.TTL, c.MinTTL, invalid)
 		}
 		if withSession {
 			return fmt.Errorf("WithTTL and WithSession together: the session has its own TTL: %w", invalid)

@@ -35,7 +35,9 @@ type Spec struct {
 // Shell is what every primitive's service is, whatever its store: it holds
 // at most one grant at a time, delivers its events, and says when and why
 // it is done. A driver's service embeds it (as a pointer, from NewShell)
-// and so has its Subscribe, Done, Err and CancelOnSuspend.
+// and so has its Subscribe, Done, Err and CancelOnSuspend. Embed it only in
+// an unexported type: in an exported one, the loop-only methods would be
+// part of the public API.
 type Shell struct {
 	spec   Spec
 	events *actor.Fanout[primitives.Event]
