@@ -141,7 +141,8 @@ func allScenarios(contenders []int, guardGoroutines int, wc waitersCfg) []scenar
 		scenario{name: "election-failover-resign", run: failoverScenario(failResign)},
 		scenario{name: "election-failover-close", run: failoverScenario(failClose)},
 		scenario{name: "election-failover-expiry", run: failoverScenario(failExpiry)},
-		scenario{name: fmt.Sprintf("semaphore-%d-of-%d", semPermits, semContenders), run: semScenario},
+		scenario{name: fmt.Sprintf("semaphore-%d-of-%d", semPermits, semContenders), run: semScenario(semContenders, true)},
+		scenario{name: fmt.Sprintf("semaphore-%d-of-%d", semPermits, semManyWaiters), run: semScenario(semManyWaiters, false)},
 	)
 	s = append(s, redisScenarios(contenders)...)
 	return s

@@ -16,11 +16,18 @@ import (
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
-// Semaphore scenario: semPermits permits, semContenders owners.
+// Semaphore scenarios: semPermits permits, semContenders owners (against a
+// baseline), and semManyWaiters owners (disco alone), most of them waiting.
 const (
-	semPermits    = 4
-	semContenders = 32
+	semPermits     = 4
+	semContenders  = 32
+	semManyWaiters = 256
 )
+
+// semWatchGoal: disco's watch events per acquisition at most this many,
+// whatever the number of waiters (issue 25): a release wakes only the waiter
+// it admits, and that waiter's successor learns it is next.
+const semWatchGoal = 3.0
 
 // permitter is one owner's handle on a counting semaphore: acquire returns
 // the permit slot held and its fencing token.
@@ -106,32 +113,50 @@ func (m *mutexSem) release(ctx context.Context) error {
 }
 func (m *mutexSem) close() error { return m.s.Close() }
 
-// semScenario: semContenders owners, each with its own client and session,
-// loop acquire -> check the token with its slot's guard -> release on one
+// semScenario: owners owners, each with its own client and session, loop
+// acquire -> check the token with its slot's guard -> release on one
 // semaphore of semPermits permits; every acquisition checks that no more
-// than semPermits hold and that no slot is held twice.
-func semScenario(ctx context.Context, r *runner) (*result, error) {
-	name := fmt.Sprintf("semaphore-%d-of-%d", semPermits, semContenders)
-	var sides []*side
-	for _, lib := range []semLib{discoSemLib, mutexSemLib} {
-		r.logf("  %s: %s ...", name, lib.name)
-		s, err := runSemContended(ctx, r.env, lib, r.cfg)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, lib.name, err)
+// than semPermits hold and that no slot is held twice. With baseline, the
+// same against etcd's Mutex per permit. The goal: disco's watch events per
+// acquisition (semWatchGoal).
+func semScenario(owners int, baseline bool) func(ctx context.Context, r *runner) (*result, error) {
+	return func(ctx context.Context, r *runner) (*result, error) {
+		name := fmt.Sprintf("semaphore-%d-of-%d", semPermits, owners)
+		libs := []semLib{discoSemLib}
+		if baseline {
+			libs = append(libs, mutexSemLib)
 		}
-		sides = append(sides, s)
+		var sides []*side
+		for _, lib := range libs {
+			r.logf("  %s: %s ...", name, lib.name)
+			s, err := runSemContended(ctx, r.env, lib, owners, r.cfg)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", name, lib.name, err)
+			}
+			sides = append(sides, s)
+		}
+		d := sides[0]
+		rw := &row{Scenario: name, Contenders: owners, Unit: "acq/s", Latency: "wait", Disco: d}
+		cdfs := []series{{"disco wait", d.waits}}
+		if baseline {
+			m := sides[1]
+			rw.Baseline, rw.Base = m.Lib, m
+			cdfs = append(cdfs, series{m.Lib + " wait", m.waits})
+		}
+		if d.Load != nil {
+			rw.Goals = []goal{judge(fmt.Sprintf("watch-ev/acq <= %g", semWatchGoal), d.Load.WatchEvents <= semWatchGoal,
+				fmt.Sprintf("disco %.2f watch events per acquisition", d.Load.WatchEvents))}
+		}
+		return &result{Scenario: name, Rows: []*row{rw},
+			chart: chart{title: fmt.Sprintf("Semaphore, %d permits, %d owners: wait per acquisition (CDF)", semPermits, owners),
+				xLabel: "wait (ms)", cdfs: cdfs},
+		}, nil
 	}
-	d, m := sides[0], sides[1]
-	return &result{Scenario: name,
-		Rows: []*row{{Scenario: name, Contenders: semContenders, Baseline: m.Lib, Unit: "acq/s", Latency: "wait", Disco: d, Base: m}},
-		chart: chart{title: fmt.Sprintf("Semaphore, %d permits, %d owners: wait per acquisition (CDF)", semPermits, semContenders),
-			xLabel: "wait (ms)", cdfs: []series{{"disco wait", d.waits}, {m.Lib + " wait", m.waits}}},
-	}, nil
 }
 
-func runSemContended(ctx context.Context, e *env, lib semLib, cfg runCfg) (*side, error) {
-	prefix := e.prefix("sem-" + lib.name)
-	os, err := openOwners(e, semContenders, lib.name, func(cli *clientv3.Client) (permitter, error) { return lib.open(cli, prefix) }, permitter.close)
+func runSemContended(ctx context.Context, e *env, lib semLib, owners int, cfg runCfg) (*side, error) {
+	prefix := e.prefix(fmt.Sprintf("sem-%d-%s", owners, lib.name))
+	os, err := openOwners(e, owners, lib.name, func(cli *clientv3.Client) (permitter, error) { return lib.open(cli, prefix) }, permitter.close)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +173,7 @@ func runSemContended(ctx context.Context, e *env, lib semLib, cfg runCfg) (*side
 	var holding atomic.Int64
 	var inSlot [semPermits]atomic.Bool
 	rec := &waits{w: w, s: s}
-	contend(runCtx, semContenders, &errs, func(ctx context.Context, i int) error {
+	contend(runCtx, owners, &errs, func(ctx context.Context, i int) error {
 		p := os.hs[i]
 		t0 := time.Now()
 		slot, tok, err := p.acquire(ctx)
