@@ -34,8 +34,10 @@
 //     released (Unlock, Resign), Lost (checkGrant, then vanishedConfirmed
 //     or the session's end), Close.
 //   - semaphore.go: a semaphore is a service whose spec's token claims a
-//     slot; its waiter parks like a lock's (semEnqueued) but counts down
-//     the keys ahead from a watch of the queue (semLooked on its turn).
+//     slot; its waiter parks like a lock's (semEnqueued), in a chain where
+//     each waiter watches the key just ahead (watchPred) and the head alone
+//     counts down the keys ahead from a watch of the queue (watchQueue;
+//     semLooked on its turn).
 //   - barrier.go, barrier_double.go: the barriers, on etcd's recipe
 //     layouts. Their requests run on their callers' goroutines. A double
 //     barrier's waits (Enter's for ready, Leave's for a key to go) are

@@ -51,11 +51,41 @@ import (
 // claim over after waiting out one TTL of its lease (see patience).
 //
 // An uncontended Acquire is two writes: the queue key (with a read of the
-// queue and the slots in the same transaction) and the slot's claim. A
-// waiter watches the queue's deletions and counts down the keys ahead of it;
-// on its turn it claims the slot the release freed. Every waiter and every
-// holder receives every release's watch event, which is fine for the tens
-// of owners a semaphore has, not for thousands.
+// queue and the slots in the same transaction) and the slot's claim.
+//
+// Who watches what, so that a release wakes only the waiter it admits:
+//
+//   - The waiters form a chain, as a lock's do (queue.go). A waiter with
+//     more than N keys ahead watches only the key just ahead of it, its
+//     predecessor, for its claim (a put) or its deletion (watchPred); at
+//     either it reads the queue and claims, becomes the head, or watches
+//     its new predecessor.
+//   - The head, the one waiter with exactly N keys ahead (all holding or
+//     claiming), alone watches the queue's deletions and counts down the
+//     keys ahead (watchQueue). On its turn it claims the slot the deleted
+//     key names, without a read; its claim, a put of its queue key, is the
+//     event that makes its successor the head.
+//   - A holder watches its own two keys, each alone (watchHold), and ends
+//     both watches before its release deletes them; its session's watch of
+//     its own keys sees its queue key go.
+//
+// Liveness holds whatever key goes: every waiter's key is watched by its
+// successor, so a waiter deleted or given up anywhere in the chain wakes the
+// one behind it, which links to the key now ahead; and the keys ahead of the
+// head, the only ones no waiter watches singly, are the ones its watch of
+// the queue counts. (Watching the key N ahead instead would lose a waiter
+// whose N-th key ahead outlives a key between.) A waiter in the chain is
+// admitted no earlier than its predecessor claims or goes: in queue order.
+//
+// A handoff costs three watch events, however many wait: the releasing
+// holder's session sees its queue key go, the head sees it too, and the
+// head's claim reaches its successor; plus the successor's read and, as it
+// becomes the head, one new watch. (A holder's watch whose end reaches etcd
+// only after the release's delete, rare with a disk under etcd, sees the
+// delete too: one event more.) Only what each owner watches changed from
+// the earlier disco, not what it writes: an older disco's waiters, which
+// watch the whole queue, count the same keys, and its claims are the puts
+// a newer waiter behind it waits for.
 type semService struct {
 	*service
 	*semState
@@ -172,7 +202,12 @@ func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 		return err
 	}
 	slotKey := m.slotDir + strconv.Itoa(g.Slot)
-	freeSlot := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(slotKey), "=", int64(cur.Token))},
+	h := hold{key: cur.Key, created: cur.Created, slotKey: slotKey, token: int64(cur.Token)}
+	// The release's own deletions need not reach the hold's watches: a
+	// deletion by someone else meanwhile changes nothing, since the hold
+	// ends either way (partLost leaves a hold being released alone).
+	watched := m.stopWatchOf(cur.Created)
+	freeSlot := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(slotKey), "=", h.token)},
 		[]clientv3.Op{clientv3.OpDelete(slotKey)}, nil)
 	resp, terr := m.s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(cur.Key), "=", cur.Created)).
@@ -180,6 +215,11 @@ func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 	_, err = call(context.WithoutCancel(ctx), m.s, func(r actor.Reply[struct{}]) {
 		r.Answer(struct{}{}, m.released(cur, resp, terr))
 	})
+	if now, held := m.Current(); watched && held && now.Created == cur.Created {
+		// The delete failed and the hold stands: watch it again (the
+		// watches' first read catches up with what happened meanwhile).
+		m.watchHold(m.service, h)
+	}
 	return err
 }
 

@@ -2,6 +2,7 @@ package etcdio_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
 // countingClient returns a client of the test server that adds the watch
@@ -59,7 +62,10 @@ func (c eventCounter) RecvMsg(m any) error {
 func TestSemaphoreNoHerd(t *testing.T) {
 	testkit.NoLeaks(t)
 	const n, owners, warm, total = 2, 16, 40, 200
-	const most = 4.0 // the design needs 3: see semService
+	// The design needs 3 (see semService); a holder's watch whose end
+	// reaches etcd after its release's delete sees it too, one or two more,
+	// often so on the test server, which runs without fsync.
+	const most = 5.0
 	prefix := semPrefix(t)
 	var events, acquired atomic.Int64
 	var from, to atomic.Int64 // events at the warm-th and the total-th acquisition
@@ -96,5 +102,63 @@ func TestSemaphoreNoHerd(t *testing.T) {
 	t.Logf("%.2f watch events per acquisition, %d owners on %d permits", per, owners, n)
 	if per > most {
 		t.Fatalf("%.2f watch events per acquisition, want at most %g: releases wake waiters they do not admit", per, most)
+	}
+}
+
+// Waiters each watch only the key just ahead of them: one deleted by
+// another client and one given up, between the head and the last waiter,
+// leave the chain whole. Releases out of order admit the head, then the
+// last waiter, each with a token above every earlier one.
+func TestSemaphoreChainSurvivesDeletions(t *testing.T) {
+	testkit.NoLeaks(t)
+	prefix := semPrefix(t)
+	cli := newClient(t)
+	h1, h2 := newSem(t, cli, prefix, 2), newSem(t, newClient(t), prefix, 2)
+	g1, g2 := mustAcquire(t, h1), mustAcquire(t, h2)
+	head := acquireQueued(t, newSem(t, newClient(t), prefix, 2), cli, prefix, 3)
+	deleted := newSem(t, newClient(t), prefix, 2)
+	lost := make(chan error, 1)
+	go func() { _, err := deleted.Acquire(testCtx(t, 10*time.Second)); lost <- err }()
+	testkit.Eventually(t, 5*time.Second, "4 queued keys", func() bool { return countKeys(t, cli, prefix+"/q") == 4 })
+	gaveUp := newSem(t, newClient(t), prefix, 2)
+	ctx, cancel := context.WithCancel(testCtx(t, 10*time.Second))
+	defer cancel()
+	given := make(chan error, 1)
+	go func() { _, err := gaveUp.Acquire(ctx); given <- err }()
+	testkit.Eventually(t, 5*time.Second, "5 queued keys", func() bool { return countKeys(t, cli, prefix+"/q") == 5 })
+	last := acquireQueued(t, newSem(t, newClient(t), prefix, 2), cli, prefix, 6)
+
+	resp, err := cli.Get(context.Background(), prefix+"/q/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(context.Background(), string(resp.Kvs[3].Key)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-lost; !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Acquire whose waiting key was deleted: %v, want ErrLost", err)
+	}
+	cancel()
+	if err := <-given; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire given up: %v, want context.Canceled", err)
+	}
+	if err := h2.Release(context.Background(), g2); err != nil {
+		t.Fatal(err)
+	}
+	gh := <-head
+	if gh.Slot != g2.Slot || gh.Token() <= max(g1.Token(), g2.Token()) {
+		t.Fatalf("the head got %+v after %+v and %+v", gh, g1, g2)
+	}
+	if err := h1.Release(context.Background(), g1); err != nil {
+		t.Fatal(err)
+	}
+	var gl semaphore.Grant
+	select {
+	case gl = <-last:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the last waiter was not admitted: the chain broke where keys ahead of it went")
+	}
+	if gl.Slot != g1.Slot || gl.Token() <= gh.Token() {
+		t.Fatalf("the last waiter got %+v after the head's %+v", gl, gh)
 	}
 }

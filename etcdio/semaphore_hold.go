@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -73,15 +74,31 @@ func (st *semState) stopWatch() {
 	}
 }
 
-// watchHold has a session helper watch h's two keys, by a watch of the
-// deletions under the prefix: if one of them is deleted alone (not with the
-// other in one transaction, as a release and a lease's end delete them),
-// the lease is checked and, if it lives, the service is told (partLost),
-// which ends the grant with Lost and deletes the other key. So a holder
-// learns of its claim's deletion as soon as the watch delivers it: one
-// watch event and one lease check, bounded by follow's check of a silent
-// watch (a quiet spell, at most 3 s) plus requestTimeout. The watch ends
-// with the first deletion of either key, and with the session.
+// stopWatchOf ends the hold watch if it follows the hold of the key created
+// at created, and reports whether it did.
+func (st *semState) stopWatchOf(created int64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.claims.watching != created || st.claims.stop == nil {
+		return false
+	}
+	st.claims.stop()
+	st.claims.stop = nil
+	return true
+}
+
+// watchHold has two session helpers watch h's two keys, each with a watch
+// of that key's deletions alone, so that no other owner's release reaches
+// this holder: if one of them is deleted alone (not with the other in one
+// transaction, as a release and a lease's end delete them), the lease is
+// checked and, if it lives, the service is told (partLost), which ends the
+// grant with Lost and deletes the other key. So a holder learns of its
+// claim's deletion as soon as the watch delivers it: one watch event, a
+// read of both keys and one lease check, bounded by follow's check of a
+// silent watch (a quiet spell, at most 3 s) plus requestTimeout. The
+// watches end with the first deletion of either key, with the session,
+// and as a release starts (Release ends them before its delete, so that
+// its own deletions send this holder no event).
 func (st *semState) watchHold(svc *service, h hold) {
 	ctx, cancel := context.WithCancel(svc.s.ctx)
 	st.mu.Lock()
@@ -96,7 +113,14 @@ func (st *semState) watchHold(svc *service, h hold) {
 	st.claims.watching, st.claims.stop = h.created, cancel
 	st.mu.Unlock()
 	s := svc.s
-	decide := func(rctx context.Context, queueGone, slotGone bool) error {
+	var told atomic.Bool // the outcome was decided, by one of the two watches
+	check := func(rctx context.Context) error {
+		resp, err := s.cli.Txn(rctx).Then(clientv3.OpGet(h.key), clientv3.OpGet(h.slotKey)).Commit()
+		if err != nil {
+			return err
+		}
+		q, c := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+		queueGone, slotGone := len(q) == 0 || q[0].CreateRevision != h.created, len(c) == 0 || c[0].ModRevision != h.token
 		switch {
 		case !queueGone && !slotGone:
 			return nil
@@ -105,11 +129,14 @@ func (st *semState) watchHold(svc *service, h hold) {
 			return nil
 		}
 		tctx, tcancel := context.WithTimeout(rctx, requestTimeout)
-		resp, err := s.cli.TimeToLive(tctx, s.lease)
+		ttl, err := s.cli.TimeToLive(tctx, s.lease)
 		tcancel()
 		switch {
-		case err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound):
-			s.post(s.leaseGone)
+		case told.Load():
+		case err == nil && ttl.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound):
+			if !told.Swap(true) {
+				s.post(s.leaseGone)
+			}
 		case err != nil:
 			return err // follow reopens the watch and reads again
 		default:
@@ -117,38 +144,32 @@ func (st *semState) watchHold(svc *service, h hold) {
 			if slotGone {
 				part = "slot key " + h.slotKey
 			}
-			s.post(func() { st.partLost(svc, h, part) })
+			if !told.Swap(true) {
+				s.post(func() { st.partLost(svc, h, part) })
+			}
 		}
 		cancel()
 		return nil
 	}
-	s.goHelper(func(context.Context) {
-		defer cancel()
-		s.follow(ctx, follower{key: st.nameArg + "/", opts: []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()},
-			synced: func(rctx context.Context, _ int64) error {
-				resp, err := s.cli.Txn(rctx).Then(clientv3.OpGet(h.key), clientv3.OpGet(h.slotKey)).Commit()
-				if err != nil {
-					return err
-				}
-				q, c := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-				return decide(rctx, len(q) == 0 || q[0].CreateRevision != h.created, len(c) == 0 || c[0].ModRevision != h.token)
-			},
-			changed: func(rctx context.Context, evs []*clientv3.Event) error {
-				// A transaction's events come in one response.
-				queueGone, slotGone := false, false
-				for _, ev := range evs {
-					switch k := string(ev.Kv.Key); {
-					case ev.Type != clientv3.EventTypeDelete:
-					case k == h.key && ev.Kv.ModRevision > h.created:
-						queueGone = true
-					case k == h.slotKey && ev.Kv.ModRevision > h.token:
-						slotGone = true
+	for _, key := range []struct {
+		name string
+		rev  int64 // the key's revision h knows: a deletion comes later
+	}{{h.key, h.created}, {h.slotKey, h.token}} {
+		s.goHelper(func(context.Context) {
+			defer cancel()
+			s.follow(ctx, follower{key: key.name, opts: []clientv3.OpOption{clientv3.WithFilterPut()},
+				synced: func(rctx context.Context, _ int64) error { return check(rctx) },
+				changed: func(rctx context.Context, evs []*clientv3.Event) error {
+					for _, ev := range evs {
+						if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > key.rev {
+							return check(rctx)
+						}
 					}
-				}
-				return decide(rctx, queueGone, slotGone)
-			},
+					return nil
+				},
+			})
 		})
-	})
+	}
 }
 
 // partLost: one of h's keys was deleted by someone else while the lease

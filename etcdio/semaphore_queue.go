@@ -2,6 +2,7 @@ package etcdio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -57,7 +58,8 @@ func (m semService) enqueueSem(ctx context.Context, try bool) (driver.Hold, erro
 		m.keep(sn)
 	}
 	w.blockers = m.queueDir
-	g, err := m.park(ctx, w, func(r actor.Reply[driver.Hold]) { m.semEnqueued(w, count, r) })
+	pred := last(sn.queue, w.created)
+	g, err := m.park(ctx, w, func(r actor.Reply[driver.Hold]) { m.semEnqueued(w, count, pred, r) })
 	if err != nil {
 		m.dropClaim(w)
 	}
@@ -65,8 +67,8 @@ func (m semService) enqueueSem(ctx context.Context, try bool) (driver.Hold, erro
 }
 
 // semEnqueued parks the caller of a new queue key, with count keys ahead of
-// it, until it holds. Loop only.
-func (m semService) semEnqueued(w *waiter, count int, r actor.Reply[driver.Hold]) {
+// it (pred the one created last), until it holds. Loop only.
+func (m semService) semEnqueued(w *waiter, count int, pred *mvccpb.KeyValue, r actor.Reply[driver.Hold]) {
 	svc := m.service
 	if !svc.parkable(w, r) {
 		return
@@ -74,23 +76,123 @@ func (m semService) semEnqueued(w *waiter, count int, r actor.Reply[driver.Hold]
 	w.reply = r
 	w.waited = count >= m.n
 	svc.waiter = w
-	if !w.waited {
+	switch {
+	case !w.waited:
 		svc.holds(w, w.created) // the spec's token claims a slot
+	case count == m.n:
+		m.watchQueue(w)
+	default:
+		m.watchPred(w, pred)
+	}
+}
+
+// watchPred has a session helper watch pred, the queue key just ahead of w
+// while more than N keys are ahead: w is in the chain of waiters, each of
+// which watches only its predecessor. pred's next change, its claim (a put:
+// pred holds) or its deletion, brings a look at the queue (semLook): with
+// fewer than N keys ahead w's claim starts, with N ahead w is the chain's
+// head (watchQueue), with more it watches the key now just ahead. So a
+// waiter receives one watch event each time its predecessor moves, and
+// none for releases ahead. The look also runs once the watch is in place,
+// in case pred moved before. Loop only.
+func (m semService) watchPred(w *waiter, pred *mvccpb.KeyValue) {
+	svc := m.service
+	if w.stopWatch != nil {
+		w.stopWatch()
+	}
+	w.ahead = pred
+	ctx, cancel := context.WithCancel(svc.s.ctx)
+	w.stopWatch = cancel
+	moved := false // a look's outcome was posted: the loop ends this watch
+	// look reads the queue; with still (pred as w last read it), only if
+	// pred changed since.
+	look := func(rctx context.Context, still *mvccpb.KeyValue) error {
+		if moved {
+			return nil
+		}
+		sn, rev, err := m.semLookPast(rctx, w, still)
+		if errors.Is(err, errUnchanged) {
+			return nil // pred still waits: its move is still to come
+		}
+		if err != nil && !lostErr(err) {
+			return err // transient: follow reopens the watch and looks again
+		}
+		var next *mvccpb.KeyValue
+		if err == nil {
+			next = last(sn.queue, w.created)
+		}
+		switch left := ahead(sn.queue, w.created); {
+		case err != nil:
+			svc.s.post(func() { m.semLooked(w, pred, rev, err) })
+		case left < m.n:
+			m.keep(sn)
+			svc.s.post(func() { m.semLooked(w, pred, rev, nil) })
+		case left == m.n:
+			svc.s.post(func() { m.predMoved(w, pred, nil) })
+		case sameKey(next, pred):
+			return nil // pred still waits: its move is still to come
+		default:
+			svc.s.post(func() { m.predMoved(w, pred, next) })
+		}
+		moved = true
+		return nil
+	}
+	svc.s.goHelper(func(context.Context) {
+		svc.s.follow(ctx, follower{key: string(pred.Key),
+			synced:  func(rctx context.Context, _ int64) error { return look(rctx, pred) },
+			changed: func(rctx context.Context, _ []*clientv3.Event) error { return look(rctx, nil) },
+		})
+	})
+}
+
+// predMoved: w's predecessor pred moved, and next is now just ahead of w
+// (nil: N keys are ahead, w is the chain's head). Loop only.
+func (m semService) predMoved(w *waiter, pred, next *mvccpb.KeyValue) {
+	if m.waiter != w || w.ahead != pred || w.stopWatch == nil {
+		return // a look of an earlier watch, or the waiter is gone
+	}
+	if next == nil {
+		m.watchQueue(w)
 		return
 	}
-	m.watchQueue(w)
+	m.watchPred(w, next)
+}
+
+// slotNamed returns the slot a queue key names (its holder's claim), or -1.
+func (st *semState) slotNamed(kv *mvccpb.KeyValue) int {
+	if slot, err := strconv.Atoi(string(kv.Value)); err == nil && slot >= 0 && slot < st.n {
+		return slot
+	}
+	return -1
+}
+
+// last returns the key of queue created last before created, or nil.
+func last(queue []*mvccpb.KeyValue, created int64) *mvccpb.KeyValue {
+	var kv *mvccpb.KeyValue
+	for _, k := range queue {
+		if k.CreateRevision < created && (kv == nil || k.CreateRevision > kv.CreateRevision) {
+			kv = k
+		}
+	}
+	return kv
 }
 
 // watchQueue has a session helper watch the queue's deletions (with the
-// deleted keys' previous values) and count down the keys ahead of w from a
-// read made once the watch is in place. When fewer than N are left, w's
-// claim starts: for the slot the deleted key names, which its release freed
-// (a holder's key carries its slot), without a read; or, when the key named
-// none (a waiter gave up) or the count came from a read, from a read. So a
-// release costs each waiter a watch event, and the waiter whose turn it is
-// one write, its claim. Loop only.
+// deleted keys' previous values) for w, the head of the chain of waiters
+// (N keys ahead of it, all holding or claiming), and count down the keys
+// ahead of w from a read made once the watch is in place. When fewer than
+// N are left, w's claim starts: for the slot the deleted key names, which
+// its release freed (a holder's key carries its slot), without a read; or,
+// when the key named none (a waiter gave up) or the count came from a
+// read, from a read. So a release costs the head alone a watch event, and
+// it one write, its claim, which its successor in the chain sees. Loop
+// only.
 func (m semService) watchQueue(w *waiter) {
 	svc := m.service
+	if w.stopWatch != nil {
+		w.stopWatch()
+	}
+	w.ahead = nil
 	ctx, cancel := context.WithCancel(svc.s.ctx)
 	w.stopWatch = cancel
 	// The helper's own state: keys ahead as of the revision read, and
@@ -99,7 +201,7 @@ func (m semService) watchQueue(w *waiter) {
 	turn := func(sn snapshot, rev int64) {
 		posted = true
 		m.keep(sn)
-		svc.s.post(func() { m.semLooked(w, rev, nil) })
+		svc.s.post(func() { m.semLooked(w, nil, rev, nil) })
 	}
 	look := func(rctx context.Context) error {
 		sn, rev, err := m.semLook(rctx, w)
@@ -107,7 +209,7 @@ func (m semService) watchQueue(w *waiter) {
 		case err != nil && !lostErr(err):
 			return err // transient: follow reopens the watch and looks again
 		case err != nil:
-			svc.s.post(func() { m.semLooked(w, rev, err) })
+			svc.s.post(func() { m.semLooked(w, nil, rev, err) })
 			return nil
 		}
 		left, read = ahead(sn.queue, w.created), rev
@@ -130,7 +232,7 @@ func (m semService) watchQueue(w *waiter) {
 				}
 				// w's turn. A holder's key names its slot: a release
 				// freed that one, unless the key was lost or still claiming.
-				if slot, err := strconv.Atoi(string(ev.PrevKv.Value)); err == nil && slot >= 0 && slot < m.n {
+				if slot := m.slotNamed(ev.PrevKv); slot >= 0 {
 					turn(snapshot{created: w.created, hinted: true, hint: slot}, ev.Kv.ModRevision)
 					return nil
 				}
@@ -162,12 +264,38 @@ func (m semService) semLook(ctx context.Context, w *waiter) (snapshot, int64, er
 	return m.snapshotOf(w.created, resp.Header.Revision, resp.Responses[0]), resp.Header.Revision, nil
 }
 
-// semLooked settles a look that found w free to hold, or its key gone. Loop
-// only.
-func (m semService) semLooked(w *waiter, rev int64, err error) {
+// errUnchanged: semLookPast found the key it was given unchanged.
+var errUnchanged = errors.New("unchanged")
+
+// semLookPast is semLook, but given still, a key w read before, it reads the
+// queue only if still changed since (a claim, a deletion): two keys
+// compared cost etcd much less than a read of the whole queue. If still is
+// unchanged, it returns errUnchanged. Helper goroutine only.
+func (m semService) semLookPast(ctx context.Context, w *waiter, still *mvccpb.KeyValue) (snapshot, int64, error) {
+	if still == nil {
+		return m.semLook(ctx, w)
+	}
+	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
+	same := clientv3.Compare(clientv3.ModRevision(string(still.Key)), "=", still.ModRevision)
+	// Else: is w's key there (its name is never reused), and the queue.
+	resp, err := m.s.cli.Txn(ctx).If(mine, same).Else(clientv3.OpGet(w.key, clientv3.WithCountOnly()), m.readOp()).Commit()
+	switch {
+	case err != nil:
+		return snapshot{}, 0, err
+	case resp.Succeeded:
+		return snapshot{}, resp.Header.Revision, errUnchanged
+	case resp.Responses[0].GetResponseRange().Count == 0:
+		return snapshot{}, 0, fmt.Errorf("%s: waiting key %s deleted by another client: %w", m.name, w.key, primitives.ErrLost)
+	}
+	return m.snapshotOf(w.created, resp.Header.Revision, resp.Responses[1]), resp.Header.Revision, nil
+}
+
+// semLooked settles a look, made while w watched pred (nil: the queue),
+// that found w free to hold, or its key gone. Loop only.
+func (m semService) semLooked(w *waiter, pred *mvccpb.KeyValue, rev int64, err error) {
 	svc := m.service
-	if svc.waiter != w || w.stopWatch == nil {
-		return // the waiter is gone, or already claiming its slot
+	if svc.waiter != w || w.ahead != pred || w.stopWatch == nil {
+		return // the waiter is gone, already claiming its slot, or watches another key
 	}
 	if err != nil {
 		svc.stopWaiter(err)

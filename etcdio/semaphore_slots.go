@@ -219,7 +219,7 @@ func (st *semState) free(slots, queue []*mvccpb.KeyValue, stale bool) (int, int6
 	taken := make([]bool, st.n)
 	revs := make([]int64, st.n)
 	for _, kv := range queue {
-		if i, err := strconv.Atoi(string(kv.Value)); err == nil && i >= 0 && i < st.n {
+		if i := st.slotNamed(kv); i >= 0 {
 			taken[i] = true
 		}
 	}
