@@ -97,12 +97,7 @@ func (m semService) semEnqueued(w *waiter, count int, pred *mvccpb.KeyValue, r a
 // in case pred moved before. Loop only.
 func (m semService) watchPred(w *waiter, pred *mvccpb.KeyValue) {
 	svc := m.service
-	if w.stopWatch != nil {
-		w.stopWatch()
-	}
-	w.ahead = pred
-	ctx, cancel := context.WithCancel(svc.s.ctx)
-	w.stopWatch = cancel
+	ctx := m.rewatch(w, pred)
 	moved := false // a look's outcome was posted: the loop ends this watch
 	// look reads the queue; with still (pred as w last read it), only if
 	// pred changed since.
@@ -143,6 +138,18 @@ func (m semService) watchPred(w *waiter, pred *mvccpb.KeyValue) {
 			changed: func(rctx context.Context, _ []*clientv3.Event) error { return look(rctx, nil) },
 		})
 	})
+}
+
+// rewatch ends w's watch, if any, and returns the context of the next one,
+// which follows pred (nil: the queue). Loop only.
+func (m semService) rewatch(w *waiter, pred *mvccpb.KeyValue) context.Context {
+	if w.stopWatch != nil {
+		w.stopWatch()
+	}
+	w.ahead = pred
+	ctx, cancel := context.WithCancel(m.s.ctx)
+	w.stopWatch = cancel
+	return ctx
 }
 
 // predMoved: w's predecessor pred moved, and next is now just ahead of w
@@ -189,12 +196,7 @@ func last(queue []*mvccpb.KeyValue, created int64) *mvccpb.KeyValue {
 // only.
 func (m semService) watchQueue(w *waiter) {
 	svc := m.service
-	if w.stopWatch != nil {
-		w.stopWatch()
-	}
-	w.ahead = nil
-	ctx, cancel := context.WithCancel(svc.s.ctx)
-	w.stopWatch = cancel
+	ctx := m.rewatch(w, nil)
 	// The helper's own state: keys ahead as of the revision read, and
 	// whether w's turn was posted.
 	left, read, posted := 0, int64(0), false
