@@ -15,7 +15,7 @@ import (
 // by the first, which is no loss).
 func (v *service) release(ctx context.Context, m driver.Match) error {
 	h, err := loopCall(v.s, ctx, func() (driver.Hold, error) {
-		return v.BeginRelease(func(h driver.Hold) bool { return !h.Releasing() && m(h) })
+		return v.BeginRelease(m)
 	})
 	if err != nil {
 		return err

@@ -290,11 +290,17 @@ func (sh *Shell) On(m Match) (Hold, error) {
 // BeginRelease marks a release of the current grant in flight, if m
 // accepts the grant, and returns a copy of it: the driver then deletes its
 // key, only if it is still that grant's (so a late retry never deletes a
-// newer grant), and settles with SettleRelease. Loop only.
+// newer grant), and settles with SettleRelease. While one release is in
+// flight a second finds nothing to release (an error wrapping
+// Spec.NotHeld): the first's outcome decides, and a key the first deleted
+// is never taken for a loss. Loop only.
 func (sh *Shell) BeginRelease(m Match) (Hold, error) {
 	h, err := sh.On(m)
 	if err != nil {
 		return h, err
+	}
+	if sh.hold.releasing > 0 {
+		return Hold{}, fmt.Errorf("%s: a release is in flight: %w", sh.spec.Name, sh.spec.NotHeld)
 	}
 	sh.hold.releasing++
 	return *sh.hold, nil

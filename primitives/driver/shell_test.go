@@ -59,6 +59,9 @@ func TestShellGrantAndRelease(t *testing.T) {
 	if err != nil || !sh.Held().Releasing() {
 		t.Fatalf("BeginRelease: %v, releasing %v", err, sh.Held().Releasing())
 	}
+	if _, err := sh.BeginRelease(driver.Any); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("a second release in flight: %v, want ErrNotHeld", err)
+	}
 	if err := sh.SettleRelease(g, driver.Failed, errors.New("boom")); err == nil || sh.Held() == nil {
 		t.Fatalf("failed release: %v, held %v: the grant must stand", err, sh.Held())
 	}
