@@ -7,58 +7,60 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/etcdio/embedded"
-	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/memio"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
-// TestMain serves etcd from a child process, so goleak sees only this
-// process's goroutines.
-func TestMain(m *testing.M) { etcdtest.Main(m) }
-
-// singleton is one test's worker setup: a client, a prefix, and a
-// constructor of lock services on them that counts what it built.
+// singleton is one test's worker setup: a store (the in-memory backend:
+// these tests are of Supervise, not of a backend), a prefix, and a
+// constructor of lock services on them that keeps what it built.
 type singleton struct {
-	cli    *clientv3.Client
-	prefix string
-	mu     sync.Mutex
-	built  int
+	st       *memio.Store
+	prefix   string
+	mu       sync.Mutex
+	built    int
+	sessions []*memio.Session
 }
 
 func newSingleton(t *testing.T) *singleton {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	cli, err := embedded.NewClient(etcdtest.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return &singleton{cli: cli, prefix: "/test/supervise/" + t.Name()}
+	return &singleton{st: memio.NewStore(), prefix: "/test/supervise/" + t.Name()}
 }
 
 func (w *singleton) newService(ctx context.Context) (lock.Service, error) {
+	l, err := memio.NewLock(w.st, w.prefix, memio.WithTTL(5*time.Second), memio.WithContext(ctx))
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.built++
-	w.mu.Unlock()
-	return etcdio.NewLock(w.cli, w.prefix, etcdio.WithTTL(5*time.Second), etcdio.WithContext(ctx))
+	if err == nil {
+		w.sessions = append(w.sessions, memio.SessionOf(l))
+	}
+	return l, err
+}
+
+// expire ends the session of the service that holds g.
+func (w *singleton) expire(t *testing.T, g lock.Grant) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.sessions {
+		if s.LeaseID() == g.LeaseID {
+			s.Expire()
+			return
+		}
+	}
+	t.Fatalf("no session %d", g.LeaseID)
 }
 
 // keys returns how many keys are under the prefix.
 func (w *singleton) keys(t *testing.T) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := w.cli.Get(ctx, w.prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Count
+	return int64(len(w.st.Keys(w.prefix + "/")))
 }
 
 var fast = lock.WithBackoff(10*time.Millisecond, 100*time.Millisecond)
@@ -104,9 +106,7 @@ func TestSuperviseWorkerRejoinsAndStops(t *testing.T) {
 		}
 		last = g
 		if round < 2 {
-			if _, err := w.cli.Revoke(ctx, clientv3.LeaseID(g.LeaseID)); err != nil {
-				t.Fatal(err)
-			}
+			w.expire(t, g)
 		}
 	}
 	cancel()
