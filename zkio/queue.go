@@ -89,14 +89,19 @@ func retryable(err error) bool {
 const retryPause = 50 * time.Millisecond
 
 // pauseRetry waits before a retry; false if ctx or the service ended.
-func (svc *service) pauseRetry(ctx context.Context) bool {
+func (svc *service) pauseRetry(ctx context.Context) bool { return svc.s.pause(ctx, svc.stop) }
+
+// pause waits retryPause before a retry; false if ctx, stop or the session
+// ended first.
+func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 	t := time.NewTimer(retryPause)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
-	case <-svc.stop:
+	case <-stop:
+	case <-s.quit:
 	}
 	return false
 }
@@ -222,21 +227,27 @@ func (svc *service) findGUID(guid string) (string, error) {
 // createParents creates the path and its missing ancestors as persistent
 // znodes (Curator creates containers; either serves).
 func (svc *service) createParents(ctx context.Context) error {
-	parts := strings.Split(svc.path[1:], "/")
+	return makePath(svc.s.conn, svc.path, func() bool { return svc.pauseRetry(ctx) }, func() error { return svc.cause(ctx) })
+}
+
+// makePath creates p and its missing ancestors as persistent znodes. A
+// request that fails with the connection is retried after pause; once pause
+// returns false, makePath returns giveUp's error.
+func makePath(conn *zk.Conn, p string, pause func() bool, giveUp func() error) error {
+	parts := strings.Split(p[1:], "/")
 	for i := range parts {
 		p := "/" + strings.Join(parts[:i+1], "/")
 		for {
-			_, err := svc.s.conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+			_, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
 			if err == nil || errors.Is(err, zk.ErrNodeExists) {
 				break
 			}
-			if retryable(err) && svc.pauseRetry(ctx) {
-				continue
+			if !retryable(err) {
+				return fmt.Errorf("zkio: create %s: %w", p, err)
 			}
-			if retryable(err) {
-				return svc.cause(ctx)
+			if !pause() {
+				return giveUp()
 			}
-			return fmt.Errorf("zkio: create %s: %w", p, err)
 		}
 	}
 	return nil
