@@ -45,29 +45,38 @@ func TestDoubleBarrierExactCount(t *testing.T) {
 	defer cancel()
 	const count, n = 3, 8
 	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
-	errs := make(chan error, n)
-	var ps []barrier.DoubleBarrier
+	type result struct {
+		d   barrier.DoubleBarrier
+		err error
+	}
+	results := make(chan result, n)
 	for range n {
 		d := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(zkio.NewDoubleBarrier(nil, "/dbexact", count, zkio.WithSession(s)))
-		ps = append(ps, d)
-		go func() { errs <- d.Enter(ctx) }()
+		go func() { results <- result{d, d.Enter(ctx)} }()
 	}
-	entered, full := 0, 0
+	var in []barrier.DoubleBarrier
+	full := 0
 	for range n {
-		switch err := <-errs; {
-		case err == nil:
-			entered++
-		case errors.Is(err, barrier.ErrFull):
+		switch r := <-results; {
+		case r.err == nil:
+			in = append(in, r.d)
+		case errors.Is(r.err, barrier.ErrFull):
 			full++
 		default:
-			t.Fatal(err)
+			t.Fatal(r.err)
 		}
 	}
-	if entered != count || full != n-count {
-		t.Fatalf("%d entered and %d refused, want %d and %d", entered, full, count, n-count)
+	if len(in) != count || full != n-count {
+		t.Fatalf("%d entered and %d refused, want %d and %d", len(in), full, count, n-count)
 	}
-	for _, p := range ps {
-		p.Close()
+	left := make(chan error, count)
+	for _, d := range in {
+		go func() { left <- d.Leave(ctx) }()
+	}
+	for range count {
+		if err := <-left; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
