@@ -227,13 +227,19 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 				return err
 			}
 			continue
+		case ready && len(kids) == 0:
+			// A round whose parties all died (or are deleting it): ready
+			// says nothing now.
+			d.clear(version)
+			continue
 		case ready || len(kids) >= d.count:
 			return barrier.ErrFull
 		}
 		_, err = conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
 			&zk.CreateRequest{Path: node, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral})
 		switch {
-		case err == nil:
+		case err == nil, errors.Is(err, zk.ErrNodeExists):
+			// Created; or created by a try whose answer was lost.
 			d.node, d.left = node, false
 			return nil
 		case retryable(err):
@@ -364,7 +370,7 @@ func (d *zkDoubleBarrier) withdraw() (entered bool) {
 // the lowest deletes its own once it is alone. A party that deleted its own
 // (a Leave whose ctx ended) waits for the lowest until none is left, also
 // when it is the only one left (where Curator's returns). The last party to
-// see the barrier empty deletes ready and then path, if empty.
+// see the barrier empty deletes ready and then path, if empty (see clear).
 func (d *zkDoubleBarrier) Leave(ctx context.Context) error {
 	if err := d.take(ctx); err != nil {
 		return d.fail(ctx, "leave", err)
@@ -389,7 +395,7 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		kids, _, _, err := d.members()
+		kids, ready, version, err := d.members()
 		if err != nil {
 			if retryable(err) && d.pause(ctx) {
 				continue
@@ -397,7 +403,13 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 			return errors.Join(err, d.gaveUp(ctx))
 		}
 		if len(kids) == 0 {
-			break
+			d.node, d.left = "", false
+			if ready {
+				d.clear(version)
+			} else if version != -2 {
+				_ = d.s.conn.Delete(d.path, version) // unless a party joined since
+			}
+			return nil
 		}
 		i := slices.Index(kids, name)
 		if i < 0 && !d.left {
@@ -449,20 +461,18 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 			return d.s.Err()
 		}
 	}
-	d.node, d.left = "", false
-	for _, p := range []string{d.ready, d.path} {
-		for {
-			err := conn.Delete(p, -1)
-			if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNotEmpty) {
-				break
-			}
-			if !retryable(err) || !d.pause(ctx) {
-				// The others, or the next round, clean up.
-				return nil
-			}
-		}
+}
+
+// clear deletes ready, in one transaction with a write of path's data at
+// the version of a listing that found no party (so not once a disco party
+// has joined since), and then path if it is empty. Best effort: a ready
+// left with no party is cleared by the next party to join.
+func (d *zkDoubleBarrier) clear(version int32) {
+	_, err := d.s.conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
+		&zk.DeleteRequest{Path: d.ready, Version: -1})
+	if err == nil {
+		_ = d.s.conn.Delete(d.path, -1) // fails if a party joined since: it stays
 	}
-	return nil
 }
 
 // remove deletes the party's own znode, retrying while the connection is

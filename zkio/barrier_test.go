@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
@@ -176,5 +178,43 @@ func TestDoubleBarrierCloseWithdraws(t *testing.T) {
 	}
 	if err := ps[0].Err(); !errors.Is(err, primitives.ErrClosed) {
 		t.Fatalf("Err after Close: %v", err)
+	}
+}
+
+// TestDoubleBarrierStaleReady: a ready left by a round whose parties all
+// died (no party znode beside it) does not refuse the next round.
+func TestDoubleBarrierStaleReady(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const path = "/dbstale"
+	for _, p := range []string{path, path + "/ready"} {
+		if _, err := admin.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatal(err)
+		}
+	}
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	var ps []barrier.DoubleBarrier
+	for range 2 {
+		ps = append(ps, testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(zkio.NewDoubleBarrier(nil, path, 2, zkio.WithSession(s))))
+	}
+	for _, step := range []func(barrier.DoubleBarrier) error{
+		func(d barrier.DoubleBarrier) error { return d.Enter(ctx) },
+		func(d barrier.DoubleBarrier) error { return d.Leave(ctx) },
+	} {
+		errs := make(chan error, len(ps))
+		for _, d := range ps {
+			go func() { errs <- step(d) }()
+		}
+		for range ps {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if left := subtree(t, admin, path); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
 	}
 }
