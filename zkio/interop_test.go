@@ -19,6 +19,7 @@ import (
 	"github.com/ahrtr/disco/primitives/barrier"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -374,5 +375,61 @@ func TestInteropCuratorDoubleBarrier(t *testing.T) {
 			t.Fatal(err)
 		}
 		cur.expect(t, "LEFT")
+	}
+}
+
+// TestInteropCuratorSemaphore: a disco semaphore and Curator's
+// InterProcessSemaphoreV2 on the same path and number of permits share the
+// permits, whichever side holds first.
+func TestInteropCuratorSemaphore(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	cp := curatorClasspath(t)
+	const path = "/interop/semaphore"
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(servers, path, 1, zkio.WithSessionTimeout(5*time.Second)))
+	cur := startPeer(t, cp, "semaphore", servers[0], path, "1")
+	cur.expect(t, "STARTED")
+
+	// disco holds: Curator waits until disco releases.
+	g1, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.send(t, "acquire")
+	cur.expect(t, "WAITING")
+	queued(t, servers, path+"/leases", 2)
+	cur.quiet(t, "while disco holds the permit")
+	if err := sem.Release(ctx, g1); err != nil {
+		t.Fatal(err)
+	}
+	cur.expect(t, "ACQUIRED")
+
+	// Curator holds: disco's TryAcquire is refused, its Acquire waits.
+	if _, err := sem.TryAcquire(ctx); !errors.Is(err, semaphore.ErrNoPermit) {
+		t.Fatalf("TryAcquire while Curator holds: %v, want ErrNoPermit", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		g, err := sem.Acquire(ctx)
+		if err == nil && g.Token() <= g1.Token() {
+			err = fmt.Errorf("token %d after %d", g.Token(), g1.Token())
+		}
+		if err == nil {
+			err = sem.Release(ctx, g)
+		}
+		got <- err
+	}()
+	queued(t, servers, path+"/leases", 2)
+	select {
+	case err := <-got:
+		t.Fatalf("disco's Acquire returned while Curator holds: %v", err)
+	default:
+	}
+	cur.send(t, "release")
+	cur.expect(t, "RELEASED")
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,7 +2,9 @@
 // stdout: "mutex <connect> <path>" takes an InterProcessMutex, "latch
 // <connect> <path> <id>" joins a LeaderLatch, "barrier <connect> <path>"
 // runs a DistributedBarrier's set, remove and wait as told, "double
-// <connect> <path> <count>" a DistributedDoubleBarrier's enter and leave.
+// <connect> <path> <count>" a DistributedDoubleBarrier's enter and leave,
+// "semaphore <connect> <path> <n>" an InterProcessSemaphoreV2's acquire and
+// release of one lease.
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import org.apache.curator.framework.CuratorFramework;
@@ -12,6 +14,8 @@ import org.apache.curator.framework.recipes.barriers.DistributedDoubleBarrier;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderLatchListener;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryOneTime;
 
 public class CuratorPeer {
@@ -47,6 +51,20 @@ public class CuratorPeer {
                 } else if (line.equals("wait")) {
                     barrier.waitOnBarrier();
                     say("PASSED");
+                }
+            }
+        } else if (mode.equals("semaphore")) {
+            InterProcessSemaphoreV2 sem = new InterProcessSemaphoreV2(client, path, Integer.parseInt(args[3]));
+            say("STARTED");
+            Lease lease = null;
+            for (String line; (line = in.readLine()) != null; ) {
+                if (line.equals("acquire")) {
+                    say("WAITING");
+                    lease = sem.acquire();
+                    say("ACQUIRED");
+                } else if (line.equals("release")) {
+                    sem.returnLease(lease);
+                    say("RELEASED");
                 }
             }
         } else if (mode.equals("double")) {
