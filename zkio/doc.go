@@ -1,11 +1,12 @@
 // Package zkio is disco's ZooKeeper backend: a Session that owns one
 // ZooKeeper session and one event loop, and the lock, read/write lock,
-// election, barrier and double barrier that run on it, in the znode layouts
-// of Apache Curator's recipes.
+// election, semaphore, barrier and double barrier that run on it, in the
+// znode layouts of Apache Curator's recipes.
 //
 //	lk, err := zkio.NewLock([]string{"zk1:2181", "zk2:2181"}, "/locks/orders")
 //	rw, err := zkio.NewRWLock(servers, "/locks/catalog")
 //	el, err := zkio.NewElection(servers, "/elections/scheduler")
+//	sm, err := zkio.NewSemaphore(servers, "/semaphores/exports", 3)
 //	b, err := zkio.NewBarrier(servers, "/barriers/nightly")
 //	db, err := zkio.NewDoubleBarrier(servers, "/barriers/stage", 4)
 //
@@ -42,7 +43,7 @@
 //
 // # Options
 //
-// NewSession, NewLock, NewRWLock, NewElection, NewBarrier and
+// NewSession, NewLock, NewRWLock, NewElection, NewSemaphore, NewBarrier and
 // NewDoubleBarrier take (NewSession, NewBarrier and NewDoubleBarrier refuse
 // WithCancelOnSuspend):
 //
@@ -87,11 +88,15 @@
 //     on who leads; Leader and Observe report a LeaderLatch leader with its
 //     id as Value, and LeaderLatch.getLeader reports a disco leader with its
 //     value as id;
+//   - disco and InterProcessSemaphoreV2 owners on the same path with the
+//     same number of permits never hold more permits together (see
+//     NewSemaphore: slots and tokens are disco's alone);
 //   - a disco barrier and a DistributedBarrier on the same path are one
 //     barrier, and disco and DistributedDoubleBarrier parties on the same
 //     path with the same count enter and leave together (see Barriers);
 //   - not interoperable: a disco election with LeaderSelector (different
-//     layout), Curator's read/write lock, semaphores and revocation; and a
+//     layout), Curator's read/write lock, InterProcessSemaphoreV2 with a
+//     SharedCount as its number of permits, and revocation; and a
 //     disco lock is not reentrant, as InterProcessMutex is per thread.
 //
 // Children of the path that do not end in "lock-<digits>" (or
@@ -156,7 +161,10 @@
 // timeout the server granted (Session.TTL). A hold's token is the czxid of
 // its znode, the zxid of the transaction that created it; Created is the
 // same number, for a read/write lock too (whose tokens come from its epoch
-// znode, see below).
+// znode, see below). A semaphore's grant is its lease: Key the lease
+// znode, Created its czxid, Slot the slot it claimed, and its token the
+// zxid of the claim (see NewSemaphore); its scope is "<path>#<slot>"
+// (semaphore.Grant.Scope). Barriers carry no tokens.
 //
 // Why the token laws hold: a znode holds the lock (or leads) only when no
 // znode with a lower sequence number is left in its queue, and ZooKeeper assigns sequence numbers and
