@@ -125,37 +125,29 @@ func gaveUp(ctx context.Context, s *Session) error {
 func (b *zkBarrier) Hold(ctx context.Context) error {
 	return b.call(ctx, "hold", func(s *Session) error {
 		mark := []byte("disco-" + uuid.NewString())
-		retried := false
-		for {
+		create := func() error {
 			_, err := s.conn.Create(b.path, mark, 0, zk.WorldACL(zk.PermAll))
-			switch {
-			case err == nil:
-				return nil
-			case errors.Is(err, zk.ErrNoNode):
-				parent := b.path[:strings.LastIndex(b.path, "/")]
-				if parent == "" {
-					return err // the root exists: not a missing parent
-				}
+			return err
+		}
+		return retrying(ctx, s, func(retried bool) error {
+			err := create()
+			if parent := b.path[:strings.LastIndex(b.path, "/")]; errors.Is(err, zk.ErrNoNode) && parent != "" {
 				if err := makePath(s.conn, parent, func() bool { return s.pause(ctx, nil) },
 					func() error { return gaveUp(ctx, s) }); err != nil {
 					return err
 				}
-			case errors.Is(err, zk.ErrNodeExists):
+				err = create()
+			}
+			if errors.Is(err, zk.ErrNodeExists) {
 				if retried {
 					if data, _, gerr := s.conn.Get(b.path); gerr == nil && bytes.Equal(data, mark) {
 						return nil
 					}
 				}
 				return barrier.ErrHeld
-			case retryable(err):
-				retried = true
-				if !s.pause(ctx, nil) {
-					return gaveUp(ctx, s)
-				}
-			default:
-				return err
 			}
-		}
+			return err
+		})
 	})
 }
 
@@ -164,27 +156,32 @@ func (b *zkBarrier) Hold(ctx context.Context) error {
 // returns nil: the barrier is down, perhaps by this very call.
 func (b *zkBarrier) Release(ctx context.Context) error {
 	return b.call(ctx, "release", func(s *Session) error {
-		retried := false
-		for {
+		return retrying(ctx, s, func(retried bool) error {
 			err := s.conn.Delete(b.path, -1)
-			switch {
-			case err == nil:
-				return nil
-			case errors.Is(err, zk.ErrNoNode):
+			if errors.Is(err, zk.ErrNoNode) {
 				if retried {
 					return nil
 				}
 				return barrier.ErrNotHeld
-			case retryable(err):
-				retried = true
-				if !s.pause(ctx, nil) {
-					return gaveUp(ctx, s)
-				}
-			default:
-				return err
 			}
-		}
+			return err
+		})
 	})
+}
+
+// retrying runs try until it fails other than with the connection (or
+// succeeds), pausing between tries; retried tells try that an earlier
+// try's answer was lost with the connection.
+func retrying(ctx context.Context, s *Session, try func(retried bool) error) error {
+	for retried := false; ; retried = true {
+		err := try(retried)
+		if !retryable(err) {
+			return err
+		}
+		if !s.pause(ctx, nil) {
+			return gaveUp(ctx, s)
+		}
+	}
 }
 
 // Wait returns once the barrier's znode is absent: at once if it is, or

@@ -138,6 +138,14 @@ func (d *zkDoubleBarrier) stopped() error {
 	}
 }
 
+// live returns the reason to stop now: the party's end or ctx's.
+func (d *zkDoubleBarrier) live(ctx context.Context) error {
+	if err := d.stopped(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
 // pause waits before retrying a request that failed with the connection;
 // false if ctx or the party ended first.
 func (d *zkDoubleBarrier) pause(ctx context.Context) bool { return d.s.pause(ctx, d.closed) }
@@ -207,10 +215,7 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 	conn := d.s.conn
 	node := d.path + "/" + uuid.NewString()
 	for {
-		if err := d.stopped(); err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
+		if err := d.live(ctx); err != nil {
 			return err
 		}
 		kids, ready, version, err := d.members()
@@ -389,10 +394,7 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 	conn := d.s.conn
 	name := d.node[len(d.path)+1:]
 	for {
-		if err := d.stopped(); err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
+		if err := d.live(ctx); err != nil {
 			return err
 		}
 		kids, ready, version, err := d.members()
