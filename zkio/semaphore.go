@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
@@ -256,4 +257,16 @@ func (z *zkSemaphore) TryAcquire(ctx context.Context) (semaphore.Grant, error) {
 func (z *zkSemaphore) Release(ctx context.Context, g semaphore.Grant) error {
 	same := driver.Exactly(g.Created, g.Key, g.FencingToken)
 	return z.release(ctx, func(h driver.Hold) bool { return same(h) && h.Slot == g.Slot })
+}
+
+// GrantScope makes the semaphore a primitives.GrantScoper, so that
+// primitives.FollowGrants stamps each grant with the fencing scope of its
+// slot ("<name>#<slot>", semaphore.Grant.Scope). ok is false once the grant
+// a announced is no longer the semaphore's.
+func (z *zkSemaphore) GrantScope(a primitives.Acquired) (string, bool) {
+	h, ok := z.Current()
+	if !ok || h.Created != a.Created {
+		return "", false
+	}
+	return semaphore.Scope(z.sem.name, h.Slot), true
 }

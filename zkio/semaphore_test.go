@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/zkio"
 )
@@ -71,5 +72,31 @@ func TestSemaphoreLayout(t *testing.T) {
 	}
 	if got := subtree(t, admin, path+"/leases"); len(got) != 1 {
 		t.Fatalf("after the Release: %v", got)
+	}
+}
+
+// TestSemaphoreGrantScope: a zkio semaphore is a primitives.GrantScoper, so
+// FollowGrants stamps each grant with its slot's scope.
+func TestSemaphoreGrantScope(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	a := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, "/semscope", 2, zkio.WithSession(s)))
+	if _, ok := a.(primitives.GrantScoper); !ok {
+		t.Fatalf("%T is not a primitives.GrantScoper", a)
+	}
+	gt := primitives.FollowGrants(ctx, "/semscope", a)
+	g, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the grant's scope stamped", func() bool {
+		scope, tok := gt.Scoped()
+		return scope == g.Scope() && tok == g.Token()
+	})
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
 	}
 }
