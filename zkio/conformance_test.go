@@ -34,6 +34,14 @@ func TestConformance(t *testing.T) {
 // zkBackend makes each owner its own session, so that the hooks can kill
 // or pause exactly that owner's session.
 func zkBackend(t *testing.T, servers []string) conformance.Backend {
+	b, _ := zkBackendOwners(t, servers)
+	return b
+}
+
+// zkBackendOwners is zkBackend, and a function that makes a new session
+// for an owner and registers the service made on it, so that the hooks
+// serve it too.
+func zkBackendOwners(t *testing.T, servers []string) (conformance.Backend, func(t *testing.T, name string, build func(*zkio.Session) any)) {
 	admin := adminConn(t, servers)
 	var sessions sync.Map // service -> *zkio.Session
 	session := func(t *testing.T, svc any) *zkio.Session {
@@ -51,6 +59,12 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 		return testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers, zkio.WithTTL(conformanceTimeout)))
 	}
 	path := func(name string) string { return "/conformance/" + name }
+	register := func(t *testing.T, name string, build func(*zkio.Session) any) {
+		s := owner(t)
+		svc := build(s)
+		sessions.Store(svc, s)
+		names.Store(svc, name)
+	}
 	return conformance.Backend{
 		Name: "zookeeper",
 		TTL:  conformanceTimeout,
@@ -164,5 +178,5 @@ func zkBackend(t *testing.T, servers []string) conformance.Backend {
 		},
 		MaxValue: zkio.DefaultMaxDataSize,
 		BadNames: []string{"/", "relative", "/a//b", "/a/\x01", "/zookeeper", "/x.epoch", "/a/__READ__0000000003", "/" + strings.Repeat("x", 2000)},
-	}
+	}, register
 }

@@ -1,10 +1,14 @@
 // Package zkio is disco's ZooKeeper backend: a Session that owns one
-// ZooKeeper session and one event loop, and the lock, read/write lock and
-// election that run on it, in the znode layouts of Apache Curator's recipes.
+// ZooKeeper session and one event loop, and the lock, read/write lock,
+// election, semaphore, barrier and double barrier that run on it, in the
+// znode layouts of Apache Curator's recipes.
 //
 //	lk, err := zkio.NewLock([]string{"zk1:2181", "zk2:2181"}, "/locks/orders")
 //	rw, err := zkio.NewRWLock(servers, "/locks/catalog")
 //	el, err := zkio.NewElection(servers, "/elections/scheduler")
+//	sm, err := zkio.NewSemaphore(servers, "/semaphores/exports", 3)
+//	b, err := zkio.NewBarrier(servers, "/barriers/nightly")
+//	db, err := zkio.NewDoubleBarrier(servers, "/barriers/stage", 4)
 //
 // A primitive made with servers has a session of its own, which its Close
 // ends. WithSession runs several primitives on one session (then pass nil
@@ -39,7 +43,9 @@
 //
 // # Options
 //
-// NewSession, NewLock, NewRWLock and NewElection take:
+// NewSession, NewLock, NewRWLock, NewElection, NewSemaphore, NewBarrier and
+// NewDoubleBarrier take (NewSession, NewBarrier and NewDoubleBarrier refuse
+// WithCancelOnSuspend):
 //
 //	WithTTL(d)             the session timeout to ask for; default DefaultSessionTimeout
 //	                       (driver.DefaultTTL, 10s); whole milliseconds, at least 1s
@@ -82,8 +88,15 @@
 //     on who leads; Leader and Observe report a LeaderLatch leader with its
 //     id as Value, and LeaderLatch.getLeader reports a disco leader with its
 //     value as id;
+//   - disco and InterProcessSemaphoreV2 owners on the same path with the
+//     same number of permits never hold more permits together (see
+//     NewSemaphore: slots and tokens are disco's alone);
+//   - a disco barrier and a DistributedBarrier on the same path are one
+//     barrier, and disco and DistributedDoubleBarrier parties on the same
+//     path with the same count enter and leave together (see Barriers);
 //   - not interoperable: a disco election with LeaderSelector (different
-//     layout), Curator's read/write lock, semaphores and revocation; and a
+//     layout), Curator's read/write lock, InterProcessSemaphoreV2 with a
+//     SharedCount as its number of permits, and revocation; and a
 //     disco lock is not reentrant, as InterProcessMutex is per thread.
 //
 // Children of the path that do not end in "lock-<digits>" (or
@@ -102,6 +115,45 @@
 // taken for a member of its parent's queue); so is /zookeeper and below,
 // and any character ZooKeeper refuses in a path.
 //
+// # Barriers
+//
+// A barrier (NewBarrier) is held while the persistent znode <path> exists,
+// as Curator's DistributedBarrier keeps it: Hold creates it (and its
+// missing parents), with a value of the holder's own as data; Release
+// deletes it; Wait returns once it is absent, watching it. Made with
+// servers, a barrier connects a session of its own for each call and ends
+// it before the call returns (there is nothing to close); with
+// WithSession, its calls run on that session.
+//
+// A double barrier's party (NewDoubleBarrier) is the ephemeral znode
+// <path>/<uuid>, and <path>/ready, persistent, exists from when count
+// parties have entered until they have left, as Curator's
+// DistributedDoubleBarrier keeps them. Enter creates the party's znode and
+// waits for ready, creating it when its own listing counts count parties;
+// Leave follows Curator's algorithm (the lowest party, by name, waits for
+// the highest, every other deletes its znode and waits for the lowest, the
+// lowest deletes its own once alone). The last party to find no party left
+// deletes ready, then <path> if it is empty. A party lives on its session:
+// once the session is lost, its znode is gone and the others do not wait
+// for it.
+//
+// Among disco parties count is a limit: Enter refuses with ErrFull once
+// count parties are in or ready exists, and every disco entry, withdrawal
+// and creation of ready is one transaction with a write of <path>'s data at
+// the version of the listing it counted, so that two parties never both
+// take the last place and ready never counts a party that withdrew. A
+// Curator party writes no such version (for Curator count is a threshold,
+// not a limit), so a mixed group keeps what Curator keeps: its parties
+// enter once count are in and leave together, and more than count may
+// enter. A Curator party that entered with a timeout that passed leaves its
+// znode (Curator does not withdraw it), which counts as a party until its
+// session ends. Barriers carry no fencing tokens.
+//
+// Each Wait, Enter and Leave sets at most one watch at a time; one whose
+// ctx ends leaves it registered (the ZooKeeper client cannot remove a
+// watch) and the next call of the same barrier or party on that znode
+// reuses it; it goes when the znode changes or the session ends.
+//
 // # Fencing tokens, Created and LeaseID
 //
 // A grant's Key is its znode's path; its LeaseID is the ZooKeeper session
@@ -109,7 +161,10 @@
 // timeout the server granted (Session.TTL). A hold's token is the czxid of
 // its znode, the zxid of the transaction that created it; Created is the
 // same number, for a read/write lock too (whose tokens come from its epoch
-// znode, see below).
+// znode, see below). A semaphore's grant is its lease: Key the lease
+// znode, Created its czxid, Slot the slot it claimed, and its token the
+// zxid of the claim (see NewSemaphore); its scope is "<path>#<slot>"
+// (semaphore.Grant.Scope). Barriers carry no tokens.
 //
 // Why the token laws hold: a znode holds the lock (or leads) only when no
 // znode with a lower sequence number is left in its queue, and ZooKeeper assigns sequence numbers and

@@ -16,8 +16,10 @@ import (
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives/barrier"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -248,5 +250,186 @@ func TestInteropCuratorLeaderLatch(t *testing.T) {
 	ld, err = e.Leader(ctx)
 	if err != nil || ld.Value != "curator-2" || ld.Token() <= term.Token() {
 		t.Fatalf("disco sees leader %+v, %v after resigning; want curator-2 above token %d", ld, err, term.Token())
+	}
+}
+
+// TestInteropCuratorBarrier: a disco barrier and Curator's
+// DistributedBarrier on the same path are one barrier, whichever side
+// holds it.
+func TestInteropCuratorBarrier(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	cp := curatorClasspath(t)
+	const path = "/interop/barrier"
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	b, err := zkio.NewBarrier(servers, path, zkio.WithSessionTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := startPeer(t, cp, "barrier", servers[0], path)
+	cur.expect(t, "STARTED")
+
+	// disco holds: Curator waits until disco releases.
+	if err := b.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cur.send(t, "wait")
+	brief, cancelBrief := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelBrief()
+	if err := b.Wait(brief); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("disco's Wait on its own held barrier: %v", err)
+	}
+	cur.quiet(t, "while disco holds the barrier")
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cur.expect(t, "PASSED")
+
+	// Curator holds: disco's Hold is refused, its Wait waits for Curator's
+	// remove.
+	cur.send(t, "set")
+	cur.expect(t, "SET")
+	if err := b.Hold(ctx); !errors.Is(err, barrier.ErrHeld) {
+		t.Fatalf("Hold while Curator holds: %v, want ErrHeld", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- b.Wait(ctx) }()
+	brief2, cancelBrief2 := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelBrief2()
+	if err := b.Wait(brief2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("disco's Wait while Curator holds: %v", err)
+	}
+	cur.send(t, "remove")
+	cur.expect(t, "REMOVED")
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); !errors.Is(err, barrier.ErrNotHeld) {
+		t.Fatalf("Release after Curator's remove: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestInteropCuratorDoubleBarrier: a disco party and a Curator
+// DistributedDoubleBarrier party on the same path and count enter together
+// and leave together, whichever side comes last.
+func TestInteropCuratorDoubleBarrier(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	cp := curatorClasspath(t)
+	const path = "/interop/double"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(zkio.NewDoubleBarrier(servers, path, 2, zkio.WithSessionTimeout(5*time.Second)))
+	cur := startPeer(t, cp, "double", servers[0], path, "2")
+	cur.expect(t, "STARTED")
+	// call runs f on its own goroutine; its error arrives on the channel.
+	call := func(f func(context.Context) error) <-chan error {
+		ch := make(chan error, 1)
+		go func() { ch <- f(ctx) }()
+		return ch
+	}
+	pending := func(ch <-chan error, what string) {
+		t.Helper()
+		select {
+		case err := <-ch:
+			t.Fatalf("%s returned while the Curator party is missing: %v", what, err)
+		default:
+		}
+	}
+	for round := range 2 {
+		// Round 0: disco enters and leaves first, Curator last; round
+		// 1 the other way round.
+		if round == 0 {
+			entered := call(d.Enter)
+			queued(t, servers, path, 1)
+			pending(entered, "disco's Enter")
+			cur.send(t, "enter")
+			cur.expect(t, "ENTERING")
+			cur.expect(t, "ENTERED")
+			if err := <-entered; err != nil {
+				t.Fatal(err)
+			}
+			left := call(d.Leave)
+			pending(left, "disco's Leave")
+			cur.send(t, "leave")
+			cur.expect(t, "LEAVING")
+			cur.expect(t, "LEFT")
+			if err := <-left; err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		cur.send(t, "enter")
+		cur.expect(t, "ENTERING")
+		queued(t, servers, path, 1)
+		cur.quiet(t, "Curator's enter while disco is missing")
+		if err := d.Enter(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cur.expect(t, "ENTERED")
+		cur.send(t, "leave")
+		cur.expect(t, "LEAVING")
+		cur.quiet(t, "Curator's leave while disco stays")
+		if err := d.Leave(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cur.expect(t, "LEFT")
+	}
+}
+
+// TestInteropCuratorSemaphore: a disco semaphore and Curator's
+// InterProcessSemaphoreV2 on the same path and number of permits share the
+// permits, whichever side holds first.
+func TestInteropCuratorSemaphore(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	cp := curatorClasspath(t)
+	const path = "/interop/semaphore"
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(servers, path, 1, zkio.WithSessionTimeout(5*time.Second)))
+	cur := startPeer(t, cp, "semaphore", servers[0], path, "1")
+	cur.expect(t, "STARTED")
+
+	// disco holds: Curator waits until disco releases.
+	g1, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.send(t, "acquire")
+	cur.expect(t, "WAITING")
+	queued(t, servers, path+"/leases", 2)
+	cur.quiet(t, "while disco holds the permit")
+	if err := sem.Release(ctx, g1); err != nil {
+		t.Fatal(err)
+	}
+	cur.expect(t, "ACQUIRED")
+
+	// Curator holds: disco's TryAcquire is refused, its Acquire waits.
+	if _, err := sem.TryAcquire(ctx); !errors.Is(err, semaphore.ErrNoPermit) {
+		t.Fatalf("TryAcquire while Curator holds: %v, want ErrNoPermit", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		g, err := sem.Acquire(ctx)
+		if err == nil && g.Token() <= g1.Token() {
+			err = fmt.Errorf("token %d after %d", g.Token(), g1.Token())
+		}
+		if err == nil {
+			err = sem.Release(ctx, g)
+		}
+		got <- err
+	}()
+	queued(t, servers, path+"/leases", 2)
+	select {
+	case err := <-got:
+		t.Fatalf("disco's Acquire returned while Curator holds: %v", err)
+	default:
+	}
+	cur.send(t, "release")
+	cur.expect(t, "RELEASED")
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 }

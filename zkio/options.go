@@ -39,7 +39,8 @@ const DefaultMaxDataSize = 1<<20 - 4<<10
 // large.
 const maxMaxData = 1 << 30
 
-// Option configures NewSession, NewLock, NewRWLock and NewElection.
+// Option configures NewSession, NewLock, NewRWLock, NewElection,
+// NewSemaphore, NewBarrier and NewDoubleBarrier.
 type Option func(*options)
 
 type options struct {

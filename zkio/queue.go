@@ -89,14 +89,19 @@ func retryable(err error) bool {
 const retryPause = 50 * time.Millisecond
 
 // pauseRetry waits before a retry; false if ctx or the service ended.
-func (svc *service) pauseRetry(ctx context.Context) bool {
+func (svc *service) pauseRetry(ctx context.Context) bool { return svc.s.pause(ctx, svc.stop) }
+
+// pause waits retryPause before a retry; false if ctx, stop or the session
+// ended first.
+func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 	t := time.NewTimer(retryPause)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
-	case <-svc.stop:
+	case <-stop:
+	case <-s.quit:
 	}
 	return false
 }
@@ -105,10 +110,10 @@ func (svc *service) pauseRetry(ctx context.Context) bool {
 // queue, creating the path's missing parents, and returns its path. A create
 // whose outcome is unknown (the connection broke) is looked up by its uuid
 // once the client reconnects, so no znode is left behind unknown.
-func (svc *service) create(ctx context.Context, marker string, data []byte) (string, error) {
+func (svc *service) create(ctx context.Context, dir, marker string, data []byte) (string, error) {
 	conn := svc.s.conn
 	guid := uuid.NewString()
-	prefix := svc.path + "/" + protectedPrefix + guid + "-" + marker
+	prefix := dir + "/" + protectedPrefix + guid + "-" + marker
 	var node string
 	for node == "" {
 		if err := svc.live(ctx); err != nil {
@@ -119,20 +124,20 @@ func (svc *service) create(ctx context.Context, marker string, data []byte) (str
 		case err == nil:
 			node = p
 		case errors.Is(err, zk.ErrNoNode):
-			if err := svc.createParents(ctx); err != nil {
+			if err := svc.createParents(ctx, dir); err != nil {
 				return "", err
 			}
 		case retryable(err):
 			if !svc.pauseRetry(ctx) {
-				svc.s.forget(svc.path, guid)
+				svc.s.forget(dir, guid)
 				return "", svc.cause(ctx)
 			}
-			found, ferr := svc.findGUID(guid)
+			found, ferr := svc.findGUID(dir, guid)
 			if ferr == nil && found != "" {
 				node = found
 			}
 		default:
-			return "", fmt.Errorf("zkio: create in %s: %w", svc.path, err)
+			return "", fmt.Errorf("zkio: create in %s: %w", dir, err)
 		}
 	}
 	return node, nil
@@ -205,38 +210,45 @@ func (svc *service) created(ctx context.Context, o *own) (int64, error) {
 	return 0, fmt.Errorf("zkio: read %s: %w", o.node, r.err)
 }
 
-// findGUID returns the znode of the queue whose name carries guid, or "".
-func (svc *service) findGUID(guid string) (string, error) {
-	children, _, err := svc.s.conn.Children(svc.path)
+// findGUID returns the znode of the queue in dir whose name carries guid,
+// or "".
+func (svc *service) findGUID(dir, guid string) (string, error) {
+	children, _, err := svc.s.conn.Children(dir)
 	if err != nil {
 		return "", err
 	}
 	for _, c := range children {
 		if strings.HasPrefix(c, protectedPrefix+guid) {
-			return svc.path + "/" + c, nil
+			return dir + "/" + c, nil
 		}
 	}
 	return "", nil
 }
 
-// createParents creates the path and its missing ancestors as persistent
+// createParents creates dir and its missing ancestors as persistent
 // znodes (Curator creates containers; either serves).
-func (svc *service) createParents(ctx context.Context) error {
-	parts := strings.Split(svc.path[1:], "/")
+func (svc *service) createParents(ctx context.Context, dir string) error {
+	return makePath(svc.s.conn, dir, func() bool { return svc.pauseRetry(ctx) }, func() error { return svc.cause(ctx) })
+}
+
+// makePath creates p and its missing ancestors as persistent znodes. A
+// request that fails with the connection is retried after pause; once pause
+// returns false, makePath returns giveUp's error.
+func makePath(conn *zk.Conn, p string, pause func() bool, giveUp func() error) error {
+	parts := strings.Split(p[1:], "/")
 	for i := range parts {
 		p := "/" + strings.Join(parts[:i+1], "/")
 		for {
-			_, err := svc.s.conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+			_, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
 			if err == nil || errors.Is(err, zk.ErrNodeExists) {
 				break
 			}
-			if retryable(err) && svc.pauseRetry(ctx) {
-				continue
+			if !retryable(err) {
+				return fmt.Errorf("zkio: create %s: %w", p, err)
 			}
-			if retryable(err) {
-				return svc.cause(ctx)
+			if !pause() {
+				return giveUp()
 			}
-			return fmt.Errorf("zkio: create %s: %w", p, err)
 		}
 	}
 	return nil
@@ -277,11 +289,12 @@ func (svc *service) withdraw(node string) {
 // its own: if its own is deleted, it fails at once with an error wrapping
 // ErrLost. On any failure the znode is withdrawn.
 func (svc *service) wait(ctx context.Context, o *own, try bool) (waited bool, err error) {
-	err = svc.waitTurn(ctx, o, try, &waited)
+	err = svc.waitTurn(ctx, svc.path, svc.spec.markers, o, try, &waited)
 	return waited, err
 }
 
-func (svc *service) waitTurn(ctx context.Context, o *own, try bool, waited *bool) error {
+// waitTurn is wait in the queue in dir whose members carry markers.
+func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, o *own, try bool, waited *bool) error {
 	conn := svc.s.conn
 	node := o.node
 	base := node[strings.LastIndex(node, "/")+1:]
@@ -295,14 +308,14 @@ func (svc *service) waitTurn(ctx context.Context, o *own, try bool, waited *bool
 		if err := svc.live(ctx); err != nil {
 			return fail(err)
 		}
-		children, _, err := conn.Children(svc.path)
+		children, _, err := conn.Children(dir)
 		if err != nil {
 			if retryable(err) && svc.pauseRetry(ctx) {
 				continue
 			}
-			return fail(fmt.Errorf("zkio: list %s: %w", svc.path, errors.Join(err, svc.cause(ctx))))
+			return fail(fmt.Errorf("zkio: list %s: %w", dir, errors.Join(err, svc.cause(ctx))))
 		}
-		q := queueOf(children, svc.spec.markers...)
+		q := queueOf(children, markers...)
 		i := slices.IndexFunc(q, func(m member) bool { return m.name == base })
 		if i < 0 {
 			return lostOwn(node)
@@ -335,7 +348,7 @@ func (svc *service) waitTurn(ctx context.Context, o *own, try bool, waited *bool
 				return fail(fmt.Errorf("zkio: watch %s: %w", node, errors.Join(r.err, svc.cause(ctx))))
 			}
 		}
-		ahead := svc.path + "/" + q[j].name
+		ahead := dir + "/" + q[j].name
 		exists, _, ch, err := conn.ExistsW(ahead)
 		if err != nil {
 			if retryable(err) && svc.pauseRetry(ctx) {

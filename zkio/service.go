@@ -60,6 +60,8 @@ type service struct {
 
 	closeStarted atomic.Bool
 
+	sem *semState // a semaphore's; nil for other kinds
+
 	// Loop only.
 	stopping bool // stop is closed
 	leader   leaderState
@@ -202,7 +204,29 @@ func (svc *service) acquireEntered(ctx context.Context, mode rwlock.Mode, value 
 	if err := svc.live(ctx); err != nil {
 		return driver.Hold{}, err
 	}
-	node, err := svc.create(ctx, svc.spec.marker(mode), []byte(value))
+	var h driver.Hold
+	var err error
+	if svc.sem != nil {
+		h, err = svc.sem.acquire(ctx, svc, try)
+	} else {
+		h, err = svc.queued(ctx, mode, value, try)
+	}
+	if err != nil {
+		return driver.Hold{}, err
+	}
+	h.LeaseID = svc.s.SessionID()
+	got, err := call(ctx, svc, func(r actor.Reply[driver.Hold]) { svc.granted(r, h, began) })
+	if err != nil {
+		svc.withdraw(h.Key)
+		return driver.Hold{}, err
+	}
+	return got, nil
+}
+
+// queued is a lock's, read/write lock's or election's acquisition: a znode
+// of mode in the queue at path, held once its turn comes (see wait).
+func (svc *service) queued(ctx context.Context, mode rwlock.Mode, value string, try bool) (driver.Hold, error) {
+	node, err := svc.create(ctx, svc.path, svc.spec.marker(mode), []byte(value))
 	if err != nil {
 		return driver.Hold{}, err
 	}
@@ -222,14 +246,8 @@ func (svc *service) acquireEntered(ctx context.Context, mode rwlock.Mode, value 
 			return driver.Hold{}, err
 		}
 	}
-	h := driver.Hold{Key: node, Created: created, Token: fencing.Token(token), Mode: mode, Value: value,
-		LeaseID: svc.s.SessionID(), Waited: waited}
-	got, err := call(ctx, svc, func(r actor.Reply[driver.Hold]) { svc.granted(r, h, began) })
-	if err != nil {
-		svc.withdraw(node)
-		return driver.Hold{}, err
-	}
-	return got, nil
+	return driver.Hold{Key: node, Created: created, Token: fencing.Token(token), Mode: mode, Value: value,
+		Waited: waited}, nil
 }
 
 // granted records h as the service's grant and answers the caller with it;

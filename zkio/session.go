@@ -70,14 +70,22 @@ func NewSession(servers []string, opts ...Option) (*Session, error) {
 	return newSession(servers, o)
 }
 
-func newSession(servers []string, o options) (*Session, error) {
+// checkServers refuses an empty list of servers or an empty address.
+func checkServers(servers []string) error {
 	if len(servers) == 0 {
-		return nil, fmt.Errorf("no ZooKeeper servers: %w", ErrInvalidArgument)
+		return fmt.Errorf("no ZooKeeper servers: %w", ErrInvalidArgument)
 	}
 	for _, s := range servers {
 		if s == "" {
-			return nil, fmt.Errorf("empty server address: %w", ErrInvalidArgument)
+			return fmt.Errorf("empty server address: %w", ErrInvalidArgument)
 		}
+	}
+	return nil
+}
+
+func newSession(servers []string, o options) (*Session, error) {
+	if err := checkServers(servers); err != nil {
+		return nil, err
 	}
 	s := &Session{
 		log:      o.Logger,
@@ -213,18 +221,20 @@ func (s *Session) Close() error {
 // post hands f to the loop; false if the loop has stopped.
 func (s *Session) post(f func()) bool { return s.mb.Post(f) }
 
-// helper runs f on a goroutine the session waits for at its end.
-func (s *Session) helper(f func()) {
+// helper runs f on a goroutine the session waits for at its end; false
+// (and f never runs) if the session has ended.
+func (s *Session) helper(f func()) bool {
 	s.helperMu.Lock()
 	defer s.helperMu.Unlock()
 	if s.helpersClosed {
-		return
+		return false
 	}
 	s.helpers.Add(1)
 	go func() {
 		defer s.helpers.Done()
 		f()
 	}()
+	return true
 }
 
 // run is the session's event loop. Its entry points are the functions

@@ -1,0 +1,525 @@
+package zkio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/google/uuid"
+
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/barrier"
+)
+
+// readyNode is the child of a double barrier's path that says its parties
+// have all entered, as Curator's DistributedDoubleBarrier names it.
+const readyNode = "ready"
+
+// zkDoubleBarrier is one party of barrier.DoubleBarrier in the layout of
+// Curator's DistributedDoubleBarrier: each party that entered is an
+// ephemeral znode <path>/<uuid>; <path>/ready, persistent, exists once
+// count parties have entered and until they have left.
+type zkDoubleBarrier struct {
+	path, ready, name string
+	count             int
+	s                 *Session
+	own               bool // the party made its session and closes it
+	closedErr         error
+	watches           spares
+
+	turn      chan struct{} // held by the Enter, Leave or Close under way
+	closed    chan struct{} // closed when Close begins
+	done      chan struct{} // closed when the party has ended
+	endErr    atomic.Pointer[error]
+	closeOnce sync.Once
+
+	// Held with turn.
+	node string // the party's znode while it is in the barrier; "" if not
+	left bool   // Leave deleted node and waits for the others
+}
+
+// NewDoubleBarrier returns a party of the double barrier at path for count
+// parties, in the layout of Curator's DistributedDoubleBarrier: disco and
+// Curator parties on one path with one count enter and leave together. It
+// connects to servers with a session of its own, which Close ends; or, with
+// WithSession (and nil servers), it runs on that session, and Close keeps
+// it. A party is out of the barrier once its session is lost (its znode is
+// ephemeral): the others do not wait for it to leave.
+//
+// Among disco parties count is a limit (ErrFull), kept by a transaction
+// that bumps path's data version with every party's entry and withdrawal;
+// a Curator party enters without it (for Curator count is a threshold), so
+// a mixed group may hold more than count parties. Missing parents of path
+// are created as persistent znodes; the last party to leave deletes ready
+// and then path itself if it is empty. Barriers carry no tokens.
+func NewDoubleBarrier(servers []string, path string, count int, opts ...Option) (barrier.DoubleBarrier, error) {
+	p, o, err := barrierArgs(servers, path, opts)
+	if err == nil && count < 1 {
+		err = fmt.Errorf("count %d: a double barrier needs at least one party: %w", count, ErrInvalidArgument)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("zkio: new double barrier: %w", err)
+	}
+	d := &zkDoubleBarrier{
+		path: p, ready: p + "/" + readyNode, name: "double barrier " + p, count: count,
+		closedErr: fmt.Errorf("zkio: double barrier %s: %w", p, primitives.ErrClosed),
+		turn:      make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	if o.session != nil {
+		d.s = o.session
+	} else if d.s, err = newSession(servers, o); err != nil {
+		return nil, err
+	}
+	d.own = o.session == nil
+	started := d.s.helper(func() {
+		select {
+		case <-d.s.done:
+			d.finish(d.s.Err())
+		case <-d.closed:
+			d.finish(d.closedErr)
+		}
+	})
+	if !started {
+		return nil, fmt.Errorf("zkio: new double barrier: %w", d.s.Err())
+	}
+	return d, nil
+}
+
+// finish ends the party with err.
+func (d *zkDoubleBarrier) finish(err error) {
+	d.endErr.Store(&err)
+	close(d.done)
+}
+
+func (d *zkDoubleBarrier) Count() int            { return d.count }
+func (d *zkDoubleBarrier) Done() <-chan struct{} { return d.done }
+
+func (d *zkDoubleBarrier) Err() error {
+	select {
+	case <-d.done:
+		return *d.endErr.Load()
+	default:
+		return nil
+	}
+}
+
+// take waits for the party's turn; the error is ctx's or the party's end.
+func (d *zkDoubleBarrier) take(ctx context.Context) error {
+	select {
+	case d.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.done:
+		return d.Err()
+	}
+	if err := d.stopped(); err != nil {
+		<-d.turn
+		return err
+	}
+	return nil
+}
+
+// stopped returns why the party takes no more calls: its end, or Close
+// under way; nil while it takes them.
+func (d *zkDoubleBarrier) stopped() error {
+	select {
+	case <-d.done:
+		return d.Err()
+	case <-d.closed:
+		return d.closedErr
+	default:
+		return nil
+	}
+}
+
+// live returns the reason to stop now: the party's end or ctx's.
+func (d *zkDoubleBarrier) live(ctx context.Context) error {
+	if err := d.stopped(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// pause waits before retrying a request that failed with the connection;
+// false if ctx or the party ended first.
+func (d *zkDoubleBarrier) pause(ctx context.Context) bool { return d.s.pause(ctx, d.closed) }
+
+// gaveUp returns why a call stopped: the party's end, else ctx's.
+func (d *zkDoubleBarrier) gaveUp(ctx context.Context) error {
+	if err := d.stopped(); err != nil {
+		return err
+	}
+	return gaveUp(ctx, d.s)
+}
+
+// fail says what failed; ctx's end first if it ended.
+func (d *zkDoubleBarrier) fail(ctx context.Context, what string, err error) error {
+	switch {
+	case errors.Is(err, barrier.ErrFull), errors.Is(err, barrier.ErrEntered), errors.Is(err, barrier.ErrNotEntered):
+		return fmt.Errorf("zkio: %s: %w", d.name, err)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return ctx.Err()
+	}
+	return fmt.Errorf("zkio: %s: %s: %w", d.name, what, ctxFirst(ctx, err))
+}
+
+// members returns path's children that are parties, sorted by name as
+// Curator sorts them, whether ready exists, and path's data version; no
+// parties if path does not exist (version -2).
+func (d *zkDoubleBarrier) members() (kids []string, ready bool, version int32, err error) {
+	kids, st, err := d.s.conn.Children(d.path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, false, -2, nil
+	}
+	if err != nil {
+		return nil, false, 0, err
+	}
+	ready = slices.Contains(kids, readyNode)
+	kids = slices.DeleteFunc(kids, func(k string) bool { return k == readyNode })
+	slices.Sort(kids)
+	return kids, ready, st.Version, nil
+}
+
+// Enter creates the party's znode unless ready exists or count parties are
+// in (ErrFull), then waits for ready, creating it if its znode made the
+// count. An Enter whose ctx ends withdraws its znode and returns ctx.Err(),
+// unless ready was created first: then it has entered and returns nil.
+func (d *zkDoubleBarrier) Enter(ctx context.Context) error {
+	if err := d.take(ctx); err != nil {
+		return d.fail(ctx, "enter", err)
+	}
+	defer func() { <-d.turn }()
+	if d.node != "" {
+		return d.fail(ctx, "enter", barrier.ErrEntered)
+	}
+	if err := d.join(ctx); err != nil {
+		return d.fail(ctx, "enter", err)
+	}
+	err := d.awaitReady(ctx)
+	if err == nil || d.node != "" && d.withdraw() {
+		return nil
+	}
+	return d.fail(ctx, "enter", err)
+}
+
+// join creates the party's znode, in one transaction with a write of
+// path's data at the version its listing had: so no two disco parties both
+// take the last place.
+func (d *zkDoubleBarrier) join(ctx context.Context) error {
+	conn := d.s.conn
+	node := d.path + "/" + uuid.NewString()
+	for {
+		if err := d.live(ctx); err != nil {
+			return err
+		}
+		kids, ready, version, err := d.members()
+		switch {
+		case retryable(err):
+			if !d.pause(ctx) {
+				return d.gaveUp(ctx)
+			}
+			continue
+		case err != nil:
+			return err
+		case version == -2:
+			if err := makePath(conn, d.path, func() bool { return d.pause(ctx) }, func() error { return d.gaveUp(ctx) }); err != nil {
+				return err
+			}
+			continue
+		case ready && len(kids) == 0:
+			// A round whose parties all died (or are deleting it): ready
+			// says nothing now.
+			d.clear(version)
+			continue
+		case ready || len(kids) >= d.count:
+			return barrier.ErrFull
+		}
+		_, err = conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
+			&zk.CreateRequest{Path: node, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral})
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNodeExists):
+			// Created; or created by a try whose answer was lost.
+			d.node, d.left = node, false
+			return nil
+		case retryable(err):
+			// The outcome is unknown: the listing says.
+			if !d.pause(ctx) {
+				d.s.forgetNode(node)
+				return d.gaveUp(ctx)
+			}
+			if ok, _, err := conn.Exists(node); err == nil && ok {
+				d.node, d.left = node, false
+				return nil
+			}
+		case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
+			// Another party came or went, or path went: look again.
+		default:
+			return err
+		}
+	}
+}
+
+// awaitReady waits until ready exists, and creates it once the party's
+// listing counts count parties (see makeReady).
+func (d *zkDoubleBarrier) awaitReady(ctx context.Context) error {
+	for {
+		exists, ch, err := d.watches.exists(d.s.conn, d.ready)
+		if err == nil && !exists {
+			switch err = d.makeReady(); {
+			case err == nil:
+				exists = true
+			case errors.Is(err, errNotYet):
+				err = nil
+			case errors.Is(err, zk.ErrBadVersion):
+				d.watches.keep(d.ready, ch)
+				continue
+			}
+		}
+		if err != nil || exists {
+			d.watches.keep(d.ready, ch)
+		}
+		switch {
+		case retryable(err):
+			if !d.pause(ctx) {
+				return d.gaveUp(ctx)
+			}
+			continue
+		case err != nil:
+			return err
+		case exists:
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			d.watches.keep(d.ready, ch)
+			return ctx.Err()
+		case <-d.closed:
+			d.watches.keep(d.ready, ch)
+			return d.closedErr
+		case <-d.s.quit:
+			return d.s.Err()
+		}
+	}
+}
+
+// errNotYet says fewer than count parties are in.
+var errNotYet = errors.New("fewer parties than the count")
+
+// makeReady creates ready if count parties are in, in one transaction with
+// a write of path's data at its listing's version: so ready never counts a
+// disco party that withdrew meanwhile. errNotYet if fewer are in;
+// zk.ErrBadVersion if a party came or went since the listing; nil if ready
+// exists now.
+func (d *zkDoubleBarrier) makeReady() error {
+	kids, _, version, err := d.members()
+	switch {
+	case err != nil:
+		return err
+	case len(kids) < d.count:
+		return errNotYet
+	}
+	_, err = d.s.conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
+		&zk.CreateRequest{Path: d.ready, Acl: zk.WorldACL(zk.PermAll)})
+	if errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	return err
+}
+
+// withdraw deletes the party's znode, in one transaction with a write of
+// path's data at the version of a listing without ready, so that no ready
+// created meanwhile counts it; true if ready came first: the party has
+// entered, and keeps its znode. It retries while the session lives, so a
+// party's znode is never left under a live session.
+func (d *zkDoubleBarrier) withdraw() (entered bool) {
+	for {
+		_, ready, version, err := d.members()
+		switch {
+		case err == nil && ready:
+			return true
+		case err == nil && version == -2:
+			d.node = "" // path is gone, and our znode with it
+			return false
+		case err == nil:
+			_, err = d.s.conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
+				&zk.DeleteRequest{Path: d.node, Version: -1})
+			if err == nil || errors.Is(err, zk.ErrNoNode) {
+				d.node = "" // deleted, or gone already (path cannot go before it)
+				return false
+			}
+			if errors.Is(err, zk.ErrBadVersion) {
+				continue
+			}
+		}
+		if !retryable(err) {
+			d.s.forgetNode(d.node)
+			d.node = ""
+			return false
+		}
+		if !d.s.pause(context.Background(), nil) {
+			d.node = "" // the session ended, and its znodes with it
+			return false
+		}
+	}
+}
+
+// Leave follows Curator's algorithm: the party with the lowest znode waits
+// for the highest, every other deletes its znode and waits for the lowest;
+// the lowest deletes its own once it is alone. A party that deleted its own
+// (a Leave whose ctx ended) waits for the lowest until none is left, also
+// when it is the only one left (where Curator's returns). The last party to
+// see the barrier empty deletes ready and then path, if empty (see clear).
+func (d *zkDoubleBarrier) Leave(ctx context.Context) error {
+	if err := d.take(ctx); err != nil {
+		return d.fail(ctx, "leave", err)
+	}
+	defer func() { <-d.turn }()
+	if d.node == "" {
+		return d.fail(ctx, "leave", barrier.ErrNotEntered)
+	}
+	if err := d.leave(ctx); err != nil {
+		return d.fail(ctx, "leave", err)
+	}
+	return nil
+}
+
+func (d *zkDoubleBarrier) leave(ctx context.Context) error {
+	conn := d.s.conn
+	name := d.node[len(d.path)+1:]
+	for {
+		if err := d.live(ctx); err != nil {
+			return err
+		}
+		kids, ready, version, err := d.members()
+		if err != nil {
+			if retryable(err) && d.pause(ctx) {
+				continue
+			}
+			return errors.Join(err, d.gaveUp(ctx))
+		}
+		if len(kids) == 0 {
+			d.node, d.left = "", false
+			if ready {
+				d.clear(version)
+			} else if version != -2 {
+				_ = d.s.conn.Delete(d.path, version) // unless a party joined since
+			}
+			return nil
+		}
+		i := slices.Index(kids, name)
+		if i < 0 && !d.left {
+			// Someone else deleted our znode: we are out.
+			d.left = true
+		}
+		var watched string
+		switch {
+		case !d.left && len(kids) == 1:
+			if err := d.remove(ctx, d.node); err != nil {
+				return err
+			}
+			d.left = true
+			continue
+		case !d.left && i == 0:
+			watched = kids[len(kids)-1]
+		default:
+			watched = kids[0]
+			if !d.left {
+				if err := d.remove(ctx, d.node); err != nil {
+					return err
+				}
+				d.left = true
+			}
+		}
+		watched = d.path + "/" + watched
+		exists, ch, err := d.watches.existing(conn, watched)
+		switch {
+		case retryable(err):
+			if !d.pause(ctx) {
+				return d.gaveUp(ctx)
+			}
+			continue
+		case err != nil:
+			return err
+		case !exists:
+			d.watches.keep(watched, ch)
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			d.watches.keep(watched, ch)
+			return ctx.Err()
+		case <-d.closed:
+			d.watches.keep(watched, ch)
+			return d.closedErr
+		case <-d.s.quit:
+			return d.s.Err()
+		}
+	}
+}
+
+// clear deletes ready, in one transaction with a write of path's data at
+// the version of a listing that found no party (so not once a disco party
+// has joined since), and then path if it is empty. Best effort: a ready
+// left with no party is cleared by the next party to join.
+func (d *zkDoubleBarrier) clear(version int32) {
+	_, err := d.s.conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
+		&zk.DeleteRequest{Path: d.ready, Version: -1})
+	if err == nil {
+		_ = d.s.conn.Delete(d.path, -1) // fails if a party joined since: it stays
+	}
+}
+
+// remove deletes the party's own znode, retrying while the connection is
+// down.
+func (d *zkDoubleBarrier) remove(ctx context.Context, node string) error {
+	for {
+		err := d.s.conn.Delete(node, -1)
+		if err == nil || errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if !retryable(err) {
+			return err
+		}
+		if !d.pause(ctx) {
+			return d.gaveUp(ctx)
+		}
+	}
+}
+
+// Close takes the party out of the barrier (it withdraws its znode, if it
+// has one) and ends it; on its own session it ends the session too. A
+// second Close returns an error wrapping primitives.ErrClosed.
+func (d *zkDoubleBarrier) Close() error {
+	first := false
+	d.closeOnce.Do(func() { first = true })
+	if !first {
+		<-d.done
+		return fmt.Errorf("zkio: %s: already closed: %w", d.name, primitives.ErrClosed)
+	}
+	select {
+	case <-d.done:
+	default:
+		close(d.closed)
+	}
+	d.turn <- struct{}{} // Enter and Leave under way see closed and return
+	if d.node != "" && !d.left && d.s.Err() == nil {
+		if err := d.s.conn.Delete(d.node, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			d.s.forgetNode(d.node)
+		}
+	}
+	d.node = ""
+	<-d.turn
+	if d.own {
+		_ = d.s.Close()
+	}
+	<-d.done
+	return nil
+}

@@ -1,0 +1,220 @@
+package zkio_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/zkio"
+)
+
+// TestBarrierBadInput: bad arguments are refused with ErrInvalidArgument.
+func TestBarrierBadInput(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	for name, err := range map[string]error{
+		"no servers":             second(zkio.NewBarrier(nil, "/b")),
+		"bad path":               second(zkio.NewBarrier(servers, "b")),
+		"servers and session":    second(zkio.NewBarrier(servers, "/b", zkio.WithSession(s))),
+		"cancel on suspend":      second(zkio.NewBarrier(servers, "/b", zkio.WithCancelOnSuspend())),
+		"double: count 0":        second(zkio.NewDoubleBarrier(nil, "/d", 0, zkio.WithSession(s))),
+		"double: no servers":     second(zkio.NewDoubleBarrier(nil, "/d", 2)),
+		"double: reserved path":  second(zkio.NewDoubleBarrier(servers, "/zookeeper/d", 2)),
+		"double: session option": second(zkio.NewDoubleBarrier(nil, "/d", 2, zkio.WithSession(s), zkio.WithTTL(time.Second))),
+	} {
+		if !errors.Is(err, zkio.ErrInvalidArgument) || !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+// TestDoubleBarrierExactCount: of more parties than the count entering at
+// once, exactly count enter and the others get ErrFull (the version-checked
+// transactions of Enter).
+func TestDoubleBarrierExactCount(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const count, n = 3, 8
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	type result struct {
+		d   barrier.DoubleBarrier
+		err error
+	}
+	results := make(chan result, n)
+	for range n {
+		d := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(zkio.NewDoubleBarrier(nil, "/dbexact", count, zkio.WithSession(s)))
+		go func() { results <- result{d, d.Enter(ctx)} }()
+	}
+	var in []barrier.DoubleBarrier
+	full := 0
+	for range n {
+		switch r := <-results; {
+		case r.err == nil:
+			in = append(in, r.d)
+		case errors.Is(r.err, barrier.ErrFull):
+			full++
+		default:
+			t.Fatal(r.err)
+		}
+	}
+	if len(in) != count || full != n-count {
+		t.Fatalf("%d entered and %d refused, want %d and %d", len(in), full, count, n-count)
+	}
+	left := make(chan error, count)
+	for _, d := range in {
+		go func() { left <- d.Leave(ctx) }()
+	}
+	for range count {
+		if err := <-left; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestBarrierWaitWatchesBounded: on a shared session, Waits on a held
+// barrier whose contexts end leave at most one watch, which the next Wait
+// reuses; and the Wait still returns at the Release.
+func TestBarrierWaitWatchesBounded(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	x, err := zkio.NewBarrier(nil, "/bwatch", zkio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := zkio.Watchers(s)
+	for range 50 {
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Millisecond)
+		if err := x.Wait(wctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait on a held barrier: %v", err)
+		}
+		wcancel()
+	}
+	if after := zkio.Watchers(s); after > before+1 {
+		t.Fatalf("%d watches after 50 ended Waits, %d before", after, before)
+	}
+	done := make(chan error, 1)
+	go func() { done <- x.Wait(ctx) }()
+	other, err := zkio.NewBarrier(servers, "/bwatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "no watches left", func() bool { return zkio.Watchers(s) <= before })
+}
+
+// TestDoubleBarrierCloseWithdraws: Close of an entered party deletes its
+// znode at once, and the others leave without it; Close of a waiting
+// party withdraws it.
+func TestDoubleBarrierCloseWithdraws(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const path = "/dbclose"
+	waiting, err := zkio.NewDoubleBarrier(servers, path, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entering := make(chan error, 1)
+	go func() { entering <- waiting.Enter(ctx) }()
+	testkit.Eventually(t, 10*time.Second, "the waiting party's znode", func() bool { return len(subtree(t, admin, path)) == 2 })
+	if err := waiting.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-entering; !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("Enter cut short by Close: %v, want ErrClosed", err)
+	}
+	if err := waiting.Close(); !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("second Close: %v, want ErrClosed", err)
+	}
+	if got := subtree(t, admin, path); len(got) != 1 {
+		t.Fatalf("after Close of a waiting party: %v, want only %s", got, path)
+	}
+	var ps []barrier.DoubleBarrier
+	for range 2 {
+		ps = append(ps, testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(zkio.NewDoubleBarrier(servers, path, 2)))
+	}
+	chs := make([]chan error, 2)
+	for i, p := range ps {
+		chs[i] = make(chan error, 1)
+		go func() { chs[i] <- p.Enter(ctx) }()
+	}
+	for _, ch := range chs {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ps[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps[1].Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := subtree(t, admin, path); len(got) != 0 {
+		t.Fatalf("after the last Leave: %v", got)
+	}
+	if err := ps[0].Err(); !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("Err after Close: %v", err)
+	}
+}
+
+// TestDoubleBarrierStaleReady: a ready left by a round whose parties all
+// died (no party znode beside it) does not refuse the next round.
+func TestDoubleBarrierStaleReady(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const path = "/dbstale"
+	for _, p := range []string{path, path + "/ready"} {
+		if _, err := admin.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatal(err)
+		}
+	}
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	var ps []barrier.DoubleBarrier
+	for range 2 {
+		ps = append(ps, testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(zkio.NewDoubleBarrier(nil, path, 2, zkio.WithSession(s))))
+	}
+	for _, step := range []func(barrier.DoubleBarrier) error{
+		func(d barrier.DoubleBarrier) error { return d.Enter(ctx) },
+		func(d barrier.DoubleBarrier) error { return d.Leave(ctx) },
+	} {
+		errs := make(chan error, len(ps))
+		for _, d := range ps {
+			go func() { errs <- step(d) }()
+		}
+		for range ps {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if left := subtree(t, admin, path); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}

@@ -1,0 +1,272 @@
+package zkio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
+	"github.com/ahrtr/disco/primitives/semaphore"
+)
+
+// The znodes of a semaphore at path, as Curator's InterProcessSemaphoreV2
+// lays them out: its internal mutex's queue at path/locks (an
+// InterProcessMutex's), its leases at path/leases.
+const (
+	semLocks    = "/locks"
+	semLeases   = "/leases"
+	leaseMarker = "lease-"
+	// slotPrefix begins a disco lease's data once it claims its slot.
+	slotPrefix = "disco-slot-"
+	// permitsPrefix begins path's data: the semaphore's number of permits.
+	permitsPrefix = "disco-permits="
+)
+
+var semSpec = &spec{kind: "semaphore", markers: []string{leaseMarker}, notHeld: semaphore.ErrNotHeld, taken: semaphore.ErrNoPermit}
+
+// semState is what a semaphore's service knows beyond its service.
+type semState struct {
+	n             int
+	name          string // the name as its user passed it
+	locks, leases string
+}
+
+// NewSemaphore returns an owner of the semaphore at path with n permits, in
+// the layout and by the algorithm of Curator's InterProcessSemaphoreV2: an
+// acquisition takes the semaphore's internal mutex (an InterProcessMutex at
+// path/locks), creates its lease (path/leases/_c_<uuid>-lease-<seq>,
+// ephemeral and sequential), waits until at most n leases exist, and then
+// releases the mutex; a release deletes the lease. So disco and Curator
+// owners on one path with one n never hold more than n permits together.
+//
+// Slots and tokens: under the mutex a disco holder claims the lowest slot no
+// other disco lease names, by writing slotPrefix and the slot into its
+// lease; its fencing token is the zxid of that write (strictly increasing
+// per name: claims are made one at a time, under the mutex), Created the
+// lease's czxid. A Curator holder claims no slot: it takes a permit, not a
+// slot, so a mixed group's disco holders use at most n less the Curator
+// holders' slots. n is kept in path's data (permitsPrefix and n), written
+// by the first disco user; a disco user that disagrees gets
+// ErrPermitMismatch at construction (Curator users do not check it).
+//
+// It connects to servers with a session of its own, which Close ends; or,
+// with WithSession (and nil servers), it runs on that session.
+func NewSemaphore(servers []string, path string, n int, opts ...Option) (semaphore.Service, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("zkio: new semaphore: %d permits: at least 1: %w", n, ErrInvalidArgument)
+	}
+	svc, err := newService(servers, path, semSpec, opts)
+	if err != nil {
+		return nil, err
+	}
+	svc.sem = &semState{n: n, name: path, locks: svc.path + semLocks, leases: svc.path + semLeases}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := svc.sem.agree(ctx, svc); err != nil {
+		_ = svc.Close()
+		return nil, fmt.Errorf("zkio: new semaphore %s: %w", svc.path, err)
+	}
+	return &zkSemaphore{svc}, nil
+}
+
+// agree writes n into path's data if no user did, and otherwise checks it.
+func (m *semState) agree(ctx context.Context, svc *service) error {
+	conn := svc.s.conn
+	for {
+		data, st, err := conn.Get(svc.path)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			if err := svc.createParents(ctx, svc.path); err != nil {
+				return err
+			}
+			continue
+		case retryable(err):
+			if !svc.pauseRetry(ctx) {
+				return svc.cause(ctx)
+			}
+			continue
+		case err != nil:
+			return err
+		case len(data) == 0:
+			_, err := conn.Set(svc.path, []byte(permitsPrefix+strconv.Itoa(m.n)), st.Version)
+			if err == nil || errors.Is(err, zk.ErrBadVersion) || retryable(err) {
+				continue // look again: who wrote first says
+			}
+			return err
+		}
+		have, ok := strings.CutPrefix(string(data), permitsPrefix)
+		if !ok {
+			return fmt.Errorf("%s's data is not a disco semaphore's number of permits: %w", svc.path, ErrInvalidArgument)
+		}
+		if have != strconv.Itoa(m.n) {
+			return fmt.Errorf("%s has %s permits, this user %d: %w", svc.path, have, m.n, semaphore.ErrPermitMismatch)
+		}
+		return nil
+	}
+}
+
+// acquire takes the internal mutex, creates the lease and waits for room,
+// claims a slot, and releases the mutex (see NewSemaphore). With try it
+// fails with ErrNoPermit, at once, if n leases exist, and, once it holds the
+// mutex, if they do then. On failure nothing it wrote is left.
+func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.Hold, error) {
+	conn := svc.s.conn
+	if try {
+		kids, _, err := conn.Children(m.leases)
+		if err == nil && len(kids) >= m.n {
+			return driver.Hold{}, semaphore.ErrNoPermit
+		}
+	}
+	mutex, err := svc.create(ctx, m.locks, lockMarker, nil)
+	if err != nil {
+		return driver.Hold{}, err
+	}
+	defer svc.withdraw(mutex) // the mutex is released whatever happens
+	var waited bool
+	o := &own{node: mutex, early: svc.stat(mutex)}
+	if err := svc.waitTurn(ctx, m.locks, []string{lockMarker}, o, false, &waited); err != nil {
+		return driver.Hold{}, err
+	}
+	lease, err := svc.create(ctx, m.leases, leaseMarker, nil)
+	if err != nil {
+		return driver.Hold{}, err
+	}
+	h, err := m.room(ctx, svc, lease, try, &waited)
+	if err != nil {
+		svc.withdraw(lease)
+		return driver.Hold{}, err
+	}
+	h.Waited = waited
+	return h, nil
+}
+
+// room waits until at most n leases exist, its own among them, and then
+// claims the slot.
+func (m *semState) room(ctx context.Context, svc *service, lease string, try bool, waited *bool) (driver.Hold, error) {
+	conn := svc.s.conn
+	base := lease[len(m.leases)+1:]
+	for {
+		if err := svc.live(ctx); err != nil {
+			return driver.Hold{}, err
+		}
+		kids, _, ch, err := conn.ChildrenW(m.leases)
+		if err != nil {
+			if retryable(err) && svc.pauseRetry(ctx) {
+				continue
+			}
+			return driver.Hold{}, fmt.Errorf("zkio: list %s: %w", m.leases, errors.Join(err, svc.cause(ctx)))
+		}
+		q := queueOf(kids, leaseMarker)
+		if !slices.ContainsFunc(q, func(x member) bool { return x.name == base }) {
+			return driver.Hold{}, lostOwn(lease)
+		}
+		if len(kids) <= m.n { // every child counts, as Curator counts them
+			return m.claim(ctx, svc, lease, q)
+		}
+		if try {
+			return driver.Hold{}, semaphore.ErrNoPermit
+		}
+		*waited = true
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return driver.Hold{}, ctx.Err()
+		case <-svc.stop:
+			return driver.Hold{}, svc.stopped()
+		}
+	}
+}
+
+// claim writes the lowest slot no other disco lease of q names into lease,
+// and returns the hold: its token the zxid of that write.
+func (m *semState) claim(ctx context.Context, svc *service, lease string, q []member) (driver.Hold, error) {
+	conn := svc.s.conn
+	taken := make([]bool, m.n)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var failed error
+	for _, x := range q {
+		p := m.leases + "/" + x.name
+		if p == lease {
+			continue
+		}
+		wg.Go(func() {
+			data, _, err := conn.Get(p)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+			case err != nil:
+				failed = err
+			default:
+				if s, ok := strings.CutPrefix(string(data), slotPrefix); ok {
+					if i, err := strconv.Atoi(s); err == nil && i >= 0 && i < m.n {
+						taken[i] = true
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed != nil {
+		return driver.Hold{}, fmt.Errorf("zkio: read the leases of %s: %w", m.leases, errors.Join(failed, svc.cause(ctx)))
+	}
+	slot := slices.Index(taken, false) // one is free: at most n-1 others
+	for {
+		st, err := conn.Set(lease, []byte(slotPrefix+strconv.Itoa(slot)), -1)
+		switch {
+		case err == nil:
+			return driver.Hold{Key: lease, Created: st.Czxid, Token: fencing.Token(st.Mzxid), Slot: slot}, nil
+		case errors.Is(err, zk.ErrNoNode):
+			return driver.Hold{}, lostOwn(lease)
+		case retryable(err) && svc.pauseRetry(ctx):
+			continue
+		}
+		return driver.Hold{}, fmt.Errorf("zkio: claim slot %d with %s: %w", slot, lease, errors.Join(err, svc.cause(ctx)))
+	}
+}
+
+// zkSemaphore is semaphore.Service on a service.
+type zkSemaphore struct{ *service }
+
+func (z *zkSemaphore) grant(h driver.Hold, err error) (semaphore.Grant, error) {
+	if err != nil {
+		return semaphore.Grant{}, err
+	}
+	return semaphore.Grant{FencingToken: h.Token, Key: h.Key, LeaseID: h.LeaseID, TTL: z.s.Timeout(),
+		Name: z.sem.name, Slot: h.Slot, Created: h.Created}, nil
+}
+
+func (z *zkSemaphore) Acquire(ctx context.Context) (semaphore.Grant, error) {
+	return z.grant(z.acquire(ctx, 0, "", false))
+}
+
+func (z *zkSemaphore) TryAcquire(ctx context.Context) (semaphore.Grant, error) {
+	return z.grant(z.acquire(ctx, 0, "", true))
+}
+
+func (z *zkSemaphore) Release(ctx context.Context, g semaphore.Grant) error {
+	same := driver.Exactly(g.Created, g.Key, g.FencingToken)
+	return z.release(ctx, func(h driver.Hold) bool { return same(h) && h.Slot == g.Slot })
+}
+
+// GrantScope makes the semaphore a primitives.GrantScoper, so that
+// primitives.FollowGrants stamps each grant with the fencing scope of its
+// slot ("<name>#<slot>", semaphore.Grant.Scope). ok is false once the grant
+// a announced is no longer the semaphore's.
+func (z *zkSemaphore) GrantScope(a primitives.Acquired) (string, bool) {
+	h, ok := z.Current()
+	if !ok || h.Created != a.Created {
+		return "", false
+	}
+	return semaphore.Scope(z.sem.name, h.Slot), true
+}

@@ -1,0 +1,102 @@
+package zkio_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/semaphore"
+	"github.com/ahrtr/disco/zkio"
+)
+
+// TestSemaphoreBadInput: no permits, and a path whose data is not a disco
+// semaphore's, are refused with ErrInvalidArgument.
+func TestSemaphoreBadInput(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	if _, err := zkio.NewSemaphore(nil, "/sembad", 0, zkio.WithSession(s)); !errors.Is(err, zkio.ErrInvalidArgument) {
+		t.Errorf("0 permits: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := admin.Create("/semforeign", []byte("someone's"), 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		t.Fatal(err)
+	}
+	if _, err := zkio.NewSemaphore(nil, "/semforeign", 2, zkio.WithSession(s)); !errors.Is(err, zkio.ErrInvalidArgument) {
+		t.Errorf("a path with foreign data: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestSemaphoreLayout: a hold is one lease under path/leases, claiming its
+// slot in its data; the internal mutex under path/locks is released once
+// the lease is granted; a cancelled Acquire leaves neither.
+func TestSemaphoreLayout(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const path = "/semlayout"
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	a := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, path, 1, zkio.WithSession(s)))
+	w := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, path, 1, zkio.WithSession(s)))
+	g, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(g.Key, path+"/leases/_c_") || !strings.Contains(g.Key, "-lease-") || g.Slot != 0 {
+		t.Fatalf("grant %+v: want a lease %s/leases/_c_<uuid>-lease-<seq> in slot 0", g, path)
+	}
+	if data, _, err := admin.Get(g.Key); err != nil || string(data) != "disco-slot-0" {
+		t.Fatalf("lease data %q, %v", data, err)
+	}
+	if data, _, err := admin.Get(path); err != nil || string(data) != "disco-permits=1" {
+		t.Fatalf("path data %q, %v", data, err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer wcancel()
+	if _, err := w.Acquire(wctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with no permit free: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "only the holder's lease, and no mutex node", func() bool {
+		return len(subtree(t, admin, path+"/locks")) == 1 && len(subtree(t, admin, path+"/leases")) == 2
+	})
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if got := subtree(t, admin, path+"/leases"); len(got) != 1 {
+		t.Fatalf("after the Release: %v", got)
+	}
+}
+
+// TestSemaphoreGrantScope: a zkio semaphore is a primitives.GrantScoper, so
+// FollowGrants stamps each grant with its slot's scope.
+func TestSemaphoreGrantScope(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	a := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, "/semscope", 2, zkio.WithSession(s)))
+	if _, ok := a.(primitives.GrantScoper); !ok {
+		t.Fatalf("%T is not a primitives.GrantScoper", a)
+	}
+	gt := primitives.FollowGrants(ctx, "/semscope", a)
+	g, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the grant's scope stamped", func() bool {
+		scope, tok := gt.Scoped()
+		return scope == g.Scope() && tok == g.Token()
+	})
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+}
