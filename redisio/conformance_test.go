@@ -58,22 +58,7 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 		clients.Store(s, cli)
 		return cli, s
 	}
-	// keysOf lists name's own keys: name/ and one segment (a nested name's
-	// keys have a further "/").
-	keysOf := func(t *testing.T, name string) []string {
-		t.Helper()
-		all, err := admin.Keys(context.Background(), globEscape(name)+"/*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var keys []string
-		for _, k := range all {
-			if !strings.Contains(k[len(name)+1:], "/") {
-				keys = append(keys, k)
-			}
-		}
-		return keys
-	}
+	keysOf := func(t *testing.T, name string) []string { return nameKeys(t, admin, name) }
 	return conformance.Backend{
 		Name: "redis",
 		TTL:  conformanceTTL,
@@ -181,4 +166,21 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 // globEscape quotes the characters a Redis KEYS pattern gives a meaning.
 func globEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
+}
+
+// nameKeys lists name's own keys: name/ and one segment (a nested name's
+// keys have a further "/").
+func nameKeys(t *testing.T, admin *redis.Client, name string) []string {
+	t.Helper()
+	all, err := admin.Keys(context.Background(), globEscape(name)+"/*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, k := range all {
+		if !strings.Contains(k[len(name)+1:], "/") {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }

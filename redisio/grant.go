@@ -77,6 +77,12 @@ func (v *service) appendKeys(keys []string) []string {
 // wokenLoop wakes the waiter whose key heads the queue now, and an
 // election's watcher. Loop only.
 func (v *service) wokenLoop(head string) {
+	for w := range v.listeners {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
 	if w, ok := v.waiting[head]; ok {
 		select {
 		case w <- struct{}{}:

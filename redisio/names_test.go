@@ -34,6 +34,9 @@ func TestReservedNames(t *testing.T) {
 		"lock":     func(n string) (interface{ Close() error }, error) { return redisio.NewLock(cli, n) },
 		"rwlock":   func(n string) (interface{ Close() error }, error) { return redisio.NewRWLock(cli, n) },
 		"election": func(n string) (interface{ Close() error }, error) { return redisio.NewElection(cli, n) },
+		"double barrier": func(n string) (interface{ Close() error }, error) {
+			return redisio.NewDoubleBarrier(cli, n, 2)
+		},
 	}
 	ctx := context.Background()
 	for what, mk := range makers {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/barrier"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -44,7 +45,8 @@ type service struct {
 	watchWake   chan struct{}
 
 	// Loop only.
-	waiting   map[string]chan struct{} // hold key -> its waiter's wake
+	waiting   map[string]chan struct{}   // hold key (a party's key) -> its waiter's wake
+	listeners map[chan struct{}]struct{} // a party's waits: woken by every message
 	leader    election.Leadership
 	leaderSeq uint64
 }
@@ -68,6 +70,7 @@ const (
 	kindLock     kind = iota // token: a new increment at grant
 	kindElection             // token: the hold's Created
 	kindRWLock               // token: a new increment (writer) or the read epoch's (reader)
+	kindParty                // a double barrier's party: no grants, no token
 )
 
 // spec is the shell's description of a service of kind k on name, without
@@ -81,6 +84,8 @@ func (k kind) spec(name string) driver.Spec {
 		sp = driver.Spec{Kind: "rwlock", NotHeld: rwlock.ErrNotHeld, Taken: rwlock.ErrRWLockTaken}
 	case kindElection:
 		sp = driver.Spec{Kind: "election", NotHeld: election.ErrNotLeader, Taken: lock.ErrLockTaken}
+	case kindParty:
+		sp = driver.Spec{Kind: "double barrier", NotHeld: barrier.ErrNotEntered, Taken: barrier.ErrFull}
 	}
 	sp.Name = fmt.Sprintf("redisio: %s %q", sp.Kind, name)
 	return sp
@@ -117,7 +122,10 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 		Shell: driver.NewShell(sp),
 		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue,
 		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
-		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{},
+		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{}, listeners: map[chan struct{}]struct{}{},
+	}
+	if k == kindParty {
+		v.queue, v.granted, v.wake = name+"/dbarrier.parties", name+"/dbarrier", name+"/dbarrier.wake"
 	}
 	if k == kindElection {
 		v.obs = actor.NewFanout(func(election.Leadership) bool { return true })
@@ -157,6 +165,8 @@ func (v *service) ref(key string) holdRef {
 		r.handoff = "lock"
 	case kindElection:
 		r.handoff = "election"
+	case kindParty:
+		r.party = true
 	}
 	return r
 }

@@ -184,10 +184,17 @@ func (s *Session) stop() {
 
 // holdRef names a hold key in Redis for a release, with what its scope's
 // release needs.
-type holdRef struct{ queue, granted, key, wake, seq, handoff string }
+type holdRef struct {
+	queue, granted, key, wake, seq, handoff string
+	party                                   bool // a double barrier's party key: dbLeaveScript
+}
 
-// release runs releaseScript for ref on behalf of the session s.
+// release runs releaseScript for ref on behalf of the session s
+// (dbLeaveScript for a party's key).
 func (s *Session) release(ctx context.Context, ref holdRef) (int64, error) {
+	if ref.party {
+		return dbLeaveScript.Run(ctx, s.cli, []string{ref.granted, ref.queue, ref.key}, "", ref.wake).Int64()
+	}
 	return releaseScript.Run(ctx, s.cli, []string{ref.seq, ref.queue, ref.granted, s.key, ref.key}, ref.wake, ref.handoff).Int64()
 }
 
