@@ -120,3 +120,61 @@ func TestDoubleBarrierLostWhileEntering(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, "the lost party's keys to go", func() bool { return len(nameKeys(t, admin, name)) == 0 })
 }
+
+// TestBarriersAcrossRestartWithAOF: with appendfsync always a restart
+// keeps a held barrier held (a Wait begun before it still blocks, and
+// returns at the Release after it), and keeps a double barrier's party
+// counted while its session's deadline has not passed.
+func TestBarriersAcrossRestartWithAOF(t *testing.T) {
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const name = "restart"
+	b, err := redisio.NewBarrier(newClient(t, r), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := redisio.NewBarrier(newClient(t, r), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- w.Wait(ctx) }()
+	first := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(redisio.NewDoubleBarrier(newClient(t, r), name, 2, redisio.WithTTL(10*time.Second)))
+	entered := make(chan error, 1)
+	go func() { entered <- first.Enter(ctx) }()
+	admin := newClient(t, r)
+	testkit.Eventually(t, 10*time.Second, "the first party's key", func() bool { return len(nameKeys(t, admin, name)) == 4 })
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// The Wait is still blocked once Redis answers again (its re-checks
+	// find the key), until the Release.
+	sctx, scancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer scancel()
+	if err := w.Wait(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a Wait after the restart: %v, want DeadlineExceeded (still held)", err)
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("the Wait begun before the restart returned while held: %v", err)
+	default:
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	second := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(redisio.NewDoubleBarrier(newClient(t, r), name, 2))
+	if err := second.Enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-entered; err != nil {
+		t.Fatalf("the first party's Enter across the restart: %v", err)
+	}
+}

@@ -1,9 +1,11 @@
 // Package redisio is disco's Redis backend: a Session that owns one
 // liveness key and one event loop, and the lock, read/write lock and
 // election that run on it, with fencing tokens that a guard (package
-// fencing/guard) can check. The constructors have etcdio's shape:
-// NewSession(cli, opts...), NewLock, NewRWLock and NewElection(cli, name,
-// opts...).
+// fencing/guard) can check, and a barrier and a double barrier (package
+// primitives/barrier), which carry no tokens. The constructors have
+// etcdio's shape: NewSession(cli, opts...), NewLock, NewRWLock,
+// NewElection and NewBarrier(cli, name, opts...), NewDoubleBarrier(cli,
+// name, count, opts...).
 //
 // It is built on github.com/redis/go-redis/v9: a maintained client whose
 // redis.Script runs a Lua script by EVALSHA and falls back to EVAL when the
@@ -41,7 +43,9 @@
 //
 // # Options
 //
-// NewSession, NewLock, NewRWLock and NewElection take:
+// NewSession, NewLock, NewRWLock, NewElection and NewDoubleBarrier take
+// (NewBarrier refuses WithSession, WithTTL and WithSuspendAfter: a barrier
+// has no session; the others have no effect on it):
 //
 //   - WithTTL(d): the session's time to live, its key's PX expiry (default
 //     DefaultTTL, 10 s, as every backend; at least MinTTL, 100 ms).
@@ -82,6 +86,34 @@
 // where failover must be safe. There is no Redlock: a majority of
 // independent Redis servers without fsync gives no token that a resource
 // can trust, and a lock without a token cannot stop a paused owner.
+//
+// Barriers have no token and nothing to fence: a party that passed a
+// barrier too early cannot be stopped by Redis or a guard. What the store
+// loses, they lose:
+//
+//   - A barrier (name/barrier, no expiry) on one primary with appendfsync
+//     always survives a restart as its last acknowledged Hold or Release
+//     left it. A Wait's pub/sub connection drops with the server; go-redis
+//     resubscribes, and a Release it did not hear is seen by its re-check
+//     within a second. Without that persistence, or after an asynchronous
+//     failover, a Hold can be forgotten (a Wait returns while the holder
+//     thinks it is held) or a Release (the barrier is held again after
+//     waiters passed it; later Waits block until someone releases it).
+//   - A double barrier's parties live as their sessions do: Redis keeps
+//     the keys' expiry times through a restart with appendfsync always,
+//     so parties whose sessions' deadlines pass while it is down are lost
+//     (their Enter or Leave fails with an error wrapping
+//     primitives.ErrLost, Done closes) and the next script drops their keys;
+//     the others go on once Redis answers, woken by their re-checks. A
+//     round's hash has no expiry: an abandoned round (every party gone) is
+//     replaced by the next Enter. An asynchronous failover can forget the
+//     latest scripts: a forgotten Enter makes a waiting party fail with
+//     ErrLost (its key is gone) or, if it was the count-th, leaves parties
+//     that had not yet seen the round full waiting for one more while the
+//     others have entered; a forgotten Leave puts a key back that its
+//     departed owner no longer refreshes, so the others wait until it
+//     expires (a TTL at most). Enter together and leave together hold
+//     only where the store does not go back; use etcdio where that matters.
 //
 // Mutual exclusion itself rests on expiry: a holder whose session key
 // expires (it paused, or lost its connection) is no longer the holder in
