@@ -20,7 +20,7 @@ func TestBarrierConformance(t *testing.T) {
 	testkit.NoLeaks(t)
 	admin := newClient(t, r)
 	var sessions sync.Map // party -> *redisio.Session
-	b := conformance.BarrierBackend{Backend: redisBackend(t, r)}
+	b := conformance.BarrierBackend{Backend: redisBackend(t, r, nil)}
 	b.NewBarrier = func(t *testing.T, name string) barrier.Barrier {
 		t.Helper()
 		x, err := redisio.NewBarrier(newClient(t, r), name)

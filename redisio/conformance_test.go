@@ -17,6 +17,7 @@ import (
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/redisio"
 )
 
@@ -29,12 +30,24 @@ const conformanceTTL = 2 * time.Second
 func TestConformance(t *testing.T) {
 	r := testserver.StartRedis(t)
 	testkit.NoLeaks(t)
-	conformance.Run(t, redisBackend(t, r))
+	conformance.Run(t, redisBackend(t, r, nil))
+}
+
+// TestSemaphoreConformance runs the suite's semaphore section against
+// redisio, each owner on its own client and session.
+func TestSemaphoreConformance(t *testing.T) {
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	var newSem func(t *testing.T, name string, n int) (semaphore.Service, error)
+	b := conformance.SemaphoreBackend{Backend: redisBackend(t, r, &newSem)}
+	b.NewSemaphore = newSem
+	conformance.TestSemaphore(t, b)
 }
 
 // redisBackend makes each owner its own client and its own session, so
-// that the hooks can kill or pause exactly that owner's session.
-func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
+// that the hooks can kill or pause exactly that owner's session. If newSem
+// is not nil it is set to a semaphore factory whose owners the hooks know.
+func redisBackend(t *testing.T, r *testserver.Redis, newSem *func(t *testing.T, name string, n int) (semaphore.Service, error)) conformance.Backend {
 	admin := newClient(t, r)
 	var sessions sync.Map // service -> *redisio.Session
 	session := func(t *testing.T, svc any) *redisio.Session {
@@ -59,6 +72,19 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 		return cli, s
 	}
 	keysOf := func(t *testing.T, name string) []string { return nameKeys(t, admin, name) }
+	if newSem != nil {
+		*newSem = func(t *testing.T, name string, n int) (semaphore.Service, error) {
+			cli, s := owner(t)
+			svc, err := redisio.NewSemaphore(cli, name, n, redisio.WithSession(s))
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { svc.Close() })
+			sessions.Store(svc, s)
+			names.Store(svc, name)
+			return svc, nil
+		}
+	}
 	return conformance.Backend{
 		Name: "redis",
 		TTL:  conformanceTTL,

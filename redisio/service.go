@@ -18,6 +18,7 @@ import (
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
 // service is every primitive: a lock, rwlock or election on one scope (a
@@ -32,6 +33,7 @@ type service struct {
 	name string
 	// maxValue is the largest election value accepted.
 	maxValue int
+	permits  int // a semaphore's N
 	seq      string
 	queue    string
 	granted  string // name/held
@@ -67,10 +69,11 @@ type face interface {
 type kind int
 
 const (
-	kindLock     kind = iota // token: a new increment at grant
-	kindElection             // token: the hold's Created
-	kindRWLock               // token: a new increment (writer) or the read epoch's (reader)
-	kindParty                // a double barrier's party: no grants, no token
+	kindLock      kind = iota // token: a new increment at grant
+	kindElection              // token: the hold's Created
+	kindRWLock                // token: a new increment (writer) or the read epoch's (reader)
+	kindParty                 // a double barrier's party: no grants, no token
+	kindSemaphore             // token: a new increment at grant, in a slot
 )
 
 // spec is the shell's description of a service of kind k on name, without
@@ -84,6 +87,8 @@ func (k kind) spec(name string) driver.Spec {
 		sp = driver.Spec{Kind: "rwlock", NotHeld: rwlock.ErrNotHeld, Taken: rwlock.ErrRWLockTaken}
 	case kindElection:
 		sp = driver.Spec{Kind: "election", NotHeld: election.ErrNotLeader, Taken: lock.ErrLockTaken}
+	case kindSemaphore:
+		sp = driver.Spec{Kind: "semaphore", NotHeld: semaphore.ErrNotHeld, Taken: semaphore.ErrNoPermit}
 	case kindParty:
 		sp = driver.Spec{Kind: "double barrier", NotHeld: barrier.ErrNotEntered, Taken: barrier.ErrFull}
 	}
