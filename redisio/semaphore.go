@@ -43,31 +43,24 @@ func NewSemaphore(cli *redis.Client, name string, n int, opts ...Option) (semaph
 	if n < 1 {
 		return nil, fmt.Errorf("redisio: semaphore %q: %d permits, want at least 1: %w", name, n, primitives.ErrInvalidArgument)
 	}
-	if cli == nil {
-		return nil, fmt.Errorf("redisio: semaphore: nil client: %w", primitives.ErrInvalidArgument)
-	}
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
-	o, err := buildOptions(opts)
+	v, err := newService(cli, name, kindSemaphore, append(opts[:len(opts):len(opts)], func(o *options) { o.permits = n }))
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := o.construction()
-	defer cancel()
+	return &semService{v, v}, nil
+}
+
+// checkPermits sets the semaphore name's N to n if it has none, and fails
+// with an error wrapping semaphore.ErrPermitMismatch if it has another.
+func checkPermits(ctx context.Context, cli *redis.Client, name string, n int) error {
 	have, err := semPermitsScript.Run(ctx, cli, []string{name + "/permits"}, n).Int()
 	if err != nil {
-		return nil, fmt.Errorf("redisio: semaphore %q: permits: %w", name, err)
+		return fmt.Errorf("redisio: semaphore %q: permits: %w", name, err)
 	}
 	if have != n {
-		return nil, fmt.Errorf("redisio: semaphore %q: the name has %d permits, this user %d: %w", name, have, n, semaphore.ErrPermitMismatch)
+		return fmt.Errorf("redisio: semaphore %q: the name has %d permits, this user %d: %w", name, have, n, semaphore.ErrPermitMismatch)
 	}
-	v, err := newService(cli, name, kindSemaphore, opts)
-	if err != nil {
-		return nil, err
-	}
-	v.permits = n
-	return &semService{v, v}, nil
+	return nil
 }
 
 func (m *semService) grant(h driver.Hold, err error) (semaphore.Grant, error) {

@@ -110,6 +110,12 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	}
 	ctx, cancel := o.construction()
 	defer cancel()
+	if k == kindSemaphore {
+		// A user that disagrees on N is refused before it writes anything.
+		if err := checkPermits(ctx, cli, name, o.permits); err != nil {
+			return nil, err
+		}
+	}
 	s, own := o.session, false
 	if s == nil {
 		if s, err = newSession(ctx, cli, o); err != nil {
@@ -125,7 +131,7 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	}
 	v := &service{
 		Shell: driver.NewShell(sp),
-		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue,
+		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue, permits: o.permits,
 		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
 		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{}, listeners: map[chan struct{}]struct{}{},
 	}
