@@ -217,15 +217,15 @@
 //
 // Deleting a hold's key, or its session's key, ends the hold (a deleted
 // hold key is replaced by a tombstone, which the owner's refresh reports
-// gone): its owner is told Lost after its session's next acknowledged
-// refresh, within TTL/3 and two round trips while Redis answers (the
-// refresh's, and the one that takes the dead hold out of the queue first,
-// so that the owner's own next try does not find it ahead), at the latest
-// at the session's deadline. Until the owner has been told
-// and has released, nobody else is granted the name (if the owner is gone,
-// not before the hold's key or tombstone expires, which is no earlier than
-// that deadline): a successor holds only after the Lost, with a higher
-// token.
+// gone): its owner is told Lost when its session's next refresh is
+// acknowledged, within TTL/3 and a round trip while Redis answers, at the
+// latest at the session's deadline. Only then does a helper take the dead
+// hold out of the queue (the owner's own next acquisition waits for that
+// round trip, so that it does not find its dead hold ahead). Until the
+// owner has been told, nobody else is granted the name (if the owner is
+// gone, not before the hold's key or tombstone expires, which is no
+// earlier than that deadline): a successor holds only after the Lost, with
+// a higher token (TestLostBeforeSuccessor).
 //
 // # Waking waiters
 //

@@ -28,6 +28,14 @@ func (v *service) acquire(ctx context.Context, try bool, value string, mode rwlo
 		v.Leave()
 		return driver.Hold{}, err
 	}
+	if c := v.cleaning.Load(); c != nil { // a lost hold is still leaving the queue
+		select {
+		case <-*c:
+		case <-ctx.Done():
+			v.Leave()
+			return driver.Hold{}, ctx.Err()
+		}
+	}
 	h, err := v.enqueue(ctx, try, value, mode, began)
 	if err != nil {
 		v.Leave()

@@ -45,6 +45,9 @@ type service struct {
 
 	leaderReads atomic.Uint64
 	watchWake   chan struct{}
+	// cleaning, while a helper takes a lost hold out of the queue, is
+	// closed when it is done: the next acquisition waits for it.
+	cleaning atomic.Pointer[chan struct{}]
 
 	// Loop only.
 	waiting   map[string]chan struct{}   // hold key (a party's key) -> its waiter's wake

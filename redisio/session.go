@@ -61,6 +61,9 @@ type Session struct {
 	services map[*service]struct{}
 	clock    driver.Clock // the deadline, from the send times of acknowledged refreshes
 	ended    bool
+	// afterCleanup, if set (by a test), runs on the helper that takes a
+	// hold whose key was deleted out of the queue, after its script.
+	afterCleanup func()
 }
 
 // NewSession creates a session on cli: a new id and its key, with the TTL
