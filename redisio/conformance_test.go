@@ -17,6 +17,7 @@ import (
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/redisio"
 )
 
@@ -29,12 +30,24 @@ const conformanceTTL = 2 * time.Second
 func TestConformance(t *testing.T) {
 	r := testserver.StartRedis(t)
 	testkit.NoLeaks(t)
-	conformance.Run(t, redisBackend(t, r))
+	conformance.Run(t, redisBackend(t, r, nil))
+}
+
+// TestSemaphoreConformance runs the suite's semaphore section against
+// redisio, each owner on its own client and session.
+func TestSemaphoreConformance(t *testing.T) {
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	var newSem func(t *testing.T, name string, n int) (semaphore.Service, error)
+	b := conformance.SemaphoreBackend{Backend: redisBackend(t, r, &newSem)}
+	b.NewSemaphore = newSem
+	conformance.TestSemaphore(t, b)
 }
 
 // redisBackend makes each owner its own client and its own session, so
-// that the hooks can kill or pause exactly that owner's session.
-func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
+// that the hooks can kill or pause exactly that owner's session. If newSem
+// is not nil it is set to a semaphore factory whose owners the hooks know.
+func redisBackend(t *testing.T, r *testserver.Redis, newSem *func(t *testing.T, name string, n int) (semaphore.Service, error)) conformance.Backend {
 	admin := newClient(t, r)
 	var sessions sync.Map // service -> *redisio.Session
 	session := func(t *testing.T, svc any) *redisio.Session {
@@ -58,21 +71,19 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 		clients.Store(s, cli)
 		return cli, s
 	}
-	// keysOf lists name's own keys: name/ and one segment (a nested name's
-	// keys have a further "/").
-	keysOf := func(t *testing.T, name string) []string {
-		t.Helper()
-		all, err := admin.Keys(context.Background(), globEscape(name)+"/*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var keys []string
-		for _, k := range all {
-			if !strings.Contains(k[len(name)+1:], "/") {
-				keys = append(keys, k)
+	keysOf := func(t *testing.T, name string) []string { return nameKeys(t, admin, name) }
+	if newSem != nil {
+		*newSem = func(t *testing.T, name string, n int) (semaphore.Service, error) {
+			cli, s := owner(t)
+			svc, err := redisio.NewSemaphore(cli, name, n, redisio.WithSession(s))
+			if err != nil {
+				return nil, err
 			}
+			t.Cleanup(func() { svc.Close() })
+			sessions.Store(svc, s)
+			names.Store(svc, name)
+			return svc, nil
 		}
-		return keys
 	}
 	return conformance.Backend{
 		Name: "redis",
@@ -181,4 +192,21 @@ func redisBackend(t *testing.T, r *testserver.Redis) conformance.Backend {
 // globEscape quotes the characters a Redis KEYS pattern gives a meaning.
 func globEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
+}
+
+// nameKeys lists name's own keys: name/ and one segment (a nested name's
+// keys have a further "/").
+func nameKeys(t *testing.T, admin *redis.Client, name string) []string {
+	t.Helper()
+	all, err := admin.Keys(context.Background(), globEscape(name)+"/*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, k := range all {
+		if !strings.Contains(k[len(name)+1:], "/") {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }

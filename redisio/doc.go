@@ -1,9 +1,11 @@
 // Package redisio is disco's Redis backend: a Session that owns one
-// liveness key and one event loop, and the lock, read/write lock and
-// election that run on it, with fencing tokens that a guard (package
-// fencing/guard) can check. The constructors have etcdio's shape:
-// NewSession(cli, opts...), NewLock, NewRWLock and NewElection(cli, name,
-// opts...).
+// liveness key and one event loop, and the lock, read/write lock, election
+// and semaphore that run on it, with fencing tokens that a guard (package
+// fencing/guard) can check, and a barrier and a double barrier (package
+// primitives/barrier), which carry no tokens. The constructors have
+// etcdio's shape: NewSession(cli, opts...), NewLock, NewRWLock,
+// NewElection and NewBarrier(cli, name, opts...), NewSemaphore(cli, name,
+// n, opts...), NewDoubleBarrier(cli, name, count, opts...).
 //
 // It is built on github.com/redis/go-redis/v9: a maintained client whose
 // redis.Script runs a Lua script by EVALSHA and falls back to EVAL when the
@@ -25,7 +27,8 @@
 //     subscriptions and wake-ups.
 //   - service.go: one type, service, is every primitive, around a
 //     driver.Shell; lock.go, rwlock.go and election.go are the public
-//     methods over it, watch.go an election's leader reads.
+//     methods over it, watch.go an election's leader reads, semaphore.go
+//     a semaphore's.
 //   - queue.go: how an acquisition queues, waits and is granted.
 //     grant.go: a hold's release and its loss to a deleted key.
 //
@@ -37,11 +40,16 @@
 // the events match by it). A lock's or rwlock writer's token is a further
 // increment of the same counter taken in the script that grants it; an
 // rwlock reader's is its read epoch's; an election term's is its Created.
+// A semaphore's token is a further increment of the counter taken in the
+// script that grants the hold its slot, as a lock's is.
 // LeaseID is the session's id, the number in its key disco/session/<id>.
 //
 // # Options
 //
-// NewSession, NewLock, NewRWLock and NewElection take:
+// NewSession, NewLock, NewRWLock, NewElection, NewSemaphore and
+// NewDoubleBarrier take (NewBarrier refuses WithSession, WithTTL and
+// WithSuspendAfter: a barrier has no session; the others have no effect on
+// it):
 //
 //   - WithTTL(d): the session's time to live, its key's PX expiry (default
 //     DefaultTTL, 10 s, as every backend; at least MinTTL, 100 ms).
@@ -64,10 +72,12 @@
 //
 // # The safety contract
 //
-// A token is strictly greater than every token issued before it on the same
-// name only while the name's counter cannot go back. That holds on a single
-// primary that writes every change to its append-only file before it
-// answers: appendonly yes with appendfsync always. It also survives a
+// A token (a semaphore's too: strictly greater than every token issued
+// before for the name, so for its slot's scope name#slot) is strictly
+// greater than every token issued before it on the same name only while
+// the name's counter cannot go back. That holds on a single primary that
+// writes every change to its append-only file before it answers:
+// appendonly yes with appendfsync always. It also survives a
 // restart of that server: TestTokensRiseAcrossRestartWithAOF shows it.
 //
 // It does not hold when the counter can be forgotten: no persistence (a
@@ -77,11 +87,41 @@
 // increments. Then a token can be handed out again: two holders may carry
 // the same token, which a guard treats as equal and admits both; or a new
 // holder's token is below the guard's mark and it is refused. redisio
-// offers no protection against that (no WAIT for replicas); run it on one
-// primary with appendfsync always, or use a backend with consensus (etcdio)
-// where failover must be safe. There is no Redlock: a majority of
+// offers no protection against that (no WAIT for replicas); a semaphore's
+// slots rest on the same state, so such a failover can also give a slot
+// whose grant was forgotten to a second holder, with a token the first
+// may equal. Run it on one primary with appendfsync always, or use a
+// backend with consensus (etcdio) where failover must be safe. There is no Redlock: a majority of
 // independent Redis servers without fsync gives no token that a resource
 // can trust, and a lock without a token cannot stop a paused owner.
+//
+// Barriers have no token and nothing to fence: a party that passed a
+// barrier too early cannot be stopped by Redis or a guard. What the store
+// loses, they lose:
+//
+//   - A barrier (name/barrier, no expiry) on one primary with appendfsync
+//     always survives a restart as its last acknowledged Hold or Release
+//     left it. A Wait's pub/sub connection drops with the server; go-redis
+//     resubscribes, and a Release it did not hear is seen by its re-check
+//     within a second. Without that persistence, or after an asynchronous
+//     failover, a Hold can be forgotten (a Wait returns while the holder
+//     thinks it is held) or a Release (the barrier is held again after
+//     waiters passed it; later Waits block until someone releases it).
+//   - A double barrier's parties live as their sessions do: Redis keeps
+//     the keys' expiry times through a restart with appendfsync always,
+//     so parties whose sessions' deadlines pass while it is down are lost
+//     (their Enter or Leave fails with an error wrapping
+//     primitives.ErrLost, Done closes) and the next script drops their keys;
+//     the others go on once Redis answers, woken by their re-checks. A
+//     round's hash has no expiry: an abandoned round (every party gone) is
+//     replaced by the next Enter. An asynchronous failover can forget the
+//     latest scripts: a forgotten Enter makes a waiting party fail with
+//     ErrLost (its key is gone) or, if it was the count-th, leaves parties
+//     that had not yet seen the round full waiting for one more while the
+//     others have entered; a forgotten Leave puts a key back that its
+//     departed owner no longer refreshes, so the others wait until it
+//     expires (a TTL at most). Enter together and leave together hold
+//     only where the store does not go back; use etcdio where that matters.
 //
 // Mutual exclusion itself rests on expiry: a holder whose session key
 // expires (it paused, or lost its connection) is no longer the holder in
@@ -116,9 +156,16 @@
 // hash recording each granted hold with its session, and a copy of the
 // counter), name/<Created> (one hold: a hash naming its session, with the
 // session's expiry), for an rwlock name/rtok (the read epoch's token), and
-// the pub/sub channel name/wake. A name is one primitive: a
-// lock, an rwlock and an election must not share one (services of the same
-// kind on one name contend, whatever their sessions). Names are
+// the pub/sub channel name/wake; for a semaphore (the lock's layout, a
+// hold's value being its slot) name/permits, its N, never deleted. A
+// barrier's key is name/barrier (channel name/barrier.wake); a double
+// barrier's are name/dbarrier, name/dbarrier.parties and one
+// name/dbarrier.<session>.<n> per party (channel name/dbarrier.wake): no
+// suffix of the lock layout, so a barrier and a double barrier may share a
+// name with each other and with any other primitive (TestBarriersShareNameWithLocks).
+// Otherwise a name is one primitive: a lock, an rwlock, an election and a
+// semaphore must not share one (services of the same kind on one name
+// contend, whatever their sessions). Names are
 // independent: every key of a name is name/ and one segment without "/",
 // so a name's keys are never another name's (a/b's keys are not a's). The
 // names disco/session and disco/sessions and every name below them are
@@ -170,15 +217,15 @@
 //
 // Deleting a hold's key, or its session's key, ends the hold (a deleted
 // hold key is replaced by a tombstone, which the owner's refresh reports
-// gone): its owner is told Lost after its session's next acknowledged
-// refresh, within TTL/3 and two round trips while Redis answers (the
-// refresh's, and the one that takes the dead hold out of the queue first,
-// so that the owner's own next try does not find it ahead), at the latest
-// at the session's deadline. Until the owner has been told
-// and has released, nobody else is granted the name (if the owner is gone,
-// not before the hold's key or tombstone expires, which is no earlier than
-// that deadline): a successor holds only after the Lost, with a higher
-// token.
+// gone): its owner is told Lost when its session's next refresh is
+// acknowledged, within TTL/3 and a round trip while Redis answers, at the
+// latest at the session's deadline. Only then does a helper take the dead
+// hold out of the queue (the owner's own next acquisition waits for that
+// round trip, so that it does not find its dead hold ahead). Until the
+// owner has been told, nobody else is granted the name (if the owner is
+// gone, not before the hold's key or tombstone expires, which is no
+// earlier than that deadline): a successor holds only after the Lost, with
+// a higher token (TestLostBeforeSuccessor).
 //
 // # Waking waiters
 //

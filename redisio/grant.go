@@ -34,13 +34,14 @@ func (v *service) release(ctx context.Context, m driver.Match) error {
 	return err
 }
 
-// checkHeldLoop ends the hold with Lost if the refresh found its key gone.
-// A helper first takes the dead hold out of the queue and its record (so
-// that the next one is woken, and the owner's own next try after the Lost
-// does not find it ahead), then the shell settles the release as Gone: Lost,
-// whatever the cleanup met. Meanwhile the hold is releasing: a refresh that
-// finds the key gone again, or the owner's Unlock, leaves it alone. Loop
-// only.
+// checkHeldLoop ends the hold with Lost if the refresh found its key gone:
+// the shell settles the release as Gone (Lost) at once, before anything
+// else is done, so that nobody else is granted the name before its owner
+// is told (the dead hold, a tombstone, keeps the name until a helper takes
+// it out). The helper then takes the dead hold out of the queue and its
+// record, which wakes the next; meanwhile the service's next acquisition
+// waits for it (cleaning), so that the owner's own next try does not find
+// its dead hold ahead. Loop only.
 func (v *service) checkHeldLoop(gone map[string]bool) {
 	h := v.Held()
 	if h == nil || h.Releasing() || !gone[h.Key] {
@@ -50,16 +51,23 @@ func (v *service) checkHeldLoop(gone map[string]bool) {
 	if err != nil {
 		return
 	}
-	s, ref := v.s, v.ref(g.Key)
+	done := make(chan struct{})
+	v.cleaning.Store(&done) // before the Lost, which lets the owner try again
+	_ = v.SettleRelease(g, driver.Gone, nil)
+	s, ref, hook := v.s, v.ref(g.Key), v.s.afterCleanup
 	s.helpers.Add(1)
 	go func() {
 		defer s.helpers.Done()
+		defer v.cleaning.CompareAndSwap(&done, nil)
+		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
 		if _, err := s.release(ctx, ref); err != nil {
 			s.log.Debug("redisio: remove a deleted hold", zap.String("key", g.Key), zap.Error(err))
 		}
-		s.mb.Post(func() { _ = v.SettleRelease(g, driver.Gone, nil) })
+		if hook != nil {
+			hook()
+		}
 	}()
 }
 
@@ -77,6 +85,12 @@ func (v *service) appendKeys(keys []string) []string {
 // wokenLoop wakes the waiter whose key heads the queue now, and an
 // election's watcher. Loop only.
 func (v *service) wokenLoop(head string) {
+	for w := range v.listeners {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
 	if w, ok := v.waiting[head]; ok {
 		select {
 		case w <- struct{}{}:

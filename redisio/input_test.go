@@ -54,6 +54,24 @@ func TestBadInput(t *testing.T) {
 		{"suspend part 1", func() error { _, err := redisio.NewSession(cli, redisio.WithSuspendAfter(1)); return err }},
 		{"nil session", func() error { _, err := redisio.NewLock(cli, "a", redisio.WithSession(nil)); return err }},
 		{"session of another client", func() error { _, err := redisio.NewLock(cli, "a", redisio.WithSession(s)); return err }},
+		{"nil client semaphore", func() error { _, err := redisio.NewSemaphore(nil, "a", 2); return err }},
+		{"semaphore of 0 permits", func() error { _, err := redisio.NewSemaphore(cli, "a", 0); return err }},
+		{"reserved semaphore name", func() error { _, err := redisio.NewSemaphore(cli, "disco/sessions", 2); return err }},
+		{"semaphore short TTL", func() error {
+			_, err := redisio.NewSemaphore(cli, "a", 2, redisio.WithTTL(time.Millisecond))
+			return err
+		}},
+		{"nil client barrier", func() error { _, err := redisio.NewBarrier(nil, "a"); return err }},
+		{"reserved barrier name", func() error { _, err := redisio.NewBarrier(cli, "disco/session"); return err }},
+		{"barrier with a session", func() error { _, err := redisio.NewBarrier(other, "a", redisio.WithSession(s)); return err }},
+		{"barrier with a TTL", func() error { _, err := redisio.NewBarrier(cli, "a", redisio.WithTTL(time.Second)); return err }},
+		{"nil client double barrier", func() error { _, err := redisio.NewDoubleBarrier(nil, "a", 2); return err }},
+		{"double barrier count 0", func() error { _, err := redisio.NewDoubleBarrier(cli, "a", 0); return err }},
+		{"double barrier empty name", func() error { _, err := redisio.NewDoubleBarrier(cli, "", 2); return err }},
+		{"double barrier short TTL", func() error {
+			_, err := redisio.NewDoubleBarrier(cli, "a", 2, redisio.WithTTL(time.Millisecond))
+			return err
+		}},
 	}
 	for _, c := range cases {
 		err := c.make()

@@ -31,9 +31,13 @@ func TestReservedNames(t *testing.T) {
 		"/disco/session", "xdisco/session", "a", "a/b",
 	}
 	makers := map[string]func(name string) (interface{ Close() error }, error){
-		"lock":     func(n string) (interface{ Close() error }, error) { return redisio.NewLock(cli, n) },
-		"rwlock":   func(n string) (interface{ Close() error }, error) { return redisio.NewRWLock(cli, n) },
-		"election": func(n string) (interface{ Close() error }, error) { return redisio.NewElection(cli, n) },
+		"lock":      func(n string) (interface{ Close() error }, error) { return redisio.NewLock(cli, n) },
+		"rwlock":    func(n string) (interface{ Close() error }, error) { return redisio.NewRWLock(cli, n) },
+		"election":  func(n string) (interface{ Close() error }, error) { return redisio.NewElection(cli, n) },
+		"semaphore": func(n string) (interface{ Close() error }, error) { return redisio.NewSemaphore(cli, n, 2) },
+		"double barrier": func(n string) (interface{ Close() error }, error) {
+			return redisio.NewDoubleBarrier(cli, n, 2)
+		},
 	}
 	ctx := context.Background()
 	for what, mk := range makers {

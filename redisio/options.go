@@ -32,6 +32,7 @@ type options struct {
 	session *Session
 	// maxValue is the largest election value Campaign and Proclaim accept.
 	maxValue int
+	permits  int // a semaphore's N, set by NewSemaphore
 	errs     []error
 }
 

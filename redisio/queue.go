@@ -28,6 +28,14 @@ func (v *service) acquire(ctx context.Context, try bool, value string, mode rwlo
 		v.Leave()
 		return driver.Hold{}, err
 	}
+	if c := v.cleaning.Load(); c != nil { // a lost hold is still leaving the queue
+		select {
+		case <-*c:
+		case <-ctx.Done():
+			v.Leave()
+			return driver.Hold{}, ctx.Err()
+		}
+	}
 	h, err := v.enqueue(ctx, try, value, mode, began)
 	if err != nil {
 		v.Leave()
@@ -57,10 +65,14 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	var res []int64
 	var err error
-	if v.kind == kindRWLock {
+	switch v.kind {
+	case kindRWLock:
 		res, err = rwEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, v.rtok},
 			v.name, tryArg, wireMode(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
-	} else {
+	case kindSemaphore:
+		res, err = semEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key},
+			v.name, tryArg, v.permits, v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
+	default:
 		res, err = enqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key},
 			v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
 	}
@@ -82,6 +94,9 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 	}
 	h := driver.Hold{Key: v.name + "/" + strconv.FormatInt(res[0], 10), Created: res[0], Token: fencing.Token(res[1]),
 		Mode: mode, Value: value, LeaseID: v.s.id}
+	if len(res) > 2 {
+		h.Slot = int(res[2])
+	}
 	if h.Token != 0 {
 		return v.grant(h, began)
 	}
@@ -165,6 +180,9 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time) (dri
 			return driver.Hold{}, v.errf("waiting key %s deleted: %w", h.Key, primitives.ErrLost)
 		case 1:
 			h.Token, h.Waited = fencing.Token(res[1]), true
+			if len(res) > 2 {
+				h.Slot = int(res[2])
+			}
 			return v.grant(h, began)
 		}
 	}
@@ -175,6 +193,8 @@ func (v *service) check(ctx context.Context, key string) ([]int64, error) {
 	switch v.kind {
 	case kindRWLock:
 		return rwCheckScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key, v.rtok}, v.wake).Int64Slice()
+	case kindSemaphore:
+		return semCheckScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, v.permits, v.wake).Int64Slice()
 	case kindLock:
 		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, "1", v.wake).Int64Slice()
 	default:

@@ -397,3 +397,212 @@ if not t then
 end
 return {1, tonumber(t)}
 `)
+
+// A barrier on name is one key, name/barrier, with no expiry: held while
+// it exists. Its channel name/barrier.wake is published to when it is
+// released. barrierReleaseScript deletes it and wakes the waiters in one
+// step.
+// KEYS: the barrier key. ARGV: wake channel. Returns 1 if it was held.
+var barrierReleaseScript = redis.NewScript(`
+if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+redis.call('PUBLISH', ARGV[1], '')
+return 1
+`)
+
+// A double barrier on name keeps:
+//
+//	name/dbarrier          hash: c = the count, g = the round's id (the
+//	                       first party's), r = 1 once count parties entered,
+//	                       n = the entries' counter
+//	name/dbarrier.parties  sorted set of the round's party keys, by entry
+//	name/dbarrier.<id>     one party (id: its session's id and a number of
+//	                       the session's), a hash: s = its session's key;
+//	                       it carries the session's PX expiry
+//	name/dbarrier.wake     pub/sub channel: published to when the round
+//	                       fills and when it ends
+//
+// A party is alive while its key and its session's key exist; every script
+// drops the dead ones first, with their keys. When no live party is left
+// the round is over and the hash and the set are deleted.
+const luaParties = `
+local function prune(p)
+  local n = 0
+  for _, k in ipairs(redis.call('ZRANGE', p, 0, -1)) do
+    local s = redis.call('HGET', k, 's')
+    if s and redis.call('EXISTS', s) == 1 then
+      n = n + 1
+    else
+      redis.call('ZREM', p, k)
+      redis.call('DEL', k)
+    end
+  end
+  return n
+end
+`
+
+// dbEnterScript counts a party in, unless the round is full: it writes the
+// party's key and, if it is the count-th, marks the round full and wakes
+// the others. With no live party it starts a new round (id ARGV[2]).
+// KEYS: hash, parties, session key, party key. ARGV: count, round id, ttl
+// ms, wake channel.
+// Returns {"-1"} no session, {"-2"} full, {"-4", count} another count, or
+// {"0" or "1" (full now), round id}.
+var dbEnterScript = redis.NewScript(luaParties + `
+if redis.call('EXISTS', KEYS[3]) == 0 then return {'-1'} end
+local n = prune(KEYS[2])
+if n == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'c', ARGV[1], 'g', ARGV[2])
+end
+local c = redis.call('HGET', KEYS[1], 'c')
+if c ~= ARGV[1] then return {'-4', c or ''} end
+if redis.call('HGET', KEYS[1], 'r') == '1' or n >= tonumber(c) then return {'-2'} end
+redis.call('HSET', KEYS[4], 's', KEYS[3])
+local pt = redis.call('PTTL', KEYS[3])
+if pt <= 0 then pt = ARGV[3] end
+redis.call('PEXPIRE', KEYS[4], pt)
+redis.call('ZADD', KEYS[2], redis.call('HINCRBY', KEYS[1], 'n', 1), KEYS[4])
+local g = redis.call('HGET', KEYS[1], 'g')
+if n + 1 >= tonumber(c) then
+  redis.call('HSET', KEYS[1], 'r', '1')
+  redis.call('PUBLISH', ARGV[4], g)
+  return {'1', g}
+end
+return {'0', g}
+`)
+
+// dbCheckScript looks whether a party's round is full.
+// KEYS: hash, parties, session key, party key. ARGV: round id.
+// Returns -1 no session, -3 the party is gone (its key deleted, or its
+// round ended), 0 waiting, 1 full.
+var dbCheckScript = redis.NewScript(luaParties + `
+if redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
+if redis.call('HGET', KEYS[1], 'g') ~= ARGV[1] or not redis.call('ZSCORE', KEYS[2], KEYS[4]) then return -3 end
+prune(KEYS[2])
+if not redis.call('ZSCORE', KEYS[2], KEYS[4]) then return -3 end
+if redis.call('HGET', KEYS[1], 'r') == '1' then return 1 end
+return 0
+`)
+
+// dbLeaveScript takes a party out (leaving, withdrawing or ending): it
+// deletes the party's key; the last live party of the round deletes the
+// round and wakes the leavers. Run again by a leaver, it only looks
+// whether the round is over.
+// KEYS: hash, parties, party key. ARGV: round id ("": the round the key is
+// in, if any), wake channel.
+// Returns 1 if the round is over, 0 if live parties remain.
+var dbLeaveScript = redis.NewScript(luaParties + `
+local mine = redis.call('ZREM', KEYS[2], KEYS[3]) == 1
+redis.call('DEL', KEYS[3])
+local g = redis.call('HGET', KEYS[1], 'g')
+if not g or (not mine and g ~= ARGV[1]) then return 1 end
+if prune(KEYS[2]) > 0 then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('PUBLISH', ARGV[2], g)
+return 1
+`)
+
+// A semaphore on name has the lock layout (name/seq, name/queue, name/held,
+// name/<n>) and name/permits, its N, written by its first user and never
+// deleted. A granted hold's value (v, and the value in its name/held
+// record) is its slot, so a tombstone keeps the slot taken. luaSem holds
+// its rules: a hold is granted when fewer than N live holds are granted and
+// fewer than the free permits live waiters are queued ahead of it (first
+// come, first served), in the lowest free slot, with a new increment of the
+// counter as its token.
+const luaSem = `
+local function slotOf(k, held)
+  local rc = redis.call('HGET', held, k)
+  if rc then
+    local _, _, v = parse(rc)
+    return tonumber(v)
+  end
+  return tonumber(redis.call('HGET', k, 'v'))
+end
+local function semTurn(q, held, k, n)
+  local items = redis.call('ZRANGE', q, 0, -1)
+  for _, e in ipairs(items) do
+    if redis.call('EXISTS', e) == 1 then keep(e, held) end
+  end
+  local live, removed = granted(q, held)
+  local free = n - #live
+  local ahead = 0
+  for _, e in ipairs(items) do
+    if e == k then break end
+    if redis.call('HEXISTS', held, e) == 0 then
+      if redis.call('EXISTS', e) == 1 then
+        ahead = ahead + 1
+      else
+        redis.call('ZREM', q, e)
+        removed = true
+      end
+    end
+  end
+  return ahead < free, live, removed
+end
+local function semGrant(seq, q, held, k, live, n, wake)
+  local used = {}
+  for _, g in ipairs(live) do
+    local s = slotOf(g[1], held)
+    if s then used[s] = true end
+  end
+  local slot = 0
+  while used[slot] do slot = slot + 1 end
+  local t = nextc(seq, held)
+  redis.call('HSET', k, 't', t, 'v', slot)
+  record(k, held)
+  if #live + 1 < n then redis.call('PUBLISH', wake, firstWaiting(q)) end
+  return t, slot
+end
+`
+
+// semPermitsScript sets a semaphore's N if it has none and returns it.
+// KEYS: name/permits. ARGV: n.
+var semPermitsScript = redis.NewScript(`
+local p = redis.call('GET', KEYS[1])
+if not p then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return tonumber(ARGV[1])
+end
+return tonumber(p)
+`)
+
+// semEnqueueScript is enqueueScript for a semaphore.
+// KEYS: seq, queue, held, session key. ARGV: name, try (1/0), n, ttl ms,
+// wake channel, session id, nonce.
+// Returns {-1} no session, {-2} no permit (try), {created, token, slot}
+// (token 0: waiting).
+var semEnqueueScript = redis.NewScript(luaLayout + luaFirstWaiting + luaSem + `
+if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
+local n = tonumber(ARGV[3])
+local ok, live, removed = semTurn(KEYS[2], KEYS[3], nil, n)
+if removed then redis.call('PUBLISH', ARGV[5], firstWaiting(KEYS[2])) end
+if ARGV[2] == '1' and not ok then return {-2} end
+local c = nextc(KEYS[1], KEYS[3])
+local k = ARGV[1] .. '/' .. c
+redis.call('HSET', k, 's', KEYS[4], 'l', ARGV[6], 'o', ARGV[7])
+redis.call('PEXPIRE', k, expiry(KEYS[4], ARGV[4]))
+redis.call('ZADD', KEYS[2], c, k)
+if not ok then return {c, 0, -1} end
+local t, slot = semGrant(KEYS[1], KEYS[2], KEYS[3], k, live, n, ARGV[5])
+return {c, t, slot}
+`)
+
+// semCheckScript is checkScript for a semaphore.
+// KEYS: seq, queue, held, session key, hold key. ARGV: n, wake channel.
+// Returns {-1} no session, {-3} hold gone, {0} still waiting, {1, token,
+// slot}.
+var semCheckScript = redis.NewScript(luaLayout + luaFirstWaiting + luaSem + `
+if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
+if redis.call('EXISTS', KEYS[5]) == 0 or redis.call('HEXISTS', KEYS[5], 'g') == 1 then return {-3} end
+if not redis.call('ZSCORE', KEYS[2], KEYS[5]) then redis.call('ZADD', KEYS[2], created(KEYS[5]), KEYS[5]) end
+local t = redis.call('HGET', KEYS[5], 't')
+if t then return {1, tonumber(t), tonumber(redis.call('HGET', KEYS[5], 'v'))} end
+local n = tonumber(ARGV[1])
+local ok, live, removed = semTurn(KEYS[2], KEYS[3], KEYS[5], n)
+if removed then redis.call('PUBLISH', ARGV[2], firstWaiting(KEYS[2])) end
+if not ok then return {0} end
+local slot
+t, slot = semGrant(KEYS[1], KEYS[2], KEYS[3], KEYS[5], live, n, ARGV[2])
+return {1, t, slot}
+`)

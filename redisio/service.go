@@ -13,10 +13,12 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/barrier"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
 // service is every primitive: a lock, rwlock or election on one scope (a
@@ -31,6 +33,7 @@ type service struct {
 	name string
 	// maxValue is the largest election value accepted.
 	maxValue int
+	permits  int // a semaphore's N
 	seq      string
 	queue    string
 	granted  string // name/held
@@ -42,9 +45,13 @@ type service struct {
 
 	leaderReads atomic.Uint64
 	watchWake   chan struct{}
+	// cleaning, while a helper takes a lost hold out of the queue, is
+	// closed when it is done: the next acquisition waits for it.
+	cleaning atomic.Pointer[chan struct{}]
 
 	// Loop only.
-	waiting   map[string]chan struct{} // hold key -> its waiter's wake
+	waiting   map[string]chan struct{}   // hold key (a party's key) -> its waiter's wake
+	listeners map[chan struct{}]struct{} // a party's waits: woken by every message
 	leader    election.Leadership
 	leaderSeq uint64
 }
@@ -65,9 +72,11 @@ type face interface {
 type kind int
 
 const (
-	kindLock     kind = iota // token: a new increment at grant
-	kindElection             // token: the hold's Created
-	kindRWLock               // token: a new increment (writer) or the read epoch's (reader)
+	kindLock      kind = iota // token: a new increment at grant
+	kindElection              // token: the hold's Created
+	kindRWLock                // token: a new increment (writer) or the read epoch's (reader)
+	kindParty                 // a double barrier's party: no grants, no token
+	kindSemaphore             // token: a new increment at grant, in a slot
 )
 
 // spec is the shell's description of a service of kind k on name, without
@@ -81,6 +90,10 @@ func (k kind) spec(name string) driver.Spec {
 		sp = driver.Spec{Kind: "rwlock", NotHeld: rwlock.ErrNotHeld, Taken: rwlock.ErrRWLockTaken}
 	case kindElection:
 		sp = driver.Spec{Kind: "election", NotHeld: election.ErrNotLeader, Taken: lock.ErrLockTaken}
+	case kindSemaphore:
+		sp = driver.Spec{Kind: "semaphore", NotHeld: semaphore.ErrNotHeld, Taken: semaphore.ErrNoPermit}
+	case kindParty:
+		sp = driver.Spec{Kind: "double barrier", NotHeld: barrier.ErrNotEntered, Taken: barrier.ErrFull}
 	}
 	sp.Name = fmt.Sprintf("redisio: %s %q", sp.Kind, name)
 	return sp
@@ -100,6 +113,12 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	}
 	ctx, cancel := o.construction()
 	defer cancel()
+	if k == kindSemaphore {
+		// A user that disagrees on N is refused before it writes anything.
+		if err := checkPermits(ctx, cli, name, o.permits); err != nil {
+			return nil, err
+		}
+	}
 	s, own := o.session, false
 	if s == nil {
 		if s, err = newSession(ctx, cli, o); err != nil {
@@ -115,9 +134,12 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	}
 	v := &service{
 		Shell: driver.NewShell(sp),
-		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue,
+		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue, permits: o.permits,
 		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
-		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{},
+		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{}, listeners: map[chan struct{}]struct{}{},
+	}
+	if k == kindParty {
+		v.queue, v.granted, v.wake = name+"/dbarrier.parties", name+"/dbarrier", name+"/dbarrier.wake"
 	}
 	if k == kindElection {
 		v.obs = actor.NewFanout(func(election.Leadership) bool { return true })
@@ -157,6 +179,8 @@ func (v *service) ref(key string) holdRef {
 		r.handoff = "lock"
 	case kindElection:
 		r.handoff = "election"
+	case kindParty:
+		r.party = true
 	}
 	return r
 }

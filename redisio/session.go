@@ -61,6 +61,9 @@ type Session struct {
 	services map[*service]struct{}
 	clock    driver.Clock // the deadline, from the send times of acknowledged refreshes
 	ended    bool
+	// afterCleanup, if set (by a test), runs on the helper that takes a
+	// hold whose key was deleted out of the queue, after its script.
+	afterCleanup func()
 }
 
 // NewSession creates a session on cli: a new id and its key, with the TTL
@@ -184,10 +187,17 @@ func (s *Session) stop() {
 
 // holdRef names a hold key in Redis for a release, with what its scope's
 // release needs.
-type holdRef struct{ queue, granted, key, wake, seq, handoff string }
+type holdRef struct {
+	queue, granted, key, wake, seq, handoff string
+	party                                   bool // a double barrier's party key: dbLeaveScript
+}
 
-// release runs releaseScript for ref on behalf of the session s.
+// release runs releaseScript for ref on behalf of the session s
+// (dbLeaveScript for a party's key).
 func (s *Session) release(ctx context.Context, ref holdRef) (int64, error) {
+	if ref.party {
+		return dbLeaveScript.Run(ctx, s.cli, []string{ref.granted, ref.queue, ref.key}, "", ref.wake).Int64()
+	}
 	return releaseScript.Run(ctx, s.cli, []string{ref.seq, ref.queue, ref.granted, s.key, ref.key}, ref.wake, ref.handoff).Int64()
 }
 
