@@ -144,6 +144,12 @@ func TestScenariosSmoke(t *testing.T) {
 	r := &runner{env: e, cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond},
 		contenders: []int{2}, guardGoroutines: 4, expiryTTL: time.Second, expiryRounds: 1}
 	all := allScenarios(r.contenders, r.guardGoroutines, waitersCfg{waiters: 20, clients: 4})
+	// The semaphore at semManyWaiters owners is the same kind as at
+	// semContenders, and no brief run (under -race on two cores its etcd's
+	// metrics page alone took over 5 s to answer).
+	all = slices.DeleteFunc(all, func(s scenario) bool {
+		return strings.HasSuffix(s.name, fmt.Sprintf("-of-%d", semManyWaiters))
+	})
 	var results []*result
 	for _, s := range all {
 		res, err := s.run(context.Background(), r)
