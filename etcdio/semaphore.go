@@ -202,7 +202,7 @@ func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 		return err
 	}
 	slotKey := m.slotDir + strconv.Itoa(g.Slot)
-	h := hold{key: cur.Key, created: cur.Created, slotKey: slotKey, token: int64(cur.Token)}
+	h := slotHold{key: cur.Key, created: cur.Created, slotKey: slotKey, token: int64(cur.Token)}
 	// The release's own deletions need not reach the hold's watches: a
 	// deletion by someone else meanwhile changes nothing, since the hold
 	// ends either way (partLost leaves a hold being released alone).

@@ -21,8 +21,9 @@ import (
 // by someone else) is told Lost and deletes the other; only then is its slot
 // free for the next claimant, whose token is higher.
 
-// hold names the two keys of a claimed slot.
-type hold struct {
+// slotHold names the two keys of a claimed slot (the grant itself is the
+// shell's driver.Hold).
+type slotHold struct {
 	key     string // the queue key
 	created int64  // its CreateRevision
 	slotKey string
@@ -99,7 +100,7 @@ func (st *semState) stopWatchOf(created int64) bool {
 // watches end with the first deletion of either key, with the session,
 // and as a release starts (Release ends them before its delete, so that
 // its own deletions send this holder no event).
-func (st *semState) watchHold(svc *service, h hold) {
+func (st *semState) watchHold(svc *service, h slotHold) {
 	ctx, cancel := context.WithCancel(svc.s.ctx)
 	st.mu.Lock()
 	if st.claims.gaveUp >= h.created {
@@ -175,7 +176,7 @@ func (st *semState) watchHold(svc *service, h hold) {
 // partLost: one of h's keys was deleted by someone else while the lease
 // lives. The driver.Hold, if still h's and not being released, ends with Lost;
 // then h's other key is deleted, which frees the slot. Loop only.
-func (st *semState) partLost(svc *service, h hold, part string) {
+func (st *semState) partLost(svc *service, h slotHold, part string) {
 	if svc.Ended() {
 		return
 	}
@@ -190,7 +191,7 @@ func (st *semState) partLost(svc *service, h hold, part string) {
 
 // dropHold deletes what is left of h, in one transaction, retrying in the
 // background until it succeeds or the session ends.
-func (st *semState) dropHold(s *Session, h hold) {
+func (st *semState) dropHold(s *Session, h slotHold) {
 	persist(s, "hold "+h.key, func(ctx context.Context) error {
 		_, err := s.cli.Txn(ctx).Then(
 			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.created)}, []clientv3.Op{clientv3.OpDelete(h.key)}, nil),
@@ -268,7 +269,7 @@ func (m semService) Close() error {
 	err := m.service.Close()
 	if held && !m.owned && m.s.Err() == nil {
 		if slot := m.slotOf(g.Created); slot >= 0 {
-			m.dropHold(m.s, hold{key: g.Key, created: g.Created, slotKey: m.slotDir + fmt.Sprint(slot), token: int64(g.Token)})
+			m.dropHold(m.s, slotHold{key: g.Key, created: g.Created, slotKey: m.slotDir + fmt.Sprint(slot), token: int64(g.Token)})
 		}
 	}
 	return err

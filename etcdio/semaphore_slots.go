@@ -148,7 +148,7 @@ func (st *semState) claim(ctx context.Context, svc *service, g driver.Hold) (int
 		if resp.Succeeded {
 			tok := resp.Header.Revision
 			st.setHeld(claimed{created: g.Created, slot: slot})
-			st.watchHold(svc, hold{key: g.Key, created: g.Created, slotKey: key, token: tok})
+			st.watchHold(svc, slotHold{key: g.Key, created: g.Created, slotKey: key, token: tok})
 			return tok, nil
 		}
 		// Another holder took the slot first, or g's key is gone.
