@@ -140,15 +140,17 @@ func call[T any](ctx context.Context, svc *service, f func(actor.Reply[T])) (T, 
 // stopped returns why the service takes no more requests: its Err once
 // done, ErrClosed while Close is under way; nil while it takes them.
 func (svc *service) stopped() error {
-	select {
-	case <-svc.stop:
-	default:
-		return nil
-	}
+	// Err first: it is set before Done is closed, and the loop closes stop
+	// only after that.
 	if e := svc.Err(); e != nil {
 		return e
 	}
-	return svc.closedErr
+	select {
+	case <-svc.stop:
+		return svc.closedErr
+	default:
+		return nil
+	}
 }
 
 // acquire queues a new znode of mode (a read/write lock's; other kinds
@@ -351,11 +353,11 @@ func (svc *service) end(err error, cause string) {
 		return
 	}
 	svc.EndFor(err, cause)
-	svc.Finish(err)
 	if !svc.stopping {
 		svc.stopping = true
 		close(svc.stop)
 	}
+	svc.Finish(err)
 	svc.leader.end()
 }
 
