@@ -1,10 +1,8 @@
 package safety
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -107,41 +105,19 @@ func observer(i int) *clientv3.Client { return shared.obs[i] }
 // delay, and an agreed leader.
 func restoreCluster(t testing.TB, c *embedded.Cluster) {
 	t.Helper()
-	for _, mb := range c.Members() {
-		mb.Unblackhole()
-		mb.Undelay()
-		if !mb.Running() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := mb.Restart(ctx)
-			cancel()
-			if err != nil {
-				t.Fatalf("restart %s: %v", mb.Name(), err)
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := c.LeaderIndex(ctx); err != nil {
+	if err := restore(c); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// Configuration from the environment.
-
-func envInt(name string, def int64) int64 {
-	if s := os.Getenv(name); s != "" {
-		if v, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return v
-		}
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
-	return def
 }
-
-const defaultSeed = 20240508
-
-func seed() uint64 { return uint64(envInt("DISCO_SAFETY_SEED", defaultSeed)) }
-
-func longMode() bool { return os.Getenv("DISCO_SAFETY_LONG") != "" }
 
 // eventually polls cond until it holds or d passes, and reports which.
 func eventually(d time.Duration, cond func() bool) bool {

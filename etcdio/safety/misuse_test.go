@@ -489,21 +489,6 @@ func TestMisuseTokens(t *testing.T) {
 	wantErr(t, "replay to a restored guard", restored.Check(toks[1]), fencing.ErrTokenStale)
 	wantErr(t, "zero token", restored.Check(0), fencing.ErrNoToken)
 
-	// The same in the database: the check is in the UPDATE.
-	sq := openSQLRegister(t)
-	sq.reset(t, clock{base: time.Now()})
-	for i, c := range []struct {
-		tok  fencing.Token
-		want outcome
-	}{{toks[1], accepted}, {toks[0], stale}, {toks[2], accepted}, {toks[1], stale}, {toks[2], accepted}} {
-		if o := sq.write(0, fmt.Sprint(i), int64(c.tok)); o.out != c.want {
-			t.Errorf("SQLite write %d with token %d: outcome %d, want %d", i, c.tok, o.out, c.want)
-		}
-	}
-	tokens, _ := sq.logged(t)
-	if err := checkOrder("SQLite", tokens); err != nil || len(tokens) != 3 {
-		t.Errorf("SQLite log %v: %v", tokens, err)
-	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

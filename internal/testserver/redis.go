@@ -131,6 +131,22 @@ func (r *Redis) Stop() {
 	}
 }
 
+// Running reports whether the server's process was started and not
+// stopped or killed since.
+func (r *Redis) Running() bool { return r.cmd != nil }
+
+// Kill kills the server at once (SIGKILL), as a crash would: it writes
+// nothing more. Restart brings it back from its append-only file.
+func (r *Redis) Kill() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	cmd := r.cmd
+	r.cmd = nil
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+}
+
 // Restart stops the server and starts it again on the same port and
 // directory, so that it reloads its append-only file if it has one.
 func (r *Redis) Restart() error {

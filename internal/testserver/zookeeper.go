@@ -238,11 +238,34 @@ func (z *ZooKeeper) Stop() {
 // Restart starts a stopped server again and waits until it serves.
 func (z *ZooKeeper) Restart(t testing.TB) {
 	t.Helper()
-	if err := z.start(LookPath("java"), ZooKeeperClasspath()); err != nil {
+	if err := z.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := z.waitServing(30 * time.Second); err != nil {
-		t.Fatal(err)
+}
+
+// Start is Restart for code that has no testing.TB: it starts a stopped
+// server again and waits (up to 30 s) until it serves.
+func (z *ZooKeeper) Start() error {
+	if err := z.start(LookPath("java"), ZooKeeperClasspath()); err != nil {
+		return err
+	}
+	return z.waitServing(30 * time.Second)
+}
+
+// Running reports whether the server's process runs (started and not
+// stopped, whether or not it serves yet).
+func (z *ZooKeeper) Running() bool {
+	z.mu.Lock()
+	exited := z.exited
+	z.mu.Unlock()
+	if exited == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
 	}
 }
 

@@ -1,4 +1,4 @@
-package safety
+package faultsuite
 
 import (
 	"context"
@@ -11,37 +11,14 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/internal/testhook"
 )
-
-// fault is what the nemesis does in a round.
-type fault int
-
-const (
-	faultKillFollower fault = iota // stop a follower member, restart it
-	faultKillLeader                // stop the raft leader, restart it
-	faultPartition                 // cut a holder's only member off until its lease expired
-	faultPause                     // freeze a holder's session and application past its TTL
-	faultDelay                     // slow a member down
-	numFaults
-)
-
-func (f fault) String() string {
-	return [...]string{"kill-follower", "kill-leader", "partition", "pause", "delay"}[f]
-}
-
-// ttl is the lease TTL of every client in the rounds: short, so that a
-// partition or pause outlasts it quickly.
-const ttl = 2 * time.Second
 
 // stats counts what happened in rounds.
 type stats struct {
 	rounds                                 int
-	faults                                 [numFaults]int
+	faults                                 map[string]int
 	kinds                                  [numKinds]int
 	httpAttempted, httpAccepted, httpStale int
 	httpUnknown, reads                     int
@@ -57,8 +34,11 @@ type stats struct {
 
 func (s *stats) add(o stats) {
 	s.rounds += o.rounds
-	for i := range s.faults {
-		s.faults[i] += o.faults[i]
+	for f, n := range o.faults {
+		if s.faults == nil {
+			s.faults = map[string]int{}
+		}
+		s.faults[f] += n
 	}
 	for i := range s.kinds {
 		s.kinds[i] += o.kinds[i]
@@ -87,13 +67,13 @@ func (s *stats) add(o stats) {
 	s.closeErrors += o.closeErrors
 }
 
-func (s *stats) report(seed uint64, elapsed time.Duration) string {
+func (s *stats) report(backend string, faults []Fault, seed uint64, elapsed time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "safety report: %d rounds in %v, seed %d (DISCO_SAFETY_SEED=%d reproduces the schedule)\n",
-		s.rounds, elapsed.Round(time.Second), seed, seed)
+	fmt.Fprintf(&b, "safety report (%s): %d rounds in %v, seed %d (DISCO_SAFETY_SEED=%d reproduces the schedule)\n",
+		backend, s.rounds, elapsed.Round(time.Second), seed, seed)
 	fmt.Fprintf(&b, "  faults:     ")
-	for f := range numFaults {
-		fmt.Fprintf(&b, " %s %d", f, s.faults[f])
+	for _, f := range faults {
+		fmt.Fprintf(&b, " %s %d", f.Name, s.faults[f.Name])
 	}
 	fmt.Fprintf(&b, " (%v under fault)\n  primitives: ", s.faultTime.Round(time.Second))
 	for k := range numKinds {
@@ -116,10 +96,10 @@ func (s *stats) report(seed uint64, elapsed time.Duration) string {
 // round is one fault round: fresh prefix, fresh register, fresh clients.
 type round struct {
 	t      *testing.T
-	c      *embedded.Cluster
+	c      Cluster
 	n      int
 	kind   kind
-	fault  fault
+	fault  Fault
 	seed   uint64
 	rng    *rand.Rand
 	ttl    time.Duration
@@ -130,7 +110,7 @@ type round struct {
 	sql    *sqlRegister
 
 	seizing   atomic.Bool  // the nemesis wants the next hold made
-	seizeFrom atomic.Int64 // ... by this worker (-1: any)
+	seizeFrom atomic.Int64 // ... by a worker of this site (-1: any)
 	seized    chan *victim // ... and gets it here
 
 	mu       sync.Mutex
@@ -194,12 +174,12 @@ func (r *round) closeIncarnation(inc *incarnation) {
 const workers = 3
 
 // runRound runs one round and its checks, and returns its counts.
-func runRound(t *testing.T, c *embedded.Cluster, sq *sqlRegister, runID string, seed uint64, n int, k kind, f fault) stats {
+func runRound(t *testing.T, c Cluster, sq *sqlRegister, runID string, seed uint64, n int, k kind, f Fault) stats {
 	t.Helper()
-	restoreCluster(t, c)
+	restore(t, c)
 	clk := clock{base: time.Now()}
 	r := &round{
-		t: t, c: c, n: n, kind: k, fault: f, seed: seed, ttl: ttl,
+		t: t, c: c, n: n, kind: k, fault: f, seed: seed, ttl: c.TTL(),
 		rng:    rand.New(rand.NewPCG(seed, uint64(n)<<8|0xff)),
 		root:   fmt.Sprintf("/safety/%s/r%d/", runID, n),
 		clk:    clk,
@@ -211,28 +191,28 @@ func runRound(t *testing.T, c *embedded.Cluster, sq *sqlRegister, runID string, 
 	r.prefix = r.root + "res"
 	sq.reset(t, clk)
 	r.st.rounds = 1
-	r.st.faults[f]++
+	r.st.faults = map[string]int{f.Name: 1}
 	r.st.kinds[k]++
 
 	stop, stopAll := context.WithCancel(context.Background())
 	defer stopAll()
 	var wg sync.WaitGroup
-	var clients []*clientv3.Client
-	for i := range workers {
-		m := i % len(c.Members())
-		cli, err := c.Member(m).NewClient()
-		if err != nil {
-			t.Fatal(err)
-		}
-		clients = append(clients, cli)
-		w := &worker{r: r, id: i, member: m, cli: cli, rng: rand.New(rand.NewPCG(seed, uint64(n)<<8|uint64(i)))}
-		wg.Go(func() { w.run(stop) })
-	}
+	var clients []Client
 	defer func() {
 		for _, cli := range clients {
 			cli.Close()
 		}
 	}()
+	for i := range workers {
+		site := i % c.Sites()
+		cli, err := c.Dial(site)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, cli)
+		w := &worker{r: r, id: i, site: site, cli: cli, rng: rand.New(rand.NewPCG(seed, uint64(n)<<8|uint64(i)))}
+		wg.Go(func() { w.run(stop) })
+	}
 
 	// Let the workload get going, then break something.
 	if !eventually(20*time.Second, func() bool { return r.acceptedWrites() >= 3 }) {
@@ -264,7 +244,7 @@ func runRound(t *testing.T, c *embedded.Cluster, sq *sqlRegister, runID string, 
 	r.checkKeysGone()
 	r.check()
 	if len(r.failures) > 0 {
-		t.Errorf("round %d (%s, %s, seed %d) failed:\n  %s", n, k, f, seed, strings.Join(r.failures, "\n  "))
+		t.Errorf("%s round %d (%s, %s, seed %d) failed:\n  %s", c.Name(), n, k, f.Name, seed, strings.Join(r.failures, "\n  "))
 	}
 	return r.st
 }
@@ -285,74 +265,60 @@ func (r *round) firstHoldAfter(t int64) int64 {
 func (r *round) nemesis() int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	members := len(r.c.Members())
-	switch r.fault {
-	case faultKillFollower, faultKillLeader:
-		leader, err := r.c.LeaderIndex(ctx)
-		if err != nil {
-			r.fail("no leader: %v", err)
+	p, err := r.fault.Plan(ctx, r.rng)
+	if err != nil {
+		r.fail("%s: %v", r.fault.Name, err)
+		return -1
+	}
+	var v *victim
+	switch p.Seize {
+	case VictimSoon:
+		// Strike under a holder, if one holds soon, so that it becomes a zombie.
+		v = r.seize(ctx, p.From, 5*time.Second)
+	case Victim:
+		if v = r.seize(ctx, p.From, 30*time.Second); v == nil {
+			r.fail("%s: no hold to seize", r.fault.Name)
 			return -1
 		}
-		target := leader
-		if r.fault == faultKillFollower {
-			target = (leader + 1 + r.rng.IntN(members-1)) % members
-		}
-		m := r.c.Member(target)
-		// Worker i reaches member i only: kill the member under a holder, if
-		// that worker gets a hold soon, so that it becomes a zombie.
-		v := r.seize(ctx, target, 5*time.Second)
-		before := r.acceptedWrites()
-		if err := m.Stop(); err != nil {
-			r.fail("stop %s: %v", m.Name(), err)
-		}
-		// Two members keep a quorum: the clients of the others go on.
+	}
+	site := p.From
+	if v != nil {
+		site = v.w.site
+	}
+	before := r.acceptedWrites()
+	var resume chan struct{}
+	if p.pause {
+		resume = make(chan struct{})
+		v.w.frozen.Store(&resume)
+		testhook.PauseSession(v.inc.sess.Hook(), resume)
+	}
+	if err := p.Break(ctx, site); err != nil {
+		r.fail("%s: break %s: %v", r.fault.Name, p.Target, err)
+	}
+	switch p.While {
+	case Progress:
 		if !eventually(r.ttl+10*time.Second, func() bool { return r.acceptedWrites() >= before+5 }) {
-			r.fail("no progress while %s was down", m.Name())
+			r.fail("%s: no progress while %s was broken", r.fault.Name, p.Target)
 		}
 		if v != nil {
 			r.waitExpired(v)
 		}
-		if err := m.Restart(ctx); err != nil {
-			r.fail("restart %s: %v", m.Name(), err)
-		}
-		return r.healed(ctx, v)
-
-	case faultDelay:
-		m := r.c.Member(r.rng.IntN(members))
-		d := time.Duration(50+r.rng.IntN(1200)) * time.Millisecond
-		before := r.acceptedWrites()
-		m.Delay(d)
-		if !eventually(r.ttl+10*time.Second, func() bool { return r.acceptedWrites() >= before+5 }) {
-			r.fail("no progress while %s was delayed by %v", m.Name(), d)
-		}
-		m.Undelay()
-		return r.clk.now()
-
-	case faultPartition, faultPause:
-		v := r.seize(ctx, -1, 30*time.Second)
-		if v == nil {
-			r.fail("no hold to seize")
-			return -1
-		}
-		m := r.c.Member(v.w.member)
-		var resume chan struct{}
-		if r.fault == faultPartition {
-			m.Blackhole()
-		} else {
-			resume = make(chan struct{})
-			v.w.frozen.Store(&resume)
-			testhook.PauseSession(v.inc.sess, resume)
-		}
+	case Expiry:
 		r.waitExpired(v)
-		if r.fault == faultPartition {
-			m.Unblackhole()
-		} else {
-			v.w.frozen.Store(nil)
-			close(resume)
-		}
-		return r.healed(ctx, v)
+	case Outage:
+		pace(ctx, r.ttl+time.Second)
 	}
-	return -1
+	if p.pause {
+		v.w.frozen.Store(nil)
+		close(resume)
+	}
+	if err := p.Heal(ctx); err != nil {
+		r.fail("%s: heal %s: %v", r.fault.Name, p.Target, err)
+	}
+	if p.While == Outage && v != nil {
+		r.waitExpired(v)
+	}
+	return r.healed(ctx, v)
 }
 
 // seize makes the next hold of worker from (any worker if -1) a victim, and
@@ -374,11 +340,10 @@ func (r *round) seize(ctx context.Context, from int, d time.Duration) *victim {
 	return <-r.seized // a worker took it just now
 }
 
-// waitExpired waits, with the fault in force, until the victim's lease is
-// gone in etcd and someone else's token has passed the resource (and, if
-// the victim's application runs, it has tried its old token against it).
+// waitExpired waits until the victim's hold is forgotten by the store and
+// someone else's token has passed the resource (and, if the victim's
+// application runs, it has tried its old token against it).
 func (r *round) waitExpired(v *victim) {
-	obs := observer((v.w.member + 1) % len(r.c.Members()))
 	running := v.w.frozen.Load() == nil
 	d := r.ttl + 15*time.Second
 	ok := eventually(d, func() bool {
@@ -387,12 +352,12 @@ func (r *round) waitExpired(v *victim) {
 		}
 		qctx, qcancel := context.WithTimeout(context.Background(), time.Second)
 		defer qcancel()
-		resp, err := obs.TimeToLive(qctx, v.lease)
-		return err == nil && resp.TTL <= 0
+		gone, err := r.c.Forgotten(qctx, v.w.site, v.h.lease, v.h.key)
+		return err == nil && gone
 	})
 	if !ok {
-		r.fail("%s: victim %d (token %d): lease not expired or no successor after %v (mark %d)",
-			r.fault, v.w.id, v.h.token, d, r.http.guard.Mark())
+		r.fail("%s: victim %d (token %d): hold not forgotten or no successor after %v (mark %d)",
+			r.fault.Name, v.w.id, v.h.token, d, r.http.guard.Mark())
 	}
 }
 
@@ -408,30 +373,24 @@ func (r *round) healed(ctx context.Context, v *victim) int64 {
 	select {
 	case <-v.ended:
 	case <-ctx.Done():
-		r.fail("%s: the zombie did not finish after the fault healed", r.fault)
+		r.fail("%s: the zombie did not finish after the fault healed", r.fault.Name)
 	}
 	r.count(func(s *stats) { s.zombieStale += int(v.stale.Load()) })
 	if v.stale.Load() == 0 {
-		r.fail("%s: the zombie never had a request rejected as stale", r.fault)
+		r.fail("%s: the zombie never had a request rejected as stale", r.fault.Name)
 	}
 	return heal
 }
 
 // checkKeysGone checks that no key is left under the round's root once every
-// client is closed, except the rwlock's epoch key.
+// client is closed, except those the backend documents as kept.
 func (r *round) checkKeysGone() {
 	leftover := func() []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		resp, err := shared.all.Get(ctx, r.root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		keys, err := r.c.Leftover(ctx, r.root)
 		if err != nil {
-			return []string{"(get failed: " + err.Error() + ")"}
-		}
-		var keys []string
-		for _, kv := range resp.Kvs {
-			if k := string(kv.Key); k != r.prefix+etcdio.EpochSuffix {
-				keys = append(keys, k)
-			}
+			return []string{"(listing failed: " + err.Error() + ")"}
 		}
 		return keys
 	}
@@ -443,7 +402,7 @@ func (r *round) checkKeysGone() {
 		r.fail("keys left behind after every client closed cleanly: %v", keys)
 		return
 	}
-	// A Close that could not reach etcd leaves its keys to the lease.
+	// A Close that could not reach the store leaves its keys to the lease.
 	if !eventually(r.ttl+3*time.Second, func() bool { return len(leftover()) == 0 }) {
 		r.fail("keys left behind %v after their leases' TTL: %v", r.ttl+3*time.Second, leftover())
 	}

@@ -1,4 +1,4 @@
-package safety
+package faultsuite
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package safety
+package faultsuite
 
 import (
 	"context"
@@ -9,9 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -34,6 +31,7 @@ func (k kind) String() string { return [...]string{"lock", "rwlock", "election"}
 type held struct {
 	token int64
 	key   string
+	lease int64
 	write bool // writes the register; readers read it
 	lg    lock.Grant
 	rg    rwlock.Grant
@@ -52,7 +50,7 @@ type lockOwner struct{ s lock.Service }
 
 func (o lockOwner) acquire(ctx context.Context, _ *rand.Rand) (held, error) {
 	g, err := o.s.Lock(ctx)
-	return held{token: int64(g.Token()), key: g.Key, write: true, lg: g}, err
+	return held{token: int64(g.Token()), key: g.Key, lease: g.LeaseID, write: true, lg: g}, err
 }
 
 func (o lockOwner) release(ctx context.Context, h held, rng *rand.Rand) error {
@@ -76,7 +74,7 @@ func (o rwOwner) acquire(ctx context.Context, rng *rand.Rand) (held, error) {
 	} else {
 		g, err = o.s.RLock(ctx)
 	}
-	return held{token: int64(g.Token()), key: g.Key, write: g.Mode == rwlock.Write, rg: g}, err
+	return held{token: int64(g.Token()), key: g.Key, lease: g.LeaseID, write: g.Mode == rwlock.Write, rg: g}, err
 }
 
 func (o rwOwner) release(ctx context.Context, h held, rng *rand.Rand) error {
@@ -111,7 +109,7 @@ func (o electionOwner) acquire(ctx context.Context, _ *rand.Rand) (held, error) 
 	if !ok {
 		return held{}, errTermEnded
 	}
-	return held{token: int64(l.Token()), key: l.Key, write: true}, nil
+	return held{token: int64(l.Token()), key: l.Key, lease: l.LeaseID, write: true}, nil
 }
 
 func (o electionOwner) release(ctx context.Context, _ held, _ *rand.Rand) error {
@@ -127,7 +125,7 @@ func (o electionOwner) close() error { return o.s.Close() }
 // incarnation is one life of a worker: a session and a primitive on it,
 // with a record of the events its subscription delivered.
 type incarnation struct {
-	sess    *etcdio.Session
+	sess    Session
 	p       owner
 	cancel  context.CancelFunc
 	drained chan struct{}
@@ -171,7 +169,6 @@ type victim struct {
 	w      *worker
 	inc    *incarnation
 	h      held
-	lease  clientv3.LeaseID
 	healed chan struct{} // closed by the nemesis
 	ended  chan struct{} // closed by the worker once it has released the hold
 	stale  atomic.Int64  // requests rejected as stale
@@ -185,13 +182,13 @@ const (
 	zombieMax   = 200
 )
 
-// worker is one client: its own etcd client, reaching one member only, and
-// a succession of incarnations.
+// worker is one client: its own connection, reaching one site only, and a
+// succession of incarnations.
 type worker struct {
 	r      *round
 	id     int
-	member int
-	cli    *clientv3.Client
+	site   int
+	cli    Client
 	rng    *rand.Rand
 	seq    int
 	frozen atomic.Pointer[chan struct{}] // the application is paused until closed
@@ -211,26 +208,25 @@ func (w *worker) run(stop context.Context) {
 }
 
 func (w *worker) newIncarnation() (*incarnation, error) {
-	sess, err := etcdio.NewSession(w.cli, etcdio.WithTTL(w.r.ttl))
+	sess, err := w.cli.NewSession(w.r.ttl)
 	if err != nil {
 		return nil, err
 	}
 	inc := &incarnation{sess: sess, drained: make(chan struct{}), lost: map[holdID]bool{}, released: map[holdID]bool{}}
-	opt := etcdio.WithSession(sess)
 	switch w.r.kind {
 	case kindLock:
 		var s lock.Service
-		if s, err = etcdio.NewLock(w.cli, w.r.prefix, opt); err == nil {
+		if s, err = sess.NewLock(w.r.prefix); err == nil {
 			inc.p = lockOwner{s}
 		}
 	case kindRWLock:
 		var s rwlock.Service
-		if s, err = etcdio.NewRWLock(w.cli, w.r.prefix, opt); err == nil {
+		if s, err = sess.NewRWLock(w.r.prefix); err == nil {
 			inc.p = rwOwner{s}
 		}
 	case kindElection:
 		var s election.Service
-		if s, err = etcdio.NewElection(w.cli, w.r.prefix, opt); err == nil {
+		if s, err = sess.NewElection(w.r.prefix); err == nil {
 			inc.p = electionOwner{s, fmt.Sprintf("worker-%d", w.id)}
 		}
 	}
@@ -293,8 +289,8 @@ func (w *worker) use(inc *incarnation, h held) *victim {
 	n := 2 + w.rng.IntN(4)
 	after := 0
 	for i := 0; ; i++ {
-		if from := w.r.seizeFrom.Load(); v == nil && (from < 0 || from == int64(w.id)) && w.r.seizing.CompareAndSwap(true, false) {
-			v = &victim{w: w, inc: inc, h: h, lease: inc.sess.LeaseID(), healed: make(chan struct{}), ended: make(chan struct{})}
+		if from := w.r.seizeFrom.Load(); v == nil && (from < 0 || from == int64(w.site)) && w.r.seizing.CompareAndSwap(true, false) {
+			v = &victim{w: w, inc: inc, h: h, healed: make(chan struct{}), ended: make(chan struct{})}
 			w.r.seized <- v
 		}
 		if v == nil && i >= n {
