@@ -76,7 +76,7 @@ func (e etcdCluster) Faults() []faultsuite.Fault {
 			}
 			m := e.c.Member(target)
 			return faultsuite.Plan{Target: m.Name(), Seize: faultsuite.VictimSoon, From: target, While: faultsuite.Progress,
-				Break: func(context.Context, int) error { return m.Stop() },
+				Break: func(context.Context, int, int64) error { return m.Stop() },
 				Heal:  m.Restart}, nil
 		}
 	}
@@ -86,14 +86,14 @@ func (e etcdCluster) Faults() []faultsuite.Fault {
 		{Name: "partition", Plan: func(context.Context, *rand.Rand) (faultsuite.Plan, error) {
 			var m *embedded.Member
 			return faultsuite.Plan{Target: "a holder's member", Seize: faultsuite.Victim, From: -1, While: faultsuite.Expiry,
-				Break: func(_ context.Context, site int) error { m = e.c.Member(site); m.Blackhole(); return nil },
+				Break: func(_ context.Context, site int, _ int64) error { m = e.c.Member(site); m.Blackhole(); return nil },
 				Heal:  func(context.Context) error { m.Unblackhole(); return nil }}, nil
 		}},
 		{Name: "delay", Plan: func(_ context.Context, rng *rand.Rand) (faultsuite.Plan, error) {
 			m := e.c.Member(rng.IntN(e.Sites()))
 			d := time.Duration(50+rng.IntN(1200)) * time.Millisecond
 			return faultsuite.Plan{Target: fmt.Sprintf("%s (by %v)", m.Name(), d), Seize: faultsuite.NoVictim, From: -1, While: faultsuite.Progress,
-				Break: func(context.Context, int) error { m.Delay(d); return nil },
+				Break: func(context.Context, int, int64) error { m.Delay(d); return nil },
 				Heal:  func(context.Context) error { m.Undelay(); return nil }}, nil
 		}},
 	}

@@ -74,9 +74,9 @@ type Plan struct {
 	Seize  Seize
 	// From is the site whose next hold the nemesis seizes; -1: any.
 	From int
-	// Break injects the fault; site is the victim's (or From, if no hold
-	// was seized).
-	Break func(ctx context.Context, site int) error
+	// Break injects the fault; site and lease are the victim's (From and
+	// 0 if no hold was seized).
+	Break func(ctx context.Context, site int, lease int64) error
 	// Heal undoes it.
 	Heal  func(ctx context.Context) error
 	While While
@@ -116,5 +116,5 @@ const (
 // pause would, until its hold is forgotten and a successor has written.
 var Pause = Fault{Name: "pause", Plan: func(context.Context, *rand.Rand) (Plan, error) {
 	return Plan{Target: "a holder", Seize: Victim, From: -1, While: Expiry, pause: true,
-		Break: func(context.Context, int) error { return nil }, Heal: func(context.Context) error { return nil }}, nil
+		Break: func(context.Context, int, int64) error { return nil }, Heal: func(context.Context) error { return nil }}, nil
 }}

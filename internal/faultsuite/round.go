@@ -281,9 +281,9 @@ func (r *round) nemesis() int64 {
 			return -1
 		}
 	}
-	site := p.From
+	site, lease := p.From, int64(0)
 	if v != nil {
-		site = v.w.site
+		site, lease = v.w.site, v.h.lease
 	}
 	before := r.acceptedWrites()
 	var resume chan struct{}
@@ -292,7 +292,7 @@ func (r *round) nemesis() int64 {
 		v.w.frozen.Store(&resume)
 		testhook.PauseSession(v.inc.sess.Hook(), resume)
 	}
-	if err := p.Break(ctx, site); err != nil {
+	if err := p.Break(ctx, site, lease); err != nil {
 		r.fail("%s: break %s: %v", r.fault.Name, p.Target, err)
 	}
 	switch p.While {

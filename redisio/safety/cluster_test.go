@@ -121,13 +121,13 @@ func (s *server) Faults() []faultsuite.Fault {
 	return []faultsuite.Fault{
 		{Name: "kill-restart", Plan: func(context.Context, *rand.Rand) (faultsuite.Plan, error) {
 			return faultsuite.Plan{Target: "the server", Seize: faultsuite.VictimSoon, From: -1, While: faultsuite.Outage,
-				Break: func(context.Context, int) error { s.srv.Kill(); return nil },
+				Break: func(context.Context, int, int64) error { s.srv.Kill(); return nil },
 				Heal:  func(context.Context) error { return s.srv.Restart() }}, nil
 		}},
 		{Name: "partition", Plan: func(context.Context, *rand.Rand) (faultsuite.Plan, error) {
 			var p *faultproxy.Proxy
 			return faultsuite.Plan{Target: "a holder's site", Seize: faultsuite.Victim, From: -1, While: faultsuite.Expiry,
-				Break: func(_ context.Context, site int) error {
+				Break: func(_ context.Context, site int, _ int64) error {
 					p = s.proxies[site]
 					p.BlackholeTx()
 					p.BlackholeRx()

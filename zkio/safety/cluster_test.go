@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,13 +31,16 @@ type ensemble struct {
 	zks     []*testserver.ZooKeeper
 	proxies [sites][]*faultproxy.Proxy // site -> one proxy per server
 	obs     *zk.Conn                   // direct to every server: the nemesis's reads
+
+	mu       sync.Mutex
+	sessions map[int64]*zkio.Session // by id: the sessions the workers made
 }
 
 var _ faultsuite.Cluster = (*ensemble)(nil)
 
 func startEnsemble(t *testing.T) *ensemble {
 	t.Helper()
-	e := &ensemble{zks: testserver.StartZooKeeperEnsemble(t, 3)}
+	e := &ensemble{zks: testserver.StartZooKeeperEnsemble(t, 3), sessions: map[int64]*zkio.Session{}}
 	var addrs []string
 	for _, z := range e.zks {
 		addrs = append(addrs, z.Addr)
@@ -69,7 +73,7 @@ func (e *ensemble) Dial(site int) (faultsuite.Client, error) {
 	for _, p := range e.proxies[site] {
 		addrs = append(addrs, p.Addr())
 	}
-	return zkClient{addrs}, nil
+	return zkClient{e, addrs}, nil
 }
 
 func (e *ensemble) Restore(ctx context.Context) error {
@@ -158,7 +162,8 @@ func (e *ensemble) Leftover(_ context.Context, root string) ([]string, error) {
 
 // Faults: a follower or the leader killed and restarted (two servers keep
 // a quorum; sessions move to them), a holder's site cut off from every
-// server until the ensemble expired its session.
+// server until the ensemble expired its session, a holder's session
+// expired by the ensemble while it is connected (see expireSession).
 func (e *ensemble) Faults() []faultsuite.Fault {
 	kill := func(leader bool) func(ctx context.Context, rng *rand.Rand) (faultsuite.Plan, error) {
 		return func(ctx context.Context, rng *rand.Rand) (faultsuite.Plan, error) {
@@ -172,7 +177,7 @@ func (e *ensemble) Faults() []faultsuite.Fault {
 			}
 			z := e.zks[target]
 			return faultsuite.Plan{Target: fmt.Sprintf("server %d", target), Seize: faultsuite.NoVictim, From: -1, While: faultsuite.Progress,
-				Break: func(context.Context, int) error { z.Stop(); return nil },
+				Break: func(context.Context, int, int64) error { z.Stop(); return nil },
 				Heal:  func(context.Context) error { return z.Start() }}, nil
 		}
 	}
@@ -193,8 +198,22 @@ func (e *ensemble) Faults() []faultsuite.Fault {
 		{Name: "partition", Plan: func(context.Context, *rand.Rand) (faultsuite.Plan, error) {
 			site := -1
 			return faultsuite.Plan{Target: "a holder's site", Seize: faultsuite.Victim, From: -1, While: faultsuite.Expiry,
-				Break: func(_ context.Context, s int) error { site = s; cut(s, true); return nil },
+				Break: func(_ context.Context, s int, _ int64) error { site = s; cut(s, true); return nil },
 				Heal:  func(context.Context) error { cut(site, false); return nil }}, nil
+		}},
+		{Name: "session-expired", Plan: func(_ context.Context, rng *rand.Rand) (faultsuite.Plan, error) {
+			z := e.zks[rng.IntN(len(e.zks))]
+			return faultsuite.Plan{Target: "a holder's session", Seize: faultsuite.Victim, From: -1, While: faultsuite.Expiry,
+				Break: func(_ context.Context, _ int, lease int64) error {
+					e.mu.Lock()
+					s := e.sessions[lease]
+					e.mu.Unlock()
+					if s == nil {
+						return fmt.Errorf("no session %#x", lease)
+					}
+					return expireSession(z.Addr, s)
+				},
+				Heal: func(context.Context) error { return nil }}, nil
 		}},
 	}
 }
@@ -205,7 +224,10 @@ type silent struct{}
 
 func (silent) Printf(string, ...any) {}
 
-type zkClient struct{ servers []string }
+type zkClient struct {
+	e       *ensemble
+	servers []string
+}
 
 func (zkClient) Close() error { return nil }
 
@@ -214,6 +236,9 @@ func (c zkClient) NewSession(ttl time.Duration) (faultsuite.Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.e.mu.Lock()
+	c.e.sessions[s.SessionID()] = s
+	c.e.mu.Unlock()
 	return zkSession{s}, nil
 }
 

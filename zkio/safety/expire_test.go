@@ -1,0 +1,96 @@
+package safety
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"reflect"
+	"time"
+	"unsafe"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/ahrtr/disco/zkio"
+)
+
+// expireSession makes the server at addr end the session s holds, as
+// ZooKeeper's own tests do: it opens a second connection with the
+// session's id and password and closes the session on it. The session's
+// own client learns it as an expiry when it next reaches a server.
+func expireSession(addr string, s *zkio.Session) error {
+	id, passwd := s.SessionID(), sessionPassword(s)
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	// ConnectRequest: protocol version, last zxid seen, timeout (ms),
+	// session id, password (length-prefixed).
+	req := binary.BigEndian.AppendUint32(nil, 0)
+	req = binary.BigEndian.AppendUint64(req, 0)
+	req = binary.BigEndian.AppendUint32(req, uint32(s.Timeout().Milliseconds()))
+	req = binary.BigEndian.AppendUint64(req, uint64(id))
+	req = binary.BigEndian.AppendUint32(req, uint32(len(passwd)))
+	req = append(req, passwd...)
+	if err := writeFrame(c, req); err != nil {
+		return err
+	}
+	resp, err := readFrame(c)
+	if err != nil {
+		return fmt.Errorf("connect with session %#x: %w", id, err)
+	}
+	// ConnectResponse: protocol version, timeout, session id, password.
+	if len(resp) < 16 || binary.BigEndian.Uint32(resp[4:]) == 0 || int64(binary.BigEndian.Uint64(resp[8:])) != id {
+		return fmt.Errorf("session %#x: the server did not take it up (already expired?)", id)
+	}
+	// closeSession: xid 1, opcode -11.
+	closeReq := binary.BigEndian.AppendUint32(nil, 1)
+	closeReq = binary.BigEndian.AppendUint32(closeReq, uint32(0xffffffff-11+1))
+	if err := writeFrame(c, closeReq); err != nil {
+		return err
+	}
+	reply, err := readFrame(c)
+	if err != nil {
+		return fmt.Errorf("close session %#x: %w", id, err)
+	}
+	if len(reply) < 16 {
+		return fmt.Errorf("close session %#x: short reply", id)
+	}
+	if code := int32(binary.BigEndian.Uint32(reply[12:])); code != 0 {
+		return fmt.Errorf("close session %#x: error %d", id, code)
+	}
+	return nil
+}
+
+func writeFrame(w io.Writer, b []byte) error {
+	_, err := w.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	return err
+}
+
+func readFrame(r io.Reader) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, err
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > 1<<20 {
+		return nil, errors.New("frame too large")
+	}
+	b := make([]byte, size)
+	_, err := io.ReadFull(r, b)
+	return b, err
+}
+
+// sessionPassword reads the session's password from its ZooKeeper client,
+// which does not export it: the fields are those of
+// github.com/go-zookeeper/zk v1.0.4 (Conn.passwd) and of zkio.Session
+// (conn).
+func sessionPassword(s *zkio.Session) []byte {
+	f := reflect.ValueOf(s).Elem().FieldByName("conn")
+	conn := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*zk.Conn)
+	p := reflect.ValueOf(conn).Elem().FieldByName("passwd")
+	return append([]byte(nil), reflect.NewAt(p.Type(), unsafe.Pointer(p.UnsafeAddr())).Elem().Bytes()...)
+}
