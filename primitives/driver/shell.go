@@ -234,9 +234,16 @@ func (sh *Shell) KeyDeleted(key string) error {
 
 // EndFor ends the current grant, if any, because the session or the service
 // ends with err: Released if err wraps primitives.ErrClosed, else Lost with
-// cause. It returns the grant that ended, for the driver to delete its key.
-// Loop only.
+// cause. Err returns err from then on (before the event is told: whoever
+// sees that Lost knows the service is over), and new requests fail with
+// it; Finish follows. It returns the grant that ended, for the driver to
+// delete its key. Loop only.
 func (sh *Shell) EndFor(err error, cause string) (Hold, bool) {
+	sh.errMu.Lock()
+	if sh.err == nil {
+		sh.err = err
+	}
+	sh.errMu.Unlock()
 	h := sh.hold
 	if h == nil {
 		return Hold{}, false
@@ -347,15 +354,18 @@ func (sh *Shell) SettleRelease(h Hold, out Outcome, err error) error {
 
 // Finish marks the service done for err, which wraps primitives.ErrLost or
 // primitives.ErrClosed: Done is closed and the subscriptions end after
-// their remaining events. Only the first call counts; it reports whether
-// this was it. End the grant first (EndFor). Loop only.
+// their remaining events; Err is err unless EndFor recorded an error
+// first. Only the first call counts; it reports whether this was it. End
+// the grant first (EndFor). Loop only.
 func (sh *Shell) Finish(err error) bool {
 	if sh.ended {
 		return false
 	}
 	sh.ended = true
 	sh.errMu.Lock()
-	sh.err = err
+	if sh.err == nil {
+		sh.err = err
+	}
 	sh.errMu.Unlock()
 	close(sh.done)
 	sh.events.Close()

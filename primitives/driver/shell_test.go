@@ -138,25 +138,28 @@ func TestShellEnds(t *testing.T) {
 		name string
 		end  func(*driver.Shell) error
 		want func(primitives.Event) bool
+		// after is what Enter fails with once the grant ended (nil: the
+		// service goes on, Enter succeeds).
+		after error
 	}{
 		{"closed", func(sh *driver.Shell) error {
 			_, ok := sh.EndFor(fmt.Errorf("x: %w", primitives.ErrClosed), "")
 			return map[bool]error{true: nil, false: errors.New("nothing ended")}[ok]
-		}, func(e primitives.Event) bool { _, ok := e.(primitives.Released); return ok }},
+		}, func(e primitives.Event) bool { _, ok := e.(primitives.Released); return ok }, primitives.ErrClosed},
 		{"lost", func(sh *driver.Shell) error {
 			sh.EndFor(fmt.Errorf("x: %w", primitives.ErrLost), "lease_expired")
 			return nil
 		}, func(e primitives.Event) bool {
 			l, ok := e.(primitives.Lost)
 			return ok && errors.Is(l.Err, primitives.ErrLost)
-		}},
+		}, primitives.ErrLost},
 		{"gone", func(sh *driver.Shell) error {
 			g, _ := sh.BeginRelease(driver.Any)
 			if err := sh.SettleRelease(g, driver.Gone, nil); !errors.Is(err, lock.ErrNotHeld) {
 				return fmt.Errorf("settle gone: %v, want ErrNotHeld", err)
 			}
 			return nil
-		}, func(e primitives.Event) bool { _, ok := e.(primitives.Lost); return ok }},
+		}, func(e primitives.Event) bool { _, ok := e.(primitives.Lost); return ok }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sh := newShell()
@@ -170,12 +173,16 @@ func TestShellEnds(t *testing.T) {
 			if e := next(t, events); !tc.want(e) {
 				t.Fatalf("event %#v", e)
 			}
-			if err := sh.Enter(ctx, true); err != nil {
-				t.Fatalf("Enter after the end: %v", err)
+			if err := sh.Enter(ctx, true); tc.after == nil && err != nil || !errors.Is(err, tc.after) {
+				t.Fatalf("Enter after the end: %v, want %v", err, tc.after)
 			}
 			sh.Finish(primitives.ErrClosed)
-			if err := sh.Enter(ctx, false); !errors.Is(err, primitives.ErrClosed) {
-				t.Fatalf("Enter after Finish: %v, want ErrClosed", err)
+			want := tc.after
+			if want == nil {
+				want = primitives.ErrClosed
+			}
+			if err := sh.Enter(ctx, false); !errors.Is(err, want) {
+				t.Fatalf("Enter after Finish: %v, want %v", err, want)
 			}
 			select {
 			case <-sh.Done():
@@ -183,5 +190,32 @@ func TestShellEnds(t *testing.T) {
 				t.Fatal("Done open after Finish")
 			}
 		})
+	}
+}
+
+// TestShellLostAfterErr: when a service ends with its session, a
+// subscriber that sees Lost already sees the service's error, so that a
+// supervisor that reacts to Lost knows to build a new service rather than
+// campaign again on the dead one.
+func TestShellLostAfterErr(t *testing.T) {
+	ctx := context.Background()
+	sh := newShell()
+	events := sh.Subscribe(ctx)
+	_ = sh.Enter(ctx, false)
+	sh.Grant(driver.Hold{Key: "k", Created: 5}, time.Now(), func(driver.Hold) bool { return true })
+	next(t, events)
+	sh.EndFor(fmt.Errorf("x: %w", primitives.ErrLost), "lease_expired")
+	if _, ok := next(t, events).(primitives.Lost); !ok {
+		t.Fatal("no Lost")
+	}
+	if err := sh.Err(); !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Err when Lost arrived: %v, want ErrLost", err)
+	}
+	if err := sh.Enter(ctx, true); !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Enter once the service ended: %v, want ErrLost", err)
+	}
+	sh.Finish(errors.New("y"))
+	if err := sh.Err(); !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Err after Finish: %v, want the first end's (ErrLost)", err)
 	}
 }

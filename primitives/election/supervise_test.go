@@ -9,24 +9,18 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/etcdio/embedded"
-	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/memio"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
-// TestMain serves etcd from a child process, so goleak sees only this
-// process's goroutines.
-func TestMain(m *testing.M) { etcdtest.Main(m) }
-
-// fixture is one test's etcd client, prefix and a constructor of election
+// fixture is one test's store (the in-memory backend: these tests are of
+// Supervise, not of a backend), prefix and a constructor of election
 // services on them that counts what it built.
 type fixture struct {
-	cli    *clientv3.Client
+	st     *memio.Store
 	prefix string
 	mu     sync.Mutex
 	built  []election.Service
@@ -36,16 +30,11 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	cli, err := embedded.NewClient(etcdtest.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return &fixture{cli: cli, prefix: "/test/supervise/" + t.Name()}
+	return &fixture{st: memio.NewStore(), prefix: "/test/supervise/" + t.Name()}
 }
 
 func (f *fixture) newService(ctx context.Context) (election.Service, error) {
-	s, err := etcdio.NewElection(f.cli, f.prefix, etcdio.WithTTL(5*time.Second), etcdio.WithContext(ctx))
+	s, err := memio.NewElection(f.st, f.prefix, memio.WithTTL(5*time.Second), memio.WithContext(ctx))
 	if err == nil {
 		f.mu.Lock()
 		f.built = append(f.built, s)
@@ -65,15 +54,23 @@ func (f *fixture) check(t *testing.T) {
 			t.Errorf("service %d not closed: Err = %v", i, s.Err())
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := f.cli.Get(ctx, f.prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
+	if keys := f.st.Keys(f.prefix + "/"); len(keys) != 0 {
+		t.Errorf("keys left under %s: %v", f.prefix, keys)
 	}
-	if resp.Count != 0 {
-		t.Errorf("%d keys left under %s", resp.Count, f.prefix)
+}
+
+// sessionOf returns the session of the service leading in term l.
+func (f *fixture) sessionOf(t *testing.T, l election.Leadership) *memio.Session {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.built {
+		if term, ok := s.Term(); ok && term.Created == l.Created {
+			return memio.SessionOf(s)
+		}
 	}
+	t.Fatalf("no service leads in term %d", l.Created)
+	return nil
 }
 
 func testCtx(t *testing.T, d time.Duration) context.Context {
@@ -153,8 +150,7 @@ func waitKeys(t *testing.T, f *fixture, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := f.cli.Get(context.Background(), f.prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err == nil && resp.Count == n {
+		if int64(len(f.st.Keys(f.prefix+"/"))) == n {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -164,7 +160,7 @@ func waitKeys(t *testing.T, f *fixture, n int64) {
 	}
 }
 
-// After a lost session (its lease revoked) Supervise builds a new service
+// After a lost session (it expired) Supervise builds a new service
 // and leads again with a higher token; after a term lost alone (its key
 // deleted) it campaigns again on the same service. OnEvent reports each
 // term in order, and OnRetry each loss.
@@ -213,11 +209,11 @@ func TestSuperviseRejoins(t *testing.T) {
 		last = l
 		if round == 1 {
 			// The key alone goes: the session lives.
-			if _, err := f.cli.Delete(ctx, l.Key); err != nil {
-				t.Fatal(err)
+			if !f.st.DeleteKey(l.Key) {
+				t.Fatalf("the leader's key %s is not in the store", l.Key)
 			}
-		} else if _, err := f.cli.Revoke(ctx, clientv3.LeaseID(l.LeaseID)); err != nil {
-			t.Fatal(err)
+		} else {
+			f.sessionOf(t, l).Expire()
 		}
 	}
 	if err := <-done; err != nil {
@@ -243,7 +239,7 @@ func TestSuperviseConstructorErrors(t *testing.T) {
 	calls := 0
 	flaky := func(ctx context.Context) (election.Service, error) {
 		if calls++; calls <= 2 {
-			return nil, errors.New("etcd unreachable")
+			return nil, errors.New("store unreachable")
 		}
 		return f.newService(ctx)
 	}
@@ -257,7 +253,7 @@ func TestSuperviseConstructorErrors(t *testing.T) {
 
 	// A backend's bad-input error is permanent: Supervise gives up at once.
 	bad := func(ctx context.Context) (election.Service, error) {
-		return etcdio.NewElection(f.cli, "")
+		return memio.NewElection(f.st, "")
 	}
 	err = election.Supervise(testCtx(t, 20*time.Second), bad, "v", func(ctx context.Context, l election.Leadership) error {
 		t.Error("fn ran without a service")
