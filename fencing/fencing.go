@@ -93,6 +93,13 @@ var (
 	// It wraps ErrNoToken, so errors.Is(err, ErrNoToken) holds for malformed
 	// tokens too; errors.Is(err, ErrMalformedToken) holds only for them.
 	ErrMalformedToken = fmt.Errorf("fencing: malformed token: %w", ErrNoToken)
+
+	// ErrTokenForged means the coordination service says a token is not
+	// that of a current grant of its scope: it never issued it, or the
+	// grant it was issued for is over. A verifier (guard.Verifier) judges
+	// it, and only for a token above the mark; the request must not be
+	// applied and the mark stays where it was.
+	ErrTokenForged = errors.New("fencing: token of no current grant")
 )
 
 // malformedError describes one malformed token. It wraps ErrMalformedToken
