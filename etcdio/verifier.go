@@ -1,0 +1,205 @@
+package etcdio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/fencing"
+)
+
+// Verifier tells a guard (guard.WithVerifier) whether a token is that of a
+// current grant of one kind of disco primitive on etcd, so that a token no
+// grant had cannot raise the guard's mark. It reads etcd, once per raise of
+// the mark; the rules, for a token t of the primitive on prefix p:
+//
+//   - every kind: t is not above the cluster's revision;
+//   - "lock": the key that held p at revision t (the key under p/ with the
+//     lowest CreateRevision, read at revision t) is there now, with the same
+//     CreateRevision; if revision t is compacted, the holder now was
+//     created at or before t;
+//   - "election": the leader now (the lowest CreateRevision under p/) was
+//     created at t, a term's token;
+//   - "rwlock": t is the revision at which the epoch key (p + EpochSuffix)
+//     was last written, and the head of the queue now is of the epoch's
+//     kind (a writer created before t for a write epoch, a reader for a
+//     read epoch).
+//
+// So a released or superseded holder's token is refused, also by a fresh
+// guard with no mark. What a token within the present lock holder's tenure
+// costs: a lock's token is a revision read during its grant, so any t from
+// that grant to now passes; at worst it raises the mark above the holder's
+// own token, and the holder is refused until the lock changes hands.
+//
+// Every Verify ends within its context's deadline or the verifier's
+// timeout (DefaultVerifierTimeout, or WithVerifierTimeout); when etcd does
+// not answer, its error does not wrap fencing.ErrTokenForged, so the guard
+// rejects the request as unverified and keeps its mark.
+//
+// The caller owns cli; a Verifier never closes it.
+type Verifier struct {
+	cli     *clientv3.Client
+	kind    string
+	name    string
+	timeout time.Duration
+}
+
+// DefaultVerifierTimeout bounds each Verify whose context has no deadline,
+// unless WithVerifierTimeout says otherwise.
+const DefaultVerifierTimeout = 5 * time.Second
+
+// VerifierOption configures NewVerifier.
+type VerifierOption func(*Verifier)
+
+// WithVerifierTimeout bounds each Verify whose context has no deadline by d
+// instead of DefaultVerifierTimeout (d <= 0 means the default).
+func WithVerifierTimeout(d time.Duration) VerifierOption {
+	return func(v *Verifier) {
+		if d > 0 {
+			v.timeout = d
+		}
+	}
+}
+
+// NewVerifier returns a Verifier of the tokens that disco's primitives of
+// kind ("lock", "rwlock" or "election") issue on cli's cluster. A keyed
+// guard verifies each request's scope (the primitive's prefix); an unkeyed
+// guard passes none, and the Verifier then verifies name's tokens (name
+// may be "" for a verifier that only keyed guards use).
+func NewVerifier(cli *clientv3.Client, kind, name string, opts ...VerifierOption) (*Verifier, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("etcdio: NewVerifier: nil client: %w", ErrInvalidArgument)
+	}
+	switch kind {
+	case "lock", "rwlock", "election":
+	default:
+		return nil, fmt.Errorf(`etcdio: NewVerifier: kind %q, want "lock", "rwlock" or "election": %w`, kind, ErrInvalidArgument)
+	}
+	if name != "" {
+		if err := checkPrefix(name); err != nil {
+			return nil, fmt.Errorf("etcdio: NewVerifier: %w", err)
+		}
+	}
+	v := &Verifier{cli: cli, kind: kind, name: name, timeout: DefaultVerifierTimeout}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("etcdio: NewVerifier: nil option: %w", ErrInvalidArgument)
+		}
+		o(v)
+	}
+	return v, nil
+}
+
+// Verify returns nil if t is the token of a current grant of scope (name if
+// scope is ""), an error wrapping fencing.ErrTokenForged if it is not, and
+// any other error if etcd did not answer.
+func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) error {
+	if scope == "" {
+		scope = v.name
+	}
+	if scope == "" || checkPrefix(scope) != nil {
+		return fmt.Errorf("etcdio: verify token %d: no usable scope %q: %w", t, scope, fencing.ErrTokenForged)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, v.timeout)
+		defer cancel()
+	}
+	why, err := v.judge(ctx, scope, int64(t))
+	if err != nil {
+		return fmt.Errorf("etcdio: verify token %d of %s %s: %w", t, v.kind, quote(scope), err)
+	}
+	if why != "" {
+		return fmt.Errorf("etcdio: token %d of %s %s: %s: %w", t, v.kind, quote(scope), why, fencing.ErrTokenForged)
+	}
+	return nil
+}
+
+// judge returns why t is no current grant's token ("" if it is one), or an
+// error if etcd could not tell.
+func (v *Verifier) judge(ctx context.Context, scope string, t int64) (string, error) {
+	keys := scope + "/"
+	if t <= 0 {
+		return "not a token", nil
+	}
+	// The head of the queue now, and the cluster's revision.
+	head, err := v.cli.Get(ctx, keys, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil {
+		return "", err
+	}
+	if t > head.Header.Revision {
+		return fmt.Sprintf("above the cluster's revision %d", head.Header.Revision), nil
+	}
+	var now *headKey
+	if len(head.Kvs) > 0 {
+		now = &headKey{string(head.Kvs[0].Key), head.Kvs[0].CreateRevision}
+	}
+	switch v.kind {
+	case "election":
+		if now == nil || now.created != t {
+			return "no term of that token leads now", nil
+		}
+		return "", nil
+	case "rwlock":
+		return v.judgeRWLock(ctx, scope, t, now)
+	}
+	if now == nil {
+		return "no one holds the lock now", nil
+	}
+	then, err := v.cli.Get(ctx, keys, clientv3.WithPrefix(), clientv3.WithRev(t),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		// Revision t is gone: judge by what is readable.
+		if now.created > t {
+			return "the holder now came after that token", nil
+		}
+		return "", nil
+	case err != nil:
+		return "", err
+	case len(then.Kvs) == 0:
+		return "no one held the lock at that revision", nil
+	case string(then.Kvs[0].Key) != now.key || then.Kvs[0].CreateRevision != now.created:
+		return "the grant of that token is over", nil
+	}
+	return "", nil
+}
+
+// headKey is the head of a queue: its key and CreateRevision.
+type headKey struct {
+	key     string
+	created int64
+}
+
+// judgeRWLock applies the rwlock's rule (see Verifier).
+func (v *Verifier) judgeRWLock(ctx context.Context, scope string, t int64, head *headKey) (string, error) {
+	resp, err := v.cli.Get(ctx, scope+EpochSuffix)
+	if err != nil {
+		return "", err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != t {
+		return "not the lock's present epoch", nil
+	}
+	if head == nil {
+		return "no one holds the lock now", nil
+	}
+	read := strings.HasPrefix(head.key, scope+"/read/")
+	switch string(resp.Kvs[0].Value) {
+	case readEpoch:
+		if !read {
+			return "no reader holds the lock now", nil
+		}
+	case writeEpoch:
+		if read || head.created > t {
+			return "the writer of that epoch holds no more", nil
+		}
+	default:
+		return "not the lock's present epoch", nil
+	}
+	return "", nil
+}
