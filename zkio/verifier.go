@@ -1,0 +1,156 @@
+package zkio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/ahrtr/disco/fencing"
+)
+
+// Verifier tells a guard (guard.WithVerifier) whether a token is that of a
+// current grant of one kind of disco primitive on ZooKeeper, so that a
+// token no grant had cannot raise the guard's mark. It reads the ensemble
+// through a session, once per raise of the mark; the rules, for a token t
+// of the primitive on path p:
+//
+//   - "lock" and "election": the first znode of p's queue now (the holder,
+//     the leader) was created at zxid t;
+//   - "rwlock": the epoch znode (p + EpochSuffix) was last written at zxid
+//     t, and the first znode of the queue now is of the epoch's kind (a
+//     writer for a write epoch, a reader for a read epoch).
+//
+// So a released or superseded holder's token is refused, also by a fresh
+// guard with no mark, and so is a zxid at which nothing of p was written.
+//
+// Every Verify ends within its context's deadline or DefaultVerifierTimeout;
+// when the ensemble does not answer, its error does not wrap
+// fencing.ErrTokenForged, so the guard rejects the request as unverified
+// and keeps its mark. (The ZooKeeper client cannot cancel a request: one
+// that outlives Verify finishes, or fails, with the session's connection.)
+//
+// The caller owns s; a Verifier never closes it.
+type Verifier struct {
+	s          *Session
+	kind, name string
+}
+
+// DefaultVerifierTimeout bounds each Verify whose context has no deadline.
+const DefaultVerifierTimeout = 5 * time.Second
+
+// NewVerifier returns a Verifier of the tokens that disco's primitives of
+// kind ("lock", "rwlock" or "election") issue, read through s. A keyed
+// guard verifies each request's scope (the primitive's path); an unkeyed
+// guard passes none, and the Verifier then verifies path's tokens (path may
+// be "" for a verifier that only keyed guards use).
+func NewVerifier(s *Session, kind, path string) (*Verifier, error) {
+	if s == nil {
+		return nil, fmt.Errorf("zkio: NewVerifier: nil session: %w", ErrInvalidArgument)
+	}
+	switch kind {
+	case "lock", "rwlock", "election":
+	default:
+		return nil, fmt.Errorf(`zkio: NewVerifier: kind %q, want "lock", "rwlock" or "election": %w`, kind, ErrInvalidArgument)
+	}
+	if path != "" {
+		p, err := cleanPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("zkio: NewVerifier: %w", err)
+		}
+		path = p
+	}
+	return &Verifier{s: s, kind: kind, name: path}, nil
+}
+
+// Verify returns nil if t is the token of a current grant of scope (the
+// Verifier's path if scope is ""), an error wrapping fencing.ErrTokenForged
+// if it is not, and any other error if the ensemble did not answer.
+func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) error {
+	p := v.name
+	if scope != "" {
+		var err error
+		if p, err = cleanPath(scope); err != nil {
+			p = ""
+		}
+	}
+	if p == "" {
+		return fmt.Errorf("zkio: token %d: no usable scope %q: %w", t, scope, fencing.ErrTokenForged)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultVerifierTimeout)
+		defer cancel()
+	}
+	type answer struct {
+		why string
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		why, err := v.judge(p, int64(t))
+		ch <- answer{why, err}
+	}()
+	var a answer
+	select {
+	case a = <-ch:
+	case <-ctx.Done():
+		a.err = ctx.Err()
+	}
+	switch {
+	case a.err != nil:
+		return fmt.Errorf("zkio: verify token %d of %s %s: %w", t, v.kind, p, a.err)
+	case a.why != "":
+		return fmt.Errorf("zkio: token %d of %s %s: %s: %w", t, v.kind, p, a.why, fencing.ErrTokenForged)
+	}
+	return nil
+}
+
+// judge returns why t is no current grant's token ("" if it is one), or an
+// error if the ensemble could not tell.
+func (v *Verifier) judge(p string, t int64) (string, error) {
+	conn := v.s.conn
+	markers := map[string][]string{"lock": {lockMarker}, "election": {latchMarker}, "rwlock": {readMarker, writeMarker}}[v.kind]
+	for {
+		children, _, err := conn.Children(p)
+		if errors.Is(err, zk.ErrNoNode) {
+			return "no one holds it now", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		q := queueOf(children, markers...)
+		if len(q) == 0 {
+			return "no one holds it now", nil
+		}
+		ok, st, err := conn.Exists(path.Join(p, q[0].name))
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			continue // the head left meanwhile: read the queue again
+		}
+		if v.kind != "rwlock" {
+			if st.Czxid != t {
+				return "not the present holder's token", nil
+			}
+			return "", nil
+		}
+		data, est, err := conn.Get(p + EpochSuffix)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			return "the lock has no epoch", nil
+		case err != nil:
+			return "", err
+		case est.Mzxid != t:
+			return "not the lock's present epoch", nil
+		case string(data) == readEpoch && q[0].marker != readMarker,
+			string(data) == writeEpoch && (q[0].marker != writeMarker || st.Czxid > t):
+			return "no holder of that epoch holds now", nil
+		}
+		return "", nil
+	}
+}
