@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,7 +29,9 @@ import (
 //   - "rwlock": t is the revision at which the epoch key (p + EpochSuffix)
 //     was last written, and the head of the queue now is of the epoch's
 //     kind (a writer created before t for a write epoch, a reader for a
-//     read epoch).
+//     read epoch);
+//   - "semaphore" (scope p#i, semaphore.Scope): slot i's claim key
+//     (p/slot/<i>) was last written at t, the claim of its present holder.
 //
 // So a released or superseded holder's token is refused, also by a fresh
 // guard with no mark. What a token within the present lock holder's tenure
@@ -67,8 +70,9 @@ func WithVerifierTimeout(d time.Duration) VerifierOption {
 }
 
 // NewVerifier returns a Verifier of the tokens that disco's primitives of
-// kind ("lock", "rwlock" or "election") issue on cli's cluster. A keyed
-// guard verifies each request's scope (the primitive's prefix); an unkeyed
+// kind ("lock", "rwlock", "election" or "semaphore") issue on cli's
+// cluster. A keyed guard verifies each request's scope (the primitive's
+// prefix; a semaphore slot's prefix#slot, semaphore.Scope); an unkeyed
 // guard passes none, and the Verifier then verifies name's tokens (name
 // may be "" for a verifier that only keyed guards use).
 func NewVerifier(cli *clientv3.Client, kind, name string, opts ...VerifierOption) (*Verifier, error) {
@@ -76,9 +80,9 @@ func NewVerifier(cli *clientv3.Client, kind, name string, opts ...VerifierOption
 		return nil, fmt.Errorf("etcdio: NewVerifier: nil client: %w", ErrInvalidArgument)
 	}
 	switch kind {
-	case "lock", "rwlock", "election":
+	case "lock", "rwlock", "election", "semaphore":
 	default:
-		return nil, fmt.Errorf(`etcdio: NewVerifier: kind %q, want "lock", "rwlock" or "election": %w`, kind, ErrInvalidArgument)
+		return nil, fmt.Errorf(`etcdio: NewVerifier: kind %q, want "lock", "rwlock", "election" or "semaphore": %w`, kind, ErrInvalidArgument)
 	}
 	if name != "" {
 		if err := checkPrefix(name); err != nil {
@@ -102,7 +106,11 @@ func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) er
 	if scope == "" {
 		scope = v.name
 	}
-	if scope == "" || checkPrefix(scope) != nil {
+	name, slot := scope, ""
+	if v.kind == "semaphore" {
+		name, slot = splitSlot(scope)
+	}
+	if name == "" || checkPrefix(name) != nil {
 		return fmt.Errorf("etcdio: verify token %d: no usable scope %q: %w", t, scope, fencing.ErrTokenForged)
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -110,7 +118,13 @@ func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) er
 		ctx, cancel = context.WithTimeout(ctx, v.timeout)
 		defer cancel()
 	}
-	why, err := v.judge(ctx, scope, int64(t))
+	var why string
+	var err error
+	if v.kind == "semaphore" {
+		why, err = v.judgeSlot(ctx, name, slot, int64(t))
+	} else {
+		why, err = v.judge(ctx, scope, int64(t))
+	}
 	if err != nil {
 		return fmt.Errorf("etcdio: verify token %d of %s %s: %w", t, v.kind, quote(scope), err)
 	}
@@ -166,6 +180,35 @@ func (v *Verifier) judge(ctx context.Context, scope string, t int64) (string, er
 		return "no one held the lock at that revision", nil
 	case string(then.Kvs[0].Key) != now.key || then.Kvs[0].CreateRevision != now.created:
 		return "the grant of that token is over", nil
+	}
+	return "", nil
+}
+
+// splitSlot splits a semaphore slot's scope name#i into name and i; both
+// are "" if it names no slot.
+func splitSlot(scope string) (name, slot string) {
+	i := strings.LastIndexByte(scope, '#')
+	if i < 0 {
+		return "", ""
+	}
+	if n, err := strconv.Atoi(scope[i+1:]); err != nil || n < 0 || strconv.Itoa(n) != scope[i+1:] {
+		return "", ""
+	}
+	return scope[:i], scope[i+1:]
+}
+
+// judgeSlot applies the semaphore's rule (see Verifier).
+func (v *Verifier) judgeSlot(ctx context.Context, name, slot string, t int64) (string, error) {
+	resp, err := v.cli.Get(ctx, name+"/slot/"+slot)
+	switch {
+	case err != nil:
+		return "", err
+	case t > resp.Header.Revision:
+		return fmt.Sprintf("above the cluster's revision %d", resp.Header.Revision), nil
+	case len(resp.Kvs) == 0:
+		return "no one holds the slot now", nil
+	case resp.Kvs[0].ModRevision != t:
+		return "not the slot's present claim", nil
 	}
 	return "", nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
 // verify asserts what v says of t: nil if valid, else an error wrapping
@@ -204,4 +205,28 @@ func TestNewVerifierRefusesBadInput(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", c.what, err)
 		}
 	}
+}
+
+func TestVerifierSemaphore(t *testing.T) {
+	testkit.NoLeaks(t)
+	ctx := context.Background()
+	cli := newClient(t)
+	prefix := prefixOf(t)
+	t.Cleanup(func() { _ = etcdio.RetireSemaphore(context.Background(), cli, prefix) })
+	v, err := etcdio.NewVerifier(cli, "semaphore", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testkit.ClosedAtEnd[semaphore.Service](t)(etcdio.NewSemaphore(cli, prefix, 2))
+	g, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify(t, v, "the slot holder's token", g.Scope(), g.Token(), true)
+	verify(t, v, "its token on another slot", semaphore.Scope(prefix, g.Slot+1), g.Token(), false)
+	verify(t, v, "a scope with no slot", prefix, g.Token(), false)
+	if err := s.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	verify(t, v, "a released slot holder's token", g.Scope(), g.Token(), false)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -22,7 +24,9 @@ import (
 //     the leader) was created at zxid t;
 //   - "rwlock": the epoch znode (p + EpochSuffix) was last written at zxid
 //     t, and the first znode of the queue now is of the epoch's kind (a
-//     writer for a write epoch, a reader for a read epoch).
+//     writer for a write epoch, a reader for a read epoch);
+//   - "semaphore" (scope p#i, semaphore.Scope): a lease under p/leases
+//     claims slot i and was last written at zxid t, its claim.
 //
 // So a released or superseded holder's token is refused, also by a fresh
 // guard with no mark, and so is a zxid at which nothing of p was written.
@@ -43,8 +47,9 @@ type Verifier struct {
 const DefaultVerifierTimeout = 5 * time.Second
 
 // NewVerifier returns a Verifier of the tokens that disco's primitives of
-// kind ("lock", "rwlock" or "election") issue, read through s. A keyed
-// guard verifies each request's scope (the primitive's path); an unkeyed
+// kind ("lock", "rwlock", "election" or "semaphore") issue, read through
+// s. A keyed guard verifies each request's scope (the primitive's path; a
+// semaphore slot's path#slot, semaphore.Scope); an unkeyed
 // guard passes none, and the Verifier then verifies path's tokens (path may
 // be "" for a verifier that only keyed guards use).
 func NewVerifier(s *Session, kind, path string) (*Verifier, error) {
@@ -52,9 +57,9 @@ func NewVerifier(s *Session, kind, path string) (*Verifier, error) {
 		return nil, fmt.Errorf("zkio: NewVerifier: nil session: %w", ErrInvalidArgument)
 	}
 	switch kind {
-	case "lock", "rwlock", "election":
+	case "lock", "rwlock", "election", "semaphore":
 	default:
-		return nil, fmt.Errorf(`zkio: NewVerifier: kind %q, want "lock", "rwlock" or "election": %w`, kind, ErrInvalidArgument)
+		return nil, fmt.Errorf(`zkio: NewVerifier: kind %q, want "lock", "rwlock", "election" or "semaphore": %w`, kind, ErrInvalidArgument)
 	}
 	if path != "" {
 		p, err := cleanPath(path)
@@ -70,10 +75,21 @@ func NewVerifier(s *Session, kind, path string) (*Verifier, error) {
 // Verifier's path if scope is ""), an error wrapping fencing.ErrTokenForged
 // if it is not, and any other error if the ensemble did not answer.
 func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) error {
-	p := v.name
-	if scope != "" {
+	if scope == "" {
+		scope = v.name
+	}
+	p, slot := scope, ""
+	if v.kind == "semaphore" {
+		i := strings.LastIndexByte(scope, '#')
+		if n, err := strconv.Atoi(scope[i+1:]); i < 0 || err != nil || n < 0 || strconv.Itoa(n) != scope[i+1:] {
+			p = ""
+		} else {
+			p, slot = scope[:i], scope[i+1:]
+		}
+	}
+	if p != "" {
 		var err error
-		if p, err = cleanPath(scope); err != nil {
+		if p, err = cleanPath(p); err != nil {
 			p = ""
 		}
 	}
@@ -91,7 +107,13 @@ func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) er
 	}
 	ch := make(chan answer, 1)
 	go func() {
-		why, err := v.judge(p, int64(t))
+		var why string
+		var err error
+		if v.kind == "semaphore" {
+			why, err = v.judgeSlot(p, slot, int64(t))
+		} else {
+			why, err = v.judge(p, int64(t))
+		}
 		ch <- answer{why, err}
 	}()
 	var a answer
@@ -153,4 +175,29 @@ func (v *Verifier) judge(p string, t int64) (string, error) {
 		}
 		return "", nil
 	}
+}
+
+// judgeSlot applies the semaphore's rule (see Verifier).
+func (v *Verifier) judgeSlot(p, slot string, t int64) (string, error) {
+	conn := v.s.conn
+	leases := p + semLeases
+	children, _, err := conn.Children(leases)
+	if errors.Is(err, zk.ErrNoNode) {
+		return "no one holds the slot now", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, c := range children {
+		data, st, err := conn.Get(path.Join(leases, c))
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			continue
+		case err != nil:
+			return "", err
+		case string(data) == slotPrefix+slot && st.Mzxid == t:
+			return "", nil
+		}
+	}
+	return "no lease holds the slot with that token", nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -111,6 +112,25 @@ func TestVerifier(t *testing.T) {
 		if err := zkio.RetireRWLock(ctx, s, p); err != nil {
 			t.Fatal(err)
 		}
+	})
+	t.Run("semaphore", func(t *testing.T) {
+		const p = "/verify/semaphore"
+		v, err := zkio.NewVerifier(s, "semaphore", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, p, 2, on))
+		g, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verifyToken(t, v, "the slot holder's token", g.Scope(), g.Token(), true)
+		verifyToken(t, v, "its token on another slot", semaphore.Scope(p, g.Slot+1), g.Token(), false)
+		verifyToken(t, v, "a scope with no slot", p, g.Token(), false)
+		if err := sem.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		verifyToken(t, v, "a released slot holder's token", g.Scope(), g.Token(), false)
 	})
 	t.Run("bad input", func(t *testing.T) {
 		if _, err := zkio.NewVerifier(nil, "lock", "/x"); !errors.Is(err, primitives.ErrInvalidArgument) {
