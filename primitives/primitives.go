@@ -36,6 +36,7 @@ package primitives
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ahrtr/disco/fencing"
@@ -120,6 +121,21 @@ var (
 	// Suspended, for a service built to cancel there.
 	ErrSuspended = errors.New("disco: ownership suspended")
 )
+
+// SuspendedError is the cause of a Do or Lead context ended at Suspended
+// (for a service built to cancel there): it wraps ErrSuspended and says
+// when the hold may end, so that fn can stop its work before then.
+type SuspendedError struct {
+	Key      string
+	Deadline time.Time // Suspended.Deadline: the hold may end from then on
+}
+
+func (e *SuspendedError) Error() string {
+	return fmt.Sprintf("hold %s suspended, may end at %s: %v", e.Key, e.Deadline.Format(time.RFC3339Nano), ErrSuspended)
+}
+
+// Unwrap returns ErrSuspended.
+func (e *SuspendedError) Unwrap() error { return ErrSuspended }
 
 // Coalescable reports whether e may be replaced by a later event of the same
 // kind when a subscriber falls behind. Only LeaderChanged is.

@@ -89,8 +89,7 @@ func Run[G any](ctx context.Context, s Owner, spec Spec[G], fn func(context.Cont
 					}
 				case primitives.Suspended:
 					if onSuspend && created != 0 && e.Created == created && suspended == nil {
-						suspended = fmt.Errorf("hold %s suspended, may end at %s: %w",
-							e.Key, e.Deadline.Format(time.RFC3339Nano), primitives.ErrSuspended)
+						suspended = &primitives.SuspendedError{Key: e.Key, Deadline: e.Deadline}
 						cancel(suspended)
 					}
 				}

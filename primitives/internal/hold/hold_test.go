@@ -127,11 +127,17 @@ func (suspending) CancelOnSuspend() bool { return true }
 func TestHoldCancelsOnSuspendedWhenAsked(t *testing.T) {
 	o := newOwner()
 	released := false
+	deadline := time.Now().Add(time.Second)
 	err := run(context.Background(), suspending{o}, grant{"k", 7}, func(ctx context.Context, g grant) error {
-		o.events.Publish(primitives.Suspended{Key: "k", Token: 7, Created: 7, Deadline: time.Now().Add(time.Second)})
+		o.events.Publish(primitives.Suspended{Key: "k", Token: 7, Created: 7, Deadline: deadline})
 		<-ctx.Done()
 		if !errors.Is(context.Cause(ctx), primitives.ErrSuspended) {
 			t.Errorf("cause %v, want ErrSuspended", context.Cause(ctx))
+		}
+		// The cause says when the hold may end, for fn to stop before.
+		var se *primitives.SuspendedError
+		if !errors.As(context.Cause(ctx), &se) || !se.Deadline.Equal(deadline) || se.Key != "k" {
+			t.Errorf("cause %#v, want a SuspendedError with the Suspended's key and deadline", context.Cause(ctx))
 		}
 		return nil
 	}, func(context.Context, grant) error { released = true; return nil })
