@@ -7,6 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -115,7 +116,11 @@ func (svc *service) release(ctx context.Context, match driver.Match) error {
 	if err != nil {
 		return err
 	}
-	resp, terr := svc.s.cli.Txn(ctx).
+	// The delete ends with the session too: once it is lost, the lease
+	// takes the key, and the caller learns the loss now, not at ctx's end.
+	dctx, cancel := ctxtime.WithDone(ctx, svc.s.done)
+	defer cancel()
+	resp, terr := svc.s.cli.Txn(dctx).
 		If(clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)).
 		Then(clientv3.OpDelete(g.Key)).Commit()
 	_, err = call(context.WithoutCancel(ctx), svc.s, func(r actor.Reply[struct{}]) {

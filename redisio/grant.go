@@ -20,7 +20,7 @@ func (v *service) release(ctx context.Context, m driver.Match) error {
 	if err != nil {
 		return err
 	}
-	n, rerr := v.s.release(ctx, v.ref(h.Key))
+	n, rerr := v.s.releaseBounded(ctx, v.ref(h.Key))
 	out := driver.Deleted
 	switch {
 	case rerr != nil:

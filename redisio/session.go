@@ -201,6 +201,32 @@ func (s *Session) release(ctx context.Context, ref holdRef) (int64, error) {
 	return releaseScript.Run(ctx, s.cli, []string{ref.seq, ref.queue, ref.granted, s.key, ref.key}, ref.wake, ref.handoff).Int64()
 }
 
+// releaseBounded is release, ended early, its outcome unknown, when ctx
+// ends or the session does: once the session is lost its keys expire with
+// it, and the caller learns the loss now rather than when the client's own
+// read timeout fires (go-redis heeds a context only between commands
+// unless the client was made with ContextTimeoutEnabled). The script, if
+// it runs on, ends within the client's own timeouts.
+func (s *Session) releaseBounded(ctx context.Context, ref holdRef) (int64, error) {
+	type result struct {
+		n   int64
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		n, err := s.release(ctx, ref)
+		ch <- result{n, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.n, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-s.done:
+		return 0, s.Err()
+	}
+}
+
 // cleanup releases keys and deletes the session's key, bounded by
 // opTimeout; errors only log (the keys expire with the TTL anyway).
 func (s *Session) cleanup(keys []holdRef) {

@@ -330,8 +330,20 @@ func (svc *service) release(ctx context.Context, m driver.Match) error {
 		return err
 	}
 	out := driver.Deleted
-	derr := svc.s.conn.Delete(h.Key, -1)
+	derr, unknown := error(nil), false
+	for {
+		// A delete the connection cut short is tried again until the
+		// service ends (the session's end takes the znode; the caller
+		// learns the loss) or ctx does.
+		derr = svc.s.conn.Delete(h.Key, -1)
+		if derr == nil || errors.Is(derr, zk.ErrNoNode) || !retryable(derr) || !svc.pauseRetry(ctx) {
+			break
+		}
+		unknown = true
+	}
 	switch {
+	case errors.Is(derr, zk.ErrNoNode) && unknown:
+		derr = nil // an earlier try, cut short, deleted it
 	case errors.Is(derr, zk.ErrNoNode):
 		out = driver.Gone
 	case derr != nil:

@@ -34,3 +34,17 @@ func Ended(ctx context.Context) error {
 	}
 	return nil
 }
+
+// WithDone returns a context that ends when ctx does or done is closed,
+// whichever is first; cancel releases it and must be called.
+func WithDone(ctx context.Context, done <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}

@@ -28,3 +28,19 @@ func TestEnded(t *testing.T) {
 		t.Fatalf("context before its deadline: %v", err)
 	}
 }
+
+func TestWithDone(t *testing.T) {
+	done := make(chan struct{})
+	ctx, cancel := WithDone(context.Background(), done)
+	defer cancel()
+	if ctx.Err() != nil {
+		t.Fatal("ended before done closed")
+	}
+	close(done)
+	<-ctx.Done()
+	parent, pcancel := context.WithCancel(context.Background())
+	ctx2, cancel2 := WithDone(parent, make(chan struct{}))
+	defer cancel2()
+	pcancel()
+	<-ctx2.Done()
+}

@@ -1,0 +1,46 @@
+package zkio_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ahrtr/disco/internal/faultproxy"
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/zkio"
+)
+
+// TestReleaseEndsWithTheSession: an Unlock in flight when ZooKeeper is
+// cut off returns once the session is lost, not when its context ends.
+func TestReleaseEndsWithTheSession(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	px, err := faultproxy.Listen("127.0.0.1:0", servers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	const ttl = 2 * time.Second
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{px.Addr()}, "/release/partition", zkio.WithSessionTimeout(ttl)))
+	ctx := context.Background()
+	if _, err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	px.BlackholeTx()
+	px.BlackholeRx()
+	defer func() { px.UnblackholeTx(); px.UnblackholeRx() }()
+	start := time.Now()
+	uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = l.Unlock(uctx)
+	took := time.Since(start)
+	if !errors.Is(err, primitives.ErrLost) && !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Unlock cut off from ZooKeeper: %v after %v, want ErrLost", err, took)
+	}
+	if took > ttl+2*time.Second {
+		t.Fatalf("Unlock returned %v after ZooKeeper was cut off, TTL %v: it outlived the session", took, ttl)
+	}
+}
