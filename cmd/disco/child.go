@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
 )
@@ -47,6 +48,7 @@ type supervisor struct {
 	what           string // "lock NAME", "leadership of NAME"
 	argv           []string
 	grace          time.Duration
+	stopAt         string // stopAtSuspended or stopAtLost
 	stdin          io.Reader
 	stdout, stderr io.Writer
 
@@ -55,6 +57,7 @@ type supervisor struct {
 	pgid     int                // CMD's process group while it runs, else 0
 	finished bool               // CMD has run
 	lost     bool               // the hold was lost while CMD ran
+	doubted  bool               // the hold was suspended while CMD ran, and CMD stopped
 	sig      syscall.Signal     // a signal that came before CMD started
 }
 
@@ -140,13 +143,23 @@ func (s *supervisor) run(ctx context.Context, scope string, token fencing.Token)
 	select {
 	case err = <-exited:
 	case <-ctx.Done():
+		killAt := time.Now().Add(s.grace)
+		var se *primitives.SuspendedError
 		s.mu.Lock()
-		s.lost = true
+		if errors.As(context.Cause(ctx), &se) {
+			// The lease is unconfirmed: CMD must be gone before it may expire.
+			s.doubted = true
+			killAt = earlier(killAt, se.Deadline.Add(-killMargin))
+			fmt.Fprintf(s.stderr, "disco: %s in doubt: its lease is unconfirmed and may expire at %s\ndisco: sending SIGTERM to %s (SIGKILL at %s)\n",
+				s.what, se.Deadline.Format(clockTime), s.argv[0], killAt.Format(clockTime))
+		} else {
+			s.lost = true
+			fmt.Fprintf(s.stderr, "disco: %s lost: %v\ndisco: sending SIGTERM to %s (SIGKILL after %v)\n",
+				s.what, context.Cause(ctx), s.argv[0], s.grace)
+		}
 		s.mu.Unlock()
-		fmt.Fprintf(s.stderr, "disco: %s lost: %v\ndisco: sending SIGTERM to %s (SIGKILL after %v)\n",
-			s.what, context.Cause(ctx), s.argv[0], s.grace)
 		grp.signal(syscall.SIGTERM)
-		grace := time.NewTimer(s.grace)
+		grace := time.NewTimer(time.Until(killAt))
 		select {
 		case err = <-exited:
 		case <-grace.C:
@@ -162,6 +175,43 @@ func (s *supervisor) run(ctx context.Context, scope string, token fencing.Token)
 	s.pgid, s.finished = 0, true
 	s.mu.Unlock()
 	return exitStatus(err)
+}
+
+// The values of --stop-at.
+const (
+	stopAtSuspended = "suspended" // stop CMD at Suspended, before the lease may expire
+	stopAtLost      = "lost"      // stop CMD only once the hold is lost
+)
+
+// killMargin is how long before a suspended hold's deadline CMD's group
+// gets SIGKILL, at the latest: time for the kernel to end it.
+const killMargin = 250 * time.Millisecond
+
+// clockTime formats the moments disco reports.
+const clockTime = "15:04:05.000"
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// options returns the options the primitive needs for --stop-at: with
+// suspended, lock.Do and election.Lead end CMD's context at Suspended.
+func (s *supervisor) options() []etcdio.Option {
+	if s.stopAt == stopAtSuspended {
+		return []etcdio.Option{etcdio.WithCancelOnSuspend()}
+	}
+	return nil
+}
+
+// checkStopAt validates --stop-at.
+func checkStopAt(v string) error {
+	if v != stopAtSuspended && v != stopAtLost {
+		return usageErr(fmt.Errorf("--stop-at %q: want %q or %q", v, stopAtSuspended, stopAtLost))
+	}
+	return nil
 }
 
 // exitStatus turns cmd.Wait's error into nil or a childExit.
@@ -190,6 +240,14 @@ func (s *supervisor) outcome(err error) error {
 		return ie
 	}
 	var ce childExit
+	s.mu.Lock()
+	doubted := s.doubted
+	s.mu.Unlock()
+	if doubted && errors.Is(err, primitives.ErrSuspended) && !errors.Is(err, primitives.ErrLost) {
+		// The lease was confirmed again after CMD was stopped: the hold
+		// was released, but CMD did not finish under it.
+		return &exitError{code: exitLost, err: fmt.Errorf("%s was in doubt while CMD ran, so CMD was stopped; the lease was confirmed again and the hold released", s.what)}
+	}
 	if errors.Is(err, primitives.ErrLost) {
 		s.mu.Lock()
 		seen := s.lost
@@ -198,7 +256,7 @@ func (s *supervisor) outcome(err error) error {
 		if errors.As(err, &ce) {
 			status = ce.Error()
 		}
-		if seen {
+		if seen || doubted {
 			// The cause is told already.
 			return &exitError{code: exitLost, err: fmt.Errorf("%s lost while CMD ran; %s", s.what, status)}
 		}

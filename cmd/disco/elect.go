@@ -15,6 +15,7 @@ import (
 
 func newElectCmd(g *globals) *cobra.Command {
 	var grace time.Duration
+	var stopAt string
 	cmd := &cobra.Command{
 		Use:   "elect NAME VALUE [-- CMD [ARGS...]]",
 		Short: "Campaign in the election NAME; run CMD while leading",
@@ -22,9 +23,11 @@ func newElectCmd(g *globals) *cobra.Command {
 
 With CMD: once leading, run CMD with FENCING_TOKEN (the term's token, its
 key's creation revision) and FENCING_SCOPE (NAME) in its environment; when CMD
-exits, resign and exit with CMD's status. If leadership is lost while CMD
-runs, CMD's process group gets SIGTERM, then SIGKILL after --grace, and disco
-exits with status 3. Signals and process groups are handled as by 'disco
+exits, resign and exit with CMD's status. When the term's lease goes
+unconfirmed while CMD runs (Suspended), CMD's process group gets SIGTERM,
+then SIGKILL after --grace or just before the lease may expire, whichever is
+first; with --stop-at=lost only once leadership is lost, SIGKILL after
+--grace. Either way disco then exits with status 3 (see 'disco lock'). Signals and process groups are handled as by 'disco
 lock': no process of CMD's group outlives the term (disco resigns only once
 none runs), except one that left the group (setsid).
 
@@ -47,22 +50,26 @@ the same NAME about who leads.`,
 			if len(a) == 2 {
 				return usageErr(errors.New("elect: nothing after --"))
 			}
-			return runElect(cmd.Context(), g, a[0], a[1], a[2:], grace)
+			if err := checkStopAt(stopAt); err != nil {
+				return err
+			}
+			return runElect(cmd.Context(), g, a[0], a[1], a[2:], grace, stopAt)
 		}),
 	}
-	cmd.Flags().DurationVar(&grace, "grace", 5*time.Second, "after a loss, how long CMD has to exit after SIGTERM before SIGKILL")
+	cmd.Flags().DurationVar(&grace, "grace", 5*time.Second, "how long CMD has to exit after SIGTERM before SIGKILL (at suspended, cut to end before the lease may expire)")
+	cmd.Flags().StringVar(&stopAt, "stop-at", stopAtSuspended, "when to stop CMD: suspended (the lease went unconfirmed; CMD is gone before it may expire) or lost")
 	return cmd
 }
 
 // newElection connects and makes a candidate in NAME.
-func newElection(ctx context.Context, g *globals, name string) (election.Service, func(), error) {
+func newElection(ctx context.Context, g *globals, name string, extra ...etcdio.Option) (election.Service, func(), error) {
 	cli, err := g.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	cctx, cancel := g.commandCtx(ctx)
 	defer cancel()
-	e, err := etcdio.NewElection(cli, name, g.options(cctx)...)
+	e, err := etcdio.NewElection(cli, name, append(g.options(cctx), extra...)...)
 	if err != nil {
 		cli.Close()
 		return nil, nil, err
@@ -70,11 +77,11 @@ func newElection(ctx context.Context, g *globals, name string) (election.Service
 	return e, func() { e.Close(); cli.Close() }, nil
 }
 
-func runElect(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration) error {
-	sup := &supervisor{what: "leadership of " + name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
+func runElect(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration, stopAt string) error {
+	sup := &supervisor{what: "leadership of " + name, argv: argv, grace: grace, stopAt: stopAt, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
-	e, closeAll, err := newElection(waitCtx, g, name)
+	e, closeAll, err := newElection(waitCtx, g, name, sup.options()...)
 	if err != nil {
 		return orInterrupted(sup, "etcd", err)
 	}

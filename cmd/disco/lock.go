@@ -13,6 +13,7 @@ import (
 
 func newLockCmd(g *globals) *cobra.Command {
 	var grace time.Duration
+	var stopAt string
 	cmd := &cobra.Command{
 		Use:   "lock NAME -- CMD [ARGS...]",
 		Short: "Run CMD while holding the lock NAME",
@@ -20,9 +21,16 @@ func newLockCmd(g *globals) *cobra.Command {
 and FENCING_SCOPE (NAME) in its environment, and release the lock when CMD
 exits. disco exits with CMD's status.
 
-If the lock is lost while CMD runs (the lease expired or was revoked, the key
-was deleted), CMD's process group gets SIGTERM, then SIGKILL after --grace,
-and disco exits with status 3. SIGINT and SIGTERM sent to disco are passed
+When the lock's lease goes unconfirmed while CMD runs (etcd did not
+acknowledge a renewal for half the TTL: Suspended), CMD's process group gets
+SIGTERM, then SIGKILL after --grace or just before the lease may expire,
+whichever is first, so that CMD is gone before anyone else can hold the
+lock; disco then releases and exits with status 3, also if the lease is
+confirmed again meanwhile (CMD did not finish under the lock). With
+--stop-at=lost, disco waits for the loss itself (the lease expired or was
+revoked, the key was deleted) and then stops CMD the same way, SIGKILL after
+--grace: CMD may then run on beside the next holder, until its token is
+refused. Either way disco exits with status 3. SIGINT and SIGTERM sent to disco are passed
 on to CMD; before CMD starts they end the wait (status 128+signal).
 
 CMD runs in a process group of its own (it is then not in the terminal's
@@ -44,10 +52,14 @@ and 'etcdctl lock' on the same NAME.`,
 			if err := checkName(a[0]); err != nil {
 				return err
 			}
-			return runLock(cmd.Context(), g, a[0], a[1:], grace)
+			if err := checkStopAt(stopAt); err != nil {
+				return err
+			}
+			return runLock(cmd.Context(), g, a[0], a[1:], grace, stopAt)
 		}),
 	}
-	cmd.Flags().DurationVar(&grace, "grace", 5*time.Second, "after a loss, how long CMD has to exit after SIGTERM before SIGKILL")
+	cmd.Flags().DurationVar(&grace, "grace", 5*time.Second, "how long CMD has to exit after SIGTERM before SIGKILL (at suspended, cut to end before the lease may expire)")
+	cmd.Flags().StringVar(&stopAt, "stop-at", stopAtSuspended, "when to stop CMD: suspended (the lease went unconfirmed; CMD is gone before it may expire) or lost")
 	return cmd
 }
 
@@ -60,8 +72,8 @@ func needDash(cmd *cobra.Command, n int) error {
 	return nil
 }
 
-func runLock(ctx context.Context, g *globals, name string, argv []string, grace time.Duration) error {
-	sup := &supervisor{what: "lock " + name, argv: argv, grace: grace, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
+func runLock(ctx context.Context, g *globals, name string, argv []string, grace time.Duration, stopAt string) error {
+	sup := &supervisor{what: "lock " + name, argv: argv, grace: grace, stopAt: stopAt, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
 	cli, err := g.connect(waitCtx)
@@ -70,7 +82,7 @@ func runLock(ctx context.Context, g *globals, name string, argv []string, grace 
 	}
 	defer cli.Close()
 	cctx, cancel := g.commandCtx(waitCtx)
-	l, err := etcdio.NewLock(cli, name, g.options(cctx)...)
+	l, err := etcdio.NewLock(cli, name, append(g.options(cctx), sup.options()...)...)
 	cancel()
 	if err != nil {
 		return orInterrupted(sup, "etcd", err)
