@@ -111,8 +111,10 @@ func ExampleSupervise() {
 			})
 		}
 		if first {
-			// Simulate a crash of this node's session.
-			if _, err := cli.Revoke(ctx, clientv3.LeaseID(l.LeaseID)); err != nil {
+			// Simulate a crash of this node's session. The revoke does not
+			// ride the term's ctx: the loss it causes ends that ctx, maybe
+			// before the revoke's own reply arrives.
+			if _, err := cli.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(l.LeaseID)); err != nil {
 				return err
 			}
 		}

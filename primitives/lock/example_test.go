@@ -149,8 +149,9 @@ func ExampleSupervise() {
 	err = lock.Supervise(context.Background(), newService, func(ctx context.Context, g lock.Grant) error {
 		tokens = append(tokens, g.Token())
 		if len(tokens) == 1 {
-			// Simulate a crash of this worker's session.
-			if _, err := cli.Revoke(ctx, clientv3.LeaseID(g.LeaseID)); err != nil {
+			// Simulate a crash of this worker's session (on a ctx of its
+			// own: the loss it causes ends the hold's ctx).
+			if _, err := cli.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(g.LeaseID)); err != nil {
 				return err
 			}
 			<-ctx.Done() // the hold is lost: stop working
