@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
 )
@@ -195,15 +194,6 @@ func earlier(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// options returns the options the primitive needs for --stop-at: with
-// suspended, lock.Do and election.Lead end CMD's context at Suspended.
-func (s *supervisor) options() []etcdio.Option {
-	if s.stopAt == stopAtSuspended {
-		return []etcdio.Option{etcdio.WithCancelOnSuspend()}
-	}
-	return nil
 }
 
 // checkStopAt validates --stop-at.

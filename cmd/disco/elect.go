@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives/election"
 )
@@ -62,31 +61,31 @@ the same NAME about who leads.`,
 }
 
 // newElection connects and makes a candidate in NAME.
-func newElection(ctx context.Context, g *globals, name string, extra ...etcdio.Option) (election.Service, func(), error) {
-	cli, err := g.connect(ctx)
+func newElection(ctx context.Context, g *globals, name string, cancelOnSuspend bool) (election.Service, func(), error) {
+	b, err := g.dial(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	cctx, cancel := g.commandCtx(ctx)
 	defer cancel()
-	e, err := etcdio.NewElection(cli, name, append(g.options(cctx), extra...)...)
+	e, err := b.newElection(cctx, name, cancelOnSuspend)
 	if err != nil {
-		cli.Close()
+		b.close()
 		return nil, nil, err
 	}
-	return e, func() { e.Close(); cli.Close() }, nil
+	g.logf("election %s: %s", name, b.where(name))
+	return e, func() { e.Close(); b.close() }, nil
 }
 
 func runElect(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration, stopAt string) error {
 	sup := &supervisor{what: "leadership of " + name, argv: argv, grace: grace, stopAt: stopAt, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
-	e, closeAll, err := newElection(waitCtx, g, name, sup.options()...)
+	e, closeAll, err := newElection(waitCtx, g, name, stopAt == stopAtSuspended)
 	if err != nil {
-		return orInterrupted(sup, "etcd", err)
+		return orInterrupted(sup, "the service", err)
 	}
 	defer closeAll()
-	g.logPrefix("election", name)
 	g.logf("campaigning in %s", name)
 	err = election.Lead(waitCtx, e, value, func(ctx context.Context, l election.Leadership) error {
 		g.logf("leading %s: token %v, key %s; running %s", name, l.FencingToken, l.Key, argv[0])
@@ -104,7 +103,6 @@ func runCampaigns(ctx context.Context, g *globals, name, value string) error {
 	ctx, stop := notifyContext(ctx)
 	defer stop()
 	out := newPrinter(g)
-	g.logPrefix("election", name)
 	for retry := time.Duration(0); ; {
 		err := campaignOnce(ctx, g, name, value, out)
 		var ee *exitError
@@ -121,8 +119,12 @@ func runCampaigns(ctx context.Context, g *globals, name, value string) error {
 
 // campaignOnce runs one candidate until its term is lost or ctx ends.
 func campaignOnce(ctx context.Context, g *globals, name, value string, out *printer) error {
-	e, closeAll, err := newElection(ctx, g, name)
+	e, closeAll, err := newElection(ctx, g, name, false)
 	if err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return err
+		}
 		return &exitError{code: exitFailure, err: err}
 	}
 	defer closeAll()

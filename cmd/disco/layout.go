@@ -53,6 +53,7 @@ type epochInfo struct {
 
 // report is what 'disco status' shows about one prefix.
 type report struct {
+	Service  string       `json:"service"` // etcd, ZooKeeper, Redis
 	Name     string       `json:"name"`
 	Kind     string       `json:"kind"`      // lock, rwlock, election; "" if no keys
 	KindFrom string       `json:"kind_from"` // layout, flag

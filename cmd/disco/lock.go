@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
@@ -76,19 +75,19 @@ func runLock(ctx context.Context, g *globals, name string, argv []string, grace 
 	sup := &supervisor{what: "lock " + name, argv: argv, grace: grace, stopAt: stopAt, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
-	cli, err := g.connect(waitCtx)
+	b, err := g.dial(waitCtx)
 	if err != nil {
-		return orInterrupted(sup, "etcd", err)
+		return orInterrupted(sup, "the service", err)
 	}
-	defer cli.Close()
+	defer b.close()
 	cctx, cancel := g.commandCtx(waitCtx)
-	l, err := etcdio.NewLock(cli, name, append(g.options(cctx), sup.options()...)...)
+	l, err := b.newLock(cctx, name, stopAt == stopAtSuspended)
 	cancel()
 	if err != nil {
-		return orInterrupted(sup, "etcd", err)
+		return orInterrupted(sup, b.name(), err)
 	}
 	defer l.Close()
-	g.logPrefix("lock", name)
+	g.logf("lock %s: %s", name, b.where(name))
 	g.logf("waiting for lock %s", name)
 	err = lock.Do(waitCtx, l, func(ctx context.Context, gr lock.Grant) error {
 		g.logf("locked %s: token %v, key %s; running %s", name, gr.FencingToken, gr.Key, argv[0])

@@ -22,8 +22,3 @@ func checkName(name string) error {
 // keyPrefix is the etcd prefix under which the primitives on name keep
 // their keys.
 func keyPrefix(name string) string { return name + "/" }
-
-// logPrefix reports with --verbose the exact etcd prefix used for name.
-func (g *globals) logPrefix(what, name string) {
-	g.logf("%s %s: keys under etcd prefix %q", what, name, keyPrefix(name))
-}

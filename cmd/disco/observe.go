@@ -25,7 +25,6 @@ TTL), it says so on stderr and observes again.`,
 			if err := checkName(a[0]); err != nil {
 				return err
 			}
-			g.logPrefix("election", a[0])
 			return runObserve(cmd.Context(), g, a[0])
 		}),
 	}
@@ -85,7 +84,7 @@ func runObserve(ctx context.Context, g *globals, name string) error {
 // observeOnce prints each change of leader on one session until it ends,
 // skipping a state equal to *last; connected says whether it got a session.
 func observeOnce(ctx context.Context, g *globals, name string, out *printer, last **leaderLine) (connected bool, err error) {
-	e, closeAll, err := newElection(ctx, g, name)
+	e, closeAll, err := newElection(ctx, g, name, false)
 	if err != nil {
 		return false, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -25,8 +26,28 @@ const (
 	exitNotFound = 127 // CMD not found
 )
 
-// defaultEndpoint is used when neither --endpoints nor ETCD_ENDPOINTS is set.
+// defaultEndpoint is used when neither --endpoints nor DISCO_ENDPOINTS nor
+// ETCD_ENDPOINTS is set.
 const defaultEndpoint = "127.0.0.1:2379"
+
+// envEndpoints names the environment variable that sets the default
+// --endpoints, of any service; ETCD_ENDPOINTS is read when it is unset.
+const envEndpoints = "DISCO_ENDPOINTS"
+
+// endpointsFromEnv returns DISCO_ENDPOINTS's endpoints, else
+// ETCD_ENDPOINTS's.
+func endpointsFromEnv() []string {
+	var eps []string
+	for _, ep := range strings.Split(os.Getenv(envEndpoints), ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			eps = append(eps, ep)
+		}
+	}
+	if len(eps) > 0 {
+		return eps
+	}
+	return embedded.EndpointsFromEnv()
+}
 
 // exitError ends disco with code, printing err (if not nil) on stderr.
 type exitError struct {
@@ -87,35 +108,39 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "disco",
-		Short: "Locks and elections with fencing tokens on etcd, from the shell",
-		Long: `disco runs commands under etcd locks and elections and hands them a fencing
-token (FENCING_TOKEN) to pass to the resources they write to.
+		Short: "Locks and elections with fencing tokens on etcd, ZooKeeper or Redis, from the shell",
+		Long: `disco runs commands under locks and elections on etcd, ZooKeeper or Redis
+and hands them a fencing token (FENCING_TOKEN) to pass to the resources they
+write to. --endpoints chooses the service by its scheme: etcd (the default,
+host:port or etcd://host:port,...), zk://host:port,... or redis://host:port/db.
 
-Exit statuses: CMD's own; 1 disco's error (etcd unreachable, a timeout);
-2 bad usage; 3 the lock or leadership was lost while CMD ran (CMD was
-terminated); 126/127 CMD could not be started / was not found; 128+N disco
-was interrupted by signal N before CMD started, or CMD died of signal N.
+Exit statuses: CMD's own; 1 disco's error (the service unreachable, a
+timeout); 2 bad usage; 3 the lock or leadership was lost, or in doubt, while
+CMD ran (CMD was terminated); 126/127 CMD could not be started / was not
+found; 128+N disco was interrupted by signal N before CMD started, or CMD
+died of signal N.
 
 Names: a NAME starts with "/" and does not end with "/" (others are refused,
-status 2). A primitive on NAME keeps its keys under the etcd prefix NAME/
+status 2). On etcd a primitive on NAME keeps its keys under the prefix NAME/
 (-v prints it), the keys 'etcdctl lock NAME' and 'etcdctl elect NAME' use;
-a rwlock also keeps NAME.epoch. Names are independent: the keys of
-NAME/sub are not NAME's.`,
+a rwlock also keeps NAME.epoch. On ZooKeeper its znodes are NAME's children,
+in Curator's layouts; on Redis its keys are NAME/.... Names are independent:
+the keys of NAME/sub are not NAME's.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
-	def := embedded.EndpointsFromEnv()
+	def := endpointsFromEnv()
 	if len(def) == 0 {
 		def = []string{defaultEndpoint}
 	}
 	f := root.PersistentFlags()
-	f.StringSliceVar(&g.endpoints, "endpoints", def, "etcd endpoints, comma-separated; "+embedded.EnvEndpoints+" sets the default")
-	f.DurationVar(&g.ttl, "ttl", 10*time.Second, "lease TTL of lock and election sessions, whole seconds: how long a hold outlives a crashed disco")
+	f.StringSliceVar(&g.endpoints, "endpoints", def, "the service, comma-separated: etcd host:port (or etcd://, http://), zk://host:port,..., or redis://host:port/db; "+envEndpoints+" or "+embedded.EnvEndpoints+" sets the default")
+	f.DurationVar(&g.ttl, "ttl", 10*time.Second, "TTL of lock and election sessions (the lease; on ZooKeeper the session timeout), whole seconds: how long a hold outlives a crashed disco")
 	f.BoolVar(&g.json, "json", false, "machine-readable output of status, observe and elect without CMD: one JSON object per line")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "report progress (waiting, acquired, released) on stderr")
-	f.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "give up when etcd does not answer within this")
-	f.DurationVar(&g.commandTimeout, "command-timeout", 5*time.Second, "bound on each of disco's own etcd requests (not the wait for a lock)")
+	f.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "give up when the service does not answer within this")
+	f.DurationVar(&g.commandTimeout, "command-timeout", 5*time.Second, "bound on each of disco's own requests to the service (not the wait for a lock)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.check() }
 	root.AddCommand(newLockCmd(g), newElectCmd(g), newObserveCmd(g), newStatusCmd(g), newEtcdCmd(g))
 	return root

@@ -42,7 +42,12 @@ named NAME/read is taken for readers of a rwlock NAME.`,
 			return checkName(a[0])
 		},
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
-			r, err := readStatus(cmd.Context(), g, a[0], kind)
+			b, err := g.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			r, err := b.status(cmd.Context(), a[0], kind)
 			if err != nil {
 				return err
 			}
@@ -57,12 +62,7 @@ named NAME/read is taken for readers of a rwlock NAME.`,
 }
 
 // readStatus reads the keys of name at one revision, then their leases.
-func readStatus(ctx context.Context, g *globals, name, kind string) (*report, error) {
-	cli, err := g.connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
+func readStatus(ctx context.Context, g *globals, cli *clientv3.Client, name, kind string) (*report, error) {
 	cctx, cancel := g.commandCtx(ctx)
 	defer cancel()
 	g.logf("status %s: keys under etcd prefix %q, and the key %q", name, keyPrefix(name), epochKey(name))
@@ -78,7 +78,7 @@ func readStatus(ctx context.Context, g *globals, name, kind string) (*report, er
 	if ekv := resp.Responses[1].GetResponseRange().Kvs; len(ekv) > 0 {
 		epoch = ekv[0]
 	}
-	r := &report{Name: name, Kind: kind, KindFrom: "flag", Revision: resp.Header.Revision, Epoch: epochOf(epoch), Nested: nested}
+	r := &report{Service: "etcd", Name: name, Kind: kind, KindFrom: "flag", Revision: resp.Header.Revision, Epoch: epochOf(epoch), Nested: nested}
 	if kind == "" {
 		r.Kind, r.KindFrom = detectKind(name, kvs, epoch), "layout"
 	}
@@ -120,11 +120,19 @@ func (r *report) render(w io.Writer) error {
 
 // renderOwn writes the table of r's own keys.
 func (r *report) renderOwn(w io.Writer) error {
+	at := fmt.Sprintf(" at revision %d", r.Revision)
+	if r.Service != "etcd" {
+		at = " on " + r.Service
+	}
 	if len(r.Queue) == 0 && r.Epoch == nil {
-		_, err := fmt.Fprintf(w, "%s: no keys of its own under %s/ (nobody holds, waits or leads) at revision %d\n", r.Name, r.Name, r.Revision)
+		_, err := fmt.Fprintf(w, "%s: no keys of its own under %s/ (nobody holds, waits or leads)%s\n", r.Name, r.Name, at)
 		return err
 	}
-	fmt.Fprintf(w, "%s: %s (kind from %s), %d keys at revision %d\n", r.Name, r.Kind, r.KindFrom, len(r.Queue), r.Revision)
+	keys := "keys"
+	if len(r.Queue) == 1 {
+		keys = "key"
+	}
+	fmt.Fprintf(w, "%s: %s (kind from %s), %d %s%s\n", r.Name, r.Kind, r.KindFrom, len(r.Queue), keys, at)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	switch r.Kind {
 	case kindElection:
@@ -147,6 +155,14 @@ func (r *report) renderOwn(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	switch {
+	case r.Service == "ZooKeeper":
+		fmt.Fprintln(w, "CREATED: the znode's czxid; LEASE: the session that owns it.")
+		return nil
+	case r.Service == "Redis":
+		fmt.Fprintln(w, "CREATED: the hold's number; LEASE: its session's id.")
+		return nil
+	}
 	switch r.Kind {
 	case kindElection:
 		fmt.Fprintln(w, "TOKEN: the candidate's key's creation revision, the leader's fencing token.")
@@ -168,6 +184,9 @@ func (e queueEntry) ttl() string {
 		return "-"
 	case *e.LeaseTTL < 0:
 		return "expired"
+	}
+	if e.LeaseGrantedTTL == 0 {
+		return fmt.Sprintf("%ds", *e.LeaseTTL)
 	}
 	return fmt.Sprintf("%ds/%ds", *e.LeaseTTL, e.LeaseGrantedTTL)
 }

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/primitives/election"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/redisio"
+	"github.com/ahrtr/disco/zkio"
+)
+
+// backend is the coordination service a command runs on, chosen by the
+// scheme of its endpoints: etcd:// (or none), zk://, redis://.
+type backend interface {
+	// name is the service's name in messages: "etcd", "ZooKeeper", "Redis".
+	name() string
+	// newLock and newElection make a primitive on NAME with disco's TTL,
+	// construction bounded by ctx; cancelOnSuspend asks lock.Do and
+	// election.Lead to end fn's context at Suspended.
+	newLock(ctx context.Context, name string, cancelOnSuspend bool) (lock.Service, error)
+	newElection(ctx context.Context, name string, cancelOnSuspend bool) (election.Service, error)
+	// status reads who holds, waits for or leads NAME.
+	status(ctx context.Context, name, kind string) (*report, error)
+	// where says which keys (znodes) a primitive on NAME uses, for -v.
+	where(name string) string
+	close()
+}
+
+// Schemes of --endpoints.
+const (
+	schemeEtcd  = "etcd"
+	schemeZK    = "zk"
+	schemeRedis = "redis"
+)
+
+// endpointsOf splits the endpoints into their scheme and addresses: the
+// first endpoint's scheme is every endpoint's (etcd when it has none);
+// another scheme later is an error.
+func endpointsOf(eps []string) (scheme string, addrs []string, err error) {
+	scheme = schemeEtcd
+	for i, ep := range eps {
+		s, rest, ok := strings.Cut(ep, "://")
+		switch {
+		case !ok && i == 0:
+			s, rest = schemeEtcd, ep
+		case !ok:
+			s, rest = scheme, ep
+		}
+		switch s {
+		case schemeEtcd, schemeZK, schemeRedis:
+		case "http", "https":
+			s, rest = schemeEtcd, ep // an etcd client URL as etcdctl takes it
+		default:
+			return "", nil, fmt.Errorf("--endpoints %q: unknown scheme %q (want etcd://, zk:// or redis://)", ep, s)
+		}
+		if i == 0 {
+			scheme = s
+		} else if s != scheme {
+			return "", nil, fmt.Errorf("--endpoints: %s:// and %s:// together: one service at a time", scheme, s)
+		}
+		if rest == "" {
+			return "", nil, fmt.Errorf("--endpoints %q: no address", ep)
+		}
+		addrs = append(addrs, rest)
+	}
+	if len(addrs) == 0 {
+		return "", nil, errors.New("--endpoints: no endpoint given")
+	}
+	if scheme == schemeRedis && len(addrs) > 1 {
+		return "", nil, fmt.Errorf("--endpoints: %d Redis servers: disco uses one primary", len(addrs))
+	}
+	return scheme, addrs, nil
+}
+
+// dial connects to the service of g.endpoints, which has answered within
+// the dial timeout.
+func (g *globals) dial(ctx context.Context) (backend, error) {
+	scheme, addrs, err := endpointsOf(g.endpoints)
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	switch scheme {
+	case schemeZK:
+		return g.dialZK(ctx, addrs)
+	case schemeRedis:
+		return g.dialRedis(ctx, addrs[0])
+	}
+	cli, err := g.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &etcdBackend{g: g, cli: cli}, nil
+}
+
+// unreachable words a failure to reach where within the dial timeout.
+func (g *globals) unreachable(service, where string, ctx context.Context, err error) error {
+	var dns *net.DNSError
+	switch {
+	case errors.As(err, &dns) && dns.IsNotFound:
+		return fmt.Errorf("%s at %s: no such host %q", service, where, dns.Name)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s at %s did not answer within %v (--dial-timeout): %w", service, where, g.dialTimeout, err)
+	}
+	return fmt.Errorf("%s at %s: %w", service, where, err)
+}
+
+// etcdBackend is etcd, through one client.
+type etcdBackend struct {
+	g   *globals
+	cli *clientv3.Client
+}
+
+func (b *etcdBackend) name() string { return "etcd" }
+
+func (b *etcdBackend) opts(ctx context.Context, cancelOnSuspend bool) []etcdio.Option {
+	o := b.g.options(ctx)
+	if cancelOnSuspend {
+		o = append(o, etcdio.WithCancelOnSuspend())
+	}
+	return o
+}
+
+func (b *etcdBackend) newLock(ctx context.Context, name string, cos bool) (lock.Service, error) {
+	return etcdio.NewLock(b.cli, name, b.opts(ctx, cos)...)
+}
+
+func (b *etcdBackend) newElection(ctx context.Context, name string, cos bool) (election.Service, error) {
+	return etcdio.NewElection(b.cli, name, b.opts(ctx, cos)...)
+}
+
+func (b *etcdBackend) status(ctx context.Context, name, kind string) (*report, error) {
+	return readStatus(ctx, b.g, b.cli, name, kind)
+}
+
+func (b *etcdBackend) where(name string) string {
+	return fmt.Sprintf("keys under etcd prefix %q", keyPrefix(name))
+}
+
+func (b *etcdBackend) close() { b.cli.Close() }
+
+// zkBackend is ZooKeeper, through one session that its primitives share.
+type zkBackend struct {
+	g       *globals
+	s       *zkio.Session
+	servers []string
+}
+
+func (g *globals) dialZK(ctx context.Context, servers []string) (backend, error) {
+	where := strings.Join(servers, ",")
+	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+	defer cancel()
+	s, err := zkio.NewSession(servers, zkio.WithSessionTimeout(g.ttl), zkio.WithContext(ctx))
+	if err != nil {
+		return nil, g.unreachable("ZooKeeper", where, ctx, err)
+	}
+	return &zkBackend{g: g, s: s, servers: servers}, nil
+}
+
+func (b *zkBackend) name() string { return "ZooKeeper" }
+
+func (b *zkBackend) opts(cos bool) []zkio.Option {
+	o := []zkio.Option{zkio.WithSession(b.s)}
+	if cos {
+		o = append(o, zkio.WithCancelOnSuspend())
+	}
+	return o
+}
+
+func (b *zkBackend) newLock(_ context.Context, name string, cos bool) (lock.Service, error) {
+	return zkio.NewLock(nil, name, b.opts(cos)...)
+}
+
+func (b *zkBackend) newElection(_ context.Context, name string, cos bool) (election.Service, error) {
+	return zkio.NewElection(nil, name, b.opts(cos)...)
+}
+
+func (b *zkBackend) where(name string) string {
+	return fmt.Sprintf("znodes under %s", name)
+}
+
+func (b *zkBackend) close() { b.s.Close() }
+
+// redisBackend is one Redis primary, through one client.
+type redisBackend struct {
+	g   *globals
+	cli *redis.Client
+}
+
+func (g *globals) dialRedis(ctx context.Context, addr string) (backend, error) {
+	opt, err := redis.ParseURL("redis://" + addr)
+	if err != nil {
+		return nil, usageErr(fmt.Errorf("--endpoints redis://%s: %w", addr, err))
+	}
+	opt.DialTimeout = g.dialTimeout
+	cli := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+	defer cancel()
+	if err := cli.Ping(ctx).Err(); err != nil {
+		cli.Close()
+		return nil, g.unreachable("Redis", opt.Addr, ctx, err)
+	}
+	return &redisBackend{g: g, cli: cli}, nil
+}
+
+func (b *redisBackend) name() string { return "Redis" }
+
+func (b *redisBackend) opts(ctx context.Context, cos bool) []redisio.Option {
+	o := []redisio.Option{redisio.WithTTL(b.g.ttl), redisio.WithContext(ctx)}
+	if cos {
+		o = append(o, redisio.WithCancelOnSuspend())
+	}
+	return o
+}
+
+func (b *redisBackend) newLock(ctx context.Context, name string, cos bool) (lock.Service, error) {
+	return redisio.NewLock(b.cli, name, b.opts(ctx, cos)...)
+}
+
+func (b *redisBackend) newElection(ctx context.Context, name string, cos bool) (election.Service, error) {
+	return redisio.NewElection(b.cli, name, b.opts(ctx, cos)...)
+}
+
+func (b *redisBackend) where(name string) string {
+	return fmt.Sprintf("keys %s/*", name)
+}
+
+func (b *redisBackend) close() { b.cli.Close() }
