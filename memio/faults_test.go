@@ -161,6 +161,19 @@ func TestSuspendThenResume(t *testing.T) {
 	f.succeeded(t)
 }
 
+// Resume with the fake clock not moved since Suspend resumes too: a test
+// that suspends and resumes at one instant must not wait for a Resumed
+// that never comes.
+func TestSuspendThenResumeAtOnce(t *testing.T) {
+	f := newFixture(t)
+	f.hs.Suspend()
+	f.want(t, "Suspended")
+	f.hs.Resume()
+	f.want(t, "Resumed")
+	f.clock.Advance(time.Hour)
+	f.still(t)
+}
+
 // StopRenewals is a partition: Suspended after half the TTL, Lost at it.
 func TestStopRenewals(t *testing.T) {
 	f := newFixture(t)

@@ -154,6 +154,7 @@ func (s *Session) resume() {
 		return
 	}
 	now := s.st.clock.Now()
+	s.clock.Mended(now)
 	if s.clock.Renewed(now, now, 0) == driver.Resume {
 		for svc := range s.services {
 			svc.Resume()

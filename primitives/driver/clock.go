@@ -128,6 +128,17 @@ func (c *Clock) Broken(now time.Time) Change {
 	return Suspend
 }
 
+// Mended records that the connection known broken is whole again at now,
+// by the store's own account (memio's Resume) rather than by a renewal's
+// round trip: a renewal sent at now then counts as sent after the break,
+// even on a clock that cannot tell the two instants apart (a fake clock
+// that did not move).
+func (c *Clock) Mended(now time.Time) {
+	if !now.Before(c.broken) {
+		c.broken = time.Time{}
+	}
+}
+
 // Tick checks the clock at now: Expire at or past the deadline, Suspend at
 // or past the suspension point, else Steady. Each is reported once.
 func (c *Clock) Tick(now time.Time) Change {

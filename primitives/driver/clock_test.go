@@ -111,3 +111,29 @@ func TestClockRenewedTTL(t *testing.T) {
 		t.Fatalf("TTL %v, SuspendAfter %v", c.TTL(), c.SuspendAfter())
 	}
 }
+
+// A renewal sent at the very instant the connection was found broken does
+// not resume, unless the store itself said the connection was mended then
+// (a fake clock that did not move between the two).
+func TestClockMended(t *testing.T) {
+	t0 := time.Unix(1e9, 0)
+	c := driver.NewClock(t0, 10*time.Second, 5*time.Second)
+	if got := c.Broken(t0); got != driver.Suspend {
+		t.Fatalf("Broken: %v", got)
+	}
+	if got := c.Renewed(t0, t0, 0); got != driver.Steady {
+		t.Fatalf("a renewal sent at the break: %v, want steady", got)
+	}
+	c.Mended(t0)
+	if got := c.Renewed(t0, t0, 0); got != driver.Resume {
+		t.Fatalf("a renewal sent once mended: %v, want resume", got)
+	}
+	c.Mended(t0.Add(-time.Second)) // before the break: a no-op
+	if got := c.Broken(t0.Add(time.Second)); got != driver.Suspend {
+		t.Fatalf("Broken again: %v", got)
+	}
+	c.Mended(t0)
+	if got := c.Renewed(t0.Add(time.Second), t0.Add(time.Second), 0); got != driver.Steady {
+		t.Fatalf("mended before the last break: %v, want steady", got)
+	}
+}
