@@ -68,9 +68,9 @@ func TestMetrics(t *testing.T) {
 
 	// The election learns who leads from its own reads, after Campaign.
 	testkit.Eventually(t, 10*time.Second, "a leader change", func() bool {
-		return gather(t, reg)["disco_leader_changes_total"] >= 1
+		return testkit.Gather(t, reg)["disco_leader_changes_total"] >= 1
 	})
-	got := gather(t, reg)
+	got := testkit.Gather(t, reg)
 	want := map[string]float64{
 		`disco_acquisitions_total{kind="lock"}`:               3,
 		`disco_acquisitions_total{kind="election"}`:           1,
@@ -84,45 +84,5 @@ func TestMetrics(t *testing.T) {
 		`disco_lease_margin_seconds_count`:                    -1,
 		`disco_loop_mailbox_depth_count`:                      -1,
 	}
-	for series, w := range want {
-		v, ok := got[series]
-		switch {
-		case w < 0 && (!ok || v < 1):
-			t.Errorf("%s = %v, want at least 1", series, v)
-		case w >= 0 && v != w:
-			t.Errorf("%s = %v, want %v", series, v, w)
-		}
-	}
-}
-
-// gather returns every sample of reg by its series name and labels, as
-// Prometheus's text format names them (histograms by _count).
-func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, mt := range mf.GetMetric() {
-			labels := ""
-			for i, lp := range mt.GetLabel() {
-				if i > 0 {
-					labels += ","
-				}
-				labels += lp.GetName() + `="` + lp.GetValue() + `"`
-			}
-			if labels != "" {
-				labels = "{" + labels + "}"
-			}
-			switch {
-			case mt.GetCounter() != nil:
-				out[mf.GetName()+labels] = mt.GetCounter().GetValue()
-			case mt.GetHistogram() != nil:
-				out[mf.GetName()+"_count"+labels] = float64(mt.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return out
+	testkit.WantSeries(t, got, want)
 }
