@@ -104,7 +104,8 @@ type TermResigner interface {
 // the term is lost, and resigns after fn returns. fn gets this candidate's
 // own term. It returns fn's error; if the term was lost it returns
 // errors.Join(fn's error, an error wrapping primitives.ErrLost). A failed
-// Campaign is returned as is and fn is not called.
+// Campaign is returned as is and fn is not called; a term won just as ctx
+// ended is resigned and Lead returns ctx's error without calling fn.
 func Lead(ctx context.Context, s Service, value string, fn func(ctx context.Context, l Leadership) error) error {
 	if err := hold.Check("election.Lead", s == nil, fn == nil); err != nil {
 		return err

@@ -122,7 +122,8 @@ const releaseTimeout = 10 * time.Second
 // the hold is lost, and releases the grant after fn returns. It returns fn's
 // error; if the hold was lost while fn ran it returns errors.Join(fn's error,
 // an error wrapping primitives.ErrLost). A failed Acquire is returned as is
-// and fn is not called. A nil s or fn is an error wrapping
+// and fn is not called; a permit won just as ctx ended is released and Do
+// returns ctx's error without calling fn. A nil s or fn is an error wrapping
 // primitives.ErrInvalidArgument.
 func Do(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
 	if err := hold.Check("semaphore.Do", s == nil, fn == nil); err != nil {

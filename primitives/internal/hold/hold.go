@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -52,7 +53,8 @@ func Check(helper string, serviceNil, fnNil bool) error {
 // the grant is released unless it was already lost. The result is fn's error
 // joined with the loss (or suspension) or the release's error; a release that
 // finds the grant gone counts as a loss. A failed acquire is returned as is
-// and fn is not called.
+// and fn is not called; so is ctx's error when the grant was won as ctx
+// ended, after the grant's release.
 func Run[G any](ctx context.Context, s Owner, spec Spec[G], fn func(context.Context, G) error) error {
 	// Subscribe first, so that no Lost for the grant can be missed.
 	subCtx, stopSub := context.WithCancel(ctx)
@@ -61,6 +63,15 @@ func Run[G any](ctx context.Context, s Owner, spec Spec[G], fn func(context.Cont
 	g, err := spec.Acquire(ctx)
 	if err != nil {
 		return err
+	}
+	if ctxtime.Ended(ctx) != nil {
+		// Won as ctx ended: nobody is left to work under it.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), spec.ReleaseTimeout)
+		defer rcancel()
+		if err := spec.Release(rctx, g); err != nil && !errors.Is(err, spec.NotHeld) {
+			return errors.Join(ctx.Err(), fmt.Errorf("release: %w", err))
+		}
+		return ctx.Err()
 	}
 	created := spec.Created(g)
 	sc, ok := s.(primitives.SuspendCanceler)

@@ -179,3 +179,24 @@ func TestCheckRejectsNil(t *testing.T) {
 		t.Errorf("Check of good input: %v", err)
 	}
 }
+
+// A grant won just as ctx ended (the acquisition and the cancellation
+// raced) is released at once, and fn is not run: Do and Lead return
+// ctx's error, and no owner works under a context already over.
+func TestHoldGrantWonAsContextEnds(t *testing.T) {
+	o := newOwner()
+	ctx, cancel := context.WithCancel(context.Background())
+	var released grant
+	acquire := func(context.Context) (grant, error) { cancel(); return grant{"k", 7}, nil }
+	err := hold.Run(ctx, o, spec(acquire, func(_ context.Context, g grant) error { released = g; return nil }),
+		func(context.Context, grant) error {
+			t.Error("fn ran with its context already ended")
+			return nil
+		})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	if released != (grant{"k", 7}) {
+		t.Fatalf("released %+v, want the grant", released)
+	}
+}
