@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -139,34 +140,28 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, er
 // A key of the same name left behind earlier (a reply lost, a cleanup that
 // failed) is deleted first, never overwritten: overwriting would keep its
 // old CreateRevision. If the outcome is unknown (the request failed), the
-// name is retired and the key deleted whether or not it was written.
+// name is retired and the key deleted whether or not it was written; while
+// the caller's ctx lives, a request that failed on its own (a broken
+// connection, a member that did not answer within requestTimeout) is
+// repeated under a new name, since the failed one may still land later.
 func (svc *service) create(ctx context.Context, keys, value string, conds []clientv3.Cmp, first clientv3.Op) (*waiter, *clientv3.TxnResponse, error) {
 	start := time.Now()
-	key := svc.nextKey(keys)
-	then := []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(svc.s.lease))}
-	if first.KeyBytes() != nil {
-		then = append([]clientv3.Op{first}, then...)
-	}
-	free := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-	txn := func(tctx context.Context) (*clientv3.TxnResponse, error) {
-		return svc.s.cli.Txn(tctx).If(append([]clientv3.Cmp{free}, conds...)...).Then(then...).
-			Else(clientv3.OpGet(key)).Commit()
-	}
 	for attempt, retries := 0, 0; ; attempt++ {
-		o, settled := svc.commitKey(ctx, key, txn)
+		key := svc.nextKey(keys)
+		then := []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(svc.s.lease))}
+		if first.KeyBytes() != nil {
+			then = append([]clientv3.Op{first}, then...)
+		}
+		free := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		o, settled := svc.commitKey(ctx, key, func(tctx context.Context) (*clientv3.TxnResponse, error) {
+			return svc.s.cli.Txn(tctx).If(append([]clientv3.Cmp{free}, conds...)...).Then(then...).
+				Else(clientv3.OpGet(key)).Commit()
+		})
 		if !settled {
 			svc.retired += 2 // a helper settles the key's fate
 			return nil, nil, ctx.Err()
 		}
 		resp, err := o.resp, o.err
-		if err != nil && retries < 3 && ctx.Err() == nil && status.Code(err) == codes.Unavailable {
-			// A broken connection: safe to repeat, since a key the failed
-			// attempt wrote is found, deleted and written anew below.
-			retries++
-			attempt--
-			ctxtime.Sleep(ctx, 50*time.Millisecond)
-			continue
-		}
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// Nothing was written: the transaction failed as a whole. The
 			// session is lost; say so now rather than at its deadline.
@@ -177,6 +172,13 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 		if err != nil {
 			svc.retired += 2
 			svc.s.deleteUnknown(key)
+			if retries < 3 && ctx.Err() == nil && retriable(err) {
+				// The client's balancer takes the next member.
+				retries++
+				attempt--
+				ctxtime.Sleep(ctx, 50*time.Millisecond)
+				continue
+			}
 			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
 		}
 		if resp.Succeeded {
@@ -192,6 +194,7 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 		if err := svc.s.deleteOnce(ctx, key, old[0].CreateRevision); err != nil {
 			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: delete leftover key %s: %w", svc.name, key, err))
 		}
+		svc.keys-- // write the same name again, now that it is free
 	}
 }
 
@@ -332,6 +335,14 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
 		w.stopWatch()
 	}
 	w.ahead = pred
+	if stem := w.key[:strings.LastIndexByte(w.key, '.')+1]; strings.HasPrefix(string(pred.Key), stem) {
+		// A key of this very service ahead of its own waiter: the write of
+		// an earlier attempt whose reply was lost, landed after its name
+		// was given up (a service holds one key at a time). Nobody else
+		// deletes it while the session lives; its deletion wakes w.
+		key, rev := string(pred.Key), pred.CreateRevision
+		svc.s.goHelper(func(context.Context) { _ = svc.s.deleteKey(key, rev) })
+	}
 	ctx, cancel := context.WithCancel(svc.s.ctx)
 	w.stopWatch = cancel
 	// look reads what is ahead of w as of at least revision after (the
@@ -542,3 +553,12 @@ func (svc *service) stopWaiter(err error) []keyRev {
 }
 
 func lostErr(err error) bool { return errors.Is(err, primitives.ErrLost) }
+
+// retriable reports whether err is a failure of one request that another
+// attempt may not meet: the connection broke (Unavailable), or the member
+// did not answer within the request's own bound (its deadline, not the
+// caller's: the caller checks its own ctx first).
+func retriable(err error) bool {
+	return status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded ||
+		errors.Is(err, context.DeadlineExceeded)
+}

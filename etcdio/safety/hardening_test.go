@@ -240,3 +240,34 @@ type lockResult struct {
 }
 
 var _ = embedded.DefaultClusterSize
+
+// A Lock whose key's write goes to a member too slow to answer within one
+// request's bound (its bytes held 1.1 s each way) is repeated on the
+// client's other members while the caller's context allows: the caller
+// gets its lock, not the request's own timeout, and no key is left behind.
+func TestLockThroughASlowMember(t *testing.T) {
+	c := cluster(t)
+	defer restoreCluster(t, c)
+	prefix := "/safety/hardening/" + t.Name()
+	cli := newClientOf(t, c.NewClient) // all three members, in turn
+	l, err := etcdio.NewLock(cli, prefix, etcdio.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c.Member(0).Delay(1100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := range 6 { // the client's balancer takes each member in turn
+		if _, err := l.Lock(ctx); err != nil {
+			t.Fatalf("Lock %d with member %s slow: %v", i, c.Member(0).Name(), err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock %d with member %s slow: %v", i, c.Member(0).Name(), err)
+		}
+	}
+	c.Member(0).Undelay()
+	if !eventually(30*time.Second, func() bool { return countUnder(t, observer(1), prefix+"/") == 0 }) {
+		t.Fatalf("keys left under %s", prefix)
+	}
+}
