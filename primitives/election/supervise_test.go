@@ -268,5 +268,9 @@ func TestSuperviseConstructorErrors(t *testing.T) {
 	if err := election.Supervise(context.Background(), nil, "v", func(context.Context, election.Leadership) error { return nil }); !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Fatalf("Supervise with a nil newService = %v, want ErrInvalidArgument", err)
 	}
+	noop := func(context.Context, election.Leadership) error { return nil }
+	if err := election.Supervise(context.Background(), f.newService, "v", noop, election.SuperviseOption{}); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("Supervise with a zero option = %v, want ErrInvalidArgument", err)
+	}
 	f.check(t)
 }

@@ -9,20 +9,22 @@ import (
 	"github.com/ahrtr/disco/primitives/internal/supervise"
 )
 
-// SuperviseOption configures Supervise.
-type SuperviseOption = supervise.Option
+// SuperviseOption configures Supervise. The zero SuperviseOption is not
+// an option: Supervise refuses it with an error wrapping
+// primitives.ErrInvalidArgument.
+type SuperviseOption struct{ o supervise.Option }
 
 // WithBackoff sets the wait before Supervise's first retry (min, default
 // 100ms) and the most it grows to (max, default 10s). It doubles with each
 // consecutive failed attempt and starts again from min after a hold that
 // lasted at least max. min <= 0 or max < min is an error wrapping
 // primitives.ErrInvalidArgument.
-func WithBackoff(min, max time.Duration) SuperviseOption { return supervise.WithBackoff(min, max) }
+func WithBackoff(min, max time.Duration) SuperviseOption { return SuperviseOption{supervise.WithBackoff(min, max)} }
 
 // WithJitter sets the part of each wait drawn at random, from 0 to 1
 // (default 0.2): a wait d becomes a uniform choice in [d*(1-f), d]. It never
 // makes a wait longer than WithBackoff's max.
-func WithJitter(f float64) SuperviseOption { return supervise.WithJitter(f) }
+func WithJitter(f float64) SuperviseOption { return SuperviseOption{supervise.WithJitter(f)} }
 
 // OnEvent sets a function that receives every event of every Service that
 // Supervise builds, in order across Services: one Service's last event comes
@@ -30,12 +32,12 @@ func WithJitter(f float64) SuperviseOption { return supervise.WithJitter(f) }
 // possibly while fn runs, and never after Supervise returns. Supervise waits
 // for it before it builds the next Service and before it returns, so it must
 // not block for long.
-func OnEvent(f func(primitives.Event)) SuperviseOption { return supervise.OnEvent(f) }
+func OnEvent(f func(primitives.Event)) SuperviseOption { return SuperviseOption{supervise.OnEvent(f)} }
 
 // OnRetry sets a function that Supervise calls, from its own goroutine,
 // before each wait: attempt counts the consecutive failed attempts from 1,
 // err is what ended the last one.
-func OnRetry(f func(attempt int, err error)) SuperviseOption { return supervise.OnRetry(f) }
+func OnRetry(f func(attempt int, err error)) SuperviseOption { return SuperviseOption{supervise.OnRetry(f)} }
 
 // Supervise runs fn as a singleton worker until ctx ends: it builds a
 // Service with newService, runs fn under the lock as Do does (fn's context
@@ -78,5 +80,14 @@ func Supervise(ctx context.Context, newService func(ctx context.Context) (Servic
 		})
 		return res
 	}
-	return supervise.Run(ctx, "lock.Supervise", newService, term, opts)
+	return supervise.Run(ctx, "lock.Supervise", newService, term, unwrap(opts))
+}
+
+// unwrap returns the engine's options of opts.
+func unwrap(opts []SuperviseOption) []supervise.Option {
+	out := make([]supervise.Option, len(opts))
+	for i, o := range opts {
+		out[i] = o.o
+	}
+	return out
 }
