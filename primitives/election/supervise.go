@@ -19,7 +19,9 @@ type SuperviseOption struct{ o supervise.Option }
 // consecutive failed attempt and starts again from min after a term that
 // lasted at least max. min <= 0 or max < min is an error wrapping
 // primitives.ErrInvalidArgument.
-func WithBackoff(min, max time.Duration) SuperviseOption { return SuperviseOption{supervise.WithBackoff(min, max)} }
+func WithBackoff(min, max time.Duration) SuperviseOption {
+	return SuperviseOption{supervise.WithBackoff(min, max)}
+}
 
 // WithJitter sets the part of each wait drawn at random, from 0 to 1
 // (default 0.2): a wait d becomes a uniform choice in [d*(1-f), d], so that
@@ -40,7 +42,9 @@ func OnEvent(f func(primitives.Event)) SuperviseOption { return SuperviseOption{
 // before each wait: attempt counts the consecutive failed attempts from 1,
 // err is what ended the last one (a lost term, a failed Campaign, a failed
 // newService).
-func OnRetry(f func(attempt int, err error)) SuperviseOption { return SuperviseOption{supervise.OnRetry(f)} }
+func OnRetry(f func(attempt int, err error)) SuperviseOption {
+	return SuperviseOption{supervise.OnRetry(f)}
+}
 
 // Supervise keeps this candidate in the election until ctx ends: it builds
 // a Service with newService, leads with it as Lead does (campaign with
