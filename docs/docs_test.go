@@ -380,6 +380,46 @@ func TestLinksResolve(t *testing.T) {
 	}
 }
 
+// fromMarker matches a snippet's source: a comment line naming the file,
+// right before the fenced block that quotes it.
+var fromMarker = regexp.MustCompile("<!-- from ([^ ]+) -->\n```[a-z]*\n((?s).*?)```")
+
+// A snippet that says where it comes from quotes that file: its lines,
+// but for "// ..." elisions, stand in the file in the same order.
+func TestSnippetsQuoteTheirSource(t *testing.T) {
+	n := 0
+	for _, p := range readPages(t) {
+		for _, m := range fromMarker.FindAllStringSubmatchIndex(p.text, -1) {
+			n++
+			file, snippet := p.text[m[2]:m[3]], p.text[m[4]:m[5]]
+			src, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(file)))
+			if err != nil {
+				t.Errorf("%s quotes %s: %v", p.where(m[0]), file, err)
+				continue
+			}
+			lines := strings.Split(string(src), "\n")
+			at := 0
+			for _, want := range strings.Split(snippet, "\n") {
+				want = strings.TrimSpace(want)
+				if want == "" || strings.HasPrefix(want, "// ...") {
+					continue
+				}
+				for at < len(lines) && strings.TrimSpace(lines[at]) != want {
+					at++
+				}
+				if at == len(lines) {
+					t.Errorf("%s quotes %s, which has no line %q after the ones before it", p.where(m[0]), file, want)
+					break
+				}
+				at++
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no snippet names its source: is the marker stale?")
+	}
+}
+
 // The README stays a ten-minute read.
 func TestREADMEIsShort(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(root, "README.md"))
