@@ -1,54 +1,19 @@
 // Package etcdio is disco's etcd backend: a Session that owns one lease and
 // one event loop, and the lock, read/write lock and election that run on it.
 //
-// # Map
+//	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"etcd1:2379"}})
+//	l, err := etcdio.NewLock(cli, "/locks/orders")
+//	defer l.Close()
+//	err = lock.Do(ctx, l, func(ctx context.Context, g lock.Grant) error {
+//		return write(ctx, g.Token()) // every request carries the token
+//	})
 //
-// etcdio is a driver of package primitives/driver, the owner engine every
-// disco backend shares: a service embeds a driver.Shell (the grant, its
-// events, Subscribe, Done, Err, one hold at a time), and the session keeps
-// a driver.Clock (the lease's deadline, Suspended, Resumed, Lost). What is
-// here is etcd's alone: how a key is queued, waits, gets its token, is
-// deleted, and how the lease is kept alive.
-//
-// One type, service (service.go), is every primitive; a spec value says what
-// sets a lock, an rwlock and an election apart (its errors, its queues, its
-// token rule, what it mirrors). lock.go, rwlock.go and election.go hold the
-// three specs and the public methods, each a few lines over the service.
-//
-//   - session.go: the Session and its loop, run. run's doc lists every loop
-//     entry point: each is a method marked "Loop only", posted by a caller
-//     or a helper. keepalive.go: the keepalive helper, and what the
-//     loop does with each acknowledgement and with the clock's moments. watch.go: follow, the one way a helper watches
-//     etcd (with its liveness check). mirror.go: the session's copy of a
-//     prefix. cleanup.go: keys to delete while the session lives.
-//   - queue.go: how a lock waits. A caller writes its key (create) and parks
-//     its reply on the loop (park, enqueued). The loop has a helper watch
-//     the key just ahead (watchAhead) and confirm, off the loop, that the
-//     waiter's key exists and nobody is ahead (look, looked). Then the
-//     grant is born whole in holds: with the read's revision as its token,
-//     or with the token the spec issues first (rwlocks: tokenIssued).
-//   - election.go: a candidate parks the same way (campaigned); the loop
-//     makes it leader from the mirror of the prefix (electionChanged). Its
-//     token is its key's CreateRevision.
-//   - grant.go: how a grant (the shell's driver.Hold) ends in etcd:
-//     released (Unlock, Resign), Lost (checkGrant, then vanishedConfirmed
-//     or the session's end), Close.
-//   - semaphore.go: a semaphore is a service whose spec's token claims a
-//     slot; its waiter parks like a lock's (semEnqueued), in a chain where
-//     each waiter watches the key just ahead (watchPred) and the head alone
-//     counts down the keys ahead from a watch of the queue (watchQueue;
-//     semLooked on its turn).
-//   - barrier.go, barrier_double.go: the barriers, on etcd's recipe
-//     layouts. Their requests run on their callers' goroutines. A double
-//     barrier's waits (Enter's for ready, Leave's for a key to go) are
-//     watches its session's helpers keep with follow, started from the loop
-//     (watchFor); the caller waits for the outcome (await). A barrier has no
-//     session: its Wait's watch runs on the caller's goroutine, the one
-//     watch no session keeps, so without follow's liveness check; it relies
-//     on the client's gRPC keepalives (see below) or the caller's context.
-//   - metrics.go: WithMetrics and NewMetrics, over package metrics' one
-//     type that every backend reports to. markstore.go: a guard's mark store in etcd, for
-//     fencing/guard (no session: one compare-and-swap per raise).
+// The other primitives have the same shape: NewRWLock, NewElection,
+// NewSemaphore(cli, prefix, n), NewBarrier, NewDoubleBarrier(cli, prefix,
+// count); several of them share one lease and loop with WithSession.
+// NewMarkStore keeps a guard's marks in etcd, NewVerifier checks a token
+// for a guard. They interoperate with etcd's own recipes on the same
+// prefix (concurrency.Mutex, concurrency.Election, recipes.RWMutex).
 //
 // # The session loop
 //
@@ -197,4 +162,53 @@
 // WithCancelOnSuspend, WithMetrics, WithLogger, WithContext (bounds
 // construction only, default 10 s), WithSession. etcd's own:
 // WithMaxValueSize.
+//
+// # Map
+//
+// etcdio is a driver of package primitives/driver, the owner engine every
+// disco backend shares: a service embeds a driver.Shell (the grant, its
+// events, Subscribe, Done, Err, one hold at a time), and the session keeps
+// a driver.Clock (the lease's deadline, Suspended, Resumed, Lost). What is
+// here is etcd's alone: how a key is queued, waits, gets its token, is
+// deleted, and how the lease is kept alive.
+//
+// One type, service (service.go), is every primitive; a spec value says what
+// sets a lock, an rwlock and an election apart (its errors, its queues, its
+// token rule, what it mirrors). lock.go, rwlock.go and election.go hold the
+// three specs and the public methods, each a few lines over the service.
+//
+//   - session.go: the Session and its loop, run. run's doc lists every loop
+//     entry point: each is a method marked "Loop only", posted by a caller
+//     or a helper. keepalive.go: the keepalive helper, and what the
+//     loop does with each acknowledgement and with the clock's moments. watch.go: follow, the one way a helper watches
+//     etcd (with its liveness check). mirror.go: the session's copy of a
+//     prefix. cleanup.go: keys to delete while the session lives.
+//   - queue.go: how a lock waits. A caller writes its key (create) and parks
+//     its reply on the loop (park, enqueued). The loop has a helper watch
+//     the key just ahead (watchAhead) and confirm, off the loop, that the
+//     waiter's key exists and nobody is ahead (look, looked). Then the
+//     grant is born whole in holds: with the read's revision as its token,
+//     or with the token the spec issues first (rwlocks: tokenIssued).
+//   - election.go: a candidate parks the same way (campaigned); the loop
+//     makes it leader from the mirror of the prefix (electionChanged). Its
+//     token is its key's CreateRevision.
+//   - grant.go: how a grant (the shell's driver.Hold) ends in etcd:
+//     released (Unlock, Resign), Lost (checkGrant, then vanishedConfirmed
+//     or the session's end), Close.
+//   - semaphore.go: a semaphore is a service whose spec's token claims a
+//     slot; its waiter parks like a lock's (semEnqueued), in a chain where
+//     each waiter watches the key just ahead (watchPred) and the head alone
+//     counts down the keys ahead from a watch of the queue (watchQueue;
+//     semLooked on its turn).
+//   - barrier.go, barrier_double.go: the barriers, on etcd's recipe
+//     layouts. Their requests run on their callers' goroutines. A double
+//     barrier's waits (Enter's for ready, Leave's for a key to go) are
+//     watches its session's helpers keep with follow, started from the loop
+//     (watchFor); the caller waits for the outcome (await). A barrier has no
+//     session: its Wait's watch runs on the caller's goroutine, the one
+//     watch no session keeps, so without follow's liveness check; it relies
+//     on the client's gRPC keepalives (see below) or the caller's context.
+//   - metrics.go: WithMetrics and NewMetrics, over package metrics' one
+//     type that every backend reports to. markstore.go: a guard's mark store in etcd, for
+//     fencing/guard (no session: one compare-and-swap per raise).
 package etcdio

@@ -7,30 +7,22 @@
 // NewElection and NewBarrier(cli, name, opts...), NewSemaphore(cli, name,
 // n, opts...), NewDoubleBarrier(cli, name, count, opts...).
 //
+//	cli := redis.NewClient(&redis.Options{Addr: "redis:6379"})
+//	l, err := redisio.NewLock(cli, "orders")
+//	defer l.Close()
+//	err = lock.Do(ctx, l, func(ctx context.Context, g lock.Grant) error {
+//		return write(ctx, g.Token()) // every request carries the token
+//	})
+//
+// Read the safety contract below before you rely on the tokens: they
+// rise only while the name's counter cannot go back (one primary,
+// appendfsync always), and they compare only within one name.
+//
 // It is built on github.com/redis/go-redis/v9: a maintained client whose
 // redis.Script runs a Lua script by EVALSHA and falls back to EVAL when the
 // server does not know it (after a restart, say), and whose PubSub resubscribes
 // by itself after a reconnect. Every state change here is one Lua script;
 // the pub/sub connection wakes waiters.
-//
-// # Map
-//
-// redisio is a driver on disco's owner engine (package primitives/driver):
-// the engine keeps each primitive's one hold at a time, its grant
-// (driver.Hold), its events and its end, and the session's liveness
-// (driver.Clock); redisio speaks Redis.
-//
-//   - scripts.go: every Lua script, and the keys they use.
-//   - session.go: the Session, its loop (run) and its end (lose, Close).
-//     refresh.go: the refresher and the session's clock (Suspended,
-//     Resumed, the deadline). pubsub.go: the session's channel
-//     subscriptions and wake-ups.
-//   - service.go: one type, service, is every primitive, around a
-//     driver.Shell; lock.go, rwlock.go and election.go are the public
-//     methods over it, watch.go an election's leader reads, semaphore.go
-//     a semaphore's.
-//   - queue.go: how an acquisition queues, waits and is granted.
-//     grant.go: a hold's release and its loss to a deleted key.
 //
 // # Tokens, Created and LeaseID
 //
@@ -294,4 +286,23 @@
 // reports its suspensions, each acknowledged refresh's round trip and
 // margin before the deadline, and how many messages its loop drains at
 // once; an election reports each change of leader it sees.
+//
+// # Map
+//
+// redisio is a driver on disco's owner engine (package primitives/driver):
+// the engine keeps each primitive's one hold at a time, its grant
+// (driver.Hold), its events and its end, and the session's liveness
+// (driver.Clock); redisio speaks Redis.
+//
+//   - scripts.go: every Lua script, and the keys they use.
+//   - session.go: the Session, its loop (run) and its end (lose, Close).
+//     refresh.go: the refresher and the session's clock (Suspended,
+//     Resumed, the deadline). pubsub.go: the session's channel
+//     subscriptions and wake-ups.
+//   - service.go: one type, service, is every primitive, around a
+//     driver.Shell; lock.go, rwlock.go and election.go are the public
+//     methods over it, watch.go an election's leader reads, semaphore.go
+//     a semaphore's.
+//   - queue.go: how an acquisition queues, waits and is granted.
+//     grant.go: a hold's release and its loss to a deleted key.
 package redisio
