@@ -1,6 +1,7 @@
 package fencetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +62,13 @@ type Resource struct {
 	// OtherScope and IndependentScopes. Without it Request.Scope and
 	// Request.TokenScope are always "".
 	Keyed bool
+
+	// ScopePrefix is put before the scope names the kit makes up on a Keyed
+	// resource, so that they are names the resource serves: with
+	// "/locks/orders/", a scope is "/locks/orders/fencetest-1a2b3c-StaleWrite-a"
+	// (what follows the prefix is one path segment: letters, digits and
+	// dashes). "" means "/fencetest/".
+	ScopePrefix string
 
 	// Verifies declares that the resource asks the coordination service
 	// whether a token above its mark is that of a current grant (a guard
@@ -239,7 +247,7 @@ func (k *kit) scope(t testing.TB, part string) string {
 	if !k.r.Keyed {
 		return ""
 	}
-	return "/fencetest/" + k.id + "/" + historyName(t) + "/" + part
+	return cmp.Or(k.r.ScopePrefix, "/fencetest/") + "fencetest-" + k.id + "-" + historyName(t) + "-" + part
 }
 
 // historyContext returns the context of one history.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -38,37 +39,50 @@ func badTokens(n fencing.Token) []badToken {
 }
 
 // refuseBad sends each of bad through the register, and reports an error
-// for each that is applied or changes what the resource holds. With probe,
-// the owner holding the mark then writes again, which must be accepted: a
-// refused bad token must not have raised the mark.
-func (g *register) refuseBad(bad []badToken, when string, probe bool) {
+// for each that is applied. After a mark (fresh false), it also reads after
+// each (nothing may have changed), and the owner of the mark writes again,
+// which must be accepted: a refused bad token must not have raised the
+// mark. On a fresh resource the reads and the owner's write wait for the
+// end (a read carries a token, which a resource that fences reads would
+// take as its first mark).
+func (g *register) refuseBad(bad []badToken, when string, fresh bool) {
 	g.t.Helper()
 	res := &g.k.r
+	var unsendable []string
+	defer func() {
+		if len(unsendable) > 0 {
+			g.t.Logf("NoToken: the resource cannot be sent %s (%s): cases left out", strings.Join(unsendable, ", "), when)
+		}
+	}()
 	for _, b := range bad {
 		err := g.send(res, b.wire, g.scope, fmt.Sprintf("a write with %s %q %s", b.what, b.wire, when))
 		switch outcomeOf(err) {
 		case unsent:
-			g.t.Logf("NoToken: the resource cannot be sent %s (%q): case left out (%v)", b.what, b.wire, err)
+			unsendable = append(unsendable, fmt.Sprintf("%s %q", b.what, b.wire))
 			continue
 		case applied:
 			g.t.Errorf("NoToken: a write with %s (%q) %s was applied: %s", b.what, b.wire, when, b.why)
 		}
-		g.holds(res, fmt.Sprintf("a write with %s (%q) %s", b.what, b.wire, when))
-		if probe {
-			g.accept(res, g.mark, "the owner of the mark", fmt.Sprintf(
-				"its token %d is the mark: the refused write with %s (%q) must not have raised it", g.mark, b.what, b.wire))
+		if fresh {
+			continue
 		}
+		g.holds(res, fmt.Sprintf("a write with %s (%q) %s", b.what, b.wire, when))
+		g.accept(res, g.mark, "the owner of the mark", fmt.Sprintf(
+			"its token %d is the mark: the refused write with %s (%q) must not have raised it", g.mark, b.what, b.wire))
 	}
 }
 
 func noToken(t testing.TB, k *kit) {
 	g := k.register(t, historyContext(t), "doc")
-	if g.scope != "" || k.fresh() {
-		g.refuseBad(badTokens(1), "on a fresh resource", false)
-	}
 	a := g.grant()
+	if g.scope != "" || k.fresh() {
+		when := "on a fresh resource"
+		g.refuseBad(badTokens(a), when, true)
+		g.readAs = a
+		g.holds(&k.r, "the writes with bad tokens "+when)
+	}
 	g.accept(&k.r, a, "owner A", "it is the first valid token")
-	g.refuseBad(badTokens(a+1), fmt.Sprintf("after token %d", a), true)
+	g.refuseBad(badTokens(a+1), fmt.Sprintf("after token %d", a), false)
 }
 
 // zombie sends the late write of who with token t (below the mark) through

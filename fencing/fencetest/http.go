@@ -160,5 +160,6 @@ func httpRefusal(code int, body string) error {
 	case http.StatusPreconditionRequired:
 		reason = fencing.ErrNoToken
 	}
-	return fmt.Errorf("HTTP %d %s: %w", code, strings.TrimSpace(body), reason)
+	body = strings.TrimSuffix(strings.TrimSpace(body), reason.Error()) // the guard's bodies end with it
+	return fmt.Errorf("HTTP %d: %s%w", code, body, reason)
 }

@@ -18,6 +18,9 @@ type register struct {
 	scope string
 	mark  fencing.Token // the highest token seen accepted in scope
 	value string        // the value of the last write seen accepted
+	// readAs is the token to read with before any write was accepted
+	// (none if 0).
+	readAs fencing.Token
 }
 
 // register returns the register of part of the current history (the one
@@ -81,8 +84,8 @@ func (g *register) accept(res *Resource, t fencing.Token, who, why string) {
 func (g *register) read(res *Resource) string {
 	g.t.Helper()
 	tok := ""
-	if g.mark > 0 {
-		tok = g.mark.String()
+	if m := max(g.mark, g.readAs); m > 0 {
+		tok = m.String()
 	}
 	v, err := res.Read(g.ctx, Request{Scope: g.scope, Token: tok, TokenScope: g.scope})
 	if err != nil {
