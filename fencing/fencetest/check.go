@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/ahrtr/disco/fencing"
@@ -79,27 +78,4 @@ func (c *checked) restart(context.Context) error {
 	c.check = check
 	c.mu.Unlock()
 	return nil
-}
-
-// ParsedToken returns the token that a resource taking parsed tokens (a
-// function's argument, a SQL parameter) is given for r: 0 for a request
-// without a token, the number for a token, zero or a negative token. Any
-// other form cannot be given to such a resource, as the transport
-// (fencing.ParseToken) refuses it first: the error wraps
-// errors.ErrUnsupported, which a Resource's Write may return as is.
-func (r Request) ParsedToken() (fencing.Token, error) {
-	s := r.Token
-	switch {
-	case s == "" || s == "0":
-		return 0, nil
-	case strings.HasPrefix(s, "-"):
-		if t, err := fencing.ParseToken(s[1:]); err == nil {
-			return -t, nil
-		}
-	default:
-		if t, err := fencing.ParseToken(s); err == nil {
-			return t, nil
-		}
-	}
-	return 0, fmt.Errorf("fencetest: %q is no token a parsed token can stand for (the transport refuses it before any check runs): %w", s, errors.ErrUnsupported)
 }

@@ -31,6 +31,12 @@
 //			}))
 //	}
 //
+// A resource that keeps one mark per lock (guard.Keyed) sets
+// [Resource].Keyed, and ScopePrefix so that the kit's scopes are names it
+// serves (the package's Example does). One that keeps nothing across a
+// restart sets Restart to nil; one that runs as several replicas sets
+// Replica; one whose guard verifies tokens sets Verifies and Grant.
+//
 // Adapters build a [Resource] for the common shapes: [HTTPHandler] (served
 // in-process), [HTTPServer] (a base URL), [GRPCServer] (a *grpc.Server,
 // served in-process), [GRPCConn] (a server elsewhere) and [Check] (a
