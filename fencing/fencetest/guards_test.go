@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" driver
@@ -76,7 +77,9 @@ func markStores(t *testing.T) []storeKind {
 		}},
 		{"etcd", func(t *testing.T) func() guard.MarkStore {
 			cli := etcdtest.NewClient(t)
-			prefix := "/fencetest/" + strings.ReplaceAll(t.Name(), "/", "_") + "/"
+			// One etcd serves every test of the binary (and every -count):
+			// a prefix of its own per store.
+			prefix := fmt.Sprintf("/fencetest/%s/%d/", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano())
 			return func() guard.MarkStore {
 				s, err := etcdio.NewMarkStore(cli, prefix)
 				if err != nil {
