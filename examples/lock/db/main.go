@@ -264,8 +264,13 @@ func dropDoc(d database, id string) {
 // write are ONE statement, so no other write can slip in between them (a
 // SELECT followed by an UPDATE could be interleaved). Equal tokens pass, so
 // the current holder may write many times. The statement is the same on
-// SQLite and PostgreSQL.
+// SQLite and PostgreSQL. A token <= 0 (a client holding no grant) is
+// refused before the statement: the row starts at fence_token 0, which
+// "fence_token <= $2" alone would let a token 0 pass.
 func write(ctx context.Context, d doc, body string, t fencing.Token) error {
+	if t <= 0 {
+		return fmt.Errorf("token %d is no grant's token: %w", t, fencing.ErrNoToken)
+	}
 	res, err := d.db.ExecContext(ctx,
 		`UPDATE documents SET body = $1, fence_token = $2 WHERE id = $3 AND fence_token <= $2`,
 		body, int64(t), d.id)
