@@ -143,10 +143,12 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, er
 // name is retired and the key deleted whether or not it was written; while
 // the caller's ctx lives, a request that failed on its own (a broken
 // connection, a member that did not answer within requestTimeout) is
-// repeated under a new name, since the failed one may still land later.
+// repeated under a new name, since the failed one may still land later,
+// with a backoff growing to a second, until the caller's ctx ends.
 func (svc *service) create(ctx context.Context, keys, value string, conds []clientv3.Cmp, first clientv3.Op) (*waiter, *clientv3.TxnResponse, error) {
 	start := time.Now()
-	for attempt, retries := 0, 0; ; attempt++ {
+	backoff := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
 		key := svc.nextKey(keys)
 		then := []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(svc.s.lease))}
 		if first.KeyBytes() != nil {
@@ -172,11 +174,12 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 		if err != nil {
 			svc.retired += 2
 			svc.s.deleteUnknown(key)
-			if retries < 3 && ctx.Err() == nil && retriable(err) {
-				// The client's balancer takes the next member.
-				retries++
+			if ctx.Err() == nil && retriable(err) {
+				// The client's balancer takes the next member; the caller's
+				// ctx alone bounds the tries.
 				attempt--
-				ctxtime.Sleep(ctx, 50*time.Millisecond)
+				ctxtime.Sleep(ctx, backoff)
+				backoff = min(2*backoff, time.Second)
 				continue
 			}
 			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
