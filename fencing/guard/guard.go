@@ -143,10 +143,17 @@ func (g *Guard) Load(ctx context.Context) error {
 // wrapping ErrStore and context.DeadlineExceeded. CheckContext bounds the
 // wait by a context as well.
 func (g *Guard) Check(t fencing.Token) error {
-	if g.cfg.store == nil && g.cfg.metrics == nil {
+	if g.plain(t) {
 		return g.s.check(t) // the plain guard's fast path, nothing around it
 	}
 	return g.cfg.check(context.Background(), &g.s, "", t)
+}
+
+// plain reports whether t needs nothing but the state: no store, no
+// metrics, and no verifier or t at or below the mark (the mark only rises,
+// so the state will not raise it to t).
+func (g *Guard) plain(t fencing.Token) bool {
+	return g.cfg.store == nil && g.cfg.metrics == nil && (g.cfg.verifier == nil || int64(t) <= g.s.mark.Load())
 }
 
 // CheckContext is Check with its waits on the store bounded by ctx as well
@@ -154,7 +161,7 @@ func (g *Guard) Check(t fencing.Token) error {
 // ErrStore and ctx.Err(), and t is not accepted. Without a store it is
 // Check.
 func (g *Guard) CheckContext(ctx context.Context, t fencing.Token) error {
-	if g.cfg.store == nil && g.cfg.metrics == nil {
+	if g.plain(t) {
 		return g.s.check(t)
 	}
 	return g.cfg.check(ctx, &g.s, "", t)
