@@ -11,6 +11,7 @@ import (
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard/verifiertest"
+	"github.com/ahrtr/disco/primitives/lock"
 )
 
 // TestVerifierGuard: a keyed guard built with etcdio's verifier, on a
@@ -37,18 +38,9 @@ func TestVerifierGuard(t *testing.T) {
 	verifiertest.Run(t, verifiertest.Backend{
 		Verifier: v,
 		Scope:    prefix,
-		Hold: func(ctx context.Context) (fencing.Token, func(context.Context) error, error) {
-			l, err := etcdio.NewLock(cli, prefix, etcdio.WithTTL(time.Second)) // Close with etcd down: the lease is lost soon
-			if err != nil {
-				return 0, nil, err
-			}
-			t.Cleanup(func() { l.Close() })
-			g, err := l.Lock(ctx)
-			if err != nil {
-				return 0, nil, err
-			}
-			return g.Token(), l.Unlock, nil
-		},
+		Hold: verifiertest.LockHold(t, func() (lock.Service, error) {
+			return etcdio.NewLock(cli, prefix, etcdio.WithTTL(time.Second)) // Close with etcd down: the lease is lost soon
+		}),
 		Forged: func(context.Context) fencing.Token { return before },
 		Down: func() {
 			if err := c.Member(0).Stop(); err != nil {

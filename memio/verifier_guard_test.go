@@ -7,23 +7,13 @@ import (
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard/verifiertest"
 	"github.com/ahrtr/disco/memio"
+	"github.com/ahrtr/disco/primitives/lock"
 )
 
 // memHold returns a Backend.Hold that locks name on st with a lock of its
 // own.
 func memHold(t *testing.T, st *memio.Store, name string) func(context.Context) (fencing.Token, func(context.Context) error, error) {
-	return func(ctx context.Context) (fencing.Token, func(context.Context) error, error) {
-		l, err := memio.NewLock(st, name)
-		if err != nil {
-			return 0, nil, err
-		}
-		t.Cleanup(func() { l.Close() })
-		g, err := l.Lock(ctx)
-		if err != nil {
-			return 0, nil, err
-		}
-		return g.Token(), l.Unlock, nil
-	}
+	return verifiertest.LockHold(t, func() (lock.Service, error) { return memio.NewLock(st, name) })
 }
 
 // TestVerifierGuard: guards built with memio's verifier, keyed and plain,

@@ -9,6 +9,7 @@ import (
 	"github.com/ahrtr/disco/fencing/guard/verifiertest"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
 )
 
@@ -26,20 +27,11 @@ func TestVerifierGuard(t *testing.T) {
 	verifiertest.Run(t, verifiertest.Backend{
 		Verifier: v,
 		Scope:    name,
-		Hold: func(ctx context.Context) (fencing.Token, func(context.Context) error, error) {
-			// A short TTL: once Redis is stopped, Close ends when the hold
-			// may have expired.
-			l, err := redisio.NewLock(cli, name, redisio.WithTTL(time.Second))
-			if err != nil {
-				return 0, nil, err
-			}
-			t.Cleanup(func() { l.Close() })
-			g, err := l.Lock(ctx)
-			if err != nil {
-				return 0, nil, err
-			}
-			return g.Token(), l.Unlock, nil
-		},
+		// A short TTL: once Redis is stopped, Close ends when the hold may
+		// have expired.
+		Hold: verifiertest.LockHold(t, func() (lock.Service, error) {
+			return redisio.NewLock(cli, name, redisio.WithTTL(time.Second))
+		}),
 		Forged: func(ctx context.Context) fencing.Token {
 			// A waiter that gives up: its Created is a count of the name's
 			// counter that no hold was ever granted as a token.
@@ -65,6 +57,6 @@ func TestVerifierGuard(t *testing.T) {
 			}
 			return fencing.Token(c)
 		},
-		Down:   r.Stop,
+		Down: r.Stop,
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard/verifiertest"
 	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -28,18 +29,7 @@ func TestVerifierGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold := func(path string) func(context.Context) (fencing.Token, func(context.Context) error, error) {
-		return func(ctx context.Context) (fencing.Token, func(context.Context) error, error) {
-			l, err := zkio.NewLock(nil, path, zkio.WithSession(s))
-			if err != nil {
-				return 0, nil, err
-			}
-			t.Cleanup(func() { l.Close() })
-			g, err := l.Lock(ctx)
-			if err != nil {
-				return 0, nil, err
-			}
-			return g.Token(), l.Unlock, nil
-		}
+		return verifiertest.LockHold(t, func() (lock.Service, error) { return zkio.NewLock(nil, path, zkio.WithSession(s)) })
 	}
 	const path = "/orders/42"
 	verifiertest.Run(t, verifiertest.Backend{

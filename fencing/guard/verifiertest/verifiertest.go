@@ -18,6 +18,7 @@ import (
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/fencing/guard/storetest"
+	"github.com/ahrtr/disco/primitives/lock"
 )
 
 // Backend is what Run needs of a backend.
@@ -137,5 +138,22 @@ func Run(t *testing.T, b Backend) {
 	}
 	if err := g.check(second); err != nil {
 		t.Fatalf("with the store down, the token at the mark: %v (it needs no verification)", err)
+	}
+}
+
+// LockHold returns a Backend.Hold that locks a lock made by newLock (one
+// per grant, closed when t ends) and releases it with Unlock.
+func LockHold(t *testing.T, newLock func() (lock.Service, error)) func(context.Context) (fencing.Token, func(context.Context) error, error) {
+	return func(ctx context.Context) (fencing.Token, func(context.Context) error, error) {
+		l, err := newLock()
+		if err != nil {
+			return 0, nil, err
+		}
+		t.Cleanup(func() { l.Close() })
+		g, err := l.Lock(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		return g.Token(), l.Unlock, nil
 	}
 }
