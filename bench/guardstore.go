@@ -76,7 +76,7 @@ func keyedGuardStore(ctx context.Context, r *runner) (*result, error) {
 			return nil, fmt.Errorf("%s: %s store: %w", name, st.name, err)
 		}
 		// etcd requests per raise (0 but for etcd's store)
-		sd, err := withEtcdLoad(ctx, r, true, func() *side { return runRaises(ctx, st.name+" store raise", s, r.cfg) })
+		sd, err := withEtcdLoad(ctx, r, func() *side { return runRaises(ctx, st.name+" store raise", s, r.cfg) })
 		closeStore()
 		if err != nil {
 			return nil, err
@@ -225,7 +225,7 @@ func keyedGuardFleet(ctx context.Context, r *runner) (*result, error) {
 			return admitKeyed(one, scope, tok)
 		}, r.cfg)
 		r.logf("  %s: %s store, three guards sharing it ...", name, st.name)
-		fleetSide, err := withEtcdLoad(ctx, r, st.name == "etcd", func() *side {
+		fleetSide, err := withEtcdLoad(ctx, r, func() *side {
 			return runGuard(ctx, "3 guards sharing the store", guardStoreGoroutines, func(fencing.Token) error {
 				return admitKeyed(fleet[mrand.IntN(len(fleet))], scope, tok)
 			}, r.cfg)
@@ -251,11 +251,10 @@ func admitKeyed(k *guard.Keyed, scope string, tok fencing.Token) error {
 	return err
 }
 
-// withEtcdLoad runs f and, if measure is set and etcd's metrics can be
-// read, records in its side the etcd requests per operation made while it
-// ran.
-func withEtcdLoad(ctx context.Context, r *runner, measure bool, f func() *side) (*side, error) {
-	if !measure || r.env.metricsURL == "" {
+// withEtcdLoad runs f and, if etcd's metrics can be read, records in its
+// side the etcd requests per operation made while it ran.
+func withEtcdLoad(ctx context.Context, r *runner, f func() *side) (*side, error) {
+	if r.env.metricsURL == "" {
 		return f(), nil
 	}
 	before, err := scrape(ctx, r.env.metricsURL)
