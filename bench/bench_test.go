@@ -378,7 +378,7 @@ func TestSelectScenarios(t *testing.T) {
 		"lock-waiters":            1,
 		"contended-(2|8)$":        2,
 		"guard-check-1,uncont":    2,
-		"^guard":                  4,
+		"^guard":                  5,
 		"election":                3,
 		"failover-(resign|close)": 2,
 	} {

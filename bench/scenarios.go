@@ -132,6 +132,8 @@ func allScenarios(contenders []int, guardGoroutines int, wc waitersCfg) []scenar
 		scenario{name: "guard-admit-1", run: guardScenario("admit", 1)},
 		scenario{name: fmt.Sprintf("guard-admit-%d", guardGoroutines), run: guardScenario("admit", guardGoroutines)},
 		scenario{name: "keyed-guard-store", run: keyedGuardStore},
+		scenario{name: "keyed-guard-fleet", run: keyedGuardFleet},
+		scenario{name: "guard-verify", run: guardVerify},
 	)
 	s = append(s,
 		scenario{name: fmt.Sprintf("rwlock-read-heavy-%d", rwContenders), run: rwScenario(fmt.Sprintf("rwlock-read-heavy-%d", rwContenders), 0.95)},

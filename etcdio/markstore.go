@@ -17,7 +17,10 @@ import (
 // compare-and-swap on the key's ModRevision (or its absence), retried until
 // the stored mark is at least the token, so concurrent raises from any
 // number of processes never lower a mark; a raise is durable once etcd has
-// committed it (a majority of members).
+// committed it (a majority of members). Load is a linearizable read and
+// RaiseLoad (guard.RaiseLoader) reports the mark its raise found or wrote,
+// so guards on several hosts can share the keys and fence as one resource
+// (guard.WithStore).
 //
 // Every Load and Raise ends: within its context's deadline if it has one,
 // and otherwise within the store's timeout (DefaultMarkStoreTimeout, or
@@ -112,8 +115,16 @@ func (s *MarkStore) Load(ctx context.Context, scope string) (fencing.Token, erro
 
 // Raise sets the mark of scope to t if t is above it.
 func (s *MarkStore) Raise(ctx context.Context, scope string, t fencing.Token) error {
+	_, err := s.RaiseLoad(ctx, scope, t)
+	return err
+}
+
+// RaiseLoad is Raise, and returns the mark of scope after it, at least t
+// (guard.RaiseLoader): t if the compare-and-swap wrote it, else the higher
+// mark its linearizable read found.
+func (s *MarkStore) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fencing.Token, error) {
 	if t <= 0 {
-		return fmt.Errorf("etcdio: MarkStore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
+		return 0, fmt.Errorf("etcdio: MarkStore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -121,10 +132,10 @@ func (s *MarkStore) Raise(ctx context.Context, scope string, t fencing.Token) er
 	cur, rev, err := s.get(ctx, key)
 	for {
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if t <= cur {
-			return nil
+			return cur, nil
 		}
 		resp, txnErr := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
@@ -132,10 +143,10 @@ func (s *MarkStore) Raise(ctx context.Context, scope string, t fencing.Token) er
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if txnErr != nil {
-			return fmt.Errorf("etcdio: MarkStore: raising %q to %d: %w", key, t, ctxErr(ctx, txnErr))
+			return 0, fmt.Errorf("etcdio: MarkStore: raising %q to %d: %w", key, t, ctxErr(ctx, txnErr))
 		}
 		if resp.Succeeded {
-			return nil
+			return t, nil
 		}
 		// Someone else wrote the key in between: look at what it holds now.
 		cur, rev = 0, 0

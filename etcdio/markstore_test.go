@@ -49,18 +49,33 @@ func TestMarkStoreCrash(t *testing.T) {
 	if !storetest.IsChild() {
 		dropPrefix(t, prefix)
 	}
-	storetest.Crash(t, prefix, env, func(prefix string) (guard.MarkStore, func(), error) {
-		cli, err := embedded.NewClient(etcdtest.Endpoints())
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := etcdio.NewMarkStore(cli, prefix)
-		if err != nil {
-			cli.Close()
-			return nil, nil, err
-		}
-		return s, func() { cli.Close() }, nil
-	})
+	storetest.Crash(t, prefix, env, openMarkStore)
+}
+
+// openMarkStore opens a MarkStore on prefix with a client of its own.
+func openMarkStore(prefix string) (guard.MarkStore, func(), error) {
+	cli, err := embedded.NewClient(etcdtest.Endpoints())
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := etcdio.NewMarkStore(cli, prefix)
+	if err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	return s, func() { cli.Close() }, nil
+}
+
+// TestMarkStoreFleet: two and three guards (each with its own client, and
+// in other processes) share the marks in etcd and fence as one resource.
+func TestMarkStoreFleet(t *testing.T) {
+	env := []string{"ETCD_ENDPOINTS=" + strings.Join(etcdtest.Endpoints(), ",")}
+	prefix := "/test/" + t.Name() + "/"
+	if !storetest.IsChild() {
+		testkit.NoLeaks(t)
+		dropPrefix(t, prefix)
+	}
+	storetest.Fleet(t, prefix, env, openMarkStore)
 }
 
 func TestMarkStoreBadInput(t *testing.T) {

@@ -43,16 +43,51 @@
 //   - [WithStore]: the guard raises the mark in a [MarkStore] (a directory of
 //     files or a SQL table, package markstore; etcd, etcdio.MarkStore)
 //     before it accepts a token above it, and reads it back after a restart.
-//     Tokens equal to the mark cost no store access, so steady traffic runs
-//     at in-memory speed; each new grant costs one durable write. A store
-//     that fails or does not answer is a rejection wrapping [ErrStore],
-//     never a hang: every wait on the store is bounded by the request's
-//     context and by [WithStoreTimeout] ([DefaultStoreTimeout] for Check).
+//     Each new grant costs one durable write; what a token equal to the mark
+//     costs depends on whether other guards share the store (see below). A
+//     store that fails or does not answer is a rejection wrapping
+//     [ErrStore], never a hang: every wait on the store is bounded by the
+//     request's context and by [WithStoreTimeout] ([DefaultStoreTimeout]
+//     for Check).
 //   - By hand: persist the mark alongside the data it protects and
 //     atomically with it (in the same transaction, the same row, the same
 //     file write), so that no write is ever durable without the mark that
 //     admitted it, and pass it to [WithInitialMark] after a restart.
 //     [Guard.Mark] reports the current value.
+//
+// # Several guards on one store: the replicas of a resource
+//
+// A resource often runs as several replicas (three API servers in front of
+// one database), each with its own guard. Guards built WithStore on one
+// store (one directory on one host, one SQL table, one etcd prefix) fence
+// as one resource: no guard accepts a token below a token any of them
+// accepted. Each request meets the store, which arbitrates: a token above
+// the guard's mark is raised in the store, which reports its mark (one
+// round trip with a [RaiseLoader], else Raise then Load), and a token
+// equal to the guard's mark is compared with a read of the store's mark.
+// A stored mark above the token, raised by another replica, becomes this
+// guard's mark: the token is rejected as stale and this guard's requests
+// in flight with lower tokens are cancelled, as if it had seen the higher
+// token itself.
+//
+// What it costs per request: one store read for a token at the mark (a
+// file read, a SELECT, a linearizable etcd Get), shared by the requests of
+// a scope that arrive while one read is in flight (each is answered by a
+// read that began after it arrived, never an older one, so at most one
+// read of a scope is in flight per guard), and one round trip per raise.
+// What it does not do: a guard's Admit drains the requests of lower tokens
+// in flight before it admits a higher token, but only its own; a request
+// that another replica admitted with a lower token may still be running
+// when this one admits a higher one. A resource whose effects must be
+// ordered across replicas checks the token where the effect is made: in
+// its database's transaction (markstore.SQL.CheckTx), or with a
+// conditional write of its own. [Guard.Mark] is this guard's view of the
+// mark, possibly behind the store's.
+//
+// [WithExclusiveStore] asserts that the guard is the only user of its
+// store: tokens equal to the mark then cost no store access at all. If
+// another guard does use the store, this one silently admits tokens below
+// the mark the other one raised.
 //
 // # Many locks: scopes and the Keyed guard
 //
@@ -66,16 +101,31 @@
 // keeps only the scopes in use (and a bounded number of idle ones) in
 // memory.
 //
+// # Verified tokens
+//
+// A mark only rises, so one request with a token far above any real grant
+// (a client bug, a corrupted header, a hostile caller) would raise it for
+// good and fence out every legitimate holder: one bad request would brick
+// the resource, and with a store even a restart would not heal it. A guard
+// built [WithVerifier] asks the coordination service (each backend's
+// NewVerifier) whether a token above the mark is that of a current grant
+// before it raises the mark, and refuses it if not (an error wrapping
+// fencing.ErrTokenForged) or if the service cannot tell (ErrUnverified).
+// Tokens at or below the mark are never verified, so steady traffic costs
+// nothing more; a new holder's first request costs one read of the
+// coordination service. It also refuses the token of a grant that is over
+// (a zombie) even where the guard has no mark yet (a fresh guard without a
+// store).
+//
 // # What a Guard does not do
 //
-// Tokens are plain numbers: a Guard cannot tell a forged higher token from a
-// real one. It trusts its clients to carry only tokens they were issued;
-// a client that invents a large token fences out every legitimate holder
-// until the coordination service's tokens catch up. Where clients are not
-// trusted, tokens must be authenticated (for example signed by the issuer),
-// which is beyond this package. A Guard also orders requests only by token:
-// it does not know who holds a grant now, only that a higher token has been
-// seen.
+// Tokens are plain numbers. Without a verifier, a Guard cannot tell a
+// forged higher token from a real one. With one, it still admits the token
+// of the current holder from anyone who presents it: authenticate callers
+// at the transport (mTLS, a signed header). A Guard also orders requests
+// only by token: it does not know who holds a grant now, only that a
+// higher token has been seen (or, with a verifier, that a token above the
+// mark is a current grant's).
 package guard
 
 import (
@@ -103,9 +153,12 @@ func New(opts ...Option) *Guard {
 }
 
 // Mark returns the high-water mark: the highest token this Guard has seen
-// (in Check or Admit, admitted or not), or the initial mark if it is higher.
-// It never decreases. A Guard on a store reads the stored mark at its first
-// Check or Admit (or at Load); until then Mark does not include it.
+// (in Check or Admit, admitted or not, or in its store), or the initial
+// mark if it is higher. It never decreases. A Guard on a store reads the
+// stored mark at its first Check or Admit (or at Load); until then Mark
+// does not include it. On a store shared with other guards it is this
+// guard's view, possibly behind the store's: the store, not Mark, decides
+// the next request.
 func (g *Guard) Mark() fencing.Token {
 	return fencing.Token(g.s.mark.Load())
 }
@@ -135,18 +188,28 @@ func (g *Guard) Load(ctx context.Context) error {
 // a critical section.
 //
 // On a store (WithStore), a token above the mark is first raised in the
-// store, durably, and accepted only if that succeeds (an error wrapping
-// ErrStore otherwise); a token equal to the mark costs no store access.
+// store, durably, and accepted only if that succeeds and the store holds
+// no higher mark (an error wrapping ErrStore if the store fails); a token
+// equal to the mark costs one read of the store (none with
+// WithExclusiveStore). With a verifier (WithVerifier), a token above the
+// mark is verified first.
 // Check waits for the store (its first read of the stored mark, a raise, or
 // another request's read) at most the store timeout (DefaultStoreTimeout,
 // or WithStoreTimeout): a store that does not answer by then is an error
 // wrapping ErrStore and context.DeadlineExceeded. CheckContext bounds the
 // wait by a context as well.
 func (g *Guard) Check(t fencing.Token) error {
-	if g.cfg.store == nil && g.cfg.metrics == nil {
+	if g.plain(t) {
 		return g.s.check(t) // the plain guard's fast path, nothing around it
 	}
 	return g.cfg.check(context.Background(), &g.s, "", t)
+}
+
+// plain reports whether t needs nothing but the state: no store, no
+// metrics, and no verifier or t at or below the mark (the mark only rises,
+// so the state will not raise it to t).
+func (g *Guard) plain(t fencing.Token) bool {
+	return g.cfg.store == nil && g.cfg.metrics == nil && (g.cfg.verifier == nil || int64(t) <= g.s.mark.Load())
 }
 
 // CheckContext is Check with its waits on the store bounded by ctx as well
@@ -154,7 +217,7 @@ func (g *Guard) Check(t fencing.Token) error {
 // ErrStore and ctx.Err(), and t is not accepted. Without a store it is
 // Check.
 func (g *Guard) CheckContext(ctx context.Context, t fencing.Token) error {
-	if g.cfg.store == nil && g.cfg.metrics == nil {
+	if g.plain(t) {
 		return g.s.check(t)
 	}
 	return g.cfg.check(ctx, &g.s, "", t)
@@ -188,7 +251,9 @@ func (g *Guard) CheckContext(ctx context.Context, t fencing.Token) error {
 // On a store (WithStore), a token above the mark is raised in the store,
 // durably, before it is admitted or raises the mark in memory; if that fails
 // Admit returns an error wrapping ErrStore and the mark stays where it was.
-// Tokens equal to the mark cost no store access. Every wait on the store
+// Tokens equal to the mark cost one read of the store (none with
+// WithExclusiveStore). With a verifier, a token above the mark is verified
+// first. Every wait on the store
 // (the first read of the stored mark, a raise, or another request's read)
 // ends when ctx does or the store timeout passes (see WithStoreTimeout),
 // whichever is first; Admit then returns an error wrapping ErrStore and the

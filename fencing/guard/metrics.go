@@ -26,7 +26,12 @@ import (
 //     missing, malformed, stale, wrong_scope, store (the store failed, or
 //     did not answer within the request's context or the store timeout),
 //     canceled (the request's context ended while it waited for requests
-//     with lower tokens);
+//     with lower tokens), forged (the verifier said the token is of no
+//     current grant), unverified (the verifier could not tell in time);
+//   - disco_guard_stale_distance: for each stale rejection, how far below
+//     the mark the token was, in tokens (buckets 1, 4, 16, ...): near
+//     misses (a holder just superseded) show as small distances, a zombie
+//     that was paused long as large ones;
 //   - disco_guard_admit_wait_seconds: how long Admit took to admit a request,
 //     including the drain of lower tokens and any store write;
 //   - disco_guard_mark: the highest mark of the guard (for a Keyed guard, the
@@ -38,6 +43,8 @@ type Metrics struct {
 	wait      prometheus.Histogram
 	mark      prometheus.Gauge
 	scopeMark *prometheus.GaugeVec // nil unless WithScopeLabels
+	// staleDistance: how far below the mark each stale token was.
+	staleDistance prometheus.Histogram
 
 	mu  sync.Mutex // orders mark updates, so a gauge never goes back
 	max atomic.Int64
@@ -51,7 +58,16 @@ const (
 	ReasonWrongScope = "wrong_scope"
 	ReasonStore      = "store"
 	ReasonCanceled   = "canceled"
+	// ReasonForged: the verifier said the token is of no current grant
+	// (WithVerifier).
+	ReasonForged = "forged"
+	// ReasonUnverified: the verifier could not tell, or did not answer in
+	// time.
+	ReasonUnverified = "unverified"
 )
+
+// reasons are all the rejection reasons, in the order metrics list them.
+var reasons = []string{ReasonMissing, ReasonMalformed, ReasonStale, ReasonWrongScope, ReasonStore, ReasonCanceled, ReasonForged, ReasonUnverified}
 
 // MetricsOption configures NewMetrics.
 type MetricsOption func(*metricsConfig)
@@ -83,20 +99,23 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 		admitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "disco_guard_admitted_total",
 			Help: "Tokens accepted by Check or admitted by Admit."}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "disco_guard_rejected_total",
-			Help: "Requests refused, by reason: missing, malformed, stale, wrong_scope, store, canceled."}, []string{"reason"}),
+			Help: "Requests refused, by reason: missing, malformed, stale, wrong_scope, store, canceled, forged, unverified."}, []string{"reason"}),
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "disco_guard_admit_wait_seconds",
 			Help:    "Time Admit took to admit a request (drain of lower tokens, store writes).",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12)}),
 		mark: prometheus.NewGauge(prometheus.GaugeOpts{Name: "disco_guard_mark",
 			Help: "The highest mark of the guard (any scope)."}),
+		staleDistance: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "disco_guard_stale_distance",
+			Help:    "How far below the mark (in tokens) each token rejected as stale was.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 12)}),
 	}
-	cs := []prometheus.Collector{m.admitted, m.rejected, m.wait, m.mark}
+	cs := []prometheus.Collector{m.admitted, m.rejected, m.wait, m.mark, m.staleDistance}
 	if mc.scopeLabels {
 		m.scopeMark = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "disco_guard_scope_mark",
 			Help: "The mark of each scope."}, []string{"scope"})
 		cs = append(cs, m.scopeMark)
 	}
-	for _, r := range []string{ReasonMissing, ReasonMalformed, ReasonStale, ReasonWrongScope, ReasonStore, ReasonCanceled} {
+	for _, r := range reasons {
 		m.rejected.WithLabelValues(r) // so every reason shows, at 0
 	}
 	for i, c := range cs {
@@ -123,6 +142,10 @@ func reason(err error) string {
 		return ReasonMissing
 	case errors.Is(err, ErrStore):
 		return ReasonStore
+	case errors.Is(err, fencing.ErrTokenForged):
+		return ReasonForged
+	case errors.Is(err, ErrUnverified):
+		return ReasonUnverified
 	default:
 		return ReasonCanceled
 	}
@@ -133,6 +156,9 @@ func (m *Metrics) reject(err error) {
 		return
 	}
 	m.rejected.WithLabelValues(reason(err)).Inc()
+	if se := (*staleErr)(nil); errors.As(err, &se) {
+		m.staleDistance.Observe(float64(se.mark - se.t))
+	}
 }
 
 // admit records an accepted token t of scope, held in s; wait > 0 only for

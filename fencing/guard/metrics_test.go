@@ -54,13 +54,15 @@ func TestMetrics(t *testing.T) {
 # HELP disco_guard_admitted_total Tokens accepted by Check or admitted by Admit.
 # TYPE disco_guard_admitted_total counter
 disco_guard_admitted_total 4
-# HELP disco_guard_rejected_total Requests refused, by reason: missing, malformed, stale, wrong_scope, store, canceled.
+# HELP disco_guard_rejected_total Requests refused, by reason: missing, malformed, stale, wrong_scope, store, canceled, forged, unverified.
 # TYPE disco_guard_rejected_total counter
 disco_guard_rejected_total{reason="canceled"} 0
+disco_guard_rejected_total{reason="forged"} 0
 disco_guard_rejected_total{reason="malformed"} 1
 disco_guard_rejected_total{reason="missing"} 2
 disco_guard_rejected_total{reason="stale"} 1
 disco_guard_rejected_total{reason="store"} 0
+disco_guard_rejected_total{reason="unverified"} 0
 disco_guard_rejected_total{reason="wrong_scope"} 1
 # HELP disco_guard_mark The highest mark of the guard (any scope).
 # TYPE disco_guard_mark gauge
@@ -84,18 +86,40 @@ disco_guard_scope_mark{scope="/b"} 9
 		t.Fatal(err)
 	}
 	g := guard.New(guard.WithMetrics(m2))
-	_ = g.Check(3)
+	_ = g.Check(300)
 	if err := g.Check(2); !errors.Is(err, fencing.ErrTokenStale) {
+		t.Fatal(err)
+	}
+	if err := g.Check(299); !errors.Is(err, fencing.ErrTokenStale) {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(reg2, "disco_guard_scope_mark"); n != 0 {
 		t.Errorf("%d per-scope series without WithScopeLabels", n)
 	}
+	// Each stale rejection is seen with its distance below the mark: a near
+	// miss (299 at mark 300) and a zombie far behind (2).
 	if err := testutil.GatherAndCompare(reg2, strings.NewReader(`
 # HELP disco_guard_mark The highest mark of the guard (any scope).
 # TYPE disco_guard_mark gauge
-disco_guard_mark 3
-`), "disco_guard_mark"); err != nil {
+disco_guard_mark 300
+# HELP disco_guard_stale_distance How far below the mark (in tokens) each token rejected as stale was.
+# TYPE disco_guard_stale_distance histogram
+disco_guard_stale_distance_bucket{le="1"} 1
+disco_guard_stale_distance_bucket{le="4"} 1
+disco_guard_stale_distance_bucket{le="16"} 1
+disco_guard_stale_distance_bucket{le="64"} 1
+disco_guard_stale_distance_bucket{le="256"} 1
+disco_guard_stale_distance_bucket{le="1024"} 2
+disco_guard_stale_distance_bucket{le="4096"} 2
+disco_guard_stale_distance_bucket{le="16384"} 2
+disco_guard_stale_distance_bucket{le="65536"} 2
+disco_guard_stale_distance_bucket{le="262144"} 2
+disco_guard_stale_distance_bucket{le="1.048576e+06"} 2
+disco_guard_stale_distance_bucket{le="4.194304e+06"} 2
+disco_guard_stale_distance_bucket{le="+Inf"} 2
+disco_guard_stale_distance_sum 299
+disco_guard_stale_distance_count 2
+`), "disco_guard_mark", "disco_guard_stale_distance"); err != nil {
 		t.Error(err)
 	}
 }

@@ -21,12 +21,15 @@ import (
 //   - 428 Precondition Required: no token header;
 //   - 400 Bad Request: a malformed token, or several token values;
 //   - 409 Conflict: a token below the mark (stale), including one that became
-//     stale while it waited to be admitted;
+//     stale while it waited to be admitted, or a token the verifier says is
+//     of no current grant (WithVerifier; fencing.ErrTokenForged): for an
+//     honest client both mean that its grant is over;
 //   - 503 Service Unavailable: the request's context ended while it waited
 //     for requests with lower tokens to finish (the client went away or a
 //     server timeout fired), or the store failed or did not answer within
 //     the request's context or the store timeout (WithStore,
-//     WithStoreTimeout); the client may retry.
+//     WithStoreTimeout), or the verifier could not tell whether the token
+//     is of a current grant (ErrUnverified); the client may retry.
 func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, err := fencing.FromHTTP(r)
@@ -49,7 +52,7 @@ func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
 // Keyed.HTTPMiddleware.
 func httpStatus(err error) int {
 	switch {
-	case errors.Is(err, fencing.ErrTokenStale):
+	case errors.Is(err, fencing.ErrTokenStale), errors.Is(err, fencing.ErrTokenForged):
 		return http.StatusConflict
 	case errors.Is(err, fencing.ErrWrongScope):
 		return http.StatusForbidden
@@ -69,9 +72,11 @@ func httpStatus(err error) int {
 // status is:
 //
 //   - codes.InvalidArgument: no token, a malformed token, or several values;
-//   - codes.FailedPrecondition: a token below the mark (stale);
+//   - codes.FailedPrecondition: a token below the mark (stale), or one the
+//     verifier says is of no current grant (forged; WithVerifier);
 //   - codes.Unavailable: the store failed, or did not answer within the
-//     call's context or the store timeout (WithStore, WithStoreTimeout);
+//     call's context or the store timeout (WithStore, WithStoreTimeout), or
+//     the verifier could not tell (ErrUnverified);
 //   - codes.Canceled or codes.DeadlineExceeded: the call's context ended while
 //     it waited for calls with lower tokens to finish.
 func (g *Guard) UnaryInterceptor() grpc.UnaryServerInterceptor {
@@ -118,13 +123,13 @@ func (g *Guard) admitGRPC(ctx context.Context) (context.Context, func(), error) 
 func grpcError(err error) error {
 	code := codes.Canceled
 	switch {
-	case errors.Is(err, fencing.ErrTokenStale):
+	case errors.Is(err, fencing.ErrTokenStale), errors.Is(err, fencing.ErrTokenForged):
 		code = codes.FailedPrecondition
 	case errors.Is(err, fencing.ErrWrongScope):
 		code = codes.PermissionDenied
 	case errors.Is(err, fencing.ErrNoToken):
 		code = codes.InvalidArgument
-	case errors.Is(err, ErrStore):
+	case errors.Is(err, ErrStore), errors.Is(err, ErrUnverified):
 		code = codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded

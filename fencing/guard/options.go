@@ -18,8 +18,13 @@ type config struct {
 	store   MarkStore
 	metrics *Metrics
 	maxIdle int
-	// storeTimeout bounds every wait on the store; <= 0: DefaultStoreTimeout.
+	// storeTimeout bounds every wait on the store or the verifier; <= 0:
+	// DefaultStoreTimeout.
 	storeTimeout time.Duration
+	// exclusive: the user asserts that no other guard uses the store, so
+	// tokens equal to the mark are answered from memory.
+	exclusive bool
+	verifier  Verifier
 }
 
 func (c *config) apply(opts []Option) {
@@ -47,16 +52,59 @@ func WithInitialMark(t fencing.Token) Option {
 // token above a scope's mark is raised in s, durably, before it is accepted,
 // and a guard built on s after a restart starts from the marks s holds. A
 // plain Guard uses the scope "" in s. A nil s means no store.
+//
+// The guard may share s with other guards, in this process or others (the
+// replicas of one resource): it never accepts a token below the mark s
+// holds, whoever raised it. Each Check or Admit asks s: a token above the
+// guard's mark raises the mark in s (and is rejected if s holds a higher
+// one), a token equal to it reads the mark from s. See "Several guards on
+// one store" in the package documentation for what that costs, and
+// WithExclusiveStore for a guard that is the store's only user.
 func WithStore(s MarkStore) Option {
 	return func(c *config) { c.store = s }
 }
 
-// WithStoreTimeout bounds every wait of the guard on its store: a Load or a
-// Raise, and a request's wait for another request's Load of the same scope.
-// A wait that outlasts it (or the request's context, whichever ends first)
-// is a rejection wrapping ErrStore and context.DeadlineExceeded, never a
-// hang, even if the store itself does not heed its context. d <= 0 means
-// DefaultStoreTimeout. It is the bound of Check, which takes no context.
+// WithExclusiveStore asserts that this guard is the only user of its store
+// (WithStore): no other guard, in this process or another, raises the marks
+// it keeps there. The guard then answers tokens equal to a scope's mark
+// from memory, with no store access, and goes to the store only to read a
+// scope's mark once and to raise it: the cost of an in-memory guard plus one
+// durable write per new grant.
+//
+// If the assertion is false, fencing is lost without an error: when another
+// guard (another replica of the resource) raises a scope's mark in the
+// store, this guard does not see it and keeps admitting the tokens equal to
+// its own, older mark, so a zombie holder of the previous grant is admitted
+// by this replica while its successor writes through the other. Use it for
+// a single-process resource only; without a store it does nothing.
+func WithExclusiveStore() Option {
+	return func(c *config) { c.exclusive = true }
+}
+
+// WithVerifier makes the guard ask v, before it raises a scope's mark,
+// whether the token is that of a current grant (see Verifier): once per
+// raise, before the raise in memory or in the store, and never for a token
+// at or below the mark, so steady traffic at the mark costs nothing more.
+// A token v says is of no current grant is rejected with an error wrapping
+// fencing.ErrTokenForged (HTTP 409, gRPC FailedPrecondition, metrics reason
+// "forged"); one v cannot judge (its store is down, or it did not answer
+// within the request's context or the store timeout) is rejected with an
+// error wrapping ErrUnverified (HTTP 503, gRPC Unavailable, reason
+// "unverified"). Either way the mark stays where it was. Concurrent requests
+// that raise a scope's mark to one token share one call of v. A nil v
+// means no verifier.
+func WithVerifier(v Verifier) Option {
+	return func(c *config) { c.verifier = v }
+}
+
+// WithStoreTimeout bounds every wait of the guard on its store (a Load, a
+// Raise or a read, and a request's wait for another request's call of the
+// same scope) and on its verifier (WithVerifier). A wait that outlasts it
+// (or the request's context, whichever ends first) is a rejection wrapping
+// ErrStore (or ErrUnverified) and context.DeadlineExceeded, never a hang,
+// even if the store or verifier itself does not heed its context. d <= 0
+// means DefaultStoreTimeout. It is the bound of Check, which takes no
+// context.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) { c.storeTimeout = d }
 }
@@ -87,13 +135,12 @@ func (c *config) newState() *state {
 	return s
 }
 
-// check is Check on s: the store, then the state, then metrics.
+// check is Check on s: the verifier and the store, then the state, then
+// metrics.
 func (c *config) check(ctx context.Context, s *state, scope string, t fencing.Token) error {
-	if c.store != nil {
-		if err := c.ensure(ctx, s, scope, t); err != nil {
-			c.metrics.reject(err)
-			return err
-		}
+	if err := c.prepare(ctx, s, scope, t); err != nil {
+		c.metrics.reject(err)
+		return err
 	}
 	if err := s.check(t); err != nil {
 		c.metrics.reject(err)
@@ -103,13 +150,14 @@ func (c *config) check(ctx context.Context, s *state, scope string, t fencing.To
 	return nil
 }
 
-// admit is Admit on s: the store, then the state, then metrics.
+// admit is Admit on s: the verifier and the store, then the state, then
+// metrics.
 func (c *config) admit(ctx context.Context, s *state, scope string, t fencing.Token) (context.Context, func(), error) {
 	var start time.Time
 	if c.metrics != nil {
 		start = time.Now()
 	}
-	if err := c.ensure(ctx, s, scope, t); err != nil {
+	if err := c.prepare(ctx, s, scope, t); err != nil {
 		c.metrics.reject(err)
 		return nil, noop, err
 	}

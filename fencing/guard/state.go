@@ -41,13 +41,19 @@ type state struct {
 	wake chan struct{}
 
 	// With a store: durable is the highest mark known to be in the store,
-	// loaded tells whether the store's mark has been read, and flight is
-	// the read in progress, if any (under loadMu, which is never held
-	// across a call of the store).
+	// and loaded tells whether the store's mark has been read.
 	durable atomic.Int64
 	loaded  atomic.Bool
-	loadMu  sync.Mutex
-	flight  *loadFlight
+	// The calls of the store and the verifier in progress that requests
+	// share (see call), under callMu, which is never held across a call:
+	// the first Load of the stored mark; on a shared store, the read in
+	// flight and the one that starts after it; the verifications, by
+	// token.
+	callMu    sync.Mutex
+	loading   *call
+	reading   *call
+	nextRead  *call
+	verifying map[fencing.Token]*call
 	// refs counts the users of a Keyed's state (calls in progress and
 	// admitted requests); a state with refs 0 may be dropped.
 	refs atomic.Int64
@@ -65,9 +71,18 @@ type ticket struct {
 	done   bool // guarded by state.mu
 }
 
-func staleError(t, mark fencing.Token) error {
-	return fmt.Errorf("guard: token %d is below the mark %d: %w", t, mark, fencing.ErrTokenStale)
+// staleErr is the rejection of a token below the mark. It wraps
+// fencing.ErrTokenStale and keeps both numbers, so that metrics can tell
+// how far below the mark the token was.
+type staleErr struct{ t, mark fencing.Token }
+
+func (e *staleErr) Error() string {
+	return fmt.Sprintf("guard: token %d is below the mark %d: %v", e.t, e.mark, fencing.ErrTokenStale)
 }
+
+func (e *staleErr) Unwrap() error { return fencing.ErrTokenStale }
+
+func staleError(t, mark fencing.Token) error { return &staleErr{t: t, mark: mark} }
 
 func noTokenError(t fencing.Token) error {
 	return fmt.Errorf("guard: %d is not a token (tokens are > 0): %w", t, fencing.ErrNoToken)
@@ -88,12 +103,36 @@ func (g *state) check(t fencing.Token) error {
 		}
 		if g.mark.CompareAndSwap(m, int64(t)) {
 			if g.active.Load() > 0 {
-				g.mu.Lock()
-				g.supersedeLocked(fencing.Token(g.mark.Load()))
-				g.broadcastLocked()
-				g.mu.Unlock()
+				g.raised()
 			}
 			return nil
+		}
+	}
+}
+
+// raised cancels the admitted requests below the mark, which was just
+// raised, and wakes the waiting Admit calls.
+func (g *state) raised() {
+	g.mu.Lock()
+	g.supersedeLocked(fencing.Token(g.mark.Load()))
+	g.broadcastLocked()
+	g.mu.Unlock()
+}
+
+// observe raises the mark to m, a mark seen in the store (another guard
+// raised it), as a check of m would, without accepting anything: requests
+// admitted with lower tokens are cancelled as superseded.
+func (g *state) observe(m fencing.Token) {
+	for {
+		cur := g.mark.Load()
+		if int64(m) <= cur {
+			return
+		}
+		if g.mark.CompareAndSwap(cur, int64(m)) {
+			if g.active.Load() > 0 {
+				g.raised()
+			}
+			return
 		}
 	}
 }

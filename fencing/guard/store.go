@@ -16,8 +16,13 @@ import (
 // database/sql) and etcdio.MarkStore (etcd).
 //
 // A guard calls Raise before it accepts a token above a scope's mark, and
-// only then; tokens equal to the mark never reach the store. So with steady
-// traffic the store sees one Raise per new grant, not one per request.
+// only then, so with steady traffic the store sees one Raise per new grant.
+// A guard that shares the store with other guards (the default; see
+// WithExclusiveStore) also calls Load for each request whose token equals
+// its mark, and Raise for each token above its mark, followed by Load
+// unless the store is a [RaiseLoader]. For that, Load must be
+// linearizable: it returns at least every mark whose Raise returned before
+// the Load began, whichever process raised it.
 type MarkStore interface {
 	// Load returns the stored mark of scope, or 0 if none was ever raised.
 	Load(ctx context.Context, scope string) (fencing.Token, error)
@@ -26,6 +31,23 @@ type MarkStore interface {
 	// Load after a crash of the process (or machine, as far as the
 	// implementation promises) returns at least t.
 	Raise(ctx context.Context, scope string, t fencing.Token) error
+}
+
+// RaiseLoader is a MarkStore that can raise a mark and report the stored
+// mark in one step. A guard that shares its store with other guards uses
+// it, when its store implements it, for each token above its mark: one
+// round trip instead of Raise then Load. The stores of package markstore
+// and etcdio.MarkStore implement it.
+//
+// Without it, the guard calls Raise, then Load, and rejects the token if
+// the loaded mark is higher: sound, because Raise never lowers a mark, so
+// a Load that returns more than t saw a raise by another guard.
+type RaiseLoader interface {
+	MarkStore
+	// RaiseLoad is Raise, then returns the stored mark of scope after it,
+	// at least t, atomically: no raise of another process falls between
+	// the two.
+	RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fencing.Token, error)
 }
 
 // ErrStore is wrapped (together with the store's own error, or the context
@@ -37,9 +59,9 @@ type MarkStore interface {
 var ErrStore = errors.New("guard: mark store failed")
 
 // DefaultStoreTimeout bounds every wait of a guard on its store (a Load, a
-// Raise, or another request's Load of the same scope) unless
-// WithStoreTimeout says otherwise. It is what bounds Check, which takes no
-// context.
+// Raise, or another request's Load of the same scope) and on its verifier
+// unless WithStoreTimeout says otherwise. It is what bounds Check, which
+// takes no context.
 const DefaultStoreTimeout = 10 * time.Second
 
 func scopeNote(scope string) string {
@@ -58,82 +80,239 @@ func (c *config) bound(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, d)
 }
 
-// ensure makes sure that the store holds at least t for s before t may be
-// accepted: it loads the stored mark once, and raises it when t is above
-// every mark known to be durable. A stale t is left to the state to reject.
-// Every wait on the store ends when ctx does or the store timeout passes.
-func (c *config) ensure(ctx context.Context, s *state, scope string, t fencing.Token) error {
-	if c.store == nil || t <= 0 {
+// prepare does what a request with token t needs before the state decides
+// on t: it asks the verifier about a token above the mark and, with a
+// store, makes sure that the store holds at least t (exclusive store) or
+// that the store holds no higher mark (shared store: a higher one is
+// raised into the state's mark). A stale t is left to the state to reject.
+// Every wait ends when ctx does or the store timeout passes.
+func (c *config) prepare(ctx context.Context, s *state, scope string, t fencing.Token) error {
+	switch {
+	case t <= 0:
+		return nil
+	case c.store == nil:
+		return c.verifyAbove(ctx, s, scope, t)
+	case c.exclusive:
+		return c.prepareExclusive(ctx, s, scope, t)
+	default:
+		return c.prepareShared(ctx, s, scope, t)
+	}
+}
+
+// verifyAbove asks the verifier, if any, about t if t is above the mark.
+func (c *config) verifyAbove(ctx context.Context, s *state, scope string, t fencing.Token) error {
+	if c.verifier == nil || int64(t) <= s.mark.Load() {
 		return nil
 	}
+	return c.verify(ctx, s, scope, t)
+}
+
+// prepareExclusive: the store's mark is read once; a token equal to the
+// mark needs nothing more, a token above it is raised in the store.
+func (c *config) prepareExclusive(ctx context.Context, s *state, scope string, t fencing.Token) error {
 	if !s.loaded.Load() {
 		if err := c.load(ctx, s, scope); err != nil {
 			return err
 		}
 	}
-	if int64(t) <= s.durable.Load() || int64(t) < s.mark.Load() {
+	if int64(t) < s.mark.Load() {
 		return nil
 	}
-	return c.raise(ctx, s, scope, t)
-}
-
-// raise raises the stored mark of s to t. The store's Raise runs on a
-// goroutine of its own, so that a store that ignores its context (a hung
-// disk) cannot hold the caller past ctx or the store timeout; if it
-// succeeds after the caller gave up, the durable mark still records it.
-func (c *config) raise(ctx context.Context, s *state, scope string, t fencing.Token) error {
-	fail := func(err error) error {
-		return fmt.Errorf("guard: token %d not accepted: raising the stored mark%s: %w: %w", t, scopeNote(scope), ErrStore, err)
+	if err := c.verifyAbove(ctx, s, scope, t); err != nil {
+		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fail(err)
-	}
-	ctx, cancel := c.bound(ctx)
-	res := make(chan error, 1)
-	go func() {
-		defer cancel()
-		err := c.store.Raise(ctx, scope, t)
-		if err == nil {
-			raiseTo(&s.durable, int64(t))
-		}
-		res <- err
-	}()
-	select {
-	case err := <-res:
-		if err != nil {
-			return fail(err)
-		}
+	if int64(t) <= s.durable.Load() {
 		return nil
-	case <-ctx.Done():
-		select {
-		case err := <-res: // it answered as time ran out: take its answer
-			if err != nil {
-				return fail(err)
-			}
-			return nil
-		default:
-		}
-		return fail(fmt.Errorf("no answer from the store: %w", ctx.Err()))
 	}
+	_, err := c.raise(ctx, s, scope, t, false)
+	return err
 }
 
-// loadFlight is one Load of a scope's stored mark in progress, which every
-// request of the scope that needs the mark waits for (singleflight).
-type loadFlight struct {
-	done chan struct{} // closed when the store's Load returned
-	err  error         // its error, set before done is closed
-	// Under state.loadMu: waiters counts the requests waiting for it; when
-	// the last gives up, the Load is abandoned and its context cancelled.
+// prepareShared: every token at or above the mark meets the store, which
+// arbitrates between the guards that share it. A token above every mark
+// known to be stored is raised there, and the store reports its mark; a
+// token equal to it reads the store's mark. A stored mark above t, raised
+// by another guard, becomes the state's mark, and the state rejects t.
+func (c *config) prepareShared(ctx context.Context, s *state, scope string, t fencing.Token) error {
+	if int64(t) < s.mark.Load() {
+		return nil
+	}
+	if d := s.durable.Load(); int64(t) < d {
+		s.observe(fencing.Token(d))
+		return nil
+	}
+	if err := c.verifyAbove(ctx, s, scope, t); err != nil {
+		return err
+	}
+	var stored fencing.Token
+	var err error
+	if int64(t) > s.durable.Load() || !s.loaded.Load() {
+		stored, err = c.raise(ctx, s, scope, t, true)
+	} else {
+		stored, err = c.read(ctx, s, scope)
+	}
+	if err != nil {
+		return err
+	}
+	s.stored(stored)
+	return nil
+}
+
+// stored records m, a mark read from the store: it is durable, and this
+// guard has seen it.
+func (s *state) stored(m fencing.Token) {
+	raiseTo(&s.durable, int64(m))
+	s.loaded.Store(true)
+	s.observe(m)
+}
+
+// call is one call of the store or the verifier that requests of a scope
+// wait for. It runs on a goroutine of its own, with a context that keeps
+// the values of the request that started it but not its end, bounded by
+// the store timeout: so it can serve several requests, and a store or
+// verifier that ignores its context cannot hold a request past the
+// request's own context or the store timeout (it keeps one goroutine until
+// it returns).
+type call struct {
+	done chan struct{} // closed once it returned; val and err are set then
+	val  fencing.Token
+	err  error
+	vals context.Context
+	// Under state.callMu: the requests waiting for it; when the last one
+	// gives up before it returned, it is abandoned (its context
+	// cancelled). cancel is nil until it starts.
 	waiters   int
 	abandoned bool
 	cancel    context.CancelFunc
 }
 
-// load reads the stored mark of s once and raises the in-memory mark to it.
-// No request of s has been accepted before (ensure runs first), so nothing
-// is in flight to supersede. One Load per scope runs at a time, on a
-// goroutine of its own; every request that needs it waits for it only until
-// its own ctx ends or the store timeout passes, whichever is first.
+func newCall(ctx context.Context) *call {
+	return &call{done: make(chan struct{}), vals: context.WithoutCancel(ctx)}
+}
+
+// start runs f for cl on a goroutine of its own; finish runs under
+// s.callMu once f returned, before done is closed. Called with s.callMu
+// held, or before cl is shared.
+func (c *config) start(s *state, cl *call, f func(context.Context) (fencing.Token, error), finish func()) {
+	ctx, cancel := c.bound(cl.vals)
+	cl.cancel = cancel
+	go func() {
+		defer cancel()
+		v, err := f(ctx)
+		s.callMu.Lock()
+		cl.val, cl.err = v, err
+		if finish != nil {
+			finish()
+		}
+		s.callMu.Unlock()
+		close(cl.done)
+	}()
+}
+
+// await counts the caller as a waiter of the call join returns (join runs
+// under s.callMu) and waits until it returns or ctx ends. A call that all
+// its waiters abandoned before the caller joined it has failed with their
+// cancellation: the caller joins afresh. The error is ctx's (wrapped) if
+// the caller gave up; the call's own result is in the call.
+func (s *state) await(ctx context.Context, join func() *call) (*call, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("no answer: %w", err)
+		}
+		s.callMu.Lock()
+		cl := join()
+		cl.waiters++
+		s.callMu.Unlock()
+		select {
+		case <-cl.done:
+		case <-ctx.Done():
+			select {
+			case <-cl.done: // it answered as time ran out: take its answer
+			default:
+				s.leave(cl)
+				return nil, fmt.Errorf("no answer: %w", ctx.Err())
+			}
+		}
+		if s.leave(cl) {
+			continue
+		}
+		return cl, nil
+	}
+}
+
+// leave drops the caller from cl's waiters, abandoning cl if it was the
+// last one and cl has started but not returned, and reports whether cl
+// had been abandoned before.
+func (s *state) leave(cl *call) bool {
+	s.callMu.Lock()
+	defer s.callMu.Unlock()
+	was := cl.abandoned
+	cl.waiters--
+	if cl.waiters == 0 && !was && cl.cancel != nil {
+		select {
+		case <-cl.done:
+		default:
+			cl.abandoned = true
+			cl.cancel()
+		}
+	}
+	return was
+}
+
+// raise raises the stored mark of s to t and, if report is set, returns
+// the stored mark after the raise (RaiseLoad, or Raise then Load); else t.
+// Its wait ends when ctx does or the store timeout passes; if the raise
+// succeeds after the caller gave up, the durable mark still records it.
+func (c *config) raise(ctx context.Context, s *state, scope string, t fencing.Token, report bool) (fencing.Token, error) {
+	fail := func(err error) error {
+		return fmt.Errorf("guard: token %d not accepted: raising the stored mark%s: %w: %w", t, scopeNote(scope), ErrStore, err)
+	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	cl, err := s.await(ctx, func() *call {
+		cl := newCall(ctx)
+		c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
+			m, err := c.raiseStore(ctx, scope, t, report)
+			if err == nil {
+				raiseTo(&s.durable, int64(m))
+			}
+			return m, err
+		}, nil)
+		return cl
+	})
+	if err == nil {
+		err = cl.err
+	}
+	if err != nil {
+		return 0, fail(err)
+	}
+	return cl.val, nil
+}
+
+// raiseStore is the store's part of raise.
+func (c *config) raiseStore(ctx context.Context, scope string, t fencing.Token, report bool) (fencing.Token, error) {
+	var m fencing.Token
+	var err error
+	switch rl, ok := c.store.(RaiseLoader); {
+	case !report:
+		return t, c.store.Raise(ctx, scope, t)
+	case ok:
+		m, err = rl.RaiseLoad(ctx, scope, t)
+	default:
+		if err = c.store.Raise(ctx, scope, t); err == nil {
+			m, err = c.store.Load(ctx, scope)
+		}
+	}
+	if err == nil && m < t {
+		err = fmt.Errorf("the store reports the mark %d after a raise to %d succeeded: its Load is not linearizable", m, t)
+	}
+	return m, err
+}
+
+// load reads the stored mark of s once and raises the in-memory mark to
+// it. One Load per scope runs at a time; every request that needs it waits
+// for it only until its own ctx ends or the store timeout passes,
+// whichever is first.
 func (c *config) load(ctx context.Context, s *state, scope string) error {
 	fail := func(err error) error {
 		return fmt.Errorf("guard: loading the stored mark%s: %w: %w", scopeNote(scope), ErrStore, err)
@@ -141,76 +320,82 @@ func (c *config) load(ctx context.Context, s *state, scope string) error {
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	for !s.loaded.Load() {
-		if err := ctx.Err(); err != nil {
-			return fail(err)
+		cl, err := s.await(ctx, func() *call {
+			if s.loading == nil {
+				cl := newCall(ctx)
+				s.loading = cl
+				c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
+					return c.loadStored(ctx, s, scope)
+				}, func() {
+					if s.loading == cl {
+						s.loading = nil
+					}
+				})
+			}
+			return s.loading
+		})
+		if err == nil {
+			err = cl.err
 		}
-		f := c.joinLoad(ctx, s, scope)
-		select {
-		case <-f.done:
-			abandoned := s.leaveLoad(f)
-			if f.err == nil {
-				return nil
-			}
-			if !abandoned {
-				return fail(f.err)
-			}
-			// The Load was abandoned by all its waiters before this request
-			// joined it: its error is their cancellation. Try again.
-		case <-ctx.Done():
-			s.leaveLoad(f)
-			return fail(fmt.Errorf("no answer from the store: %w", ctx.Err()))
+		if err != nil {
+			return fail(err)
 		}
 	}
 	return nil
 }
 
-// joinLoad returns the Load of s in progress, starting one if there is
-// none, with the caller counted as its waiter.
-func (c *config) joinLoad(ctx context.Context, s *state, scope string) *loadFlight {
-	s.loadMu.Lock()
-	defer s.loadMu.Unlock()
-	if f := s.flight; f != nil {
-		f.waiters++
-		return f
-	}
-	// The Load's own context keeps ctx's values but not its end: it serves
-	// every waiter, and ends when the last gives up or the timeout passes.
-	fctx, cancel := c.bound(context.WithoutCancel(ctx))
-	f := &loadFlight{done: make(chan struct{}), waiters: 1, cancel: cancel}
-	s.flight = f
-	go func() {
-		defer cancel()
-		m, err := c.store.Load(fctx, scope)
-		if err == nil {
-			raiseTo(&s.durable, int64(m))
-			raiseTo(&s.mark, int64(m))
-			s.loaded.Store(true)
+// read reads the stored mark of s (a shared store's arbitration of a token
+// equal to the mark). Reads are shared, but never one that began before
+// the caller asked: one read of a scope is in flight at a time, and the
+// requests that arrive meanwhile share the read that starts once it
+// returns. So each request's answer is a read that began after it, and the
+// store sees at most one read of a scope at a time however many requests
+// arrive.
+func (c *config) read(ctx context.Context, s *state, scope string) (fencing.Token, error) {
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	cl, err := s.await(ctx, func() *call {
+		if s.reading == nil {
+			s.reading = newCall(ctx)
+			c.startRead(s, scope, s.reading)
+			return s.reading
 		}
-		f.err = err
-		s.loadMu.Lock()
-		s.flight = nil
-		s.loadMu.Unlock()
-		close(f.done)
-	}()
-	return f
+		if s.nextRead == nil {
+			s.nextRead = newCall(ctx)
+		}
+		return s.nextRead
+	})
+	if err == nil {
+		err = cl.err
+	}
+	if err != nil {
+		return 0, fmt.Errorf("guard: reading the stored mark%s: %w: %w", scopeNote(scope), ErrStore, err)
+	}
+	return cl.val, nil
 }
 
-// leaveLoad drops the caller from f's waiters, abandoning f if it was the
-// last one, and reports whether f had been abandoned.
-func (s *state) leaveLoad(f *loadFlight) bool {
-	s.loadMu.Lock()
-	defer s.loadMu.Unlock()
-	was := f.abandoned
-	f.waiters--
-	if f.waiters == 0 && !was {
-		select {
-		case <-f.done:
-		default:
-			f.abandoned = true
-			f.cancel()
+// startRead starts cl, the read of s; once it returns, the next read
+// starts if anyone waits for it.
+func (c *config) startRead(s *state, scope string, cl *call) {
+	c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
+		return c.loadStored(ctx, s, scope)
+	}, func() {
+		next := s.nextRead
+		s.reading, s.nextRead = nil, nil
+		if next != nil && next.waiters > 0 {
+			s.reading = next
+			c.startRead(s, scope, next)
 		}
+	})
+}
+
+// loadStored loads the stored mark of s and records it (stored).
+func (c *config) loadStored(ctx context.Context, s *state, scope string) (fencing.Token, error) {
+	m, err := c.store.Load(ctx, scope)
+	if err == nil {
+		s.stored(m)
 	}
-	return was
+	return m, err
 }
 
 // raiseTo sets a to v if v is greater.

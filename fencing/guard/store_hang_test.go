@@ -15,6 +15,7 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/fencing/guard/storetest"
 )
 
 // hanging wraps a real store with a fault on the resource's side: while a
@@ -107,24 +108,7 @@ func mustStoreRejection(t *testing.T, err error, what string) {
 
 func storeRejections(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "disco_guard_rejected_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == guard.ReasonStore {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatal("no disco_guard_rejected_total{reason=\"store\"}")
-	return 0
+	return storetest.Rejections(t, reg, guard.ReasonStore)
 }
 
 // TestHungLoadBoundsOtherRequests: while one request of a scope waits for

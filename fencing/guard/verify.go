@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/ahrtr/disco/fencing"
 )
@@ -31,3 +32,42 @@ type Verifier interface {
 // not raised. HTTP middleware answers 503, gRPC interceptors Unavailable,
 // and metrics count it with reason "unverified"; the client may retry.
 var ErrUnverified = errors.New("guard: token could not be verified")
+
+// verify asks the verifier whether t is the token of a current grant of
+// scope, sharing the call with concurrent requests of the same token. It
+// returns nil if it is, an error wrapping fencing.ErrTokenForged if it is
+// not, and one wrapping ErrUnverified if the verifier could not tell or did
+// not answer before ctx ended or the store timeout passed.
+func (c *config) verify(ctx context.Context, s *state, scope string, t fencing.Token) error {
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	cl, err := s.await(ctx, func() *call {
+		if cl := s.verifying[t]; cl != nil {
+			return cl
+		}
+		cl := newCall(ctx)
+		if s.verifying == nil {
+			s.verifying = make(map[fencing.Token]*call)
+		}
+		s.verifying[t] = cl
+		c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
+			return 0, c.verifier.Verify(ctx, scope, t)
+		}, func() {
+			if s.verifying[t] == cl {
+				delete(s.verifying, t)
+			}
+		})
+		return cl
+	})
+	if err == nil {
+		err = cl.err
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fencing.ErrTokenForged):
+		return fmt.Errorf("guard: token %d%s not accepted: %w", t, scopeNote(scope), err)
+	default:
+		return fmt.Errorf("guard: token %d%s not accepted: %w: %w", t, scopeNote(scope), ErrUnverified, err)
+	}
+}

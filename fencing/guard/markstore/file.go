@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
 
 	"github.com/ahrtr/disco/fencing"
 )
@@ -33,18 +36,33 @@ var ErrCorrupt = errors.New("markstore: corrupt mark")
 // for is there after a crash of the machine too. Leftover temporary files
 // are ignored by Load and removed by NewFile.
 //
-// One File (one process) per directory: Raise orders the raises of a scope
-// within the process; two processes raising one scope in one directory
-// could lower its mark.
+// Several processes on one host may share a directory (the replicas of a
+// resource, each with its own guard: see guard.WithStore): each raise of a
+// scope holds an exclusive lock on the scope's lock file (flock(2), a file
+// named lock-<the same hash>, kept in the directory) from its read of the
+// mark to its rename, so raises of one scope never interleave and never
+// lower its mark, whichever processes make them. Such locks hold on a local
+// file system only: on a network file system (NFS, SMB) two hosts' locks
+// may not exclude each other, and one host's raise could lower the mark
+// another host's raise set. Use a SQL or etcd store for replicas on
+// several hosts.
 type File struct {
 	dir   string
-	locks [64]sync.Mutex // striped by scope: raises of one scope are serial
+	locks [64]sync.Mutex // striped by scope: raises of one scope are serial in the process
 }
 
-const tmpPrefix = "tmp-"
+const (
+	tmpPrefix  = "tmp-"
+	markPrefix = "mark-"
+	lockPrefix = "lock-"
+	// lockRetry is how often a raise tries again for a scope's lock that
+	// another process holds.
+	lockRetry = 2 * time.Millisecond
+)
 
 // NewFile returns a File store in dir, creating the directory if needed and
-// removing temporary files a killed process left behind.
+// removing temporary files a killed process left behind (those of a scope
+// whose lock no process holds).
 func NewFile(dir string) (*File, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("markstore: NewFile: empty directory: %w", ErrInvalidArgument)
@@ -56,17 +74,29 @@ func NewFile(dir string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("markstore: NewFile: %w", err)
 	}
+	f := &File{dir: dir}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), tmpPrefix) {
+		rest, ok := strings.CutPrefix(e.Name(), tmpPrefix+markPrefix)
+		if !ok || len(rest) < sha256.Size*2 {
+			continue
+		}
+		// A raise in progress in another process holds the scope's lock:
+		// its temporary file is not left behind.
+		fl := flock.New(filepath.Join(dir, lockPrefix+rest[:sha256.Size*2]))
+		if locked, err := fl.TryLock(); err == nil && locked {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
+			_ = fl.Unlock()
 		}
 	}
-	return &File{dir: dir}, nil
+	return f, nil
 }
 
-func (f *File) name(scope string) (string, *sync.Mutex) {
+// name returns the file name of scope's mark, the path of its lock file,
+// and its mutex in the process.
+func (f *File) name(scope string) (string, string, *sync.Mutex) {
 	sum := sha256.Sum256([]byte(scope))
-	return "mark-" + hex.EncodeToString(sum[:]), &f.locks[sum[0]%byte(len(f.locks))]
+	h := hex.EncodeToString(sum[:])
+	return markPrefix + h, filepath.Join(f.dir, lockPrefix+h), &f.locks[sum[0]%byte(len(f.locks))]
 }
 
 // Load returns the mark of scope, 0 if it has none. A file it cannot parse
@@ -75,7 +105,7 @@ func (f *File) Load(ctx context.Context, scope string) (fencing.Token, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	name, _ := f.name(scope)
+	name, _, _ := f.name(scope)
 	return f.read(name)
 }
 
@@ -96,23 +126,38 @@ func (f *File) read(name string) (fencing.Token, error) {
 
 // Raise sets the mark of scope to t if t is above it, durably (see File).
 func (f *File) Raise(ctx context.Context, scope string, t fencing.Token) error {
+	_, err := f.RaiseLoad(ctx, scope, t)
+	return err
+}
+
+// RaiseLoad is Raise, and returns the mark of scope after it (at least t),
+// read under the scope's lock (guard.RaiseLoader).
+func (f *File) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fencing.Token, error) {
 	if t <= 0 {
-		return fmt.Errorf("markstore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
+		return 0, fmt.Errorf("markstore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, err
 	}
-	name, mu := f.name(scope)
+	name, lockPath, mu := f.name(scope)
 	mu.Lock()
 	defer mu.Unlock()
+	fl := flock.New(lockPath)
+	if _, err := fl.TryLockContext(ctx, lockRetry); err != nil {
+		return 0, fmt.Errorf("markstore: locking the mark of %q: %w", scope, err)
+	}
+	defer fl.Unlock() //nolint:errcheck // closing the lock file unlocks it anyway
 	cur, err := f.read(name)
 	if err != nil {
-		return err // never overwrite a mark it cannot read: it might be higher
+		return 0, err // never overwrite a mark it cannot read: it might be higher
 	}
 	if t <= cur {
-		return nil
+		return cur, nil
 	}
-	return f.write(name, t)
+	if err := f.write(name, t); err != nil {
+		return 0, err
+	}
+	return t, nil
 }
 
 func (f *File) write(name string, t fencing.Token) (err error) {

@@ -63,13 +63,18 @@ func TestSQLiteLaws(t *testing.T) {
 	storetest.Run(t, s, "/sqlite")
 }
 
+func TestSQLiteFleet(t *testing.T) {
+	storetest.Fleet(t, filepath.Join(t.TempDir(), "marks.db"), nil, openSQLite)
+}
+
 func TestSQLiteCrash(t *testing.T) {
 	storetest.Crash(t, filepath.Join(t.TempDir(), "marks.db"), nil, openSQLite)
 }
 
 func TestPostgres(t *testing.T) {
-	if storetest.IsChild() { // the crash child: the parent's server is in its arg
+	if storetest.IsChild() { // a child: the parent's server is in its arg
 		t.Run("Crash", func(t *testing.T) { storetest.Crash(t, "", nil, openPostgres) })
+		t.Run("Fleet", func(t *testing.T) { storetest.Fleet(t, "", nil, openPostgres) })
 		return
 	}
 	dsn := testserver.Postgres(t)
@@ -83,6 +88,9 @@ func TestPostgres(t *testing.T) {
 	})
 	t.Run("Crash", func(t *testing.T) {
 		storetest.Crash(t, dsn, nil, openPostgres)
+	})
+	t.Run("Fleet", func(t *testing.T) {
+		storetest.Fleet(t, dsn, nil, openPostgres)
 	})
 }
 

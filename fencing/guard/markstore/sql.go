@@ -22,9 +22,15 @@ const DefaultTable = "disco_fencing_marks"
 // database) never lower a mark. It is as durable as the database makes a
 // committed statement: PostgreSQL with synchronous_commit on, SQLite with
 // synchronous=FULL (its default in rollback-journal mode).
+//
+// Load is one SELECT and RaiseLoad (guard.RaiseLoader) one upsert with
+// RETURNING, so guards in several processes, on several hosts, can share
+// the table and fence as one resource (guard.WithStore). A resource that
+// is itself in the database can check tokens in its own transactions:
+// see CheckTx.
 type SQL struct {
-	db          *sql.DB
-	load, raise string
+	db                              *sql.DB
+	load, raise, raiseLoad, checkTx string
 }
 
 // SQLOption configures NewSQL.
@@ -71,11 +77,18 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 	if _, err := db.ExecContext(ctx, create); err != nil {
 		return nil, fmt.Errorf("markstore: creating table %s: %w", c.table, err)
 	}
+	upsert := `INSERT INTO ` + c.table + ` (scope, mark) VALUES ($1, $2)
+ON CONFLICT (scope) DO UPDATE SET mark = `
 	return &SQL{
-		db:   db,
-		load: `SELECT mark FROM ` + c.table + ` WHERE scope = $1`,
-		raise: `INSERT INTO ` + c.table + ` (scope, mark) VALUES ($1, $2)
-ON CONFLICT (scope) DO UPDATE SET mark = excluded.mark WHERE ` + c.table + `.mark < excluded.mark`,
+		db:    db,
+		load:  `SELECT mark FROM ` + c.table + ` WHERE scope = $1`,
+		raise: upsert + `excluded.mark WHERE ` + c.table + `.mark < excluded.mark`,
+		// The update reads the row it locked, the latest one, so the mark
+		// it returns is the stored mark after the raise.
+		raiseLoad: upsert + `CASE WHEN ` + c.table + `.mark < excluded.mark THEN excluded.mark ELSE ` + c.table + `.mark END
+RETURNING mark`,
+		checkTx: upsert + `excluded.mark WHERE ` + c.table + `.mark <= excluded.mark
+RETURNING mark`,
 	}, nil
 }
 
@@ -104,4 +117,63 @@ func (s *SQL) Raise(ctx context.Context, scope string, t fencing.Token) error {
 		return fmt.Errorf("markstore: raising the mark of %q to %d: %w", scope, t, err)
 	}
 	return nil
+}
+
+// RaiseLoad is Raise, and returns the mark of scope after it (at least t),
+// in one statement (guard.RaiseLoader).
+func (s *SQL) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fencing.Token, error) {
+	if t <= 0 {
+		return 0, fmt.Errorf("markstore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
+	}
+	var m int64
+	if err := s.db.QueryRowContext(ctx, s.raiseLoad, scope, int64(t)).Scan(&m); err != nil {
+		return 0, fmt.Errorf("markstore: raising the mark of %q to %d: %w", scope, t, err)
+	}
+	return fencing.Token(m), nil
+}
+
+// CheckTx fences a resource that lives in the database itself, inside the
+// caller's transaction tx: it accepts t if t is at least the stored mark of
+// scope, raising the mark to t, and otherwise returns an error wrapping
+// fencing.ErrTokenStale (t <= 0: fencing.ErrNoToken; a nil tx:
+// ErrInvalidArgument). It is one statement, the conditional upsert
+// "UPDATE ... SET mark = t WHERE mark <= t" on the scope's row: the token
+// check of a table row (mark <= t, then write t), generalised to any scope.
+//
+// Call it first in tx, before the writes it protects, and commit them
+// together. The row stays locked until tx ends, so transactions of one
+// scope that pass the check run one after the other, whichever process or
+// replica runs them; a transaction with a lower token that comes later
+// fails the check; and the mark commits, or rolls back, with the writes
+// it admitted. So, unlike a guard's in-memory Admit, this orders the
+// writes of every replica of a resource: once a transaction with token T
+// has committed, no transaction with a token below T commits a write it
+// checked. Equal tokens pass too, one transaction after the other. On
+// SQLite, begin tx so that it writes from the start (BEGIN IMMEDIATE, or
+// _txlock=immediate with modernc.org/sqlite), or another writer may make
+// it fail with SQLITE_BUSY.
+//
+// The marks are those of the store's table: a guard on this store
+// (guard.WithStore) in front of the resource and CheckTx inside it share
+// them.
+func (s *SQL) CheckTx(ctx context.Context, tx *sql.Tx, scope string, t fencing.Token) error {
+	if tx == nil {
+		return fmt.Errorf("markstore: CheckTx: nil *sql.Tx: %w", ErrInvalidArgument)
+	}
+	if t <= 0 {
+		return fmt.Errorf("markstore: CheckTx: %d is not a token (tokens are > 0): %w", t, fencing.ErrNoToken)
+	}
+	var m int64
+	err := tx.QueryRowContext(ctx, s.checkTx, scope, int64(t)).Scan(&m)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("markstore: checking token %d of %q: %w", t, scope, err)
+	}
+	// No row updated: the stored mark is above t. Read it to say so.
+	if err := tx.QueryRowContext(ctx, s.load, scope).Scan(&m); err == nil && m > int64(t) {
+		return fmt.Errorf("markstore: token %d of %q is below the mark %d: %w", t, scope, m, fencing.ErrTokenStale)
+	}
+	return fmt.Errorf("markstore: token %d of %q is below the mark: %w", t, scope, fencing.ErrTokenStale)
 }

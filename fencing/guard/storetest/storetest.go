@@ -24,7 +24,8 @@ import (
 
 // Run checks the laws of a MarkStore on s: unknown scopes load 0, Raise
 // raises and never lowers, scopes are independent, concurrent raises end at
-// the highest, and a guard on s rejects a token below a mark it raised.
+// the highest, RaiseLoad (if s is a guard.RaiseLoader) reports the stored
+// mark, and a guard on s rejects a token below a mark it raised.
 // prefix is prepended to every scope it uses, so runs can share a store.
 func Run(t *testing.T, s guard.MarkStore, prefix string) {
 	t.Helper()
@@ -86,6 +87,29 @@ func Run(t *testing.T, s guard.MarkStore, prefix string) {
 		t.Fatalf("after concurrent raises up to 115: mark %d", m)
 	}
 
+	// RaiseLoad, if the store has it, reports the stored mark after the raise.
+	if rl, ok := s.(guard.RaiseLoader); ok {
+		raiseLoad := func(tok, want fencing.Token) {
+			t.Helper()
+			m, err := rl.RaiseLoad(ctx, c, tok)
+			if err != nil || m != want {
+				t.Fatalf("RaiseLoad(%q, %d) = %d, %v; want %d", c, tok, m, err, want)
+			}
+		}
+		raiseLoad(100, 115) // below the mark: the mark stays, and is told
+		raiseLoad(115, 115)
+		raiseLoad(200, 200)
+		if m := load(c); m != 200 {
+			t.Fatalf("after RaiseLoad to 200: mark %d", m)
+		}
+		if _, err := rl.RaiseLoad(ctx, c, 0); err == nil {
+			t.Error("RaiseLoad with token 0 succeeded")
+		}
+		if m := load(c); m != 200 {
+			t.Fatalf("after a bad RaiseLoad: mark %d, want 200", m)
+		}
+	}
+
 	// A guard restarted on the store keeps the mark.
 	k := guard.NewKeyed(guard.WithStore(s))
 	if err := k.Check(a, 8); !errors.Is(err, fencing.ErrTokenStale) {
@@ -106,10 +130,10 @@ const (
 	argEnv   = "DISCO_STORETEST_ARG"
 )
 
-// IsChild reports whether this process is a child that Crash started. A
-// test that sets up a server before calling Crash skips that set-up in the
-// child, where Crash's arg is not used.
-func IsChild() bool { return os.Getenv(childEnv) != "" }
+// IsChild reports whether this process is a child that Crash or Fleet
+// started. A test that sets up a server before calling Crash or Fleet
+// skips that set-up in the child, where their arg is used instead.
+func IsChild() bool { return os.Getenv(childEnv) != "" || os.Getenv(fleetChildEnv) != "" }
 
 // Crash checks restart safety: in five rounds, a child process (this test
 // binary, re-run for this test only) raises the mark of one scope through a
