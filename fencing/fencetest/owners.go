@@ -46,10 +46,14 @@ func (o op) String() string {
 }
 
 // regState is the state of a fenced register: the value of the last write
-// applied and its mark.
+// applied and its mark. unseen: no write of the history was applied yet and
+// the register may hold what earlier histories left (an unkeyed resource
+// has one register for them all), so a read may return anything, and
+// from then on that.
 type regState struct {
-	value string
-	mark  fencing.Token
+	value  string
+	mark   fencing.Token
+	unseen bool
 }
 
 // fencedRegister is the sequential specification of a fenced register. A
@@ -59,18 +63,22 @@ type regState struct {
 // it when the request asks to be admitted, and a still higher token can
 // supersede the request before it acts). A read returns the value; a fenced
 // read may raise the mark too. A write of unknown outcome may have had
-// either effect.
-func fencedRegister() porcupine.Model {
+// either effect. With leftover, the register starts with whatever earlier
+// histories left in it.
+func fencedRegister(leftover bool) porcupine.Model {
 	nm := porcupine.NondeterministicModel{
-		Init: func() []any { return []any{regState{}} },
+		Init: func() []any { return []any{regState{unseen: leftover}} },
 		Step: func(state, input, output any) []any {
 			s, o := state.(regState), output.(op)
-			raised := regState{value: s.value, mark: max(s.mark, o.token)}
+			raised := s
+			raised.mark = max(s.mark, o.token)
 			next := []any{s}
 			if raised != s {
 				next = append(next, raised)
 			}
 			switch {
+			case !o.write && o.out == applied && s.unseen:
+				return []any{regState{value: o.value, mark: raised.mark}, regState{value: o.value, mark: s.mark}}
 			case !o.write && o.out == applied:
 				if o.value != s.value {
 					return nil
@@ -202,7 +210,7 @@ func manyOwners(t testing.TB, k *kit) {
 		in.value = ""
 		history[i] = porcupine.Operation{ClientId: o.owner, Input: in, Call: o.call, Output: o, Return: o.ret}
 	}
-	model := fencedRegister()
+	model := fencedRegister(!k.r.Keyed)
 	result, info := porcupine.CheckOperationsVerbose(model, history, checkTimeout)
 	switch result {
 	case porcupine.Illegal:
