@@ -3,7 +3,6 @@ package fencetest
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -479,34 +478,9 @@ func (gs *grants) grant(ctx context.Context, scope string) (fencing.Token, error
 	return g.Token(), nil
 }
 
-// verifying is what guard.WithVerifier will do in front of a guard's
-// middleware: a token above the mark is first verified with v, and refused
-// (403) if v says it is of no current grant. mark returns the mark of the
-// request's scope.
-func verifying(v guard.Verifier, scopeOf func(*http.Request) string, mark func(scope string) fencing.Token, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scope := ""
-		if scopeOf != nil {
-			scope = scopeOf(r)
-		}
-		if t, err := fencing.FromHTTP(r); err == nil && t > mark(scope) {
-			if err := v.Verify(r.Context(), scope, t); err != nil {
-				code := http.StatusServiceUnavailable
-				if errors.Is(err, fencing.ErrTokenForged) {
-					code = http.StatusForbidden
-				}
-				http.Error(w, err.Error(), code)
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// TestVerifyingResource: a resource whose guard asks a memio Verifier
-// before it raises its mark refuses a forged token and keeps its mark; the
-// kit's tokens come from real memio locks. (When guard.WithVerifier is
-// merged, the same run goes against it.)
+// TestVerifyingResource: a resource whose guard verifies tokens with a memio
+// Verifier (guard.WithVerifier) before it raises its mark refuses a forged
+// token and keeps its mark; the kit's tokens come from real memio locks.
 func TestVerifyingResource(t *testing.T) {
 	t.Run("Guard", func(t *testing.T) {
 		gs := newGrants(t)
@@ -516,10 +490,7 @@ func TestVerifyingResource(t *testing.T) {
 		}
 		data := newKV()
 		r := HTTPHandler(func() http.Handler {
-			g := guard.New()
-			return data.handler(func(h http.Handler) http.Handler {
-				return verifying(v, nil, func(string) fencing.Token { return g.Mark() }, g.HTTPMiddleware(h))
-			})
+			return data.handler(guard.New(guard.WithVerifier(v)).HTTPMiddleware)
 		}, kvAPI)
 		r.Restart, r.Verifies, r.Grant = nil, true, gs.grant
 		Run(t, r)
@@ -532,10 +503,8 @@ func TestVerifyingResource(t *testing.T) {
 		}
 		data := newKV()
 		r := HTTPHandler(func() http.Handler {
-			k := guard.NewKeyed()
-			return data.handler(func(h http.Handler) http.Handler {
-				return verifying(v, scopeOfPath, k.Mark, k.HTTPMiddleware(scopeOfPath, h))
-			})
+			k := guard.NewKeyed(guard.WithVerifier(v))
+			return data.handler(func(h http.Handler) http.Handler { return k.HTTPMiddleware(scopeOfPath, h) })
 		}, kvAPI)
 		r.Restart, r.Keyed, r.Verifies, r.Grant = nil, true, true, gs.grant
 		Run(t, r)
