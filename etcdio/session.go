@@ -90,6 +90,9 @@ func NewSession(cli *clientv3.Client, opts ...Option) (*Session, error) {
 	if o.session != nil {
 		return nil, fmt.Errorf("etcdio: NewSession: WithSession: %w", ErrInvalidArgument)
 	}
+	if err := checkLockValue("session", o); err != nil {
+		return nil, fmt.Errorf("etcdio: NewSession: %w", err)
+	}
 	s, err := newSession(cli, o)
 	if err != nil {
 		return nil, fmt.Errorf("etcdio: NewSession: %w", err)

@@ -79,6 +79,9 @@ func NewSession(cli *redis.Client, opts ...Option) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.valueSet {
+		return nil, fmt.Errorf("redisio: WithValue is for locks, not sessions: %w", primitives.ErrInvalidArgument)
+	}
 	ctx, cancel := o.construction()
 	defer cancel()
 	return newSession(ctx, cli, o)

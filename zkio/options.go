@@ -50,6 +50,21 @@ type options struct {
 	sessionSet    bool
 	maxData       int
 	maxDataSet    bool
+	value         string
+	valueSet      bool
+}
+
+// WithValue makes a lock's holder and waiters carry value, as an election's
+// leader carries its Campaign value: it is the data of the lock's znode, so
+// that whoever reads the path (disco status, zkCli get) sees who holds and
+// who waits, for example "host:pid". Curator's InterProcessMutex ignores a
+// lock znode's data (it writes its own, the client's address by default),
+// so the two exclude each other as before. A value larger than the
+// session's limit (DefaultMaxDataSize, or WithMaxDataSize) is refused by
+// NewLock with an error wrapping primitives.ErrInvalidArgument. Only
+// NewLock takes it: the other constructors refuse it.
+func WithValue(value string) Option {
+	return func(o *options) { o.value, o.valueSet = value, true }
 }
 
 // WithTTL sets the session timeout to ask for (default DefaultSessionTimeout,

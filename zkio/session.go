@@ -67,6 +67,9 @@ func NewSession(servers []string, opts ...Option) (*Session, error) {
 	if o.CancelOnSuspend {
 		return nil, fmt.Errorf("WithCancelOnSuspend configures primitives, not sessions: %w", ErrInvalidArgument)
 	}
+	if o.valueSet {
+		return nil, fmt.Errorf("WithValue is for locks, not sessions: %w", ErrInvalidArgument)
+	}
 	return newSession(servers, o)
 }
 
