@@ -131,7 +131,12 @@ const constructTimeout = 10 * time.Second
 
 // WithContext bounds construction (creating the session, subscribing to
 // the scope's channel, joining the session's loop), never the session's
-// life. Without it construction gives up after 10 seconds.
+// life. Without it construction gives up after 10 seconds. go-redis honors
+// a context's deadline only on a client made with
+// redis.Options.ContextTimeoutEnabled; on others, a server that accepts the
+// connection and does not answer holds construction for the client's own
+// timeouts (ReadTimeout, 3 s by default, and its retries) instead. Either
+// way the error names the server and says it did not answer.
 func WithContext(ctx context.Context) Option {
 	return func(o *options) {
 		if ctx != nil {
