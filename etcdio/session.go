@@ -121,7 +121,7 @@ func newSession(cli *clientv3.Client, o options) (*Session, error) {
 	sent := time.Now()
 	resp, err := cli.Grant(ctx, int64(o.TTL/time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("grant lease: %w", reach.Failed(ctx, "etcd", cli.Endpoints(), sent, err))
+		return nil, fmt.Errorf("grant lease: %w", reach.Failed(ctx, "etcd", cli.Endpoints(), sent, "", err))
 	}
 	ttl := time.Duration(resp.TTL) * time.Second
 	s := &Session{

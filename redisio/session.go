@@ -93,7 +93,7 @@ func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, er
 	sent := time.Now()
 	id, err := sessionScript.Run(ctx, cli, []string{sessionCounter}, sessionPrefix, o.TTL.Milliseconds()).Int64()
 	if err != nil {
-		return nil, fmt.Errorf("redisio: create session: %w", reach.Failed(ctx, "Redis", []string{cli.Options().Addr}, sent, err))
+		return nil, fmt.Errorf("redisio: create session: %w", reach.Failed(ctx, "Redis", []string{cli.Options().Addr}, sent, "", err))
 	}
 	s := &Session{
 		cli: cli, id: id, key: sessionPrefix + strconv.FormatInt(id, 10), ttl: o.TTL, log: o.Logger, metrics: o.Metrics,
@@ -107,7 +107,7 @@ func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, er
 	if _, err := s.ps.Receive(ctx); err != nil {
 		s.ps.Close()
 		s.cleanup(nil)
-		return nil, fmt.Errorf("redisio: subscribe: %w", reach.Failed(ctx, "Redis", []string{cli.Options().Addr}, sent, err))
+		return nil, fmt.Errorf("redisio: subscribe: %w", reach.Failed(ctx, "Redis", []string{cli.Options().Addr}, sent, "", err))
 	}
 	msgs := s.ps.Channel()
 	s.helpers.Add(3)

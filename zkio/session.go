@@ -116,7 +116,7 @@ func newSession(servers []string, o options) (*Session, error) {
 	conn, events, err := zk.Connect(servers, o.TTL, zk.WithDialer(s.wire.dial),
 		zk.WithLogger(zkLogger{s}), sendBuffer)
 	if err != nil {
-		return nil, fmt.Errorf("zkio: connect: %w", reach.Failed(ctx, "ZooKeeper", servers, began, err))
+		return nil, fmt.Errorf("zkio: connect: %w", reach.Failed(ctx, "ZooKeeper", servers, began, "", err))
 	}
 	s.conn, s.zkev = conn, events
 	// The session is there once the client says so and the timeout it
@@ -133,7 +133,7 @@ func newSession(servers []string, o options) (*Session, error) {
 		case <-learnt:
 			learnt = nil
 		case <-ctx.Done():
-			err := reach.Failed(ctx, "ZooKeeper", servers, began, ctx.Err())
+			err := reach.Failed(ctx, "ZooKeeper", servers, began, "", ctx.Err())
 			// The client's Close waits up to a second for an answer to its
 			// close request, which no server will give a connection that
 			// never got a session: it must not hold up the constructor.

@@ -19,18 +19,19 @@ import (
 const lookupTimeout = time.Second
 
 // Failed words err, a failure to reach service (etcd, ZooKeeper, Redis) at
-// endpoints, of an attempt bounded by ctx that began at began:
+// endpoints, of an attempt bounded by ctx that began at began (bound, if
+// not empty, names what set the bound, as "(--dial-timeout)"):
 //
 //   - "<service> at <endpoints>: no such host <host>" when a host does not
 //     resolve: found in err's chain, or looked up once ctx has ended, since
 //     some clients (etcd's) report only the timeout;
-//   - "<service> at <endpoints> did not answer within <d>" when ctx's
-//     deadline passed (d: how long the attempt took);
+//   - "<service> at <endpoints> did not answer within <d> <bound>" when
+//     ctx's deadline passed (d: the time from began to that deadline);
 //   - "<service> at <endpoints>: <err>" otherwise.
 //
 // The result wraps err. Endpoints are host:port or URLs
 // (http://host:port).
-func Failed(ctx context.Context, service string, endpoints []string, began time.Time, err error) error {
+func Failed(ctx context.Context, service string, endpoints []string, began time.Time, bound string, err error) error {
 	where := strings.Join(endpoints, ",")
 	var dns *net.DNSError
 	if errors.As(err, &dns) && dns.IsNotFound {
@@ -43,8 +44,12 @@ func Failed(ctx context.Context, service string, endpoints []string, began time.
 		return fmt.Errorf("%s at %s: no such host %q: %w", service, where, host, err)
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		took := time.Since(began).Round(100 * time.Millisecond)
-		return fmt.Errorf("%s at %s did not answer within %v: %w", service, where, took, err)
+		deadline, _ := ctx.Deadline()
+		within := deadline.Sub(began).Round(time.Millisecond).String()
+		if bound != "" {
+			within += " " + bound
+		}
+		return fmt.Errorf("%s at %s did not answer within %s: %w", service, where, within, err)
 	}
 	return fmt.Errorf("%s at %s: %w", service, where, err)
 }
