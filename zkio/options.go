@@ -116,8 +116,10 @@ func WithLogger(l *zap.Logger) Option {
 }
 
 // WithContext bounds construction: a new session's first connection gives
-// up when ctx ends. It never bounds the life of what is constructed.
-// Without it construction gives up after 10 seconds.
+// up when ctx ends (the constructor returns up to a second later: the
+// ZooKeeper client's Close waits that long for a server that never
+// answered). It never bounds the life of what is constructed. Without it
+// construction gives up after 10 seconds.
 func WithContext(ctx context.Context) Option {
 	return func(o *options) { o.Context = ctx }
 }

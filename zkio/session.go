@@ -135,9 +135,10 @@ func newSession(servers []string, o options) (*Session, error) {
 		case <-ctx.Done():
 			err := reach.Failed(ctx, "ZooKeeper", servers, began, "", ctx.Err())
 			// The client's Close waits up to a second for an answer to its
-			// close request, which no server will give a connection that
-			// never got a session: it must not hold up the constructor.
-			go conn.Close()
+			// close request, which no server gives a connection that never
+			// got a session; it is waited for all the same, so that no
+			// goroutine outlives the constructor.
+			conn.Close()
 			return nil, fmt.Errorf("zkio: no session: %w", err)
 		}
 	}
