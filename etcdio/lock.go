@@ -2,6 +2,7 @@ package etcdio
 
 import (
 	"context"
+	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -15,11 +16,37 @@ import (
 // first seen with no earlier key left: a revision at which it alone holds.
 type lockService struct{ *service }
 
-var lockSpec = &spec{kind: "lock", errTaken: lock.ErrLockTaken, errNotHeld: lock.ErrNotHeld, ownQueues: []string{""}}
+var lockSpec = &spec{kind: "lock", errTaken: lock.ErrLockTaken, errNotHeld: lock.ErrNotHeld, ownQueues: []string{""},
+	keyTag: LockKeyTag}
+
+// LockKeyTag marks the keys of disco's locks: a lock's key is
+// prefix/<lease>-lock-<n>.<m>, an election's prefix/<lease>-<n>.<m>. Both
+// may carry a value (WithValue, Campaign), so a reader of the prefix (disco
+// status) tells them apart by this tag. Keys of an older disco's locks,
+// like concurrency.Mutex's, have no tag and an empty value; the order of a
+// lock's queue is its keys' CreateRevision whatever their names, so old
+// and new holders exclude each other.
+const LockKeyTag = "lock-"
+
+// checkLockValue refuses WithValue on any constructor but NewLock, and a
+// value larger than the largest accepted.
+func checkLockValue(kind string, o options) error {
+	switch {
+	case !o.valueSet:
+		return nil
+	case kind != lockSpec.kind:
+		return fmt.Errorf("WithValue is for locks only (an election's value is Campaign's): %w", ErrInvalidArgument)
+	case len(o.value) > o.maxValue:
+		return fmt.Errorf("WithValue: value of %d bytes, more than the %d accepted (WithMaxValueSize): %w",
+			len(o.value), o.maxValue, ErrInvalidArgument)
+	}
+	return nil
+}
 
 // NewLock returns a lock on prefix. Waiters queue under prefix+"/" in the
 // order etcd's concurrency.Mutex uses, so the two exclude each other on the
 // same prefix (for a prefix that ends in "/", both use prefix+"/" too).
+// With WithValue its keys carry a value naming the owner.
 // Without WithSession the lock runs its own session, closed by its Close.
 func NewLock(cli *clientv3.Client, prefix string, opts ...Option) (lock.Service, error) {
 	svc, err := newService(lockSpec, cli, prefix, opts)

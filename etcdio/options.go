@@ -33,20 +33,35 @@ type options struct {
 	sessionSet    bool
 	maxValue      int
 	maxValueSet   bool
+	value         string
+	valueSet      bool
 }
 
-// DefaultMaxValueSize is the largest election value (Campaign, Proclaim) a
-// primitive accepts without WithMaxValueSize: etcd refuses a request over
+// DefaultMaxValueSize is the largest value (Campaign's, Proclaim's, a
+// lock's WithValue) a primitive accepts without WithMaxValueSize: etcd refuses a request over
 // its --max-request-bytes (1.5 MiB by default), and a value must fit in one
 // with its key.
 const DefaultMaxValueSize = 1 << 20
 
-// WithMaxValueSize sets the largest election value, in bytes, that Campaign
-// and Proclaim accept, for a cluster whose --max-request-bytes is other
+// WithMaxValueSize sets the largest value, in bytes, that Campaign,
+// Proclaim and a lock's WithValue accept, for a cluster whose --max-request-bytes is other
 // than etcd's default. A larger value is refused before it is sent, with an
 // error wrapping primitives.ErrInvalidArgument.
 func WithMaxValueSize(n int) Option {
 	return func(o *options) { o.maxValue, o.maxValueSet = n, true }
+}
+
+// WithValue makes a lock's holder and waiters carry value, as an election's
+// leader carries its Campaign value: it is the value of the lock's key, so
+// that whoever reads the prefix (disco status, etcdctl get) sees who holds
+// and who waits, for example "host:pid". etcd's concurrency.Mutex and
+// etcdctl lock ignore a key's value, so they and a lock with a value
+// exclude each other as before. A value larger than the largest accepted
+// (DefaultMaxValueSize, or WithMaxValueSize) is refused by NewLock with an
+// error wrapping primitives.ErrInvalidArgument. Only NewLock takes it: the
+// other constructors refuse it (an election's value is Campaign's).
+func WithValue(value string) Option {
+	return func(o *options) { o.value, o.valueSet = value, true }
 }
 
 // WithTTL sets the lease's time to live: whole seconds, at least one. After

@@ -76,7 +76,7 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (driver.Hold
 		// wait for. The Get runs before the Put, so it never sees this key.
 		ahead = clientv3.OpGet(q.blockers, clientv3.WithLastCreate()...)
 	}
-	w, resp, err := svc.create(ctx, q.keys, "", conds, ahead)
+	w, resp, err := svc.create(ctx, q.keys, svc.value, conds, ahead)
 	if err != nil {
 		return driver.Hold{}, err
 	}
@@ -111,7 +111,7 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, er
 			return driver.Hold{}, taken
 		}
 	}
-	w, _, err := svc.create(ctx, q.keys, "", nil, clientv3.Op{})
+	w, _, err := svc.create(ctx, q.keys, svc.value, nil, clientv3.Op{})
 	if err != nil {
 		return driver.Hold{}, err
 	}

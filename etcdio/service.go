@@ -38,6 +38,11 @@ type spec struct {
 	// mirrorAll mirrors the whole prefix instead, values included: who
 	// leads an election is the first of everyone's keys.
 	mirrorAll bool
+	// keyTag, if set, starts the session-unique part of every key name
+	// (after "<lease>-"), so that a reader of the prefix tells the kind
+	// apart: a lock's keys carry a value too (WithValue), as an election's
+	// do, and only their names tell them apart.
+	keyTag string
 	// token, if set, issues the token of a key that holds, off the loop;
 	// otherwise the token is the revision at which the key was confirmed to
 	// hold (locks) or its CreateRevision (elections).
@@ -57,6 +62,7 @@ type service struct {
 	name          string // "lock /pfx", for errors
 	prefix        string // the caller's prefix + "/"
 	maxValue      int    // the largest election value accepted
+	value         string // a lock's keys' value (WithValue)
 	metrics       *metrics.Metrics
 
 	// keys counts the service's key names and retired skips names whose
@@ -89,6 +95,9 @@ func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*
 	if err != nil {
 		return nil, fail(err)
 	}
+	if err := checkLockValue(sp.kind, o); err != nil {
+		return nil, fail(err)
+	}
 	s, owned, err := sessionFor(cli, o)
 	if err != nil {
 		return nil, fail(err)
@@ -105,6 +114,7 @@ func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*
 		name:     name,
 		prefix:   prefix + "/",
 		maxValue: o.maxValue,
+		value:    o.value,
 		metrics:  m,
 		s:        s,
 		id:       s.ownerID(),
@@ -260,7 +270,7 @@ func (svc *service) callErr(ctx context.Context, err error) error {
 // fate is unknown (see retire) is never used again. The caller is in sem.
 func (svc *service) nextKey(queue string) string {
 	svc.keys++
-	return svc.s.ownPrefix(queue) + strconv.FormatUint(svc.id, 10) + "." + strconv.FormatUint(svc.keys%2+svc.retired, 10)
+	return svc.s.ownPrefix(queue) + svc.spec.keyTag + strconv.FormatUint(svc.id, 10) + "." + strconv.FormatUint(svc.keys%2+svc.retired, 10)
 }
 
 // sessionEnded ends the service with its session. Loop only.

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/reach"
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -90,6 +91,9 @@ func NewSession(cli *clientv3.Client, opts ...Option) (*Session, error) {
 	if o.session != nil {
 		return nil, fmt.Errorf("etcdio: NewSession: WithSession: %w", ErrInvalidArgument)
 	}
+	if err := checkLockValue("session", o); err != nil {
+		return nil, fmt.Errorf("etcdio: NewSession: %w", err)
+	}
 	s, err := newSession(cli, o)
 	if err != nil {
 		return nil, fmt.Errorf("etcdio: NewSession: %w", err)
@@ -117,7 +121,7 @@ func newSession(cli *clientv3.Client, o options) (*Session, error) {
 	sent := time.Now()
 	resp, err := cli.Grant(ctx, int64(o.TTL/time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("grant lease: %w", err)
+		return nil, fmt.Errorf("grant lease: %w", reach.Failed(ctx, "etcd", cli.Endpoints(), sent, "", err))
 	}
 	ttl := time.Duration(resp.TTL) * time.Second
 	s := &Session{

@@ -9,16 +9,20 @@ import (
 )
 
 // NewLock returns a lock on name in st: its waiters queue in the order they
-// asked, and each grant's token is the store's revision at the grant.
+// asked, and each grant's token is the store's revision at the grant. With
+// WithValue its keys carry a value naming the owner (Store.Value).
 func NewLock(st *Store, name string, opts ...Option) (lock.Service, error) {
-	svc, _, err := newService(st, kindLock, name, opts)
+	svc, o, err := newService(st, kindLock, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	return lockService{svc}, nil
+	return lockService{svc, o.value}, nil
 }
 
-type lockService struct{ *service }
+type lockService struct {
+	*service
+	value string // its keys' value (WithValue)
+}
 
 func (l lockService) grant(h driver.Hold, err error) (lock.Grant, error) {
 	if err != nil {
@@ -28,11 +32,11 @@ func (l lockService) grant(h driver.Hold, err error) (lock.Grant, error) {
 }
 
 func (l lockService) Lock(ctx context.Context) (lock.Grant, error) {
-	return l.grant(l.acquire(ctx, rwlock.Write, "", false))
+	return l.grant(l.acquire(ctx, rwlock.Write, l.value, false))
 }
 
 func (l lockService) TryLock(ctx context.Context) (lock.Grant, error) {
-	return l.grant(l.acquire(ctx, rwlock.Write, "", true))
+	return l.grant(l.acquire(ctx, rwlock.Write, l.value, true))
 }
 
 func (l lockService) Unlock(ctx context.Context) error { return l.release(ctx, driver.Any) }

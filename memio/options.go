@@ -30,6 +30,34 @@ type options struct {
 	session    *Session
 	sessionSet bool
 	maxValue   int
+	value      string
+	valueSet   bool
+}
+
+// WithValue makes a lock's holder and waiters carry value, as an election's
+// leader carries its Campaign value: it is the value of the lock's key,
+// which Store.Value reads, for example "host:pid". A value larger than the
+// largest accepted (DefaultMaxValueSize, or WithMaxValueSize) is refused by
+// NewLock with an error wrapping primitives.ErrInvalidArgument. Only
+// NewLock takes it: the other constructors refuse it.
+func WithValue(value string) Option {
+	return func(o *options) { o.value, o.valueSet = value, true }
+}
+
+// checkLockValue refuses WithValue on any constructor but NewLock's (kind
+// is the constructor's: a primitive's kind, or "session"), and a value
+// larger than the largest accepted.
+func checkLockValue(kind string, o options) error {
+	switch {
+	case !o.valueSet:
+		return nil
+	case kind != kindLock:
+		return fmt.Errorf("WithValue is for locks only, not a %s (an election's value is Campaign's): %w", kind, ErrInvalidArgument)
+	case len(o.value) > o.maxValue:
+		return fmt.Errorf("WithValue: value of %d bytes, more than the %d accepted (WithMaxValueSize): %w",
+			len(o.value), o.maxValue, ErrInvalidArgument)
+	}
+	return nil
 }
 
 // WithTTL sets the session's time to live: at least 1 s. Not with
@@ -61,8 +89,8 @@ func WithContext(ctx context.Context) Option { return func(o *options) { o.Conte
 // its Close then keeps s.
 func WithSession(s *Session) Option { return func(o *options) { o.session, o.sessionSet = s, true } }
 
-// WithMaxValueSize sets the largest election value, in bytes, Campaign and
-// Proclaim accept.
+// WithMaxValueSize sets the largest value, in bytes, Campaign, Proclaim and
+// a lock's WithValue accept.
 func WithMaxValueSize(n int) Option { return func(o *options) { o.maxValue = n } }
 
 func buildOptions(opts []Option) (options, error) {

@@ -84,6 +84,9 @@ func newService(st *Store, kind, name string, opts []Option) (*service, options,
 	if err := checkName(name); err != nil {
 		return nil, o, fail(err)
 	}
+	if err := checkLockValue(kind, o); err != nil {
+		return nil, o, fail(err)
+	}
 	s, own := o.session, false
 	if s == nil {
 		s, own = newSession(st, o), true

@@ -57,6 +57,9 @@ func NewSession(st *Store, opts ...Option) (*Session, error) {
 	if o.session != nil {
 		return nil, fmt.Errorf("memio: NewSession: WithSession: %w", ErrInvalidArgument)
 	}
+	if err := checkLockValue("session", o); err != nil {
+		return nil, fmt.Errorf("memio: NewSession: %w", err)
+	}
 	if st == nil {
 		return nil, fmt.Errorf("memio: NewSession: nil Store: %w", ErrInvalidArgument)
 	}

@@ -78,6 +78,18 @@ func (st *Store) Keys(prefix string) []string {
 	return out
 }
 
+// Value returns the value of the key name (a lock's WithValue, a
+// candidate's Campaign or Proclaim value), and whether the key exists.
+func (st *Store) Value(name string) (string, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	k, ok := st.keys[name]
+	if !ok {
+		return "", false
+	}
+	return k.value, true
+}
+
 // DeleteKey deletes the key name behind its owner's back, as another
 // client of a real store could: a holder whose key it was is told Lost
 // (and stays usable), a waiter fails with an error wrapping

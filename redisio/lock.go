@@ -2,9 +2,11 @@ package redisio
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
@@ -28,9 +30,10 @@ var _ lock.Service = (*Lock)(nil)
 // Without WithSession it runs on a session of its own, closed by Close.
 // Bad input (nil client, empty or "/" name, over 1 KiB, a name in disco's
 // own key trees: disco/session, disco/sessions and the names below them,
-// TTL below MinTTL, WithTTL or WithSuspendAfter with WithSession) is an
-// error wrapping primitives.ErrInvalidArgument, and nothing is written to
-// Redis.
+// TTL below MinTTL, WithTTL or WithSuspendAfter with WithSession, a
+// WithValue over the largest value) is an error wrapping
+// primitives.ErrInvalidArgument, and nothing is written to Redis. With
+// WithValue its holds carry a value naming the owner.
 func NewLock(cli *redis.Client, name string, opts ...Option) (lock.Service, error) {
 	v, err := newService(cli, name, kindLock, opts)
 	if err != nil {
@@ -48,12 +51,12 @@ func (l *Lock) grant(h driver.Hold, err error) (lock.Grant, error) {
 
 // Lock blocks until this owner holds the lock.
 func (l *Lock) Lock(ctx context.Context) (lock.Grant, error) {
-	return l.grant(l.v.acquire(ctx, false, "", rwlock.Write))
+	return l.grant(l.v.acquire(ctx, false, l.v.value, rwlock.Write))
 }
 
 // TryLock takes the lock only if nobody holds it or waits for it.
 func (l *Lock) TryLock(ctx context.Context) (lock.Grant, error) {
-	return l.grant(l.v.acquire(ctx, true, "", rwlock.Write))
+	return l.grant(l.v.acquire(ctx, true, l.v.value, rwlock.Write))
 }
 
 // Unlock releases the current hold; lock.ErrNotHeld if there is none.
@@ -62,4 +65,19 @@ func (l *Lock) Unlock(ctx context.Context) error { return l.v.release(ctx, drive
 // Release releases exactly g, matched by its Created.
 func (l *Lock) Release(ctx context.Context, g lock.Grant) error {
 	return l.v.release(ctx, driver.CreatedAt(g.Created))
+}
+
+// checkLockValue refuses WithValue on any constructor but NewLock's, and a
+// value larger than the largest accepted.
+func checkLockValue(k kind, name string, o options) error {
+	switch {
+	case !o.valueSet:
+		return nil
+	case k != kindLock:
+		return fmt.Errorf("%s: WithValue is for locks only (an election's value is Campaign's): %w", name, primitives.ErrInvalidArgument)
+	case len(o.value) > o.maxValue:
+		return fmt.Errorf("%s: WithValue: value of %d bytes, more than the %d accepted (WithMaxValueSize): %w",
+			name, len(o.value), o.maxValue, primitives.ErrInvalidArgument)
+	}
+	return nil
 }

@@ -33,17 +33,31 @@ type options struct {
 	// maxValue is the largest election value Campaign and Proclaim accept.
 	maxValue int
 	permits  int // a semaphore's N, set by NewSemaphore
+	value    string
+	valueSet bool
 	errs     []error
 }
 
-// DefaultMaxValueSize is the largest election value (Campaign, Proclaim) a
-// primitive accepts without WithMaxValueSize: the same limit as etcdio's,
+// WithValue makes a lock's holder and waiters carry value, as an election's
+// leader carries its Campaign value: it is stored in the hold's hash (field
+// v, as a candidate's value is), so that whoever reads the name's holds
+// (disco status) sees who holds and who waits, for example "host:pid". A
+// value larger than the largest accepted (DefaultMaxValueSize, or
+// WithMaxValueSize) is refused by NewLock with an error wrapping
+// primitives.ErrInvalidArgument, before anything is written. Only NewLock
+// takes it: the other constructors refuse it.
+func WithValue(value string) Option {
+	return func(o *options) { o.value, o.valueSet = value, true }
+}
+
+// DefaultMaxValueSize is the largest value (Campaign's, Proclaim's, a lock's
+// WithValue) a primitive accepts without WithMaxValueSize: the same limit as etcdio's,
 // so that a program moves between backends unchanged. Redis itself takes
 // values up to its proto-max-bulk-len (512 MB by default).
 const DefaultMaxValueSize = 1 << 20
 
-// WithMaxValueSize sets the largest election value, in bytes, that Campaign
-// and Proclaim accept; a larger one is refused before it is sent, with an
+// WithMaxValueSize sets the largest value, in bytes, that Campaign, Proclaim
+// and a lock's WithValue accept; a larger one is refused before it is sent, with an
 // error wrapping primitives.ErrInvalidArgument.
 func WithMaxValueSize(n int) Option {
 	return func(o *options) {
@@ -117,7 +131,12 @@ const constructTimeout = 10 * time.Second
 
 // WithContext bounds construction (creating the session, subscribing to
 // the scope's channel, joining the session's loop), never the session's
-// life. Without it construction gives up after 10 seconds.
+// life. Without it construction gives up after 10 seconds. go-redis honors
+// a context's deadline only on a client made with
+// redis.Options.ContextTimeoutEnabled; on others, a server that accepts the
+// connection and does not answer holds construction for the client's own
+// timeouts (ReadTimeout, 3 s by default, and its retries) instead. Either
+// way the error names the server and says it did not answer.
 func WithContext(ctx context.Context) Option {
 	return func(o *options) {
 		if ctx != nil {

@@ -33,7 +33,8 @@ type service struct {
 	name string
 	// maxValue is the largest election value accepted.
 	maxValue int
-	permits  int // a semaphore's N
+	value    string // a lock's holds' value (WithValue)
+	permits  int    // a semaphore's N
 	seq      string
 	queue    string
 	granted  string // name/held
@@ -111,6 +112,9 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	if err != nil {
 		return nil, err
 	}
+	if err := checkLockValue(k, sp.Name, o); err != nil {
+		return nil, err
+	}
 	ctx, cancel := o.construction()
 	defer cancel()
 	if k == kindSemaphore {
@@ -134,7 +138,7 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	}
 	v := &service{
 		Shell: driver.NewShell(sp),
-		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue, permits: o.permits,
+		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue, value: o.value, permits: o.permits,
 		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
 		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{}, listeners: map[chan struct{}]struct{}{},
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/reach"
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
@@ -79,6 +80,9 @@ func NewSession(cli *redis.Client, opts ...Option) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.valueSet {
+		return nil, fmt.Errorf("redisio: WithValue is for locks, not sessions: %w", primitives.ErrInvalidArgument)
+	}
 	ctx, cancel := o.construction()
 	defer cancel()
 	return newSession(ctx, cli, o)
@@ -89,7 +93,7 @@ func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, er
 	sent := time.Now()
 	id, err := sessionScript.Run(ctx, cli, []string{sessionCounter}, sessionPrefix, o.TTL.Milliseconds()).Int64()
 	if err != nil {
-		return nil, fmt.Errorf("redisio: create session: %w", err)
+		return nil, fmt.Errorf("redisio: create session: %w", reach.Failed(ctx, "Redis", []string{cli.Options().Addr}, sent, "", err))
 	}
 	s := &Session{
 		cli: cli, id: id, key: sessionPrefix + strconv.FormatInt(id, 10), ttl: o.TTL, log: o.Logger, metrics: o.Metrics,
@@ -103,7 +107,7 @@ func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, er
 	if _, err := s.ps.Receive(ctx); err != nil {
 		s.ps.Close()
 		s.cleanup(nil)
-		return nil, fmt.Errorf("redisio: subscribe: %w", err)
+		return nil, fmt.Errorf("redisio: subscribe: %w", reach.Failed(ctx, "Redis", []string{cli.Options().Addr}, sent, "", err))
 	}
 	msgs := s.ps.Channel()
 	s.helpers.Add(3)

@@ -50,6 +50,21 @@ type options struct {
 	sessionSet    bool
 	maxData       int
 	maxDataSet    bool
+	value         string
+	valueSet      bool
+}
+
+// WithValue makes a lock's holder and waiters carry value, as an election's
+// leader carries its Campaign value: it is the data of the lock's znode, so
+// that whoever reads the path (disco status, zkCli get) sees who holds and
+// who waits, for example "host:pid". Curator's InterProcessMutex ignores a
+// lock znode's data (it writes its own, the client's address by default),
+// so the two exclude each other as before. A value larger than the
+// session's limit (DefaultMaxDataSize, or WithMaxDataSize) is refused by
+// NewLock with an error wrapping primitives.ErrInvalidArgument. Only
+// NewLock takes it: the other constructors refuse it.
+func WithValue(value string) Option {
+	return func(o *options) { o.value, o.valueSet = value, true }
 }
 
 // WithTTL sets the session timeout to ask for (default DefaultSessionTimeout,
@@ -101,8 +116,10 @@ func WithLogger(l *zap.Logger) Option {
 }
 
 // WithContext bounds construction: a new session's first connection gives
-// up when ctx ends. It never bounds the life of what is constructed.
-// Without it construction gives up after 10 seconds.
+// up when ctx ends (the constructor returns up to a second later: the
+// ZooKeeper client's Close waits that long for a server that never
+// answered). It never bounds the life of what is constructed. Without it
+// construction gives up after 10 seconds.
 func WithContext(ctx context.Context) Option {
 	return func(o *options) { o.Context = ctx }
 }

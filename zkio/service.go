@@ -52,6 +52,7 @@ type service struct {
 	own       bool // the service made its session and closes it
 	path      string
 	spec      *spec
+	value     string // a lock's znodes' data (WithValue)
 	metrics   *metrics.Metrics
 	closedErr error
 	// stop is closed by the loop when Close begins or the service ends:
@@ -76,9 +77,13 @@ func newService(servers []string, path string, sp *spec, opts []Option) (*servic
 	if err != nil {
 		return nil, err
 	}
+	if err := checkLockValue(sp, o); err != nil {
+		return nil, err
+	}
 	svc := &service{
 		path:      p,
 		spec:      sp,
+		value:     o.value,
 		closedErr: fmt.Errorf("zkio: %s: %w", p, primitives.ErrClosed),
 		stop:      make(chan struct{}),
 	}

@@ -1,6 +1,7 @@
 package zkio
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/reach"
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
@@ -67,6 +69,9 @@ func NewSession(servers []string, opts ...Option) (*Session, error) {
 	if o.CancelOnSuspend {
 		return nil, fmt.Errorf("WithCancelOnSuspend configures primitives, not sessions: %w", ErrInvalidArgument)
 	}
+	if o.valueSet {
+		return nil, fmt.Errorf("WithValue is for locks, not sessions: %w", ErrInvalidArgument)
+	}
 	return newSession(servers, o)
 }
 
@@ -105,15 +110,15 @@ func newSession(servers []string, o options) (*Session, error) {
 	if buf := o.maxData + sendSlack; buf > clientSendBuffer {
 		sendBuffer = zk.WithMaxConnBufferSize(buf)
 	}
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(o.Context, connectTimeout)
+	defer cancel()
 	conn, events, err := zk.Connect(servers, o.TTL, zk.WithDialer(s.wire.dial),
 		zk.WithLogger(zkLogger{s}), sendBuffer)
 	if err != nil {
-		return nil, fmt.Errorf("zkio: connect: %w", err)
+		return nil, fmt.Errorf("zkio: connect: %w", reach.Failed(ctx, "ZooKeeper", servers, began, "", err))
 	}
 	s.conn, s.zkev = conn, events
-	ctx := o.Context
-	wait := time.NewTimer(10 * time.Second)
-	defer wait.Stop()
 	// The session is there once the client says so and the timeout it
 	// was granted is known (the client logs it just after).
 	for connected, learnt := false, s.learnt; !connected || learnt != nil; {
@@ -128,11 +133,13 @@ func newSession(servers []string, o options) (*Session, error) {
 		case <-learnt:
 			learnt = nil
 		case <-ctx.Done():
+			err := reach.Failed(ctx, "ZooKeeper", servers, began, "", ctx.Err())
+			// The client's Close waits up to a second for an answer to its
+			// close request, which no server gives a connection that never
+			// got a session; it is waited for all the same, so that no
+			// goroutine outlives the constructor.
 			conn.Close()
-			return nil, fmt.Errorf("zkio: no session: %w", ctx.Err())
-		case <-wait.C:
-			conn.Close()
-			return nil, fmt.Errorf("zkio: no session with %v within 10s", servers)
+			return nil, fmt.Errorf("zkio: no session: %w", err)
 		}
 	}
 	// The lease was granted no earlier than the connect request was sent.
@@ -150,6 +157,10 @@ const (
 	clientSendBuffer = 1536 << 10
 	sendSlack        = 64 << 10
 )
+
+// connectTimeout bounds a new session's first connection without
+// WithContext.
+const connectTimeout = 10 * time.Second
 
 // checkValue refuses a value larger than the session takes.
 func (s *Session) checkValue(what string, value string) error {

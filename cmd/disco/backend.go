@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/internal/reach"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
@@ -24,8 +25,9 @@ type backend interface {
 	name() string
 	// newLock and newElection make a primitive on NAME with disco's TTL,
 	// construction bounded by ctx; cancelOnSuspend asks lock.Do and
-	// election.Lead to end fn's context at Suspended.
-	newLock(ctx context.Context, name string, cancelOnSuspend bool) (lock.Service, error)
+	// election.Lead to end fn's context at Suspended. A lock's holds carry
+	// value.
+	newLock(ctx context.Context, name, value string, cancelOnSuspend bool) (lock.Service, error)
 	newElection(ctx context.Context, name string, cancelOnSuspend bool) (election.Service, error)
 	// status reads who holds, waits for or leads NAME.
 	status(ctx context.Context, name, kind string) (*report, error)
@@ -93,23 +95,17 @@ func (g *globals) dial(ctx context.Context) (backend, error) {
 	case schemeRedis:
 		return g.dialRedis(ctx, addrs[0])
 	}
-	cli, err := g.connect(ctx)
+	cli, err := g.connect(ctx, addrs)
 	if err != nil {
 		return nil, err
 	}
 	return &etcdBackend{g: g, cli: cli}, nil
 }
 
-// unreachable words a failure to reach where within the dial timeout.
-func (g *globals) unreachable(service, where string, ctx context.Context, err error) error {
-	var dns *net.DNSError
-	switch {
-	case errors.As(err, &dns) && dns.IsNotFound:
-		return fmt.Errorf("%s at %s: no such host %q", service, where, dns.Name)
-	case ctx.Err() != nil:
-		return fmt.Errorf("%s at %s did not answer within %v (--dial-timeout): %w", service, where, g.dialTimeout, err)
-	}
-	return fmt.Errorf("%s at %s: %w", service, where, err)
+// unreachable words a failure to reach service at where, an attempt that
+// began at began bounded by ctx, with the flag that set the bound.
+func (g *globals) unreachable(ctx context.Context, service string, where []string, began time.Time, err error) error {
+	return reach.Failed(ctx, service, where, began, "(--dial-timeout)", err)
 }
 
 // etcdBackend is etcd, through one client.
@@ -128,8 +124,8 @@ func (b *etcdBackend) opts(ctx context.Context, cancelOnSuspend bool) []etcdio.O
 	return o
 }
 
-func (b *etcdBackend) newLock(ctx context.Context, name string, cos bool) (lock.Service, error) {
-	return etcdio.NewLock(b.cli, name, b.opts(ctx, cos)...)
+func (b *etcdBackend) newLock(ctx context.Context, name, value string, cos bool) (lock.Service, error) {
+	return etcdio.NewLock(b.cli, name, append(b.opts(ctx, cos), etcdio.WithValue(value))...)
 }
 
 func (b *etcdBackend) newElection(ctx context.Context, name string, cos bool) (election.Service, error) {
@@ -154,12 +150,18 @@ type zkBackend struct {
 }
 
 func (g *globals) dialZK(ctx context.Context, servers []string) (backend, error) {
-	where := strings.Join(servers, ",")
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
 	defer cancel()
 	s, err := zkio.NewSession(servers, zkio.WithSessionTimeout(g.ttl), zkio.WithContext(ctx))
 	if err != nil {
-		return nil, g.unreachable("ZooKeeper", where, ctx, err)
+		if ctx.Err() != nil {
+			return nil, g.unreachable(ctx, "ZooKeeper", servers, began, ctx.Err())
+		}
+		if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(inner.Error(), "ZooKeeper at ") {
+			err = inner // zkio's words (no such host), without its prefix
+		}
+		return nil, err
 	}
 	return &zkBackend{g: g, s: s, servers: servers}, nil
 }
@@ -174,8 +176,8 @@ func (b *zkBackend) opts(cos bool) []zkio.Option {
 	return o
 }
 
-func (b *zkBackend) newLock(_ context.Context, name string, cos bool) (lock.Service, error) {
-	return zkio.NewLock(nil, name, b.opts(cos)...)
+func (b *zkBackend) newLock(_ context.Context, name, value string, cos bool) (lock.Service, error) {
+	return zkio.NewLock(nil, name, append(b.opts(cos), zkio.WithValue(value))...)
 }
 
 func (b *zkBackend) newElection(_ context.Context, name string, cos bool) (election.Service, error) {
@@ -188,6 +190,12 @@ func (b *zkBackend) where(name string) string {
 
 func (b *zkBackend) close() { b.s.Close() }
 
+// silentRedis drops go-redis's log (it logs failed dials on its own): disco
+// reports failures itself, once, and logs nothing else.
+type silentRedis struct{}
+
+func (silentRedis) Printf(context.Context, string, ...any) {}
+
 // redisBackend is one Redis primary, through one client.
 type redisBackend struct {
 	g   *globals
@@ -199,13 +207,16 @@ func (g *globals) dialRedis(ctx context.Context, addr string) (backend, error) {
 	if err != nil {
 		return nil, usageErr(fmt.Errorf("--endpoints redis://%s: %w", addr, err))
 	}
+	redis.SetLogger(silentRedis{}) // the client's logger is global
 	opt.DialTimeout = g.dialTimeout
+	opt.ContextTimeoutEnabled = true // so that the dial timeout bounds the ping
 	cli := redis.NewClient(opt)
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
 	defer cancel()
 	if err := cli.Ping(ctx).Err(); err != nil {
 		cli.Close()
-		return nil, g.unreachable("Redis", opt.Addr, ctx, err)
+		return nil, g.unreachable(ctx, "Redis", []string{opt.Addr}, began, err)
 	}
 	return &redisBackend{g: g, cli: cli}, nil
 }
@@ -220,8 +231,8 @@ func (b *redisBackend) opts(ctx context.Context, cos bool) []redisio.Option {
 	return o
 }
 
-func (b *redisBackend) newLock(ctx context.Context, name string, cos bool) (lock.Service, error) {
-	return redisio.NewLock(b.cli, name, b.opts(ctx, cos)...)
+func (b *redisBackend) newLock(ctx context.Context, name, value string, cos bool) (lock.Service, error) {
+	return redisio.NewLock(b.cli, name, append(b.opts(ctx, cos), redisio.WithValue(value))...)
 }
 
 func (b *redisBackend) newElection(ctx context.Context, name string, cos bool) (election.Service, error) {

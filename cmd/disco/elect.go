@@ -35,19 +35,18 @@ loss, until interrupted; then resign.
 
 The election agrees with etcd's concurrency.Election and 'etcdctl elect' on
 the same NAME about who leads.`,
-		Args: args(cobra.MinimumNArgs(2)),
+		Args: func(cmd *cobra.Command, a []string) error {
+			if len(a) == 2 && cmd.ArgsLenAtDash() < 0 {
+				return nil // campaigns without CMD
+			}
+			return cmdArgs(cmd, a, "NAME", "VALUE")
+		},
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
 			if err := checkName(a[0]); err != nil {
 				return err
 			}
-			if len(a) == 2 && cmd.ArgsLenAtDash() < 0 {
-				return runCampaigns(cmd.Context(), g, a[0], a[1])
-			}
-			if err := needDash(cmd, 2); err != nil {
-				return err
-			}
 			if len(a) == 2 {
-				return usageErr(errors.New("elect: nothing after --"))
+				return runCampaigns(cmd.Context(), g, a[0], a[1])
 			}
 			if err := checkStopAt(stopAt); err != nil {
 				return err

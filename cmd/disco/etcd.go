@@ -8,11 +8,15 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/ahrtr/disco/etcdio/embedded"
 )
@@ -37,7 +41,12 @@ and serve until SIGINT or SIGTERM.
 
 Without --data-dir the data lives in a temporary directory removed at exit.
 Port 0 picks a free port.`,
-		Args: args(cobra.NoArgs),
+		Args: func(cmd *cobra.Command, a []string) error {
+			if len(a) > 0 {
+				return argsErr(cmd, "takes no arguments, not %s", strings.Join(a, " "))
+			}
+			return nil
+		},
 		PreRunE: func(*cobra.Command, []string) error {
 			for _, p := range []struct {
 				name string
@@ -58,7 +67,13 @@ Port 0 picks a free port.`,
 	fl.IntVar(&f.clientPort, "client-port", 2379, "client port on 127.0.0.1 (0: any free port)")
 	fl.IntVar(&f.peerPort, "peer-port", 2380, "peer port on 127.0.0.1 (0: any free port)")
 	fl.BoolVar(&f.noFsync, "unsafe-no-fsync", false, "skip fsync: faster, but data may be lost if the machine crashes")
-	fl.StringVar(&f.logLevel, "log-level", "error", "etcd's log level on stderr: debug, info, warn, error")
+	fl.StringVar(&f.logLevel, "log-level", "", "etcd's log level on stderr once it serves: debug, info, warn, error (default error; set, it applies from the start)")
+	// Its help lists only its own flags: the global ones are for the
+	// commands that use a service.
+	cmd.SetHelpFunc(func(c *cobra.Command, a []string) {
+		c.InheritedFlags().VisitAll(func(f *pflag.Flag) { f.Hidden = true })
+		c.Parent().HelpFunc()(c, a)
+	})
 	return cmd
 }
 
@@ -89,12 +104,22 @@ func runEtcd(ctx context.Context, g *globals, f etcdFlags) error {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.Name + "=" + peer.String()
 	cfg.UnsafeNoFsync = f.noFsync
-	level, err := zap.ParseAtomicLevel(f.logLevel)
-	if err != nil {
-		return usageErr(fmt.Errorf("--log-level: %w", err))
+	serving := zap.ErrorLevel
+	if f.logLevel != "" {
+		l, err := zapcore.ParseLevel(f.logLevel)
+		if err != nil {
+			return usageErr(fmt.Errorf("etcd: --log-level: %w", err))
+		}
+		serving = l
+	}
+	// Until it serves, etcd logs nothing unless asked (--log-level): a
+	// failure to start is reported by disco, in one line.
+	level := zap.NewAtomicLevelAt(zap.FatalLevel)
+	if f.logLevel != "" {
+		level.SetLevel(serving)
 	}
 	zc := zap.NewProductionConfig()
-	zc.Level, zc.Encoding, zc.Sampling = level, "console", nil
+	zc.Level, zc.Encoding, zc.Sampling, zc.DisableStacktrace = level, "console", nil, true
 	lg, err := zc.Build()
 	if err != nil {
 		return err
@@ -102,7 +127,7 @@ func runEtcd(ctx context.Context, g *globals, f etcdFlags) error {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return fmt.Errorf("etcd: %w", err)
+		return startFailed(err, f)
 	}
 	defer func() {
 		// etcd reports its own listeners closing as errors: not news.
@@ -118,6 +143,7 @@ func runEtcd(ctx context.Context, g *globals, f etcdFlags) error {
 	case <-time.After(embedded.DefaultStartTimeout):
 		return errors.New("etcd not ready within " + embedded.DefaultStartTimeout.String())
 	}
+	level.SetLevel(serving)
 	fmt.Fprintf(g.stdout, "export %s=%s\n", embedded.EnvEndpoints, client.String())
 	fmt.Fprintf(g.stderr, "disco: etcd serving on %s, data in %s; Ctrl-C to stop\n", client.String(), dir)
 	select {
@@ -126,6 +152,22 @@ func runEtcd(ctx context.Context, g *globals, f etcdFlags) error {
 	case err := <-e.Err():
 		return fmt.Errorf("etcd: %w", err)
 	}
+}
+
+// startFailed words etcd's failure to start: a port in use is named, with
+// the flags that pick free ones.
+func startFailed(err error, f etcdFlags) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	flag, port := "--client-port", f.clientPort
+	var op *net.OpError
+	if errors.As(err, &op) && op.Addr != nil {
+		if _, p, _ := net.SplitHostPort(op.Addr.String()); p == strconv.Itoa(f.peerPort) {
+			flag, port = "--peer-port", f.peerPort
+		}
+	}
+	return fmt.Errorf("etcd: port %d (%s) is in use; --client-port 0 --peer-port 0 picks free ports", port, flag)
 }
 
 // portURL returns http://127.0.0.1:port, picking a free port for 0.

@@ -137,8 +137,10 @@ func ownKey(rest string) bool {
 
 // detectKind tells from the keys under name+"/" and the epoch key what
 // primitive uses name: rwlock keys sit under read/ and write/ beside an
-// epoch key; an election's keys hold candidates' values; a lock's are
-// empty. Nothing there gives "".
+// epoch key; a disco lock's keys are tagged (<lease>-lock-...); other keys
+// holding values are an election's candidates; empty untagged keys are a
+// lock's (an older disco's, concurrency.Mutex's, etcdctl lock's). Nothing
+// there gives "".
 func detectKind(name string, kvs []*mvccpb.KeyValue, epoch *mvccpb.KeyValue) string {
 	if epoch != nil {
 		return kindRWLock
@@ -149,13 +151,23 @@ func detectKind(name string, kvs []*mvccpb.KeyValue, epoch *mvccpb.KeyValue) str
 		if strings.HasPrefix(rest, "read/") || strings.HasPrefix(rest, "write/") {
 			return kindRWLock
 		}
-		if len(kv.Value) > 0 {
+		switch {
+		case lockKey(rest):
+			return kindLock
+		case len(kv.Value) > 0:
 			kind = kindElection
-		} else if kind == "" {
+		case kind == "":
 			kind = kindLock
 		}
 	}
 	return kind
+}
+
+// lockKey says whether rest, a key without its name's prefix, is named as
+// disco's lock keys are: <lease>-lock-<n>.<m>.
+func lockKey(rest string) bool {
+	_, id, ok := strings.Cut(rest, "-")
+	return ok && strings.HasPrefix(id, etcdio.LockKeyTag)
 }
 
 // checkKind validates a --kind value ("" means detect).
@@ -201,6 +213,7 @@ func classify(name, kind string, kvs []*mvccpb.KeyValue) []queueEntry {
 				writerAhead = true
 			}
 		default:
+			e.Value = string(kv.Value)
 			e.Role = "waiter"
 			if i == 0 {
 				e.Role = "holder"

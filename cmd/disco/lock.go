@@ -3,16 +3,20 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
 func newLockCmd(g *globals) *cobra.Command {
 	var grace time.Duration
-	var stopAt string
+	var stopAt, value string
 	cmd := &cobra.Command{
 		Use:   "lock NAME -- CMD [ARGS...]",
 		Short: "Run CMD while holding the lock NAME",
@@ -41,37 +45,65 @@ started beside CMD) kills the group. A process that leaves the group
 (setsid, a daemon that detaches) escapes this and runs on without the hold.
 Linux only.
 
+The holder and its waiters carry --value (default HOST:PID, this host's name
+and disco's process id), which 'disco status NAME' shows.
+
 The lock excludes disco's library (etcdio.NewLock), etcd's concurrency.Mutex
-and 'etcdctl lock' on the same NAME.`,
-		Args: args(cobra.MinimumNArgs(2)),
+and 'etcdctl lock' on the same NAME (they ignore the value); on ZooKeeper,
+Curator's InterProcessMutex.`,
+		Args: func(cmd *cobra.Command, a []string) error { return cmdArgs(cmd, a, "NAME") },
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
-			if err := needDash(cmd, 1); err != nil {
-				return err
-			}
 			if err := checkName(a[0]); err != nil {
 				return err
 			}
 			if err := checkStopAt(stopAt); err != nil {
 				return err
 			}
-			return runLock(cmd.Context(), g, a[0], a[1:], grace, stopAt)
+			if !cmd.Flags().Changed("value") {
+				value = ownerValue()
+			}
+			return runLock(cmd.Context(), g, a[0], value, a[1:], grace, stopAt)
 		}),
 	}
 	cmd.Flags().DurationVar(&grace, "grace", 5*time.Second, "how long CMD has to exit after SIGTERM before SIGKILL (at suspended, cut to end before the lease may expire)")
+	cmd.Flags().StringVar(&value, "value", "", "what the hold carries, shown by 'disco status' (default HOST:PID)")
 	cmd.Flags().StringVar(&stopAt, "stop-at", stopAtSuspended, "when to stop CMD: suspended (the lease went unconfirmed; CMD is gone before it may expire) or lost")
 	return cmd
 }
 
-// needDash requires "--" right after the first n arguments, so that CMD's
-// own flags are never taken for disco's.
-func needDash(cmd *cobra.Command, n int) error {
-	if cmd.ArgsLenAtDash() != n {
-		return usageErr(errors.New(cmd.Name() + ": put -- before CMD: " + cmd.Use))
+// cmdArgs checks the arguments of a command that runs CMD: the arguments
+// names (NAME, or NAME VALUE), then "--", then CMD and its arguments. It
+// says what is missing in the command's own words.
+func cmdArgs(cmd *cobra.Command, a []string, names ...string) error {
+	n, dash := len(names), cmd.ArgsLenAtDash()
+	before := len(a)
+	if dash >= 0 {
+		before = dash
+	}
+	switch {
+	case before < n:
+		return argsErr(cmd, "no %s", names[before])
+	case before > n && dash < 0:
+		return argsErr(cmd, "put -- before CMD (%s)", cmd.Use)
+	case before > n:
+		return argsErr(cmd, "%s before --, then CMD; got %d arguments before --: %s", strings.Join(names, " "), before, strings.Join(a[:before], " "))
+	case len(a) == n:
+		return argsErr(cmd, "no CMD after --")
 	}
 	return nil
 }
 
-func runLock(ctx context.Context, g *globals, name string, argv []string, grace time.Duration, stopAt string) error {
+// ownerValue is a hold's value by default: this host's name and disco's
+// process id.
+func ownerValue() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
+func runLock(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration, stopAt string) error {
 	sup := &supervisor{what: "lock " + name, argv: argv, grace: grace, stopAt: stopAt, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
@@ -81,15 +113,14 @@ func runLock(ctx context.Context, g *globals, name string, argv []string, grace 
 	}
 	defer b.close()
 	cctx, cancel := g.commandCtx(waitCtx)
-	l, err := b.newLock(cctx, name, stopAt == stopAtSuspended)
+	l, err := b.newLock(cctx, name, value, stopAt == stopAtSuspended)
 	cancel()
 	if err != nil {
 		return orInterrupted(sup, b.name(), err)
 	}
 	defer l.Close()
 	g.logf("lock %s: %s", name, b.where(name))
-	g.logf("waiting for lock %s", name)
-	err = lock.Do(waitCtx, l, func(ctx context.Context, gr lock.Grant) error {
+	err = lock.Do(waitCtx, tryFirst{l, func() { g.logf("waiting for lock %s", name) }}, func(ctx context.Context, gr lock.Grant) error {
 		g.logf("locked %s: token %v, key %s; running %s", name, gr.FencingToken, gr.Key, argv[0])
 		return sup.run(ctx, name, gr.FencingToken)
 	})
@@ -105,4 +136,27 @@ func orInterrupted(sup *supervisor, what string, err error) error {
 		return ie
 	}
 	return err
+}
+
+// tryFirst is a lock whose Lock tries first, and calls waiting only when
+// the lock is taken and it must wait: so that -v says "waiting" only while
+// disco waits.
+type tryFirst struct {
+	lock.Service
+	waiting func()
+}
+
+func (t tryFirst) Lock(ctx context.Context) (lock.Grant, error) {
+	gr, err := t.TryLock(ctx)
+	if !errors.Is(err, lock.ErrLockTaken) {
+		return gr, err
+	}
+	t.waiting()
+	return t.Service.Lock(ctx)
+}
+
+// CancelOnSuspend reports the lock's own setting, which lock.Do reads.
+func (t tryFirst) CancelOnSuspend() bool {
+	sc, ok := t.Service.(primitives.SuspendCanceler)
+	return ok && sc.CancelOnSuspend()
 }

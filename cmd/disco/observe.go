@@ -20,7 +20,7 @@ object) per change of leader, including "no leader", until interrupted.
 A leader's token is its key's creation revision. observe holds a lease of
 its own but writes no key; if that lease is lost (etcd out of reach for the
 TTL), it says so on stderr and observes again.`,
-		Args: args(cobra.ExactArgs(1)),
+		Args: oneName,
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
 			if err := checkName(a[0]); err != nil {
 				return err

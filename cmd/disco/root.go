@@ -87,7 +87,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return 0
 	}
@@ -99,7 +99,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if ee.err != nil {
 		fmt.Fprintln(stderr, "disco:", ee.err)
 		if ee.code == exitUsage {
-			fmt.Fprintln(stderr, "Run 'disco --help' for usage.")
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 	}
 	return ee.code
@@ -129,7 +129,12 @@ the keys of NAME/sub are not NAME's.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if cmd != root {
+			err = fmt.Errorf("%s: %w", cmd.Name(), err)
+		}
+		return usageErr(err)
+	})
 	def := endpointsFromEnv()
 	if len(def) == 0 {
 		def = []string{defaultEndpoint}
@@ -161,14 +166,20 @@ func (g *globals) check() error {
 	return nil
 }
 
-// args wraps a cobra argument check so that its error is a usage error.
-func args(check cobra.PositionalArgs) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, a []string) error {
-		if err := check(cmd, a); err != nil {
-			return usageErr(err)
-		}
-		return nil
+// argsErr is a usage error of cmd's arguments, in its own words.
+func argsErr(cmd *cobra.Command, format string, a ...any) error {
+	return usageErr(fmt.Errorf(cmd.Name()+": "+format, a...))
+}
+
+// oneName requires exactly one argument, NAME.
+func oneName(cmd *cobra.Command, a []string) error {
+	switch {
+	case len(a) == 0:
+		return argsErr(cmd, "no NAME")
+	case len(a) > 1:
+		return argsErr(cmd, "one NAME, not %d: %s", len(a), strings.Join(a, " "))
 	}
+	return nil
 }
 
 // runE adapts f to cobra: an error that is not already an exitError is
@@ -189,24 +200,21 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 
 // connect returns a client of g.endpoints that has answered a request
 // within the dial timeout, so a dead endpoint fails fast with a clear error.
-func (g *globals) connect(ctx context.Context) (*clientv3.Client, error) {
-	where := strings.Join(g.endpoints, ",")
+func (g *globals) connect(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   g.endpoints,
+		Endpoints:   endpoints,
 		DialTimeout: g.dialTimeout,
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd at %s: %w", where, err)
+		return nil, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err)
 	}
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
 	defer cancel()
 	if _, err := cli.Get(ctx, "disco-ping", clientv3.WithCountOnly()); err != nil {
 		cli.Close()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("etcd at %s did not answer within %v (--dial-timeout): %w", where, g.dialTimeout, err)
-		}
-		return nil, fmt.Errorf("etcd at %s: %w", where, err)
+		return nil, g.unreachable(ctx, "etcd", endpoints, began, err)
 	}
 	return cli, nil
 }

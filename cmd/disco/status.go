@@ -18,15 +18,19 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Use:   "status NAME",
 		Short: "Show who holds, waits for or leads NAME",
 		Long: `Show the keys under NAME in the order they were created: the holders and
-waiters of a lock or rwlock, the leader and candidates of an election, each
-key's creation revision (CREATED; a lock's fencing token is issued at
-acquisition and not stored in etcd, a leader's token is its CREATED), each
-lease with its remaining TTL, and a rwlock's epoch key.
+waiters of a lock or rwlock, the leader and candidates of an election, the
+value each carries (a lock's --value, a candidate's VALUE), each key's
+creation revision (CREATED; a lock's fencing token is issued at acquisition
+and not stored in etcd, a leader's token is its CREATED), each lease with its
+remaining TTL, and a rwlock's epoch key. On ZooKeeper and Redis the same
+from their layouts.
 
 The kind of NAME is told from its key layout: rwlock keys under NAME/read/
-and NAME/write/ (and the epoch key NAME.epoch), election keys holding the
-candidates' values, lock keys empty. --kind overrides it (an election whose
-candidates have empty values looks like a lock).
+and NAME/write/ (and the epoch key NAME.epoch), disco's lock keys named
+<lease>-lock-..., other keys holding values an election's candidates, other
+empty keys a lock's (etcdctl lock's, concurrency.Mutex's). --kind overrides
+it (an election whose candidates have empty values looks like a lock; on
+Redis a lock and an election look alike).
 
 NAME must start with "/" and not end with "/". Keys of names nested under
 NAME (NAME/sub/...) are not NAME's: they are never shown as its holders;
@@ -34,10 +38,10 @@ instead a line "nested: NAME/sub (KIND, N keys)" names each such name (with
 --json, the list "nested"). A rwlock's reader and writer keys sit under
 NAME/read/ and NAME/write/, so those two last segments are reserved: a lock
 named NAME/read is taken for readers of a rwlock NAME.`,
-		Args: args(cobra.ExactArgs(1)),
-		PreRunE: func(_ *cobra.Command, a []string) error {
+		Args: oneName,
+		PreRunE: func(cmd *cobra.Command, a []string) error {
 			if err := checkKind(kind); err != nil {
-				return usageErr(err)
+				return argsErr(cmd, "%w", err)
 			}
 			return checkName(a[0])
 		},
@@ -140,7 +144,7 @@ func (r *report) renderOwn(w io.Writer) error {
 	case kindRWLock:
 		fmt.Fprintln(tw, "POS\tROLE\tMODE\tCREATED\tKEY\tLEASE\tTTL")
 	default:
-		fmt.Fprintln(tw, "POS\tROLE\tCREATED\tKEY\tLEASE\tTTL")
+		fmt.Fprintln(tw, "POS\tROLE\tVALUE\tCREATED\tKEY\tLEASE\tTTL")
 	}
 	for _, e := range r.Queue {
 		switch r.Kind {
@@ -149,7 +153,7 @@ func (r *report) renderOwn(w io.Writer) error {
 		case kindRWLock:
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, e.Role, e.Mode, e.CreatedRevision, e.Key, orDash(e.Lease), e.ttl())
 		default:
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", e.Position, e.Role, e.CreatedRevision, e.Key, orDash(e.Lease), e.ttl())
+			fmt.Fprintf(tw, "%d\t%s\t%q\t%d\t%s\t%s\t%s\n", e.Position, e.Role, e.Value, e.CreatedRevision, e.Key, orDash(e.Lease), e.ttl())
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -113,7 +113,7 @@ func (b *zkBackend) status(ctx context.Context, name, kind string) (*report, err
 			}
 			writerAhead = writerAhead || e.mode == "write"
 		default:
-			q.Role = "waiter"
+			q.Role, q.Value = "waiter", string(e.data)
 			if len(r.Queue) == 0 {
 				q.Role = "holder"
 			}

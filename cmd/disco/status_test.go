@@ -77,7 +77,7 @@ func TestStatusShowsWaitersInOrder(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit status %d: %s", code, errOut)
 	}
-	table := `(?s)CREATED.*\n1 +holder +\d+ +\S+ +` + leases[0] + ` +\d+s/7s\n2 +waiter .*` + leases[1] +
+	table := `(?s)CREATED.*\n1 +holder +"" +\d+ +\S+ +` + leases[0] + ` +\d+s/7s\n2 +waiter .*` + leases[1] +
 		`.*\n3 +waiter .*` + leases[2] + `.*lock's token is issued at acquisition and not stored`
 	if !regexp.MustCompile(table).MatchString(out) {
 		t.Fatalf("table does not match %s:\n%s", table, out)

@@ -30,11 +30,13 @@ func proxied(t *testing.T) (string, *faultproxy.Proxy) {
 	return "http://" + px.Addr(), px
 }
 
-// When the lease of disco's lock goes unconfirmed (etcd cut off), CMD,
-// which ignores SIGTERM, and its group are gone before the lease may
-// expire, even with a --grace far longer than the TTL. If the lease is
-// confirmed again, disco releases and exits with status 3 saying the hold
-// was in doubt; if it expires, disco exits with status 3 saying it was lost.
+// When the lease of disco's lock goes unconfirmed (etcd cut off by a fault
+// proxy), CMD, which ignores SIGTERM as its whole group does, and its group
+// are gone before the deadline disco announces (when the lease may expire),
+// even with a --grace far longer than the TTL. If the lease is confirmed
+// again (the cut healed at once), disco releases and exits with status 3,
+// saying in one last line that the hold was in doubt; if it expires, disco
+// exits with status 3 saying it was lost.
 func TestLockSuspendedStopsCommandBeforeDeadline(t *testing.T) {
 	for _, heal := range []bool{true, false} {
 		t.Run(map[bool]string{true: "confirmed again", false: "expired"}[heal], func(t *testing.T) {
@@ -49,40 +51,55 @@ func TestLockSuspendedStopsCommandBeforeDeadline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cut := time.Now()
 			px.BlackholeTx()
 			px.BlackholeRx()
-			// Every renewal acknowledged came before the cut: the lease may
-			// expire no earlier than its last renewal plus the TTL, which is
-			// before cut+ttl. CMD's group must be dead before then.
-			for len(groupMembers(t, pid)) > 0 {
-				if time.Since(cut) > ttl {
-					t.Fatalf("CMD's group still runs %v after etcd was cut off (TTL %v); stderr:\n%s", time.Since(cut), ttl, p.stderr)
-				}
-				time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-			}
-			gone := time.Since(cut)
-			p.stderr.await(t, "in doubt", time.Second)
+			doubt := p.stderr.await(t, "in doubt", 2*ttl)
+			deadline := announced(t, doubt)
 			if heal {
 				px.UnblackholeTx()
 				px.UnblackholeRx()
 			}
+			for len(groupMembers(t, pid)) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("CMD's group still runs after the deadline %s; stderr:\n%s", deadline.Format(clockTime), p.stderr)
+				}
+				time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+			}
+			left := time.Until(deadline)
 			if code := p.wait(t, 3*ttl); code != exitLost {
 				t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitLost, p.stderr)
 			}
-			want := "lost"
+			lines := strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+			last := lines[len(lines)-1]
+			want := "lost while CMD ran"
 			if heal {
-				want = "confirmed again"
+				want = "was in doubt while CMD ran, so CMD was stopped; the lease was confirmed again and the hold released"
 			}
-			if !strings.Contains(p.stderr.String(), want) {
-				t.Fatalf("stderr does not say %q:\n%s", want, p.stderr)
+			if !strings.HasPrefix(last, "disco: lock "+name+" ") || !strings.Contains(last, want) {
+				t.Fatalf("last line %q does not say %q; stderr:\n%s", last, want, p.stderr)
 			}
 			px.UnblackholeTx()
 			px.UnblackholeRx()
-			t.Logf("CMD's group gone %v after the cut (TTL %v); stderr:\n%s", gone.Round(time.Millisecond), ttl, p.stderr)
+			t.Logf("CMD's group gone %v before the deadline (TTL %v); stderr:\n%s", left.Round(time.Millisecond), ttl, p.stderr)
 			if heal {
 				awaitKeys(t, newClient(t), name, 0)
 			}
 		})
 	}
+}
+
+// announced returns the deadline disco printed ("may expire at
+// 15:04:05.000"), today.
+func announced(t *testing.T, stderr string) time.Time {
+	t.Helper()
+	m := regexp.MustCompile(`may expire at (\d\d:\d\d:\d\d\.\d{3})`).FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("no deadline in %q", stderr)
+	}
+	at, err := time.ParseInLocation(clockTime, m[1], time.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	return time.Date(now.Year(), now.Month(), now.Day(), at.Hour(), at.Minute(), at.Second(), at.Nanosecond(), time.Local)
 }

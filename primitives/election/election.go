@@ -11,6 +11,12 @@
 // long-running candidate that should stay in the election through lost
 // terms and lost sessions runs Supervise, which campaigns again after a
 // backoff, on a new Service when the old one is done.
+//
+// Healthz is a leader's liveness probe (an http.Handler): it fails once a
+// term of this process was lost, or suspended on a Service built to cancel
+// there, and the fn of that term has not returned within a timeout, so
+// that an orchestrator restarts a leader stuck in work it should have
+// stopped.
 package election
 
 import (
