@@ -44,7 +44,7 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 				fmtLoad(r, func(l *load) *float64 { return &l.Requests }),
 				fmtLoad(r, func(l *load) *float64 { return l.Wakeups }),
 				fmtLoad(r, func(l *load) *float64 {
-					if l.Store != string(onEtcd) {
+					if l.Store != "" && l.Store != string(onEtcd) { // "": a guard store's, read from etcd's page
 						return nil
 					}
 					return &l.WatchEvents
@@ -72,7 +72,7 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 					notes = append(notes, fmt.Sprintf("ERROR %s %s: %d errors, first: %s", r.Scenario, s.Lib, s.Errors, s.FirstErr))
 				}
 				if s != nil && s.Load != nil && s.Load.WakeMessages != nil && s.Load.Rechecks != nil {
-					notes = append(notes, fmt.Sprintf("%s %s: per acquisition %.2f wake messages received by the sessions (every session subscribed gets each), %.2f of them handed to a waiter, %.2f timed looks",
+					notes = append(notes, fmt.Sprintf("%s %s: per acquisition %.2f wake messages received by the sessions (every session subscribed gets each), %.2f wakeups (a waiter or an election's watcher woken by one), %.2f timed looks",
 						r.Scenario, s.Lib, *s.Load.WakeMessages, *s.Load.Wakeups, *s.Load.Rechecks))
 				}
 			}
