@@ -31,13 +31,14 @@ type candidate interface {
 // electionLib is one election implementation under test. ttl is the lease's
 // time to live, in whole seconds.
 type electionLib struct {
-	name string
-	open func(cli *clientv3.Client, prefix string, ttl time.Duration) (candidate, error)
+	name  string
+	store store
+	open  func(a at, ttl time.Duration) (candidate, error)
 }
 
 // discoElectionLib is disco's etcdio.NewElection, one session per candidate.
-var discoElectionLib = electionLib{name: "disco", open: func(cli *clientv3.Client, prefix string, ttl time.Duration) (candidate, error) {
-	s, err := etcdio.NewElection(cli, prefix, etcdio.WithTTL(ttl))
+var discoElectionLib = electionLib{name: "disco", store: onEtcd, open: func(a at, ttl time.Duration) (candidate, error) {
+	s, err := etcdio.NewElection(a.cli, a.prefix, etcdio.WithTTL(ttl), etcdio.WithMetrics(a.mt.m))
 	if err != nil {
 		return nil, err
 	}
@@ -61,12 +62,12 @@ func (d discoCandidate) close() error                     { return d.s.Close() }
 
 // etcdElectionLib is etcd's concurrency.Election on its own
 // concurrency.Session.
-var etcdElectionLib = electionLib{name: "etcd-election", open: func(cli *clientv3.Client, prefix string, ttl time.Duration) (candidate, error) {
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)))
+var etcdElectionLib = electionLib{name: "etcd-election", store: onEtcd, open: func(a at, ttl time.Duration) (candidate, error) {
+	s, err := concurrency.NewSession(a.cli, concurrency.WithTTL(int(ttl/time.Second)))
 	if err != nil {
 		return nil, err
 	}
-	return &etcdCandidate{s: s, e: concurrency.NewElection(s, prefix)}, nil
+	return &etcdCandidate{s: s, e: concurrency.NewElection(s, a.prefix)}, nil
 }}
 
 type etcdCandidate struct {
@@ -121,20 +122,26 @@ const (
 // Goal from the issue.
 const failoverResignP50Goal = 5.0 // ms, disco, Resign -> next leader
 
-// seat is one candidate process: its client and its candidacy.
+// seat is one candidate process: its etcd client (nil off etcd: the
+// candidate dials its own) and its candidacy.
 type seat struct {
 	cli  *clientv3.Client
 	cand candidate
 }
 
-func openSeat(e *env, lib electionLib, prefix string, ttl time.Duration) (*seat, error) {
-	cli, err := e.newClient()
-	if err != nil {
-		return nil, err
+func openSeat(e *env, lib electionLib, prefix string, ttl time.Duration, mt *meter) (*seat, error) {
+	var cli *clientv3.Client
+	if lib.store == onEtcd {
+		var err error
+		if cli, err = e.newClient(); err != nil {
+			return nil, err
+		}
 	}
-	c, err := lib.open(cli, prefix, ttl)
+	c, err := lib.open(at{cli, prefix, mt}, ttl)
 	if err != nil {
-		_ = cli.Close()
+		if cli != nil {
+			_ = cli.Close()
+		}
 		return nil, fmt.Errorf("%s: open: %w", lib.name, err)
 	}
 	return &seat{cli: cli, cand: c}, nil
@@ -146,7 +153,9 @@ func (s *seat) shut() (time.Duration, error) {
 	t0 := time.Now()
 	err := s.cand.close()
 	took := time.Since(t0)
-	_ = s.cli.Close()
+	if s.cli != nil {
+		_ = s.cli.Close()
+	}
 	return took, err
 }
 
@@ -170,12 +179,18 @@ type failoverCfg struct {
 // returning; it is recorded in Handoff, and Count is the number of
 // failovers.
 func runFailover(ctx context.Context, e *env, lib electionLib, fc failoverCfg, cfg runCfg) (s *side, err error) {
+	if fc.mode == failExpiry && lib.store != onEtcd {
+		return nil, fmt.Errorf("%s: expiry needs a candidate's etcd client to close under it", lib.name)
+	}
 	prefix := e.prefix(fmt.Sprintf("failover-%s-%s", fc.mode, lib.name))
+	mt := newMeter(e, lib.store)
+	defer mt.close()
+	mt.sessions = fc.candidates
 	seats := make([]*seat, fc.candidates)
 	var g errgroup.Group
 	for i := range seats {
 		g.Go(func() error {
-			st, err := openSeat(e, lib, prefix, fc.ttl)
+			st, err := openSeat(e, lib, prefix, fc.ttl, mt)
 			seats[i] = st
 			return err
 		})
@@ -234,9 +249,9 @@ func runFailover(ctx context.Context, e *env, lib electionLib, fc failoverCfg, c
 	if fc.rounds > 0 {
 		limit = fc.rounds
 		// Each round takes about one TTL; anything far beyond is a hang.
-		w = newCountedWindow(ctx, e, time.Duration(fc.rounds+1)*(3*fc.ttl)+10*time.Second)
+		w = newCountedWindow(ctx, mt, time.Duration(fc.rounds+1)*(3*fc.ttl)+10*time.Second)
 	} else {
-		w = newWindow(ctx, e, cfg)
+		w = newWindow(ctx, mt, cfg)
 	}
 	log := &holdLog{start: w.start}
 	runCtx, stop := w.runContext(ctx)
@@ -266,7 +281,7 @@ func runFailover(ctx context.Context, e *env, lib electionLib, fc failoverCfg, c
 		}
 		var next *seat
 		if fc.mode != failResign {
-			if next, err = openSeat(e, lib, prefix, fc.ttl); err != nil {
+			if next, err = openSeat(e, lib, prefix, fc.ttl, mt); err != nil {
 				errs.add(fmt.Errorf("open a fresh candidate: %w", err))
 			}
 		}
@@ -292,7 +307,7 @@ func runFailover(ctx context.Context, e *env, lib electionLib, fc failoverCfg, c
 		} else {
 			log.setReleased(idx, log.now())
 		}
-		if fc.mode == failClose {
+		if fc.mode == failClose && st.cli != nil {
 			_ = st.cli.Close()
 		}
 		if fc.mode != failResign {
@@ -337,11 +352,10 @@ func runFailover(ctx context.Context, e *env, lib electionLib, fc failoverCfg, c
 	return s, nil
 }
 
-// failoverScenario: disco's election against concurrency.Election, the
-// leader leaving per mode.
-func failoverScenario(mode failMode) func(ctx context.Context, r *runner) (*result, error) {
+// failoverScenario: disco's election against concurrency.Election (libs:
+// disco's election on another store, alone), the leader leaving per mode.
+func failoverScenario(name string, mode failMode, libs ...electionLib) func(ctx context.Context, r *runner) (*result, error) {
 	return func(ctx context.Context, r *runner) (*result, error) {
-		name := "election-failover-" + string(mode)
 		fc := failoverCfg{mode: mode, candidates: electionCandidates, ttl: electionTTL}
 		if mode == failExpiry {
 			fc.ttl, fc.rounds = r.expiryTTL, r.expiryRounds
@@ -353,7 +367,10 @@ func failoverScenario(mode failMode) func(ctx context.Context, r *runner) (*resu
 			}
 		}
 		var sides []*side
-		for _, lib := range []electionLib{discoElectionLib, etcdElectionLib} {
+		for _, lib := range libs {
+			if err := r.env.start(lib.store); err != nil {
+				return nil, err
+			}
 			if fc.rounds > 0 {
 				r.logf("  %s: %s, %d rounds of about %v ...", name, lib.name, fc.rounds, fc.ttl)
 			} else {
@@ -365,7 +382,12 @@ func failoverScenario(mode failMode) func(ctx context.Context, r *runner) (*resu
 			}
 			sides = append(sides, s)
 		}
-		d, m := sides[0], sides[1]
+		d := sides[0]
+		if len(sides) == 1 {
+			return solo(name, fc.candidates, "failovers/s", "failover", d,
+				fmt.Sprintf("Election on %s, %d candidates, leader leaves by %s: failover and Campaign wait, CDF", libs[0].store, fc.candidates, mode)), nil
+		}
+		m := sides[1]
 		rw := &row{Scenario: name, Contenders: fc.candidates, Baseline: m.Lib, Unit: "failovers/s", Latency: "failover", Disco: d, Base: m}
 		var what string
 		switch mode {

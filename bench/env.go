@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/internal/testserver"
 )
 
 // env is the etcd every scenario of one run talks to: an embedded member
@@ -26,6 +28,13 @@ type env struct {
 	delay      time.Duration     // -delay: added to every link of the cluster, each way
 	root       string            // key prefix unique to this run
 	seq        atomic.Int64
+
+	// The ZooKeeper and Redis servers of the zk- and redis- scenarios,
+	// started by the first that needs them (startZK, startRedis) and
+	// stopped by close; "" until then.
+	zkAddr, redisAddr string
+	stops             []func()
+	serversDir        string
 }
 
 // quietGRPC silences gRPC's process-wide logger, which otherwise prints
@@ -119,9 +128,64 @@ func (e *env) backend() string {
 	return fmt.Sprintf("embedded (fsync=%v)", e.fsync)
 }
 
+// startZK starts the run's ZooKeeper (one server, forceSync=no: it does not
+// fsync, unlike etcd and Redis here) unless it runs.
+func (e *env) startZK() error {
+	if e.zkAddr != "" {
+		return nil
+	}
+	dir, err := e.dir()
+	if err != nil {
+		return err
+	}
+	zks, err := testserver.LaunchZooKeeper(dir, 1)
+	if err != nil {
+		return fmt.Errorf("starting ZooKeeper: %w", err)
+	}
+	e.zkAddr, e.stops = zks[0].Addr, append(e.stops, zks[0].Stop)
+	return nil
+}
+
+// startRedis starts the run's redis-server (appendfsync always, redisio's
+// safety contract) unless it runs.
+func (e *env) startRedis() error {
+	if e.redisAddr != "" {
+		return nil
+	}
+	dir, err := e.dir()
+	if err != nil {
+		return err
+	}
+	srv, err := testserver.LaunchRedis(dir)
+	if err != nil {
+		return fmt.Errorf("starting Redis: %w", err)
+	}
+	e.redisAddr, e.stops = srv.Addr, append(e.stops, srv.Stop)
+	return nil
+}
+
+// dir is the servers' directory, removed by close.
+func (e *env) dir() (string, error) {
+	if e.serversDir == "" {
+		d, err := os.MkdirTemp("", "disco-bench-servers")
+		if err != nil {
+			return "", err
+		}
+		e.serversDir = d
+	}
+	return e.serversDir, nil
+}
+
 // close removes the run's keys from an external cluster (rwlocks leave
-// their epoch keys) and stops an embedded one.
+// their epoch keys) and stops an embedded one, and the ZooKeeper and Redis
+// servers.
 func (e *env) close() error {
+	for _, stop := range e.stops {
+		stop()
+	}
+	if e.serversDir != "" {
+		_ = os.RemoveAll(e.serversDir)
+	}
 	if e.cluster != nil {
 		return e.cluster.Close()
 	}

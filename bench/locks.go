@@ -24,18 +24,29 @@ type locker interface {
 	close() error
 }
 
-// lockLib is one implementation under test.
+// at is where an owner opens: its etcd client (nil off etcd, where the
+// owner dials its own), the measurement's prefix (an etcd key prefix, a
+// ZooKeeper path, a Redis name), and its side's meter, whose metrics the
+// side's disco owners report to.
+type at struct {
+	cli    *clientv3.Client
+	prefix string
+	mt     *meter
+}
+
+// lockLib is one implementation under test, on store.
 type lockLib struct {
-	name string
-	open func(cli *clientv3.Client, prefix string) (locker, error)
-	// offEtcd: the lock lives in another store (Redis, ZooKeeper), so the
-	// etcd load probe says nothing about it: its load is n/a.
-	offEtcd bool
+	name  string
+	store store
+	open  func(a at) (locker, error)
+	// counted: a baseline whose events bench counts itself (meter.events)
+	// or that has none (it polls).
+	counted bool
 }
 
 // discoLib is disco's etcdio.NewLock, one session per owner.
-var discoLib = lockLib{name: "disco", open: func(cli *clientv3.Client, prefix string) (locker, error) {
-	s, err := etcdio.NewLock(cli, prefix)
+var discoLib = lockLib{name: "disco", store: onEtcd, open: func(a at) (locker, error) {
+	s, err := etcdio.NewLock(a.cli, a.prefix, etcdio.WithMetrics(a.mt.m))
 	if err != nil {
 		return nil, err
 	}
@@ -53,12 +64,12 @@ func (d discoLocker) close() error                     { return d.s.Close() }
 
 // etcdMutexLib is etcd's own concurrency.Mutex on a concurrency.Session
 // with disco's default TTL (etcd's own default is 60 s).
-var etcdMutexLib = lockLib{name: "etcd-mutex", open: func(cli *clientv3.Client, prefix string) (locker, error) {
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(etcdio.DefaultTTL/time.Second)))
+var etcdMutexLib = lockLib{name: "etcd-mutex", store: onEtcd, open: func(a at) (locker, error) {
+	s, err := concurrency.NewSession(a.cli, concurrency.WithTTL(int(etcdio.DefaultTTL/time.Second)))
 	if err != nil {
 		return nil, err
 	}
-	return &etcdMutexLocker{s: s, m: concurrency.NewMutex(s, prefix)}, nil
+	return &etcdMutexLocker{s: s, m: concurrency.NewMutex(s, a.prefix)}, nil
 }}
 
 type etcdMutexLocker struct {
@@ -79,8 +90,8 @@ func (e *etcdMutexLocker) close() error                     { return e.s.Close()
 
 // putDeleteLib is the floor for an uncontended lock: one Put and one Delete
 // of a key, the fewest writes any etcd lock can make. It is not a lock.
-var putDeleteLib = lockLib{name: "put+delete", open: func(cli *clientv3.Client, prefix string) (locker, error) {
-	return &putDelete{cli: cli, key: prefix + "/k"}, nil
+var putDeleteLib = lockLib{name: "put+delete", store: onEtcd, open: func(a at) (locker, error) {
+	return &putDelete{cli: a.cli, key: a.prefix + "/k"}, nil
 }}
 
 type putDelete struct {
@@ -105,16 +116,19 @@ func (p *putDelete) unlock(ctx context.Context) error {
 }
 func (p *putDelete) close() error { return nil }
 
-// openLockers opens n owners of lib on prefix.
-func openLockers(e *env, lib lockLib, prefix string, n int) (*owners[locker], error) {
-	return openOwners(e, n, lib.name, func(cli *clientv3.Client) (locker, error) { return lib.open(cli, prefix) }, locker.close)
+// openLockers opens n owners of lib on prefix, measured by mt.
+func openLockers(e *env, lib lockLib, prefix string, n int, mt *meter) (*owners[locker], error) {
+	mt.sessions, mt.counted = n, lib.counted
+	return openOwners(e, lib.store, n, lib.name, func(cli *clientv3.Client) (locker, error) { return lib.open(at{cli, prefix, mt}) }, locker.close)
 }
 
 // runContended runs n owners, each in its own client and session, that loop
 // Lock -> check the token with a guard (the tiny critical section) -> Unlock
 // on one lock, and measures handoffs and waits from the shared hold log.
 func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (*side, error) {
-	os, err := openLockers(e, lib, e.prefix(fmt.Sprintf("contended%d-%s", n, lib.name)), n)
+	mt := newMeter(e, lib.store)
+	defer mt.close()
+	os, err := openLockers(e, lib, e.prefix(fmt.Sprintf("contended%d-%s", n, lib.name)), n, mt)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +140,7 @@ func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (
 	if cfg.ready != nil {
 		cfg.ready()
 	}
-	w := newWindow(ctx, e, cfg)
+	w := newWindow(ctx, mt, cfg)
 	log := &holdLog{start: w.start}
 	runCtx, stop := w.runContext(ctx)
 	defer stop()
@@ -154,9 +168,6 @@ func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (
 	errs.into(s)
 	if s.Load, err = w.load(func(from, to time.Time) int { return log.count(w.since(from), w.since(to)) }); err != nil {
 		return nil, err
-	}
-	if lib.offEtcd {
-		s.Load = nil
 	}
 	return s, nil
 }
@@ -189,7 +200,9 @@ func holdOnce(ctx context.Context, l locker, log *holdLog, g *guard.Guard, errs 
 // runUncontended loops Lock -> Unlock with a single owner and measures the
 // whole cycle and the Lock alone.
 func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side, error) {
-	os, err := openLockers(e, lib, e.prefix("uncontended-"+lib.name), 1)
+	mt := newMeter(e, lib.store)
+	defer mt.close()
+	os, err := openLockers(e, lib, e.prefix("uncontended-"+lib.name), 1, mt)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +210,7 @@ func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side
 	l := os.hs[0]
 	s := &side{Lib: lib.name}
 	var errs errCount
-	w := newWindow(ctx, e, cfg)
+	w := newWindow(ctx, mt, cfg)
 	rec := &waits{w: w, s: s} // one owner: its fields are used directly
 	// The window stays open until at least one cycle was measured (a loaded
 	// machine can take longer than a short window for one), within reason.

@@ -130,12 +130,28 @@ func settle(ctx context.Context, url string, quiet float64, limit time.Duration)
 	return time.Since(start), false, nil
 }
 
-// load is etcd's work per acquisition over a measured window.
+// load is the store's work per acquisition over a measured window, and
+// what the side's clients were told.
 type load struct {
-	Acquisitions int                `json:"acquisitions"`
-	Requests     float64            `json:"requests_per_acq"`
-	WatchEvents  float64            `json:"watch_events_per_acq"`
-	ByMethod     map[string]float64 `json:"requests_per_acq_by_method"`
+	Store        string `json:"store"` // etcd, zk, redis
+	Acquisitions int    `json:"acquisitions"`
+	// Requests: etcd: gRPC request messages, lease keepalives left out;
+	// ZooKeeper: packets received, pings left out; Redis: commands
+	// processed (a script is one), session refreshes left out.
+	Requests float64 `json:"requests_per_acq"`
+	// WatchEvents: etcd's count of the watch events it sent (etcd only).
+	WatchEvents float64            `json:"watch_events_per_acq"`
+	ByMethod    map[string]float64 `json:"requests_per_acq_by_method,omitempty"`
+	// Wakeups: a disco side's disco_wakeups_total, counted by its clients
+	// (watch events and wake messages its waiters and holders acted on);
+	// a baseline's watch events as bench counts them (zk-lock), 0 for one
+	// that polls (redis-setnx-poll); nil where unknown (etcd's recipes:
+	// see WatchEvents).
+	Wakeups *float64 `json:"wakeups_per_acq,omitempty"`
+	// Redis: looks on the re-check timer, and wake messages received by
+	// the sessions, handed to a waiter or not.
+	Rechecks     *float64 `json:"rechecks_per_acq,omitempty"`
+	WakeMessages *float64 `json:"wake_messages_per_acq,omitempty"`
 }
 
 // countBetween counts the acquisitions, of those made at the given times,

@@ -12,17 +12,22 @@ import (
 	"time"
 )
 
-// printTable writes one line per row: throughput, latency and etcd load for
-// disco and its baseline, and every goal judged plainly.
+// printTable writes one line per row: throughput, latency and the store's
+// load for disco and its baseline, and every goal judged plainly.
 func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg runCfg) error {
 	fmt.Fprintf(w, "disco bench: etcd %s, %v per side (+%v warmup), GOMAXPROCS=%d, %s\n",
 		e.backend(), cfg.duration, cfg.warmup, runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintln(w, "latency in ms as p50/p99; handoff = previous holder calls Unlock -> next holder's Lock returns; cycle = one uncontended Lock+Unlock;")
 	fmt.Fprintln(w, "failover = the leader calls Resign or Close, or its client vanishes -> the next leader's Campaign returns (elections: acq = failover);")
-	fmt.Fprintln(w, "req/acq = etcd gRPC request messages per acquisition (lease keepalives excluded); watch-ev/acq = watch events etcd sent per acquisition")
+	fmt.Fprintln(w, "scenarios without a store prefix run on etcd; zk- on one ZooKeeper server (no fsync); redis- on one redis-server (appendfsync always);")
+	fmt.Fprintln(w, "req/acq = requests the store received per acquisition, counted by the store: etcd gRPC request messages (lease keepalives left out),")
+	fmt.Fprintln(w, "  ZooKeeper packets received (srvr; pings left out: each session's, a third of its 10 s timeout apart), Redis commands its clients sent (a hook; a script is one; session refreshes left out);")
+	fmt.Fprintln(w, "wakeups/acq = watch events or wake messages a side's clients acted on per acquisition, counted by the clients: disco's disco_wakeups_total on every store;")
+	fmt.Fprintln(w, "  zk-lock: the watch events its connections delivered; redis-setnx-poll: none (it polls); etcd's recipes: n/a (see etcd-ev/acq);")
+	fmt.Fprintln(w, "etcd-ev/acq = watch events etcd sent per acquisition (etcd_debugging_mvcc_events_total), etcd scenarios only")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tN\tVS\tDISCO\tVS\tDISCO/VS\tLATENCY\tDISCO p50/p99\tVS p50/p99\tREQ/ACQ disco|vs\tWATCH-EV/ACQ disco|vs\tGOALS")
+	fmt.Fprintln(tw, "SCENARIO\tN\tVS\tDISCO\tVS\tDISCO/VS\tLATENCY\tDISCO p50/p99\tVS p50/p99\tREQ/ACQ disco|vs\tWAKEUPS/ACQ disco|vs\tETCD-EV/ACQ disco|vs\tGOALS")
 	var notes []string
 	for _, res := range results {
 		for _, r := range res.Rows {
@@ -33,11 +38,17 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 				ratio = fmt.Sprintf("%.2fx", ratioOf(r.Disco.PerSec, r.Base.PerSec))
 				baseLat = fmtLat(r.Base, r.Latency)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 				r.Scenario, r.Contenders, base, fmtRate(r.Disco.PerSec, r.Unit), basePS, ratio,
 				orDash(r.Latency), fmtLat(r.Disco, r.Latency), baseLat,
-				fmtLoad(r, func(l *load) float64 { return l.Requests }),
-				fmtLoad(r, func(l *load) float64 { return l.WatchEvents }),
+				fmtLoad(r, func(l *load) *float64 { return &l.Requests }),
+				fmtLoad(r, func(l *load) *float64 { return l.Wakeups }),
+				fmtLoad(r, func(l *load) *float64 {
+					if l.Store != "" && l.Store != string(onEtcd) { // "": a guard store's, read from etcd's page
+						return nil
+					}
+					return &l.WatchEvents
+				}),
 				fmtGoals(r))
 			for _, s := range []*side{r.Disco, r.Base} {
 				if s != nil && s.Footprint != nil {
@@ -59,6 +70,10 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 				}
 				if s != nil && s.Errors > 0 {
 					notes = append(notes, fmt.Sprintf("ERROR %s %s: %d errors, first: %s", r.Scenario, s.Lib, s.Errors, s.FirstErr))
+				}
+				if s != nil && s.Load != nil && s.Load.WakeMessages != nil && s.Load.Rechecks != nil {
+					notes = append(notes, fmt.Sprintf("%s %s: per acquisition %.2f wake messages received by the sessions (every session subscribed gets each), %.2f wakeups (a waiter or an election's watcher woken by one), %.2f timed looks",
+						r.Scenario, s.Lib, *s.Load.WakeMessages, *s.Load.Wakeups, *s.Load.Rechecks))
 				}
 			}
 		}
@@ -172,8 +187,11 @@ func fmtLat(s *side, kind string) string {
 	return fmt.Sprintf("%.2f/%.2f", d.P50, d.P99)
 }
 
-func fmtLoad(r *row, f func(*load) float64) string {
-	if r.Latency == "" { // no etcd in this scenario
+// fmtLoad shows the figure f picks from each side's load: "-" where there
+// is no side or no store (a guard), n/a where it was not measured (f
+// gives nil).
+func fmtLoad(r *row, f func(*load) *float64) string {
+	if r.Latency == "" { // no store in this scenario
 		return "-"
 	}
 	one := func(s *side) string {
@@ -183,7 +201,11 @@ func fmtLoad(r *row, f func(*load) float64) string {
 		if s.Load == nil {
 			return "n/a"
 		}
-		return fmt.Sprintf("%.1f", f(s.Load))
+		v := f(s.Load)
+		if v == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f", *v)
 	}
 	return one(r.Disco) + " | " + one(r.Base)
 }

@@ -41,15 +41,16 @@ type window struct {
 	probeWG               sync.WaitGroup
 }
 
-// newWindow opens the window of a run that cfg describes.
-func newWindow(ctx context.Context, e *env, cfg runCfg) *window {
+// newWindow opens the window of a run that cfg describes, its load
+// measured by mt (nil: not measured).
+func newWindow(ctx context.Context, mt *meter, cfg runCfg) *window {
 	if cfg.maxAcq > 0 {
 		// Benchmarks: no scraping inside the timed region.
 		w := &window{start: time.Now(), counted: true}
 		w.from, w.deadline = w.start, w.start.Add(time.Hour)
 		return w
 	}
-	w := &window{start: time.Now(), probe: newLoadProbe(e.metricsURL)}
+	w := &window{start: time.Now(), probe: newLoadProbe(mt)}
 	w.from = w.start.Add(cfg.warmup)
 	w.deadline = w.from.Add(cfg.duration)
 	if w.probe != nil {
@@ -63,8 +64,8 @@ func newWindow(ctx context.Context, e *env, cfg runCfg) *window {
 
 // newCountedWindow opens the window of a run that stops after a number of
 // rounds, or at the safety deadline limit.
-func newCountedWindow(ctx context.Context, e *env, limit time.Duration) *window {
-	w := &window{start: time.Now(), counted: true, probe: newLoadProbe(e.metricsURL)}
+func newCountedWindow(ctx context.Context, mt *meter, limit time.Duration) *window {
+	w := &window{start: time.Now(), counted: true, probe: newLoadProbe(mt)}
 	w.from, w.deadline = w.start, w.start.Add(limit)
 	if w.probe != nil {
 		w.probe.at(ctx, w.start, &w.probe.before)
@@ -102,8 +103,8 @@ func (w *window) end(ctx context.Context) {
 	w.probeWG.Wait()
 }
 
-// load is etcd's load per acquisition between the two scrapes, counting the
-// acquisitions with count; nil when the load was not measured.
+// load is the store's load per acquisition between the two scrapes,
+// counting the acquisitions with count; nil when the load was not measured.
 func (w *window) load(count func(from, to time.Time) int) (*load, error) {
 	if w.probe == nil {
 		return nil, nil
@@ -111,7 +112,7 @@ func (w *window) load(count func(from, to time.Time) int) (*load, error) {
 	if w.probe.err != nil {
 		return nil, w.probe.err
 	}
-	return loadBetween(w.probe.before, w.probe.after, count(w.probe.before.at, w.probe.after.at)), nil
+	return w.probe.mt.load(w.probe.before, w.probe.after, count(w.probe.before.at, w.probe.after.at)), nil
 }
 
 // waits records the acquisitions of a run whose figure is the wait per
@@ -149,22 +150,22 @@ func (r *waits) close(ctx context.Context, length time.Duration, errs *errCount)
 	return err
 }
 
-// loadProbe scrapes the metrics endpoint at the start and end of the
-// measured window; acquisitions between the two scrapes are the divisor.
+// loadProbe scrapes the side's meter at the start and end of the measured
+// window; acquisitions between the two scrapes are the divisor.
 type loadProbe struct {
-	url           string
+	mt            *meter
 	before, after snapshot
 	err           error
 }
 
-// newLoadProbe returns a probe of url, or nil when there is no metrics
-// endpoint (an external etcd without -metrics): the load is then not
+// newLoadProbe returns a probe of mt, or nil when mt is nil or cannot
+// measure (an external etcd without -metrics): the load is then not
 // measured and reported as n/a, never as zero.
-func newLoadProbe(url string) *loadProbe {
-	if url == "" {
+func newLoadProbe(mt *meter) *loadProbe {
+	if mt == nil || !mt.measured() {
 		return nil
 	}
-	return &loadProbe{url: url}
+	return &loadProbe{mt: mt}
 }
 
 // at scrapes into dst at time t.
@@ -176,7 +177,7 @@ func (p *loadProbe) at(ctx context.Context, t time.Time, dst *snapshot) {
 			return
 		}
 	}
-	s, err := scrape(ctx, p.url)
+	s, err := p.mt.scrape(ctx)
 	if err != nil {
 		p.err = err
 		return
@@ -193,20 +194,24 @@ type owners[T any] struct {
 	closer func(T) error
 }
 
-// openOwners opens n owners of the implementation named name with open, at
-// most 16 at a time; on an error it closes the ones it opened.
-func openOwners[T any](e *env, n int, name string, open func(*clientv3.Client) (T, error), closer func(T) error) (*owners[T], error) {
+// openOwners opens n owners of the implementation named name on st with
+// open, at most 16 at a time, each given a client of its own on etcd (nil
+// on other stores: the owner dials its own); on an error it closes the ones
+// it opened.
+func openOwners[T any](e *env, st store, n int, name string, open func(*clientv3.Client) (T, error), closer func(T) error) (*owners[T], error) {
 	o := &owners[T]{hs: make([]T, n), opened: make([]bool, n), clis: make([]*clientv3.Client, n), closer: closer}
 	var g errgroup.Group
 	g.SetLimit(16)
 	for i := range n {
 		g.Go(func() error {
-			cli, err := e.newClient()
-			if err != nil {
-				return err
+			if st == onEtcd {
+				cli, err := e.newClient()
+				if err != nil {
+					return err
+				}
+				o.clis[i] = cli
 			}
-			o.clis[i] = cli
-			h, err := open(cli)
+			h, err := open(o.clis[i])
 			if err != nil {
 				return fmt.Errorf("%s: open: %w", name, err)
 			}

@@ -28,12 +28,13 @@ type rwLocker interface {
 }
 
 type rwLockLib struct {
-	name string
-	open func(cli *clientv3.Client, prefix string) (rwLocker, error)
+	name  string
+	store store
+	open  func(a at) (rwLocker, error)
 }
 
-var discoRWLib = rwLockLib{name: "disco", open: func(cli *clientv3.Client, prefix string) (rwLocker, error) {
-	s, err := etcdio.NewRWLock(cli, prefix)
+var discoRWLib = rwLockLib{name: "disco", store: onEtcd, open: func(a at) (rwLocker, error) {
+	s, err := etcdio.NewRWLock(a.cli, a.prefix, etcdio.WithMetrics(a.mt.m))
 	if err != nil {
 		return nil, err
 	}
@@ -56,12 +57,12 @@ func (d discoRW) close() error                     { return d.s.Close() }
 
 // etcdRWLib is recipes.RWMutex. It takes no context: a waiting RLock or
 // Lock cannot be abandoned, so the loop stops only between acquisitions.
-var etcdRWLib = rwLockLib{name: "etcd-rwmutex", open: func(cli *clientv3.Client, prefix string) (rwLocker, error) {
-	s, err := concurrency.NewSession(cli)
+var etcdRWLib = rwLockLib{name: "etcd-rwmutex", store: onEtcd, open: func(a at) (rwLocker, error) {
+	s, err := concurrency.NewSession(a.cli)
 	if err != nil {
 		return nil, err
 	}
-	return &etcdRW{s: s, m: recipes.NewRWMutex(s, prefix)}, nil
+	return &etcdRW{s: s, m: recipes.NewRWMutex(s, a.prefix)}, nil
 }}
 
 type etcdRW struct {
@@ -81,7 +82,10 @@ func (e *etcdRW) close() error                         { return e.s.Close() }
 // (reads and writes together) and the wait of each call.
 func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac float64, cfg runCfg) (*side, error) {
 	prefix := e.prefix(fmt.Sprintf("rw%d-%s", n, lib.name))
-	os, err := openOwners(e, n, lib.name, func(cli *clientv3.Client) (rwLocker, error) { return lib.open(cli, prefix) }, rwLocker.close)
+	mt := newMeter(e, lib.store)
+	defer mt.close()
+	mt.sessions = n
+	os, err := openOwners(e, lib.store, n, lib.name, func(cli *clientv3.Client) (rwLocker, error) { return lib.open(at{cli, prefix, mt}) }, rwLocker.close)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +93,7 @@ func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac 
 	s := &side{Lib: lib.name}
 	var errs errCount
 	g := guard.New()
-	w := newWindow(ctx, e, cfg)
+	w := newWindow(ctx, mt, cfg)
 	runCtx, stop := w.runContext(ctx)
 	defer stop()
 	rec := &waits{w: w, s: s}
@@ -152,10 +156,13 @@ func runRWContended(ctx context.Context, e *env, lib rwLockLib, n int, readFrac 
 const rwContenders = 8
 
 // rwScenario: disco's rwlock against recipes.RWMutex with readFrac reads.
-func rwScenario(name string, readFrac float64) func(ctx context.Context, r *runner) (*result, error) {
+func rwScenario(name string, readFrac float64, libs ...rwLockLib) func(ctx context.Context, r *runner) (*result, error) {
 	return func(ctx context.Context, r *runner) (*result, error) {
 		var sides []*side
-		for _, lib := range []rwLockLib{discoRWLib, etcdRWLib} {
+		for _, lib := range libs {
+			if err := r.env.start(lib.store); err != nil {
+				return nil, err
+			}
 			r.logf("  %s: %s ...", name, lib.name)
 			s, err := runRWContended(ctx, r.env, lib, rwContenders, readFrac, r.cfg)
 			if err != nil {
@@ -163,7 +170,12 @@ func rwScenario(name string, readFrac float64) func(ctx context.Context, r *runn
 			}
 			sides = append(sides, s)
 		}
-		d, m := sides[0], sides[1]
+		d := sides[0]
+		if len(sides) == 1 {
+			return solo(name, rwContenders, "acq/s", "wait", d,
+				fmt.Sprintf("RWLock on %s, %d owners, %.0f%% reads: wait per call (CDF)", libs[0].store, rwContenders, readFrac*100)), nil
+		}
+		m := sides[1]
 		return &result{Scenario: name,
 			Rows: []*row{{Scenario: name, Contenders: rwContenders, Baseline: m.Lib, Unit: "acq/s", Latency: "wait", Disco: d, Base: m}},
 			chart: chart{title: fmt.Sprintf("RWLock, %d owners, %.0f%% reads: wait per call (CDF)", rwContenders, readFrac*100),

@@ -135,18 +135,8 @@ func allScenarios(contenders []int, guardGoroutines int, wc waitersCfg) []scenar
 		scenario{name: "keyed-guard-fleet", run: keyedGuardFleet},
 		scenario{name: "guard-verify", run: guardVerify},
 	)
-	s = append(s,
-		scenario{name: fmt.Sprintf("rwlock-read-heavy-%d", rwContenders), run: rwScenario(fmt.Sprintf("rwlock-read-heavy-%d", rwContenders), 0.95)},
-		scenario{name: fmt.Sprintf("rwlock-write-heavy-%d", rwContenders), run: rwScenario(fmt.Sprintf("rwlock-write-heavy-%d", rwContenders), 0.50)},
-	)
-	s = append(s,
-		scenario{name: "election-failover-resign", run: failoverScenario(failResign)},
-		scenario{name: "election-failover-close", run: failoverScenario(failClose)},
-		scenario{name: "election-failover-expiry", run: failoverScenario(failExpiry)},
-		scenario{name: fmt.Sprintf("semaphore-%d-of-%d", semPermits, semContenders), run: semScenario(semContenders, true)},
-		scenario{name: fmt.Sprintf("semaphore-%d-of-%d", semPermits, semManyWaiters), run: semScenario(semManyWaiters, false)},
-	)
-	s = append(s, redisScenarios(contenders)...)
+	s = append(s, primitiveScenarios("", etcdLibs)...)
+	s = append(s, storeScenarios(contenders)...)
 	return s
 }
 

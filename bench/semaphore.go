@@ -24,10 +24,25 @@ const (
 	semManyWaiters = 256
 )
 
-// semWatchGoal: disco's watch events per acquisition at most this many,
-// whatever the number of waiters (issue 25): a release wakes only the waiter
-// it admits, and that waiter's successor learns it is next.
+// semWatchGoal: disco's wakeups per acquisition at most this many, on every
+// store, whatever the number of waiters (issue 25): a release wakes only
+// the waiter it admits, and that waiter's successor learns it is next.
 const semWatchGoal = 3.0
+
+// semGoal judges disco's wakeups per acquisition (disco_wakeups_total, the
+// same count on every store), n/a where the load was not measured.
+func semGoal(d *side) goal {
+	name := fmt.Sprintf("wakeups/acq <= %g", semWatchGoal)
+	if d.Load == nil || d.Load.Wakeups == nil {
+		return goal{Name: name, Status: "n/a", Detail: "load not measured"}
+	}
+	w := *d.Load.Wakeups
+	detail := fmt.Sprintf("disco %.2f wakeups per acquisition", w)
+	if d.Load.Store == string(onEtcd) {
+		detail += fmt.Sprintf(" (etcd sent %.2f watch events)", d.Load.WatchEvents)
+	}
+	return judge(name, w <= semWatchGoal, detail)
+}
 
 // permitter is one owner's handle on a counting semaphore: acquire returns
 // the permit slot held and its fencing token.
@@ -38,13 +53,14 @@ type permitter interface {
 }
 
 type semLib struct {
-	name string
-	open func(cli *clientv3.Client, prefix string) (permitter, error)
+	name  string
+	store store
+	open  func(a at) (permitter, error)
 }
 
 // discoSemLib is etcdio.NewSemaphore, one session per owner.
-var discoSemLib = semLib{name: "disco", open: func(cli *clientv3.Client, prefix string) (permitter, error) {
-	s, err := etcdio.NewSemaphore(cli, prefix, semPermits)
+var discoSemLib = semLib{name: "disco", store: onEtcd, open: func(a at) (permitter, error) {
+	s, err := etcdio.NewSemaphore(a.cli, a.prefix, semPermits, etcdio.WithMetrics(a.mt.m))
 	if err != nil {
 		return nil, err
 	}
@@ -68,14 +84,14 @@ func (d *discoSem) close() error                      { return d.s.Close() }
 // permit (prefix/permit-i), on one session per owner: an owner tries every
 // permit's mutex with TryLock from a random start, and if all are held
 // queues on a random one with Lock. etcd ships no semaphore recipe.
-var mutexSemLib = semLib{name: "etcd-mutex-per-permit", open: func(cli *clientv3.Client, prefix string) (permitter, error) {
-	s, err := concurrency.NewSession(cli)
+var mutexSemLib = semLib{name: "etcd-mutex-per-permit", store: onEtcd, open: func(a at) (permitter, error) {
+	s, err := concurrency.NewSession(a.cli)
 	if err != nil {
 		return nil, err
 	}
 	m := &mutexSem{s: s, held: -1}
 	for i := range semPermits {
-		m.ms = append(m.ms, concurrency.NewMutex(s, fmt.Sprintf("%s/permit-%d", prefix, i)))
+		m.ms = append(m.ms, concurrency.NewMutex(s, fmt.Sprintf("%s/permit-%d", a.prefix, i)))
 	}
 	return m, nil
 }}
@@ -119,15 +135,13 @@ func (m *mutexSem) close() error { return m.s.Close() }
 // than semPermits hold and that no slot is held twice. With baseline, the
 // same against etcd's Mutex per permit. The goal: disco's watch events per
 // acquisition (semWatchGoal).
-func semScenario(owners int, baseline bool) func(ctx context.Context, r *runner) (*result, error) {
+func semScenario(name string, owners int, libs ...semLib) func(ctx context.Context, r *runner) (*result, error) {
 	return func(ctx context.Context, r *runner) (*result, error) {
-		name := fmt.Sprintf("semaphore-%d-of-%d", semPermits, owners)
-		libs := []semLib{discoSemLib}
-		if baseline {
-			libs = append(libs, mutexSemLib)
-		}
 		var sides []*side
 		for _, lib := range libs {
+			if err := r.env.start(lib.store); err != nil {
+				return nil, err
+			}
 			r.logf("  %s: %s ...", name, lib.name)
 			s, err := runSemContended(ctx, r.env, lib, owners, r.cfg)
 			if err != nil {
@@ -138,25 +152,25 @@ func semScenario(owners int, baseline bool) func(ctx context.Context, r *runner)
 		d := sides[0]
 		rw := &row{Scenario: name, Contenders: owners, Unit: "acq/s", Latency: "wait", Disco: d}
 		cdfs := []series{{"disco wait", d.waits}}
-		if baseline {
+		if len(sides) > 1 {
 			m := sides[1]
 			rw.Baseline, rw.Base = m.Lib, m
 			cdfs = append(cdfs, series{m.Lib + " wait", m.waits})
 		}
-		if d.Load != nil {
-			rw.Goals = []goal{judge(fmt.Sprintf("watch-ev/acq <= %g", semWatchGoal), d.Load.WatchEvents <= semWatchGoal,
-				fmt.Sprintf("disco %.2f watch events per acquisition", d.Load.WatchEvents))}
-		}
+		rw.Goals = []goal{semGoal(d)}
 		return &result{Scenario: name, Rows: []*row{rw},
-			chart: chart{title: fmt.Sprintf("Semaphore, %d permits, %d owners: wait per acquisition (CDF)", semPermits, owners),
+			chart: chart{title: fmt.Sprintf("Semaphore on %s, %d permits, %d owners: wait per acquisition (CDF)", libs[0].store, semPermits, owners),
 				xLabel: "wait (ms)", cdfs: cdfs},
 		}, nil
 	}
 }
 
 func runSemContended(ctx context.Context, e *env, lib semLib, owners int, cfg runCfg) (*side, error) {
-	prefix := e.prefix(fmt.Sprintf("sem-%d-%s", owners, lib.name))
-	os, err := openOwners(e, owners, lib.name, func(cli *clientv3.Client) (permitter, error) { return lib.open(cli, prefix) }, permitter.close)
+	prefix := e.prefix(fmt.Sprintf("sem-%d-%s-%s", owners, lib.store, lib.name))
+	mt := newMeter(e, lib.store)
+	defer mt.close()
+	mt.sessions = owners
+	os, err := openOwners(e, lib.store, owners, lib.name, func(cli *clientv3.Client) (permitter, error) { return lib.open(at{cli, prefix, mt}) }, permitter.close)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +181,7 @@ func runSemContended(ctx context.Context, e *env, lib semLib, owners int, cfg ru
 	for i := range guards {
 		guards[i] = guard.New()
 	}
-	w := newWindow(ctx, e, cfg)
+	w := newWindow(ctx, mt, cfg)
 	runCtx, stop := w.runContext(ctx)
 	defer stop()
 	var holding atomic.Int64

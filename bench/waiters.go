@@ -154,7 +154,7 @@ func heapAndGoroutines() (uint64, int) {
 // measures the handoffs and etcd's load per handoff.
 func runWaiters(ctx context.Context, e *env, lib waitersLib, n, clients int, cfg runCfg) (*side, error) {
 	prefix := e.prefix(fmt.Sprintf("waiters%d-%s", n, lib.name))
-	clis, err := openOwners(e, clients, "client", func(cli *clientv3.Client) (*clientv3.Client, error) { return cli, nil },
+	clis, err := openOwners(e, onEtcd, clients, "client", func(cli *clientv3.Client) (*clientv3.Client, error) { return cli, nil },
 		func(*clientv3.Client) error { return nil })
 	if err != nil {
 		return nil, err
@@ -244,7 +244,7 @@ func runWaiters(ctx context.Context, e *env, lib waitersLib, n, clients int, cfg
 		Embedded:   !e.external}
 
 	// Hand off: the first holder lets go and the queue starts moving.
-	w := newWindow(ctx, e, cfg)
+	w := newWindow(ctx, newMeter(e, onEtcd), cfg)
 	wctx, wstop := w.runContext(ctx)
 	defer wstop()
 	context.AfterFunc(wctx, stop)

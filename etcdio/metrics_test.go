@@ -102,6 +102,17 @@ func TestMetricsCountTheScript(t *testing.T) {
 	if n := testutil.CollectAndCount(reg, "disco_keepalive_rtt_seconds", "disco_loop_mailbox_depth"); n != 2 {
 		t.Errorf("%d keepalive/loop series, want 2", n)
 	}
+	// b woke on the delete event of a's key; the election's watch saw its
+	// own key come and go. etcd has no timed looks and no wake messages.
+	testkit.WantSeries(t, testkit.Gather(t, reg), map[string]float64{
+		`disco_wakeups_total{kind="lock"}`:     -1,
+		`disco_wakeups_total{kind="election"}`: -1,
+	})
+	for _, series := range []string{"disco_rechecks_total", "disco_wake_messages_total"} {
+		if n := testutil.CollectAndCount(reg, series); n != 0 {
+			t.Errorf("%d %s series on etcd, want none", n, series)
+		}
+	}
 }
 
 // value sums the counters of family name whose label has value (all of

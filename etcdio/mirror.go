@@ -56,7 +56,7 @@ func (s *Session) openMirror(prefix string, puts bool, svc *service) *mirror {
 			opts = append(opts, clientv3.WithFilterPut())
 		}
 		s.goHelper(func(context.Context) {
-			s.follow(ctx, follower{key: prefix, opts: opts,
+			s.follow(ctx, follower{key: prefix, opts: opts, kind: svc.spec.kind,
 				synced: func(rctx context.Context, _ int64) error {
 					resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix())
 					if err != nil {

@@ -362,7 +362,7 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
 		return nil
 	}
 	svc.s.goHelper(func(context.Context) {
-		svc.s.follow(ctx, follower{key: string(pred.Key), opts: []clientv3.OpOption{clientv3.WithFilterPut()},
+		svc.s.follow(ctx, follower{key: string(pred.Key), opts: []clientv3.OpOption{clientv3.WithFilterPut()}, kind: svc.spec.kind,
 			synced: func(rctx context.Context, rev int64) error {
 				if rev <= w.created {
 					// etcd confirmed the watch at a revision no later than

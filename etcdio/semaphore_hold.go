@@ -158,7 +158,7 @@ func (st *semState) watchHold(svc *service, h slotHold) {
 	}{{h.key, h.created}, {h.slotKey, h.token}} {
 		s.goHelper(func(context.Context) {
 			defer cancel()
-			s.follow(ctx, follower{key: key.name, opts: []clientv3.OpOption{clientv3.WithFilterPut()},
+			s.follow(ctx, follower{key: key.name, opts: []clientv3.OpOption{clientv3.WithFilterPut()}, kind: svc.spec.kind,
 				synced: func(rctx context.Context, _ int64) error { return check(rctx) },
 				changed: func(rctx context.Context, evs []*clientv3.Event) error {
 					for _, ev := range evs {

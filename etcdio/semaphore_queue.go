@@ -133,7 +133,7 @@ func (m semService) watchPred(w *waiter, pred *mvccpb.KeyValue) {
 		return nil
 	}
 	svc.s.goHelper(func(context.Context) {
-		svc.s.follow(ctx, follower{key: string(pred.Key),
+		svc.s.follow(ctx, follower{key: string(pred.Key), kind: svc.spec.kind,
 			synced:  func(rctx context.Context, _ int64) error { return look(rctx, pred) },
 			changed: func(rctx context.Context, _ []*clientv3.Event) error { return look(rctx, nil) },
 		})
@@ -244,7 +244,7 @@ func (m semService) watchQueue(w *waiter) {
 		return nil
 	}
 	svc.s.goHelper(func(context.Context) {
-		svc.s.follow(ctx, follower{key: m.queueDir,
+		svc.s.follow(ctx, follower{key: m.queueDir, kind: svc.spec.kind,
 			opts:   []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV()},
 			synced: func(rctx context.Context, _ int64) error { return look(rctx) }, changed: changed,
 		})

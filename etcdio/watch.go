@@ -18,6 +18,10 @@ import (
 type follower struct {
 	key  string
 	opts []clientv3.OpOption // WithPrefix, WithFilterPut, ...
+	// kind is the primitive's kind the watch serves, for
+	// disco_wakeups_total: each event delivered to changed counts once. ""
+	// counts nothing.
+	kind string
 	// synced runs on the helper each time the watch is (re)opened and etcd
 	// confirmed it at revision rev: a read that catches up with what
 	// happened up to rev (the watch delivers what comes after). An error
@@ -120,6 +124,9 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 				synced = true
 			case synced && len(wr.Events) > 0:
 				evs := wr.Events
+				if f.kind != "" {
+					s.metrics.Woken(f.kind, len(evs))
+				}
 				if !read(func(rctx context.Context) error { return f.changed(rctx, evs) }) {
 					return
 				}

@@ -18,6 +18,22 @@
 //	disco_lease_margin_seconds            time left before the deadline when a renewal was acknowledged
 //	disco_leader_changes_total            leadership changes seen by elections
 //	disco_loop_mailbox_depth              messages a session loop drains at once
+//	disco_wakeups_total{kind}             watch events and wake messages a primitive's waiters and holders acted on
+//	disco_rechecks_total{kind}            looks a waiter took on its own timer, with no notification (redisio)
+//	disco_wake_messages_total{kind}       wake messages a session received on a primitive's channel (redisio)
+//
+// The last three are counted on the client, the same way on every backend,
+// so that a herd (a release waking waiters it does not admit) shows as
+// wakeups per acquisition: disco_wakeups_total divided by
+// disco_acquisitions_total of the same kind. A wakeup is one watch event
+// (etcd: each event of a watch response; ZooKeeper: each watch
+// notification) or one wake message (Redis pub/sub) handed to a waiting or
+// holding primitive of the session, which then looks again. A Redis wake
+// message reaches every session subscribed to its channel, which hands it
+// only to the waiter it names: disco_wake_messages_total counts them all,
+// disco_wakeups_total the ones handed on. A redisio waiter also looks on a
+// timer, the bound on a missed message: disco_rechecks_total, never counted
+// as a wakeup.
 //
 // The recording methods (Acquired, Ended, ...) are for backends; every one
 // of them is safe on a nil *Metrics, which records nothing.
@@ -44,6 +60,9 @@ type Metrics struct {
 	margin       prometheus.Histogram
 	leaderChange prometheus.Counter
 	loopBatch    prometheus.Histogram
+	wakeups      *prometheus.CounterVec
+	rechecks     *prometheus.CounterVec
+	wakeMessages *prometheus.CounterVec
 }
 
 // Loss causes, the values of disco_losses_total's cause label.
@@ -84,9 +103,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		loopBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "disco_loop_mailbox_depth",
 			Help:    "Messages waiting in a session loop's mailbox each time it drains it.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
+		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "disco_wakeups_total",
+			Help: "Watch events (etcd, ZooKeeper) and wake messages (Redis) that a primitive's waiters and holders received and acted on."}, []string{"kind"}),
+		rechecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "disco_rechecks_total",
+			Help: "Looks a waiter took on its own timer, with no notification (redisio's bound on a missed wake message)."}, []string{"kind"}),
+		wakeMessages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "disco_wake_messages_total",
+			Help: "Wake messages a session's pub/sub connection received on a primitive's channel, whether or not one of its waiters was due (redisio)."}, []string{"kind"}),
 	}
 	for _, c := range []prometheus.Collector{m.acquisitions, m.waits, m.holds, m.handoffs, m.losses,
-		m.suspensions, m.renewalRTT, m.margin, m.leaderChange, m.loopBatch} {
+		m.suspensions, m.renewalRTT, m.margin, m.leaderChange, m.loopBatch, m.wakeups, m.rechecks, m.wakeMessages} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: New: %w", err)
 		}
@@ -147,5 +172,29 @@ func (m *Metrics) LeaderChanged() {
 func (m *Metrics) Drained(n int) {
 	if m != nil {
 		m.loopBatch.Observe(float64(n))
+	}
+}
+
+// Woken records that n watch events or wake messages reached a waiter or
+// holder of a primitive of kind, which looks again at each.
+func (m *Metrics) Woken(kind string, n int) {
+	if m != nil && n > 0 {
+		m.wakeups.WithLabelValues(kind).Add(float64(n))
+	}
+}
+
+// Rechecked records a look a waiter of kind took on its own timer, with no
+// notification.
+func (m *Metrics) Rechecked(kind string) {
+	if m != nil {
+		m.rechecks.WithLabelValues(kind).Inc()
+	}
+}
+
+// WakeMessage records a wake message a session received on the channel of
+// a primitive of kind, handed on to a waiter or not.
+func (m *Metrics) WakeMessage(kind string) {
+	if m != nil {
+		m.wakeMessages.WithLabelValues(kind).Inc()
 	}
 }

@@ -201,10 +201,11 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 	v := d.v
 	t := time.NewTimer(0)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-wake:
 		case <-t.C:
+			v.rechecked(first)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-v.Done():

@@ -86,21 +86,30 @@ func (v *service) appendKeys(keys []string) []string {
 // election's watcher. Loop only.
 func (v *service) wokenLoop(head string) {
 	for w := range v.listeners {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
+		v.wakeLoop(w)
 	}
 	if w, ok := v.waiting[head]; ok {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
+		v.wakeLoop(w)
 	}
 	if v.kind == kindElection {
-		select {
-		case v.watchWake <- struct{}{}:
-		default:
-		}
+		v.wakeLoop(v.watchWake)
+	}
+}
+
+// wakeLoop wakes the waiter of w, counted as a wakeup unless one is
+// pending there already. Loop only.
+func (v *service) wakeLoop(w chan struct{}) {
+	select {
+	case w <- struct{}{}:
+		v.Spec().Metrics.Woken(v.Spec().Kind, 1)
+	default:
+	}
+}
+
+// rechecked counts a look taken on the re-check timer, not the first
+// look, which every wait takes at once. Any goroutine.
+func (v *service) rechecked(first bool) {
+	if !first {
+		v.Spec().Metrics.Rechecked(v.Spec().Kind)
 	}
 }

@@ -57,6 +57,13 @@ func TestMetrics(t *testing.T) {
 		n, err := admin.ZCard(ctx, "metrics/queue").Result()
 		return err == nil && n == 2
 	})
+	// With no message, the waiter looks again on its timer (TTL/4).
+	testkit.Eventually(t, 10*time.Second, "a timed look", func() bool {
+		return testkit.Gather(t, reg)[`disco_rechecks_total{kind="lock"}`] >= 1
+	})
+	if got := testkit.Gather(t, reg)[`disco_wakeups_total{kind="lock"}`]; got != 0 {
+		t.Errorf("%v wakeups before any release, want 0: a timed look is no wakeup", got)
+	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +137,16 @@ func TestMetrics(t *testing.T) {
 		`disco_lease_margin_seconds_count`:                        -1,
 		`disco_loop_mailbox_depth_count`:                          -1,
 		`disco_leader_changes_total`:                              -1,
+		// The release's wake message reached both sessions (both
+		// subscribe to the lock's channel) and woke the waiter it names.
+		`disco_wake_messages_total{kind="lock"}`: -1,
+		`disco_wakeups_total{kind="lock"}`:       -1,
+		`disco_rechecks_total{kind="lock"}`:      -1,
 	}
 	testkit.WantSeries(t, got, want)
+	if n := got[`disco_wake_messages_total{kind="lock"}`]; n < 2 {
+		t.Errorf("%v wake messages, want at least 2: every session subscribed to the channel receives each", n)
+	}
 	if t.Failed() {
 		keys := make([]string, 0, len(got))
 		for k, v := range got {

@@ -39,6 +39,7 @@ func (s *Session) unsubscribe(ch string) {
 func (s *Session) woken(ch, head string) {
 	for v := range s.services {
 		if v.wake == ch {
+			v.Spec().Metrics.WakeMessage(v.Spec().Kind)
 			v.wokenLoop(head)
 		}
 	}

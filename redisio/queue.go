@@ -149,10 +149,11 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time) (dri
 	}
 	t := time.NewTimer(0) // look once at once: a wake may have come before the loop knew the key
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-wake:
 		case <-t.C:
+			v.rechecked(first)
 		case <-ctx.Done():
 			v.withdraw(h.Key)
 			return driver.Hold{}, ctx.Err()

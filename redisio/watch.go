@@ -49,10 +49,11 @@ func (v *service) watch() {
 	}()
 	t := time.NewTimer(0)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-v.watchWake:
 		case <-t.C:
+			v.rechecked(first)
 		case <-ctx.Done():
 			return
 		}

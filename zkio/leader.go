@@ -152,8 +152,10 @@ func (svc *service) followLeader() {
 		select {
 		case <-ch[0]:
 			armed = false
+			svc.metrics.Woken(svc.spec.kind, 1)
 		case <-ch[1]:
 			armed = false
+			svc.metrics.Woken(svc.spec.kind, 1)
 		case <-ls.poke:
 		case <-svc.Done():
 			return

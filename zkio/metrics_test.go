@@ -85,4 +85,52 @@ func TestMetrics(t *testing.T) {
 		`disco_loop_mailbox_depth_count`:                      -1,
 	}
 	testkit.WantSeries(t, got, want)
+	for _, series := range []string{`disco_rechecks_total{kind="lock"}`, `disco_wake_messages_total{kind="lock"}`} {
+		if v, ok := got[series]; ok {
+			t.Errorf("%s = %v on ZooKeeper, which neither looks on a timer nor sends wake messages", series, v)
+		}
+	}
+}
+
+// TestMetricsWakeups: a waiter parked behind a holder, on a session of its
+// own, wakes on the watch of the znode ahead when the holder lets go.
+func TestMetricsWakeups(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, "/metrics/wake", zkio.WithMetrics(m)))
+	w := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, "/metrics/wake", zkio.WithMetrics(m)))
+	// A waiter whose znode is listed may not yet watch the one ahead: it
+	// then holds without waiting. Rounds until one waited.
+	for round := 0; testkit.Gather(t, reg)[`disco_handoffs_total{kind="lock"}`] == 0; round++ {
+		if round == 20 {
+			t.Fatal("no handoff in 20 rounds")
+		}
+		if _, err := l.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() { _, err := w.Lock(ctx); waited <- err }()
+		testkit.Eventually(t, 10*time.Second, "the waiter queued", func() bool {
+			kids, _, err := admin.Children("/metrics/wake")
+			return err == nil && len(kids) == 2
+		})
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-waited; err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.WantSeries(t, testkit.Gather(t, reg), map[string]float64{`disco_wakeups_total{kind="lock"}`: -1})
 }

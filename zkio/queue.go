@@ -362,7 +362,9 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 		*waited = true
 		select {
 		case <-ch:
+			svc.metrics.Woken(svc.spec.kind, 1)
 		case ev := <-mine:
+			svc.metrics.Woken(svc.spec.kind, 1)
 			if ev.Type == zk.EventNodeDeleted {
 				return lostOwn(node)
 			}

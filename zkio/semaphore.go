@@ -178,6 +178,7 @@ func (m *semState) room(ctx context.Context, svc *service, lease string, try boo
 		*waited = true
 		select {
 		case <-ch:
+			svc.metrics.Woken(svc.spec.kind, 1)
 		case <-ctx.Done():
 			return driver.Hold{}, ctx.Err()
 		case <-svc.stop:

@@ -288,6 +288,7 @@ func (svc *service) watchHeld(h driver.Hold) {
 		}
 		select {
 		case ev := <-ch:
+			svc.metrics.Woken(svc.spec.kind, 1)
 			if ev.Type == zk.EventNodeDeleted {
 				svc.s.post(func() { svc.vanished(h) })
 				return

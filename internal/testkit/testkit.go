@@ -3,11 +3,18 @@
 package testkit
 
 import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+
+	"github.com/ahrtr/disco/metrics"
+	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
 // NoLeaks fails t if goroutines started during the test outlive it.
@@ -87,4 +94,62 @@ func WantSeries(t testing.TB, got, want map[string]float64) {
 			t.Errorf("%s = %v, want %v", series, v, w)
 		}
 	}
+}
+
+// Herd is a herd count's shape: Owners, each on its own session (open
+// makes one), loop Acquire and Release on one semaphore until Total
+// acquisitions are made; the wakeups (disco_wakeups_total{kind="semaphore"},
+// every owner reporting to one registry) are counted from the Warm-th
+// acquisition to the Total-th.
+type Herd struct{ Owners, Warm, Total int }
+
+// WakeupsPerAcquisition runs h on the owners open makes, each given the
+// metrics of one registry, and returns the wakeups per acquisition, and
+// every series of the registry at the end: a release that wakes only the
+// waiter it admits keeps the figure a small constant, whatever the number
+// of owners.
+func WakeupsPerAcquisition(t *testing.T, h Herd, open func(*metrics.Metrics) (semaphore.Service, error)) (float64, map[string]float64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sems := make([]semaphore.Service, h.Owners)
+	for i := range sems {
+		sems[i] = ClosedAtEnd[semaphore.Service](t)(open(m))
+	}
+	wakeups := func() float64 { return Gather(t, reg)[`disco_wakeups_total{kind="semaphore"}`] }
+	var acquired atomic.Int64
+	var from, to atomic.Uint64 // math.Float64bits of the wakeups at Warm and at Total
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	for _, s := range sems {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				g, err := s.Acquire(ctx)
+				if err != nil {
+					return // the last waiters, once the count is reached
+				}
+				switch int(acquired.Add(1)) {
+				case h.Warm:
+					from.Store(math.Float64bits(wakeups()))
+				case h.Total:
+					to.Store(math.Float64bits(wakeups()))
+				}
+				if err := s.Release(context.WithoutCancel(ctx), g); err != nil {
+					t.Error(err)
+				}
+				if int(acquired.Load()) >= h.Total {
+					return
+				}
+			}
+		})
+	}
+	Eventually(t, 60*time.Second, "every acquisition", func() bool { return int(acquired.Load()) >= h.Total })
+	stop() // the owners still waiting give up: the count is taken
+	wg.Wait()
+	per := (math.Float64frombits(to.Load()) - math.Float64frombits(from.Load())) / float64(h.Total-h.Warm)
+	return per, Gather(t, reg)
 }
