@@ -342,14 +342,19 @@ func TestKitBites(t *testing.T) {
 			fence := func(next http.Handler) http.Handler {
 				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					t, err := fencing.FromHTTP(r)
+					ctx, done := r.Context(), func() {}
 					if err == nil {
-						err = k.Check(scopeOfPath(r), t) // the scope header is never read
+						// The scope header is never read. Admit, not Check:
+						// a higher token waits for lower ones in flight, so
+						// that only the scope is wrong here.
+						ctx, done, err = k.Admit(r.Context(), scopeOfPath(r), t)
 					}
 					if err != nil {
 						http.Error(w, err.Error(), http.StatusConflict)
 						return
 					}
-					next.ServeHTTP(w, r)
+					defer done()
+					next.ServeHTTP(w, r.WithContext(ctx))
 				})
 			}
 			r := HTTPHandler(func() http.Handler { return data.handler(fence) }, kvAPI)
