@@ -12,6 +12,7 @@ import (
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/fencing/guard/markstore"
 	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives"
 )
 
 // TestCheckTx: the check inside the resource's own transaction, with two
@@ -142,5 +143,16 @@ func checkTx(t *testing.T, driver, dsn string) {
 	defer tx.Rollback() //nolint:errcheck
 	if err := a.CheckTx(ctx, tx, scope, 0); !errors.Is(err, fencing.ErrNoToken) {
 		t.Errorf("token 0: %v", err)
+	}
+}
+
+// Bad input to a store is an error every disco caller recognises:
+// primitives.ErrInvalidArgument, as the backends' are.
+func TestBadInputWrapsInvalidArgument(t *testing.T) {
+	if _, err := markstore.NewFile(""); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Errorf("NewFile(\"\") = %v, want an error wrapping primitives.ErrInvalidArgument", err)
+	}
+	if _, err := markstore.NewSQL(context.Background(), nil); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Errorf("NewSQL(nil) = %v, want an error wrapping primitives.ErrInvalidArgument", err)
 	}
 }

@@ -15,11 +15,12 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
 )
 
 // ErrInvalidArgument is wrapped by the errors of constructors given bad
 // input.
-var ErrInvalidArgument = errors.New("markstore: invalid argument")
+var ErrInvalidArgument = fmt.Errorf("markstore: %w", primitives.ErrInvalidArgument)
 
 // ErrCorrupt is wrapped by the errors of a Load that finds a stored mark it
 // cannot read: the store never guesses a mark.
