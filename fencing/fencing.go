@@ -1,5 +1,10 @@
 // Package fencing defines fencing tokens and carries them over HTTP and gRPC.
 //
+//	fencing.InjectHTTP(req, g.Token())               // a client stamps a request
+//	t, err := fencing.FromHTTP(req)                   // a resource reads it
+//	ctx = fencing.NewOutgoingContext(ctx, g.Token())  // the same as gRPC metadata
+//	client := &http.Client{Transport: fencing.NewTransport(nil, source)} // stamps every request
+//
 // # The three-party contract
 //
 // A fencing token protects a resource (a database, a storage service, any
@@ -8,8 +13,8 @@
 // paused by a garbage collector or cut off by a network partition. Safety
 // rests on three parties, each keeping one promise:
 //
-//  1. The coordination service (disco's lock, rwlock and election
-//     primitives, backed by etcd) issues tokens that strictly increase with
+//  1. The coordination service (disco's primitives, on etcd, ZooKeeper,
+//     Redis or in memory) issues tokens that strictly increase with
 //     every new grant: a grant that starts after another one ended carries a
 //     greater token. Readers of an rwlock that hold it together share one
 //     token.

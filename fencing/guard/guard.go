@@ -2,6 +2,13 @@
 // of the fencing tokens a resource has seen and rejects requests that carry a
 // token below it.
 //
+//	g := guard.New(guard.WithStore(marks))                   // marks: a MarkStore, durable across restarts
+//	http.Handle("/orders", g.HTTPMiddleware(ordersHandler))   // 409 for a stale token, 428 for none
+//	srv := grpc.NewServer(grpc.UnaryInterceptor(g.UnaryInterceptor()))
+//
+//	k := guard.NewKeyed(guard.WithStore(marks)) // one mark per lock name (scope)
+//	err := k.Check(scope, t)
+//
 // # Guarantees
 //
 // Disco's coordination primitives issue tokens that strictly increase with
@@ -91,10 +98,13 @@
 //
 // # Many locks: scopes and the Keyed guard
 //
-// Tokens of one etcd cluster are revisions, comparable across locks, so one
-// mark for a resource that follows many locks (one per order, say) would
-// reject a legitimate holder of one lock whose grant is older than another
-// lock's latest token. A [Keyed] guard keeps a mark per scope (the lock's
+// A token is strictly increasing among the grants of one name; whether two
+// names' tokens compare at all depends on the backend (etcd's revisions
+// do, Redis's per-name counters do not). So one mark for a resource that
+// follows many locks (one per order, say) would reject a legitimate holder
+// of one lock whose grant is older than another lock's latest token, or,
+// on Redis, admit a zombie of one lock whose counter runs ahead of
+// another's. A [Keyed] guard keeps a mark per scope (the lock's
 // name, which clients send beside the token: fencing.ScopeHTTPHeader), takes
 // from the resource which scope each request needs, and rejects a token of
 // another scope with its own status (403, PermissionDenied). On a store, it

@@ -6,6 +6,15 @@
 //
 // Barriers carry no fencing tokens: they order the phases of a job, they
 // do not grant exclusive access to anything.
+//
+//	b, err := etcdio.NewBarrier(cli, "/barriers/nightly") // or zkio's, redisio's, memio's
+//	err = b.Hold(ctx)     // the coordinator: everyone waits
+//	err = b.Wait(ctx)     // a worker: returns once the barrier is released
+//	err = b.Release(ctx)  // the coordinator: let them go
+//
+//	d, err := etcdio.NewDoubleBarrier(cli, "/barriers/batch", 5)
+//	err = d.Enter(ctx) // returns when all five have entered
+//	err = d.Leave(ctx) // returns when all five have left
 package barrier
 
 import (

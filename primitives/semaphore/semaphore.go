@@ -2,6 +2,11 @@
 // tokens, independent of any backend. A backend's NewSemaphore provides
 // one.
 //
+//	s, err := etcdio.NewSemaphore(cli, "/semaphores/exports", 3) // or zkio's, redisio's, memio's
+//	err = semaphore.Do(ctx, s, func(ctx context.Context, g semaphore.Grant) error {
+//		return export(ctx, g.Scope(), g.Token()) // a guard keyed by slot scope checks it
+//	})
+//
 // A semaphore named by its prefix has N permits, N fixed per name: every user
 // of the name must agree on N, and a user that disagrees gets an error
 // wrapping ErrPermitMismatch before it holds or leaves anything. At most N
