@@ -148,7 +148,8 @@
 // hash recording each granted hold with its session, and a copy of the
 // counter), name/<Created> (one hold: a hash naming its session, with the
 // session's expiry), for an rwlock name/rtok (the read epoch's token), and
-// the pub/sub channel name/wake; for a semaphore (the lock's layout, a
+// the pub/sub channel name/wake (a session's own channel is its key's
+// name); for a semaphore (the lock's layout, a
 // hold's value being its slot) name/permits, its N, never deleted. A
 // barrier's key is name/barrier (channel name/barrier.wake); a double
 // barrier's are name/dbarrier, name/dbarrier.parties and one
@@ -185,7 +186,8 @@
 // increment that the readers granted until the next writer share (see
 // NewRWLock). Waiters are served first come, first served. Unlock, Resign
 // and Close run one script that deletes the hold, grants the next (a lock
-// or an election) and publishes its key.
+// or an election) and publishes its key to its session (see Waking
+// waiters).
 //
 // A hold lives while its key exists: the key carries its session's expiry,
 // set with the session key's at every refresh. A granted hold whose key is
@@ -221,18 +223,36 @@
 //
 // # Waking waiters
 //
-// A waiting Lock or Campaign is its caller's goroutine. The session's one
-// pub/sub connection listens on the wake channel of every name its
-// primitives use. A release publishes the key of the first hold still
-// waiting, and the loop hands a message only to the waiter whose key it
-// names, so a release wakes one waiter, not all of them; an rwlock reader
-// that is granted wakes the hold behind it, so that readers queued together
-// follow each other in. Because a session
-// that expires publishes nothing, and a message can be missed around a
-// reconnect, each waiter also looks again every TTL/4 (at least 50 ms, at
-// most 1 s): a bounded re-check, one small script per waiter, not a polling
-// storm. An election's observers read the head on each message and at the
-// same interval.
+// A waiting Lock, RLock, Acquire or Campaign is its caller's goroutine.
+// Each session's one pub/sub connection listens on a channel of its own,
+// named as its key (disco/session/<id>). A script that makes a waiting
+// hold grantable (a release, which grants a lock's or an election's next
+// head in the same step; a grant that lets the next reader or permit
+// holder in; a look that removed dead holds) publishes the hold's key on
+// the channel of the hold's session, and the loop hands it to that
+// waiter: a handoff sends one message, to one session, whatever the number
+// of contenders (TestLockHandoffSendsOneWakeMessage). An rwlock reader
+// that is granted wakes the hold behind it, so that readers queued
+// together follow each other in.
+//
+// Each such message is also published on the name's channel, name/wake,
+// where an election's sessions listen (its observers read the head at
+// every change, so each change reaches every session of the election) and
+// the waiters of a disco before this protocol, which listened there only.
+// A lock's, an rwlock's and a semaphore's sessions do not subscribe to it,
+// so with no older disco on the name that second message reaches nobody
+// (Redis looks the channel up and finds no subscriber). With one, its
+// waiters are woken by this package's releases as before, and this
+// package's waiters behind its releases, whose messages go to name/wake
+// only, are granted at their next timed look (TestPreviousWakeProtocolTogether):
+// during a rolling upgrade such a handoff takes up to the re-check
+// interval.
+//
+// Because a session that expires publishes nothing, and a message can be
+// missed around a reconnect, each waiter also looks again every TTL/4 (at
+// least 50 ms, at most 1 s): a bounded re-check, one small script per
+// waiter, not a polling storm. An election's observers read the head on
+// each message and at the same interval.
 //
 // # The session loop
 //

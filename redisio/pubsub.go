@@ -3,11 +3,14 @@ package redisio
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"go.uber.org/zap"
 )
 
-// subscribe adds the session to a scope's wake channel.
+// subscribe adds the session to a name's channel (an election's, a
+// double barrier's): the session's own channel, its key, it has from the
+// start.
 func (s *Session) subscribe(ctx context.Context, ch string) error {
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
@@ -35,12 +38,42 @@ func (s *Session) unsubscribe(ch string) {
 	}
 }
 
-// woken passes a wake message to the services of its channel. Loop only.
+// woken passes a wake message to the services it is for. Loop only.
+//
+// On the session's own channel (its key) a message names a hold of this
+// session that may now be granted: it wakes that hold's waiter alone. On
+// a name's channel (an election's, a double barrier's) it goes to every
+// service of that channel.
 func (s *Session) woken(ch, head string) {
+	if ch == s.key {
+		s.wokenOwn(head)
+		return
+	}
 	for v := range s.services {
 		if v.wake == ch {
 			v.Spec().Metrics.WakeMessage(v.Spec().Kind)
 			v.wokenLoop(head)
 		}
+	}
+}
+
+// wokenOwn wakes the waiter of the hold key on the session's own channel,
+// counted as a wake message of its service's kind (of a service on the
+// hold's name if the waiter is gone). Loop only.
+func (s *Session) wokenOwn(key string) {
+	name := key[:max(strings.LastIndexByte(key, '/'), 0)]
+	var on *service
+	for v := range s.services {
+		if w, ok := v.waiting[key]; ok {
+			v.Spec().Metrics.WakeMessage(v.Spec().Kind)
+			v.wakeLoop(w)
+			return
+		}
+		if v.name == name {
+			on = v
+		}
+	}
+	if on != nil {
+		on.Spec().Metrics.WakeMessage(on.Spec().Kind)
 	}
 }

@@ -18,8 +18,16 @@ import "github.com/redis/go-redis/v9"
 //	            session's PX expiry
 //	name/rtok   an rwlock's read token: shared by readers until the next
 //	            writer is granted
-//	name/wake   pub/sub channel; each message is the key of a hold that
-//	            may now be granted (or "")
+//	name/wake   pub/sub channel of the name: an election's observers and
+//	            older discos' waiters listen on it; each message is the key
+//	            of a hold that may now be granted or now leads (or "")
+//
+// A waiter is woken on its session's channel, named as its session's key
+// (the hold's s): wake() publishes the hold's key there, so that one
+// message reaches the one session whose waiter it names, and on the
+// name's channel as well, for the waiters of an older disco on the same
+// name, which listen there only (a channel without subscribers costs
+// Redis a lookup).
 //
 // The layout is redundant, so that no one deleted key gives a name two
 // holders: a granted hold is in the queue and in name/held; a hold lives
@@ -34,10 +42,25 @@ import "github.com/redis/go-redis/v9"
 // its copy. head() removes dead holds from the front of a queue whenever a
 // script looks at it.
 
-// luaLayout is shared by the scripts of a scope: the records of name/held,
-// the counter, and head, which returns the first live hold key (a live
-// granted one first) or false, and whether it removed dead ones.
-const luaLayout = `
+// luaWake is wake(ch, k): it wakes the waiter of hold key k (if k is not
+// "") on its session's channel, and publishes k on the name's channel ch.
+const luaWake = `
+local function wake(ch, k)
+  if k and k ~= '' then
+    local s = redis.call('HGET', k, 's')
+    if s then redis.call('PUBLISH', s, k) end
+  end
+  redis.call('PUBLISH', ch, k or '')
+end
+`
+
+// luaLayout is shared by the scripts of a scope: wake, the records of
+// name/held, the counter, and head, which returns the first live hold key
+// (a live granted one first) or false, and whether it removed dead ones.
+const luaLayout = luaWake + luaState
+
+// luaState is luaLayout without wake.
+const luaState = `
 local function rec(m, s, v) return (m or 'w') .. ' ' .. s .. ' ' .. (v or '') end
 local function parse(r) return string.match(r, '^(%S+) (%S+) (.*)$') end
 local function created(k) return tonumber(string.match(k, '(%d+)$')) end
@@ -115,11 +138,14 @@ end
 // ms, wake channel, session id, nonce (o: names the hold to findScript).
 // Returns {-1} no session, {-2} taken (try), {created, token} (token 0:
 // waiting).
-var enqueueScript = redis.NewScript(luaLayout + `
+var enqueueScript = redis.NewScript(luaLayout + luaEnqueue)
+
+// luaEnqueue is enqueueScript's own part.
+const luaEnqueue = `
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
 local h, removed = head(KEYS[2], KEYS[3])
 if ARGV[2] == '1' and h then
-  if removed then redis.call('PUBLISH', ARGV[5], h) end
+  if removed then wake(ARGV[5], h) end
   return {-2}
 end
 local c = nextc(KEYS[1], KEYS[3])
@@ -133,9 +159,9 @@ if not h then
   redis.call('PUBLISH', ARGV[5], k)
   return {c, c}
 end
-if removed then redis.call('PUBLISH', ARGV[5], h) end
+if removed then wake(ARGV[5], h) end
 return {c, 0}
-`)
+`
 
 // checkScript grants a waiting hold if it is now the queue's head. A lock's
 // token is a fresh increment of the counter; an election's is the hold's
@@ -143,14 +169,17 @@ return {c, 0}
 // KEYS: seq, queue, held, session key, hold key. ARGV: lock (1/0), wake
 // channel.
 // Returns {-1} no session, {-3} hold gone, {0} still waiting, {1, token}.
-var checkScript = redis.NewScript(luaLayout + `
+var checkScript = redis.NewScript(luaLayout + luaCheck)
+
+// luaCheck is checkScript's own part.
+const luaCheck = `
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
 if redis.call('EXISTS', KEYS[5]) == 0 or redis.call('HEXISTS', KEYS[5], 'g') == 1 then return {-3} end
 if not redis.call('ZSCORE', KEYS[2], KEYS[5]) then redis.call('ZADD', KEYS[2], created(KEYS[5]), KEYS[5]) end
 local h, removed = head(KEYS[2], KEYS[3])
 if not h then return {-3} end
 if h ~= KEYS[5] then
-  if removed then redis.call('PUBLISH', ARGV[2], h) end
+  if removed then wake(ARGV[2], h) end
   return {0}
 end
 local t = redis.call('HGET', KEYS[5], 't')
@@ -165,7 +194,7 @@ if not t then
   redis.call('PUBLISH', ARGV[2], h)
 end
 return {1, tonumber(t)}
-`)
+`
 
 // luaFirstWaiting returns the first of the queue's first 64 holds that has
 // no token yet (a waiter that may now be granted), else the head, else ”.
@@ -183,11 +212,15 @@ end
 // the lock on: for a lock or an election it grants the queue's new head in
 // the same step (a lock's token a new increment of the counter, an
 // election's the head's Created), so that the next holder's own check only
-// reads; then it wakes that head, or for an rwlock the first waiter.
+// reads; then it wakes that head, or for an rwlock the first waiter
+// (wake: on its session's channel, and on the name's).
 // KEYS: seq, queue, held, session key, hold key. ARGV: wake channel,
 // handoff (lock, election or "").
 // Returns 1 if the hold's key existed, 0 if it was already gone.
-var releaseScript = redis.NewScript(luaLayout + luaFirstWaiting + `
+var releaseScript = redis.NewScript(luaLayout + luaFirstWaiting + luaRelease)
+
+// luaRelease is releaseScript's own part.
+const luaRelease = `
 local r = 0
 if redis.call('HGET', KEYS[5], 's') == KEYS[4] then
   redis.call('DEL', KEYS[5])
@@ -214,13 +247,13 @@ if mine or queued == 1 then
     end
     redis.call('HSET', h, 't', t)
     record(h, KEYS[3])
-    redis.call('PUBLISH', ARGV[1], h)
+    wake(ARGV[1], h)
   else
-    redis.call('PUBLISH', ARGV[1], firstWaiting(KEYS[2]))
+    wake(ARGV[1], firstWaiting(KEYS[2]))
   end
 end
 return r
-`)
+`
 
 // findScript returns the key of this session's hold that an enqueue with
 // the nonce created, or "": for an enqueue whose reply was lost.
@@ -238,7 +271,7 @@ return ''
 // KEYS: queue, held. ARGV: wake channel.
 var leaderScript = redis.NewScript(luaLayout + `
 local h, removed = head(KEYS[1], KEYS[2])
-if removed then redis.call('PUBLISH', ARGV[1], h or '') end
+if removed then wake(ARGV[1], h) end
 if not h then return {} end
 local v, l
 if redis.call('EXISTS', h) == 1 then
@@ -350,7 +383,7 @@ if ARGV[3] == 'w' then
 else
   blocked, removed = writerAhead(KEYS[2], nil, KEYS[3])
 end
-if removed then redis.call('PUBLISH', ARGV[5], firstWaiting(KEYS[2])) end
+if removed then wake(ARGV[5], firstWaiting(KEYS[2])) end
 if ARGV[2] == '1' and blocked then return {-2} end
 local c = nextc(KEYS[1], KEYS[3])
 local k = ARGV[1] .. '/' .. c
@@ -382,7 +415,7 @@ if mode == 'w' then
 else
   blocked, removed = writerAhead(KEYS[2], KEYS[5], KEYS[3])
 end
-if removed then redis.call('PUBLISH', ARGV[1], firstWaiting(KEYS[2])) end
+if removed then wake(ARGV[1], firstWaiting(KEYS[2])) end
 if blocked then return {0} end
 local t = redis.call('HGET', KEYS[5], 't')
 if not t then
@@ -392,7 +425,7 @@ if not t then
   if mode == 'r' then
     local rank = redis.call('ZRANK', KEYS[2], KEYS[5])
     local nxt = redis.call('ZRANGE', KEYS[2], rank + 1, rank + 1)
-    if nxt[1] then redis.call('PUBLISH', ARGV[1], nxt[1]) end
+    if nxt[1] then wake(ARGV[1], nxt[1]) end
   end
 end
 return {1, tonumber(t)}
@@ -540,7 +573,7 @@ local function semTurn(q, held, k, n)
   end
   return ahead < free, live, removed
 end
-local function semGrant(seq, q, held, k, live, n, wake)
+local function semGrant(seq, q, held, k, live, n, ch)
   local used = {}
   for _, g in ipairs(live) do
     local s = slotOf(g[1], held)
@@ -551,7 +584,7 @@ local function semGrant(seq, q, held, k, live, n, wake)
   local t = nextc(seq, held)
   redis.call('HSET', k, 't', t, 'v', slot)
   record(k, held)
-  if #live + 1 < n then redis.call('PUBLISH', wake, firstWaiting(q)) end
+  if #live + 1 < n then wake(ch, firstWaiting(q)) end
   return t, slot
 end
 `
@@ -576,7 +609,7 @@ var semEnqueueScript = redis.NewScript(luaLayout + luaFirstWaiting + luaSem + `
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
 local n = tonumber(ARGV[3])
 local ok, live, removed = semTurn(KEYS[2], KEYS[3], nil, n)
-if removed then redis.call('PUBLISH', ARGV[5], firstWaiting(KEYS[2])) end
+if removed then wake(ARGV[5], firstWaiting(KEYS[2])) end
 if ARGV[2] == '1' and not ok then return {-2} end
 local c = nextc(KEYS[1], KEYS[3])
 local k = ARGV[1] .. '/' .. c
@@ -600,7 +633,7 @@ local t = redis.call('HGET', KEYS[5], 't')
 if t then return {1, tonumber(t), tonumber(redis.call('HGET', KEYS[5], 'v'))} end
 local n = tonumber(ARGV[1])
 local ok, live, removed = semTurn(KEYS[2], KEYS[3], KEYS[5], n)
-if removed then redis.call('PUBLISH', ARGV[2], firstWaiting(KEYS[2])) end
+if removed then wake(ARGV[2], firstWaiting(KEYS[2])) end
 if not ok then return {0} end
 local slot
 t, slot = semGrant(KEYS[1], KEYS[2], KEYS[3], KEYS[5], live, n, ARGV[2])

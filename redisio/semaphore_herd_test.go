@@ -14,8 +14,9 @@ import (
 // permits, each on its own session, the wake messages handed to waiters
 // stay at most three per acquisition (the release's message to the first
 // waiter; a grant with permits still free passes one on), not one per
-// waiter, although every message reaches all 16 sessions (counted apart, as
-// wake messages) and a waiter also looks on its timer (rechecks).
+// waiter, and so do the wake messages the sessions receive: each goes to
+// the session whose waiter it names, not to all 16. A waiter also looks on
+// its timer (rechecks).
 func TestSemaphoreNoHerd(t *testing.T) {
 	r := testserver.StartRedis(t)
 	testkit.NoLeaks(t)
@@ -27,5 +28,8 @@ func TestSemaphoreNoHerd(t *testing.T) {
 		got[`disco_wake_messages_total{kind="semaphore"}`], got[`disco_rechecks_total{kind="semaphore"}`], got[`disco_acquisitions_total{kind="semaphore"}`])
 	if per > 3 {
 		t.Fatalf("%.2f wakeups per acquisition, want at most 3: releases wake waiters they do not admit", per)
+	}
+	if msgs := got[`disco_wake_messages_total{kind="semaphore"}`] / got[`disco_acquisitions_total{kind="semaphore"}`]; msgs > 3 {
+		t.Fatalf("%.2f wake messages per acquisition, want at most 3: a message reaches sessions whose waiters it does not name", msgs)
 	}
 }

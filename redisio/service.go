@@ -148,9 +148,11 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	if k == kindElection {
 		v.obs = actor.NewFanout(func(election.Leadership) bool { return true })
 	}
-	if err := s.subscribe(ctx, v.wake); err != nil {
-		v.finish()
-		return nil, err
+	if v.onNameChannel() {
+		if err := s.subscribe(ctx, v.wake); err != nil {
+			v.finish()
+			return nil, err
+		}
 	}
 	if _, err := loopCall(s, ctx, func() (struct{}, error) {
 		if s.ended {
@@ -222,11 +224,23 @@ func (v *service) Close() error {
 	return nil
 }
 
+// onNameChannel reports whether the service listens on its name's channel
+// (name/wake): an election, whose watcher reads the leader at every change
+// of the queue, and a double barrier's party, which waits for its round.
+// A lock's, an rwlock's and a semaphore's waiters are woken on their
+// session's own channel alone, so that a release's message reaches only
+// the session whose waiter it names.
+func (v *service) onNameChannel() bool {
+	return v.kind == kindElection || v.kind == kindParty
+}
+
 // finish drops the service's channel subscription and, if the session
 // was its own, closes the session.
 func (v *service) finish() {
 	v.finishOnce.Do(func() {
-		v.s.unsubscribe(v.wake)
+		if v.onNameChannel() {
+			v.s.unsubscribe(v.wake)
+		}
 		if v.own {
 			v.s.Close()
 		}

@@ -101,8 +101,9 @@ func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, er
 		subs: map[string]int{}, services: map[*service]struct{}{},
 		clock: driver.NewClock(sent, o.TTL, driver.SuspendPart(o.TTL, o.SuspendAfter)),
 	}
-	// The session's own channel opens the pub/sub connection at once, so
-	// that scopes subscribed later share it.
+	// The session's own channel, its key, on which its waiters are woken,
+	// opens the pub/sub connection at once, so that names' channels
+	// subscribed later share it.
 	s.ps = cli.Subscribe(ctx, s.key)
 	if _, err := s.ps.Receive(ctx); err != nil {
 		s.ps.Close()
