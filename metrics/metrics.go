@@ -28,9 +28,11 @@
 // disco_acquisitions_total of the same kind. A wakeup is one watch event
 // (etcd: each event of a watch response; ZooKeeper: each watch
 // notification) or one wake message (Redis pub/sub) handed to a waiting or
-// holding primitive of the session, which then looks again. A Redis wake
-// message reaches every session subscribed to its channel, which hands it
-// only to the waiter it names: disco_wake_messages_total counts them all,
+// holding primitive of the session, which then looks again. A Redis
+// session receives the wake messages of its own channel (a lock's,
+// rwlock's or semaphore's handoff) and of the names of its elections and
+// double barriers, and hands each only to the waiter it names:
+// disco_wake_messages_total counts every message received,
 // disco_wakeups_total the ones handed on. A redisio waiter also looks on a
 // timer, the bound on a missed message: disco_rechecks_total, never counted
 // as a wakeup.
