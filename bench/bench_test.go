@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,7 +143,7 @@ func BenchmarkElectionFailover(b *testing.B) {
 func TestScenariosSmoke(t *testing.T) {
 	e := sharedEnv(t)
 	r := &runner{env: e, cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond},
-		contenders: []int{2}, guardGoroutines: 4, expiryTTL: time.Second, expiryRounds: 1}
+		contenders: []int{2}, guardGoroutines: 4, expiryTTL: time.Second, expiryRounds: 1, pairs: tinyPairs}
 	all := allScenarios(r.contenders, r.guardGoroutines, waitersCfg{waiters: 20, clients: 4})
 	// The semaphore at semManyWaiters owners is the same kind as at
 	// semContenders, and no brief run (under -race on two cores its etcd's
@@ -164,6 +165,7 @@ func TestScenariosSmoke(t *testing.T) {
 			// with a longer one.
 			slow := *r
 			slow.cfg.duration = 2 * time.Second
+			slow.pairs.slice = time.Second
 			res, err = s.run(context.Background(), &slow)
 		}
 		if err != nil {
@@ -217,26 +219,23 @@ func TestScenariosSmoke(t *testing.T) {
 				}
 			}
 			for _, g := range row.Goals {
-				if !slices.Contains([]string{"met", "MISSED", "n/a"}, g.Status) {
+				if !slices.Contains(statuses, g.Status) {
 					t.Errorf("%s: goal %+v", s.name, g)
 				}
 			}
 			if strings.HasPrefix(s.name, "lock-contended-") {
-				// Judged against a rate measured in this run: never n/a.
-				if g := goalNamed(row, ">= 1.2x put+delete"); g == nil || g.Status == "n/a" {
-					t.Errorf("%s: put+delete goal %+v in %+v", s.name, g, row.Goals)
-				}
+				checkFloor(t, row, tinyPairs.pairs, e.fsync)
 				checkSplit(t, s.name, row.Disco)
 			}
 		}
 	}
 	sum := r.summary(results)
-	if len(sum.Goals) == 0 || !strings.HasPrefix(sum.Goals[0].Name, "lock-contended flatness") ||
-		!slices.Contains([]string{"met", "MISSED", "n/a"}, sum.Goals[0].Status) {
+	if len(sum.Goals) == 0 || !strings.HasPrefix(sum.Goals[0].Name, "lock flatness") ||
+		!slices.Contains(statuses, sum.Goals[0].Status) {
 		t.Errorf("cross-scenario goals %+v", sum.Goals)
 	}
-	if sum.PutDelete == nil || sum.PutDeleteFrom != "lock-uncontended" {
-		t.Errorf("put+delete reference %+v from %q", sum.PutDelete, sum.PutDeleteFrom)
+	if sum.Pairs != tinyPairs.pairs || sum.Slice != tinyPairs.slice.String() {
+		t.Errorf("summary's pairs %d of %s, want %+v", sum.Pairs, sum.Slice, tinyPairs)
 	}
 	if sr := sum.SerializableRead; sr == nil || sr.N == 0 || sr.P50 <= 0 || sr.P99 < sr.P50 {
 		t.Errorf("serializable read %+v", sr)
@@ -250,7 +249,8 @@ func TestScenariosSmoke(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", s.name, sb.String())
 		}
 	}
-	for _, want := range []string{"goals across scenarios:", sum.Goals[0].Name + ": " + sum.Goals[0].Status, "put+delete reference",
+	for _, want := range []string{"goals across scenarios:", sum.Goals[0].Name + ": " + sum.Goals[0].Status, "lock ratios to the floor: 2 interleaved pairs",
+		"DISCO/FLOOR", fmtFigure(floorRow(results, "lock-contended-2").VsFloor, "x"), fmtFigure(floorRow(results, "lock-uncontended").VsFloor, "x"),
 		"lock-contended-2 disco handoff p50 ", "= Unlock (delete commit) p50 ", "; serializable read p50 "} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, sb.String())
@@ -271,16 +271,87 @@ func TestScenariosSmoke(t *testing.T) {
 	var rep struct {
 		Summary struct {
 			Goals            []goal `json:"goals"`
-			PutDelete        *side  `json:"put_delete"`
+			Pairs            int    `json:"pairs"`
 			SerializableRead *dist  `json:"serializable_read"`
 		} `json:"summary"`
+		Results []struct {
+			Rows []struct {
+				Scenario   string  `json:"scenario"`
+				Floor      *side   `json:"floor"`
+				VsFloor    *figure `json:"vs_floor"`
+				P99VsFloor *figure `json:"p99_vs_floor"`
+			} `json:"rows"`
+		} `json:"results"`
 	}
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Summary.Goals) != len(sum.Goals) || rep.Summary.Goals[0] != sum.Goals[0] || rep.Summary.PutDelete == nil ||
+	if len(rep.Summary.Goals) != len(sum.Goals) || rep.Summary.Goals[0] != sum.Goals[0] || rep.Summary.Pairs != sum.Pairs ||
 		rep.Summary.SerializableRead == nil || *rep.Summary.SerializableRead != *sum.SerializableRead {
 		t.Errorf("results.json summary %+v, want %+v", rep.Summary, sum)
+	}
+	found := false
+	for _, res := range rep.Results {
+		for _, rw := range res.Rows {
+			if rw.Scenario != "lock-contended-2" {
+				continue
+			}
+			want := floorRow(results, rw.Scenario)
+			found = rw.Floor != nil && rw.Floor.PerSec == want.Floor.PerSec && rw.VsFloor != nil && rw.VsFloor.Median == want.VsFloor.Median &&
+				slices.Equal(rw.VsFloor.PerPair, want.VsFloor.PerPair) && rw.P99VsFloor != nil
+		}
+	}
+	if !found {
+		t.Errorf("results.json lacks lock-contended-2's floor figures:\n%s", data)
+	}
+}
+
+// tinyPairs is the interleaving of the tests: the fewest pairs that have a
+// spread, in short slices (go run ./bench requires at least minPairs).
+var tinyPairs = pairCfg{pairs: 2, slice: 100 * time.Millisecond, warmup: 20 * time.Millisecond}
+
+// tinyRunner is a runner with short windows and tinyPairs.
+func tinyRunner(t *testing.T) *runner {
+	return &runner{env: sharedEnv(t), cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond}, pairs: tinyPairs}
+}
+
+// statuses are the goal statuses bench prints.
+var statuses = []string{"met", "MISSED", statusInconclusive, "n/a"}
+
+// floorRow returns the row of scenario that carries floor figures, or an
+// empty row.
+func floorRow(results []*result, scenario string) *row {
+	for _, res := range results {
+		for _, rw := range res.Rows {
+			if rw.Scenario == scenario && rw.Floor != nil {
+				return rw
+			}
+		}
+	}
+	return &row{}
+}
+
+// checkFloor checks a lock-contended row's interleaved floor: measured in
+// every pair, its figures from each pair, its goals judged on them (never
+// n/a: both sides ran).
+func checkFloor(t *testing.T, rw *row, pairs int, fsync bool) {
+	t.Helper()
+	if f := rw.Floor; f == nil || f.Lib != putDeleteLib.name || f.Count <= 0 || f.Cycle.N != f.Count {
+		t.Errorf("%s: floor %+v", rw.Scenario, rw.Floor)
+	}
+	for name, f := range map[string]*figure{"vs floor": rw.VsFloor, "p99 vs floor": rw.P99VsFloor} {
+		if f == nil || len(f.PerPair) == 0 || len(f.PerPair) > pairs || f.Q1 > f.Median || f.Median > f.Q3 || f.Q1 <= 0 {
+			t.Errorf("%s: %s %+v", rw.Scenario, name, f)
+		}
+	}
+	want := []string{">= 1.2x put+delete", "handoff p99 <= 1.5x put+delete p99"}
+	if !fsync {
+		want = []string{"requests/handoff <= 3", "watch events/handoff <= 1"}
+	}
+	for _, name := range want {
+		if g := goalNamed(rw, name); g == nil || g.Status == "n/a" {
+			t.Errorf("%s: goal %q: %+v in %+v", rw.Scenario, name, g, rw.Goals)
+		}
 	}
 }
 
@@ -299,34 +370,121 @@ func checkSplit(t *testing.T, scenario string, d *side) {
 	}
 }
 
-// TestFlatness judges the cross-scenario goal on made-up results.
+// TestFlatness: the cross-scenario flatness goal is lock-flatness's, for
+// the highest level.
 func TestFlatness(t *testing.T) {
-	contended := func(n int, perSec float64) *result {
-		name := fmt.Sprintf("lock-contended-%d", n)
-		return &result{Scenario: name, Rows: []*row{{Scenario: name, Contenders: n,
-			Disco: &side{Lib: "disco", PerSec: perSec}, Base: &side{Lib: "etcd-mutex", PerSec: 1}}}}
+	met := goal{Name: flatnessGoalName(128), Status: "met", Detail: "0.95x [0.90..0.99] (median [IQR] of 7 pairs)"}
+	flat := func(top int, g goal) *result {
+		name := flatnessName(top)
+		return &result{Scenario: name, Rows: []*row{{Scenario: name, Contenders: top, Goals: []goal{g}}}}
 	}
-	redis := &result{Scenario: "redis-lock-128", Rows: []*row{{Scenario: "redis-lock-128", Contenders: 128,
-		Disco: &side{Lib: "disco-etcd", PerSec: 1e6}}}}
 	for _, tc := range []struct {
 		levels  []int
 		results []*result
-		status  string
-		detail  string
+		want    goal
 	}{
-		{[]int{2, 8, 32, 128}, []*result{contended(2, 1000), contended(8, 900), contended(128, 800)}, "met", "0.80x (800 vs 1000 acq/s)"},
-		{[]int{2, 8, 32, 128}, []*result{contended(2, 1000), contended(128, 799)}, "MISSED", "0.80x (799 vs 1000 acq/s)"},
-		{[]int{2, 128}, []*result{contended(2, 0), contended(128, 0)}, "MISSED", "0.00x (0 vs 0 acq/s)"},
-		{[]int{2, 8, 32, 128}, []*result{contended(2, 1000), contended(8, 900), redis}, "n/a", "lock-contended-128 not run"},
-		{[]int{2, 8}, []*result{contended(8, 900)}, "n/a", "lock-contended-2 not run"},
-		{[]int{8, 32}, []*result{contended(8, 900), contended(32, 900)}, "n/a", "needs 2 and a higher level in -contenders"},
-		{[]int{2}, []*result{contended(2, 1000)}, "n/a", "needs 2 and a higher level in -contenders"},
-		{[]int{2, 128}, nil, "n/a", "lock-contended-2 and lock-contended-128 not run"},
+		{[]int{2, 8, 32, 128}, []*result{flat(128, met)}, met},
+		{[]int{2, 8, 32, 128}, []*result{flat(32, met)}, goal{Name: flatnessGoalName(128), Status: "n/a", Detail: "lock-flatness-2-128 not run"}},
+		{[]int{8, 32}, nil, goal{Name: flatnessGoalName(32), Status: "n/a", Detail: "needs 2 and a higher level in -contenders"}},
+		{[]int{2}, nil, goal{Name: flatnessGoalName(2), Status: "n/a", Detail: "needs 2 and a higher level in -contenders"}},
 	} {
-		g := flatness(tc.levels, tc.results)
-		if g.Status != tc.status || g.Detail != tc.detail {
-			t.Errorf("levels %v: %+v, want %s (%s)", tc.levels, g, tc.status, tc.detail)
+		if g := flatness(tc.levels, tc.results); g != tc.want {
+			t.Errorf("levels %v: %+v, want %+v", tc.levels, g, tc.want)
 		}
+	}
+}
+
+// TestLockFlatness: disco at two levels, interleaved, judged on the
+// per-pair ratio of their rates.
+func TestLockFlatness(t *testing.T) {
+	r := tinyRunner(t)
+	res, err := lockFlatness(context.Background(), r, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := res.Rows[0]
+	if rw.Scenario != "lock-flatness-2-3" || rw.Disco.Lib != "disco" || rw.Base.Lib != "disco@2" || rw.Disco.Count == 0 || rw.Base.Count == 0 ||
+		rw.Disco.Errors+rw.Base.Errors != 0 {
+		t.Fatalf("row %+v: disco %+v, base %+v", rw, rw.Disco, rw.Base)
+	}
+	if f := rw.VsBasePaired; f == nil || len(f.PerPair) != tinyPairs.pairs || f.Q1 > f.Median || f.Median > f.Q3 {
+		t.Errorf("per-pair ratio %+v", f)
+	}
+	if len(rw.Goals) != 1 || rw.Goals[0].Name != flatnessGoalName(3) || rw.Goals[0].Status == "n/a" {
+		t.Errorf("goals %+v", rw.Goals)
+	}
+	if g := flatness([]int{2, 3}, []*result{res}); g != rw.Goals[0] {
+		t.Errorf("summary's flatness %+v, row's %+v", g, rw.Goals[0])
+	}
+}
+
+// TestFigure: the median and interquartile range of per-pair values, and
+// the verdicts judged on them.
+func TestFigure(t *testing.T) {
+	if f := figureOf(nil); f != nil {
+		t.Errorf("no values: %+v", f)
+	}
+	vals := []float64{1.4, 1.0, 1.6, 1.2, 1.3, 1.1, 1.5} // 7 pairs, as measured
+	f := figureOf(vals)
+	if f.Median != 1.3 || math.Abs(f.Q1-1.15) > 1e-9 || math.Abs(f.Q3-1.45) > 1e-9 || !slices.Equal(f.PerPair, vals) {
+		t.Errorf("figure %+v", f)
+	}
+	if vals[0] != 1.4 {
+		t.Error("figureOf reordered its input")
+	}
+	if f := figureOf([]float64{2}); f.Median != 2 || f.Q1 != 2 || f.Q3 != 2 {
+		t.Errorf("one pair: %+v", f)
+	}
+	for _, tc := range []struct {
+		atLeast   bool
+		threshold float64
+		status    string
+	}{
+		{true, 1.1, "met"}, {true, 1.14, "met"}, {true, 1.2, statusInconclusive}, {true, 1.44, statusInconclusive}, {true, 1.46, "MISSED"},
+		{false, 1.5, "met"}, {false, 1.46, "met"}, {false, 1.3, statusInconclusive}, {false, 1.16, statusInconclusive}, {false, 1.14, "MISSED"},
+	} {
+		g := judgeFigure("g", f, tc.atLeast, tc.threshold, "x", "; more")
+		if g.Status != tc.status || g.Detail != "1.30x [1.15..1.45] (median [IQR] of 7 pairs); more" {
+			t.Errorf("at least %v %v: %+v, want %s", tc.atLeast, tc.threshold, g, tc.status)
+		}
+	}
+	if g := judgeFigure("g", nil, true, 1, "x", ""); g.Status != "n/a" {
+		t.Errorf("nothing measured: %+v", g)
+	}
+}
+
+// TestPoolSides: a side pooled from slices adds their counts and windows,
+// pools their samples and weights their load by their acquisitions.
+func TestPoolSides(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var d []time.Duration
+		for _, x := range v {
+			d = append(d, time.Duration(x)*time.Millisecond)
+		}
+		return d
+	}
+	a := &side{Lib: "disco", Count: 3, Window: time.Second, handoffs: ms(1, 2, 3), waits: ms(1, 1, 1),
+		Load:  &load{Store: "etcd", Acquisitions: 3, Requests: 4, WatchEvents: 2, ByMethod: map[string]float64{"Txn": 4}, Wakeups: ptr(1.0)},
+		Split: newHandoffSplit(ms(1, 2, 3), ms(1, 1, 1), ms(0, 1, 2))}
+	b := &side{Lib: "disco", Count: 1, Window: time.Second, handoffs: ms(9), waits: ms(5), Errors: 1, FirstErr: "boom",
+		Load:  &load{Store: "etcd", Acquisitions: 1, Requests: 8, WatchEvents: 2, ByMethod: map[string]float64{"Txn": 8}, Wakeups: ptr(5.0)},
+		Split: newHandoffSplit(ms(9), ms(4), ms(5))}
+	p := poolSides([]*side{a, b})
+	if p.Lib != "disco" || p.Count != 4 || p.Window != 2*time.Second || p.PerSec != 2 || p.Errors != 1 || p.FirstErr != "boom" {
+		t.Errorf("pooled %+v", p)
+	}
+	if p.Handoff.N != 4 || p.Handoff.Max != 9 || p.Wait.N != 4 || p.Wait.Max != 5 {
+		t.Errorf("pooled samples: handoff %+v, wait %+v", p.Handoff, p.Wait)
+	}
+	if l := p.Load; l == nil || l.Acquisitions != 4 || l.Requests != 5 || l.WatchEvents != 2 || l.ByMethod["Txn"] != 5 || *l.Wakeups != 2 {
+		t.Errorf("pooled load %+v", p.Load)
+	}
+	if sp := p.Split; sp == nil || sp.Handoff.N != 4 || sp.Handoff.Mean != 3.75 || sp.Unlock.Mean != 1.75 || sp.Rest.Mean != 2 {
+		t.Errorf("pooled split %+v", p.Split)
+	}
+	b.Load = nil
+	if p := poolSides([]*side{a, b}); p.Load != nil {
+		t.Errorf("a slice without load pooled into %+v", p.Load)
 	}
 }
 
@@ -340,33 +498,33 @@ func goalNamed(row *row, name string) *goal {
 	return nil
 }
 
-// TestContendedMeasuresReferences: without lock-uncontended, the first
-// lock-contended scenario of a run measures the Put+Delete reference (and,
-// always, the serializable read), and later ones use those same
-// measurements.
-func TestContendedMeasuresReferences(t *testing.T) {
-	r := &runner{env: sharedEnv(t), cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond}}
+// TestContendedInterleaves: a lock-contended scenario measures its own
+// floor, interleaved with disco, in every pair; the serializable read once
+// per run.
+func TestContendedInterleaves(t *testing.T) {
+	r := tinyRunner(t)
 	res, err := lockContended(context.Background(), r, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pd := r.putDelete
-	if pd == nil || pd.Lib != putDeleteLib.name || pd.Count == 0 || r.putDeleteFrom != "lock-contended-2" {
-		t.Fatalf("reference %+v from %q", pd, r.putDeleteFrom)
-	}
-	g := goalNamed(res.Rows[0], ">= 1.2x put+delete")
-	if g == nil || g.Status == "n/a" || !strings.Contains(g.Detail, fmt.Sprintf("vs %.0f/s", pd.PerSec)) {
-		t.Fatalf("goal %+v, reference %.0f/s", g, pd.PerSec)
+	rw := res.Rows[0]
+	checkFloor(t, rw, tinyPairs.pairs, r.env.fsync)
+	if d := rw.Disco; d.Count == 0 || d.Window < time.Duration(tinyPairs.pairs)*tinyPairs.slice-time.Millisecond || d.Errors != 0 {
+		t.Errorf("disco pooled over %d slices of %v: %+v", tinyPairs.pairs, tinyPairs.slice, d)
 	}
 	sr := r.serialRead
 	if sr == nil || sr.N == 0 {
 		t.Fatalf("serializable read %+v", sr)
 	}
-	if _, err := lockContended(context.Background(), r, 2); err != nil {
+	res2, err := lockContended(context.Background(), r, 2)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if r.putDelete != pd || r.serialRead != sr {
-		t.Error("a reference was measured again in the same run")
+	if r.serialRead != sr {
+		t.Error("the serializable read was measured again in the same run")
+	}
+	if res2.Rows[0].Floor == rw.Floor {
+		t.Error("the second scenario reused the first one's floor")
 	}
 }
 
@@ -387,6 +545,7 @@ func TestSelectScenarios(t *testing.T) {
 	for filter, want := range map[string]int{
 		"":                                  len(all),
 		"lock-contended":                    4,
+		"lock-flatness-2-128":               1,
 		"lock-waiters":                      1,
 		"contended-(2|8)$":                  2,
 		"guard-check-1,uncont":              2,

@@ -56,13 +56,7 @@ func guardVerify(ctx context.Context, r *runner) (*result, error) {
 			g = verified
 		}
 		part := runGuard(ctx, sd.Lib, guardStoreGoroutines, func(fencing.Token) error { return g.Check(mem.tok) }, slice)
-		sd.Count += part.Count
-		sd.Window += part.Window
-		sd.Rejected += part.Rejected
-		sd.Errors += part.Errors
-		if sd.FirstErr == "" {
-			sd.FirstErr = part.FirstErr
-		}
+		sd.addCounts(part)
 		sd.rate()
 	}
 	ratio := ratioOf(none.PerSec, with.PerSec)

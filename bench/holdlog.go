@@ -21,6 +21,9 @@ type holdLog struct {
 	start time.Time
 	mu    sync.Mutex
 	holds []hold
+	// checked: the holds before this one have been checked against their
+	// predecessors (analyze checks each hold once).
+	checked int
 }
 
 func (h *holdLog) now() int64 { return int64(time.Since(h.start)) }
@@ -44,14 +47,15 @@ func (h *holdLog) setReleased(i int, t int64) {
 	h.holds[i].released = t
 }
 
-// analyze fills s from the holds acquired in [from, to) and checks that they
-// never overlapped and that their tokens only rose.
+// analyze fills s from the holds acquired in [from, to) and checks that the
+// holds logged since its last call (all, the first time) never overlapped
+// their predecessors and that their tokens only rose.
 func (h *holdLog) analyze(s *side, from, to int64, errs *errCount) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var fromReturn []time.Duration
 	for i, cur := range h.holds {
-		if i > 0 {
+		if i > 0 && i >= h.checked {
 			prev := h.holds[i-1]
 			if prev.releaseCalled == 0 || cur.acquired < prev.releaseCalled {
 				errs.add(fmt.Errorf("mutual exclusion violated: hold %d acquired %v before hold %d released",
@@ -77,6 +81,8 @@ func (h *holdLog) analyze(s *side, from, to int64, errs *errCount) {
 		}
 	}
 	s.Handoff = summarize(s.handoffs)
+	h.checked = len(h.holds)
+	s.fromReturn = fromReturn
 	s.HandoffR = summarize(fromReturn)
 	s.Wait = summarize(s.waits)
 	s.Window = time.Duration(to - from)
@@ -99,7 +105,7 @@ func (h *holdLog) split(from, to int64) *handoffSplit {
 		releases = append(releases, time.Duration(prev.released-prev.releaseCalled))
 		rests = append(rests, time.Duration(cur.acquired-prev.released))
 	}
-	return &handoffSplit{Handoff: summarize(handoffs), Unlock: summarize(releases), Rest: summarize(rests)}
+	return newHandoffSplit(handoffs, releases, rests)
 }
 
 // count returns how many holds were acquired in [from, to).

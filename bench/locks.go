@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,61 +123,209 @@ func openLockers(e *env, lib lockLib, prefix string, n int, mt *meter) (*owners[
 	return openOwners(e, lib.store, n, lib.name, func(cli *clientv3.Client) (locker, error) { return lib.open(at{cli, prefix, mt}) }, locker.close)
 }
 
-// runContended runs n owners, each in its own client and session, that loop
-// Lock -> check the token with a guard (the tiny critical section) -> Unlock
-// on one lock, and measures handoffs and waits from the shared hold log.
-func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (*side, error) {
+// pauseLimit bounds how long a contention's slice waits, after its window
+// closed, for a holder to park at the pause (see contention.slice).
+const pauseLimit = 30 * time.Second
+
+// contention is n owners of lib, each in its own client and session, that
+// loop Lock -> check the token with a guard (the tiny critical section) ->
+// Unlock on one lock, measured slice by slice (slice) while it stays open.
+// The owners keep contending from their first slice until close; between
+// slices they are paused: the holder keeps the lock, the others stay queued
+// behind it, and the store is left alone.
+type contention struct {
+	lib lockLib
+	n   int
+	mt  *meter
+	os  *owners[locker]
+	g   *guard.Guard
+	p   pause
+
+	// From the first slice on: the owners' goroutines, their hold log and
+	// errors, their acquisitions and how many of them end the slice in
+	// progress (counted slices only).
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopping atomic.Bool
+	log      *holdLog
+	errs     errCount
+	acquired atomic.Int64
+	mu       sync.Mutex
+	target   int64
+	endSlice context.CancelFunc
+}
+
+// openContention opens n owners of lib on a prefix of their own.
+func openContention(e *env, lib lockLib, n int) (*contention, error) {
 	mt := newMeter(e, lib.store)
-	defer mt.close()
 	os, err := openLockers(e, lib, e.prefix(fmt.Sprintf("contended%d-%s", n, lib.name)), n, mt)
 	if err != nil {
+		mt.close()
 		return nil, err
 	}
-	defer os.close()
+	return &contention{lib: lib, n: n, mt: mt, os: os, g: guard.New()}, nil
+}
 
-	s := &side{Lib: lib.name}
-	var errs errCount
-	g := guard.New()
+// close stops the owners (those still waiting give up, or, with a Lock
+// that takes no context, have their turn) and closes them.
+func (c *contention) close() {
+	if c.done != nil {
+		c.stopping.Store(true)
+		c.p.resume()
+		c.cancel()
+		<-c.done
+	}
+	c.os.close()
+	c.mt.close()
+}
+
+// start sets the owners contending, once.
+func (c *contention) start(ctx context.Context) {
+	if c.done != nil {
+		return
+	}
+	c.log = &holdLog{start: time.Now()}
+	ctx, c.cancel = context.WithCancel(ctx)
+	c.done = make(chan struct{})
+	go func() {
+		defer close(c.done)
+		contend(ctx, c.n, &c.errs, func(ctx context.Context, i int) error {
+			if c.stopping.Load() {
+				return errOwnerDone
+			}
+			if err := holdOnce(ctx, c.os.hs[i], c.log, c.g, &c.errs, c.p.wait); err != nil {
+				return err
+			}
+			n := c.acquired.Add(1)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.target > 0 && n >= c.target && c.endSlice != nil {
+				c.endSlice()
+			}
+			return nil
+		})
+	}()
+}
+
+// slice lets the owners contend through one window of cfg (the first
+// slice starts them) and measures handoffs and waits from the hold log.
+// Once the window has ended and the store's load been scraped there, it
+// pauses them and returns when a holder has parked at the pause: until the
+// next slice, nobody releases, acquires or enqueues.
+func (c *contention) slice(ctx context.Context, cfg runCfg) (*side, error) {
+	s := &side{Lib: c.lib.name}
 	if cfg.ready != nil {
 		cfg.ready()
 	}
-	w := newWindow(ctx, mt, cfg)
-	log := &holdLog{start: w.start}
-	runCtx, stop := w.runContext(ctx)
-	defer stop()
-	var total atomic.Int64
-	contend(runCtx, n, &errs, func(ctx context.Context, i int) error {
-		if err := holdOnce(ctx, os.hs[i], log, g, &errs); err != nil {
-			return err
-		}
-		if cfg.maxAcq > 0 && total.Add(1) >= int64(cfg.maxAcq) {
-			stop()
-		}
-		return nil
-	})
+	w := newWindow(ctx, c.mt, cfg)
+	errsBefore := c.errs.snapshot()
+	parked := c.p.resume()
+	c.start(ctx)
+	endCtx, end := w.runContext(ctx)
+	defer end()
+	c.mu.Lock()
+	c.endSlice, c.target = end, 0
+	if cfg.maxAcq > 0 {
+		c.target = c.acquired.Load() + int64(cfg.maxAcq)
+	}
+	c.mu.Unlock()
+	<-endCtx.Done()
+	c.p.hold()
+	select {
+	case <-parked:
+	case <-c.done:
+	case <-time.After(pauseLimit):
+		c.errs.add(fmt.Errorf("no holder paused within %v of the slice's end", pauseLimit))
+	}
 	if cfg.finished != nil {
 		cfg.finished()
 	}
 	w.end(ctx)
 
-	to := w.since(w.deadline)
+	// The hold log's clock started with the first slice, the window's now.
+	at := func(t time.Time) int64 { return int64(t.Sub(c.log.start)) }
+	from, to := at(w.from), at(w.deadline)
 	if w.counted {
-		to = log.last() + 1
+		to = c.log.last() + 1
 	}
-	log.analyze(s, w.since(w.from), to, &errs)
-	s.Split = log.split(w.since(w.from), to)
+	var errs errCount
+	c.log.analyze(s, from, to, &errs)
+	s.Split = c.log.split(from, to)
+	errs.addFrom(&c.errs, errsBefore)
 	errs.into(s)
-	if s.Load, err = w.load(func(from, to time.Time) int { return log.count(w.since(from), w.since(to)) }); err != nil {
+	var err error
+	if s.Load, err = w.load(func(from, to time.Time) int { return c.log.count(at(from), at(to)) }); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
+// pause holds a contention's owners between slices: while held, the next
+// holder to reach its release waits there (wait), keeping the lock.
+type pause struct {
+	mu      sync.Mutex
+	held    chan struct{} // non-nil while held; closed by resume
+	parked  chan struct{} // closed when a holder first waits in a hold
+	waiting bool
+}
+
+// hold holds the owners from now on.
+func (p *pause) hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held, p.waiting = make(chan struct{}), false
+	}
+}
+
+// resume lets the owners go on, and returns a channel that is closed once
+// a holder waits in the next hold.
+func (p *pause) resume() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+	p.parked = make(chan struct{})
+	return p.parked
+}
+
+// wait is a holder's, before it releases: while held, it waits there until
+// resume or ctx ends.
+func (p *pause) wait(ctx context.Context) {
+	p.mu.Lock()
+	held := p.held
+	if held != nil && !p.waiting {
+		p.waiting = true
+		close(p.parked)
+	}
+	p.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// runContended measures n owners of lib contending on one lock (see
+// contention) through one window of cfg.
+func runContended(ctx context.Context, e *env, lib lockLib, n int, cfg runCfg) (*side, error) {
+	c, err := openContention(e, lib, n)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	return c.slice(ctx, cfg)
+}
+
 // holdOnce is one turn of a contending owner, recorded in log: Lock, the
 // critical section (present the token to g, as a holder does before it
-// touches the protected resource), Unlock. A failed Lock is returned; a
-// stale token or a failed Unlock is counted in errs.
-func holdOnce(ctx context.Context, l locker, log *holdLog, g *guard.Guard, errs *errCount) error {
+// touches the protected resource), park (nil: none; it may keep the holder
+// there), Unlock. A failed Lock is returned; a stale token or a failed
+// Unlock is counted in errs.
+func holdOnce(ctx context.Context, l locker, log *holdLog, g *guard.Guard, errs *errCount, park func(context.Context)) error {
 	called := log.now()
 	tok, err := l.lock(ctx)
 	if err != nil {
@@ -185,6 +334,9 @@ func holdOnce(ctx context.Context, l locker, log *holdLog, g *guard.Guard, errs 
 	h := log.acquired(called, log.now(), tok)
 	if err := g.Check(fencing.Token(tok)); err != nil {
 		errs.add(err)
+	}
+	if park != nil {
+		park(ctx)
 	}
 	log.setReleaseCalled(h, log.now())
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -197,20 +349,37 @@ func holdOnce(ctx context.Context, l locker, log *holdLog, g *guard.Guard, errs 
 	return nil
 }
 
-// runUncontended loops Lock -> Unlock with a single owner and measures the
-// whole cycle and the Lock alone.
-func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side, error) {
+// soloOwner is one owner of lib that loops Lock -> Unlock alone, measured slice
+// by slice (slice) while it stays open.
+type soloOwner struct {
+	lib lockLib
+	mt  *meter
+	os  *owners[locker]
+}
+
+// openSoloOwner opens one owner of lib on a prefix of its own.
+func openSoloOwner(e *env, lib lockLib) (*soloOwner, error) {
 	mt := newMeter(e, lib.store)
-	defer mt.close()
 	os, err := openLockers(e, lib, e.prefix("uncontended-"+lib.name), 1, mt)
 	if err != nil {
+		mt.close()
 		return nil, err
 	}
-	defer os.close()
-	l := os.hs[0]
-	s := &side{Lib: lib.name}
+	return &soloOwner{lib: lib, mt: mt, os: os}, nil
+}
+
+func (u *soloOwner) close() {
+	u.os.close()
+	u.mt.close()
+}
+
+// slice loops Lock -> Unlock through one window of cfg and measures the
+// whole cycle and the Lock alone.
+func (u *soloOwner) slice(ctx context.Context, cfg runCfg) (*side, error) {
+	l := u.os.hs[0]
+	s := &side{Lib: u.lib.name}
 	var errs errCount
-	w := newWindow(ctx, mt, cfg)
+	w := newWindow(ctx, u.mt, cfg)
 	rec := &waits{w: w, s: s} // one owner: its fields are used directly
 	// The window stays open until at least one cycle was measured (a loaded
 	// machine can take longer than a short window for one), within reason.
@@ -243,6 +412,17 @@ func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side
 		return nil, err
 	}
 	return s, nil
+}
+
+// runUncontended measures one owner of lib alone (see soloOwner) through one
+// window of cfg.
+func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side, error) {
+	u, err := openSoloOwner(e, lib)
+	if err != nil {
+		return nil, err
+	}
+	defer u.close()
+	return u.slice(ctx, cfg)
 }
 
 // serialReads is the most reads measureSerialRead times.

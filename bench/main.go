@@ -7,6 +7,11 @@
 // polling lock. Every row prints the store's requests and the clients'
 // wakeups (disco_wakeups_total) per acquisition.
 //
+// The lock scenarios on etcd measure disco interleaved with the floor, one
+// client's uncontended Put+Delete cycles, in -pairs pairs of -slice slices,
+// and judge their goals on the median and interquartile range of the
+// per-pair ratios (met, MISSED, or inconclusive); see bench/README.md.
+//
 //	go run ./bench                      # embedded etcd, real fsync
 //	go run ./bench -fsync=false         # embedded etcd, no fsync
 //	ETCD_ENDPOINTS=http://h:2379 go run ./bench -metrics http://h:2381/metrics
@@ -54,6 +59,9 @@ func run() error {
 		delay      = flag.Duration("delay", 0, "with -cluster: latency added to every link, each way (e.g. 1ms, 5ms)")
 		waiters    = flag.Int("waiters", defaultWaiters, "waiters parked on one lock in lock-waiters-N")
 		waiterClis = flag.Int("waiter-sessions", defaultWaiterSessions, "client connections (disco: one session each) the waiters are spread over")
+		pairs      = flag.Int("pairs", minPairs, "lock scenarios: interleaved pairs of slices (disco, floor) per ratio, at least 7")
+		slice      = flag.Duration("slice", defaultSlice, "lock scenarios: measured time of each side's slice of a pair")
+		sliceWarm  = flag.Duration("slice-warmup", defaultSliceWarmup, "lock scenarios: unmeasured time at the start of each slice")
 		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the whole run (etcd included when embedded) to this file")
 	)
 	flag.Parse()
@@ -69,6 +77,9 @@ func run() error {
 	}
 	if *duration <= 0 || *warmup < 0 || *guardG < 1 {
 		return errors.New("-duration must be > 0, -warmup >= 0, -guard-goroutines >= 1")
+	}
+	if *pairs < minPairs || *slice <= 0 || *sliceWarm < 0 {
+		return fmt.Errorf("-pairs must be >= %d, -slice > 0, -slice-warmup >= 0", minPairs)
 	}
 	if *expiryTTL < time.Second || *expiryTTL%time.Second != 0 || *expiryN < 1 {
 		return errors.New("-expiry-ttl must be whole seconds, at least 1s; -expiry-rounds >= 1")
@@ -107,7 +118,7 @@ func run() error {
 	defer e.close()
 	cfg := runCfg{warmup: *warmup, duration: *duration}
 	r := &runner{env: e, cfg: cfg, progress: os.Stderr, contenders: levels, guardGoroutines: *guardG,
-		expiryTTL: *expiryTTL, expiryRounds: *expiryN}
+		expiryTTL: *expiryTTL, expiryRounds: *expiryN, pairs: pairCfg{pairs: *pairs, slice: *slice, warmup: *sliceWarm}}
 	fmt.Fprintf(os.Stderr, "bench: %d scenarios on etcd %s\n", len(chosen), e.backend())
 	results, err := runAll(ctx, r, chosen)
 	if len(results) > 0 {

@@ -24,10 +24,13 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 	fmt.Fprintln(w, "  ZooKeeper packets received (srvr; pings left out: each session's, a third of its 10 s timeout apart), Redis commands its clients sent (a hook; a script is one; session refreshes left out);")
 	fmt.Fprintln(w, "wakeups/acq = watch events or wake messages a side's clients acted on per acquisition, counted by the clients: disco's disco_wakeups_total on every store;")
 	fmt.Fprintln(w, "  zk-lock: the watch events its connections delivered; redis-setnx-poll: none (it polls); etcd's recipes: n/a (see etcd-ev/acq);")
-	fmt.Fprintln(w, "etcd-ev/acq = watch events etcd sent per acquisition (etcd_debugging_mvcc_events_total), etcd scenarios only")
+	fmt.Fprintln(w, "etcd-ev/acq = watch events etcd sent per acquisition (etcd_debugging_mvcc_events_total), etcd scenarios only;")
+	fmt.Fprintln(w, "floor = one client's uncontended Put+Delete cycles (rate, cycle p50/p99), measured interleaved with disco in slices A B A B ...;")
+	fmt.Fprintln(w, "  disco/floor and p99/floor p99 (disco's handoff or cycle p99 over the floor's cycle p99): median [interquartile range] of the per-pair ratios;")
+	fmt.Fprintln(w, "  a goal is met or MISSED when that whole range is on one side of its threshold, inconclusive when the threshold lies within it")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tN\tVS\tDISCO\tVS\tDISCO/VS\tLATENCY\tDISCO p50/p99\tVS p50/p99\tREQ/ACQ disco|vs\tWAKEUPS/ACQ disco|vs\tETCD-EV/ACQ disco|vs\tGOALS")
+	fmt.Fprintln(tw, "SCENARIO\tN\tVS\tDISCO\tVS\tDISCO/VS\tLATENCY\tDISCO p50/p99\tVS p50/p99\tFLOOR\tDISCO/FLOOR\tp99/FLOOR p99\tREQ/ACQ disco|vs\tWAKEUPS/ACQ disco|vs\tETCD-EV/ACQ disco|vs\tGOALS")
 	var notes []string
 	for _, res := range results {
 		for _, r := range res.Rows {
@@ -36,11 +39,19 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 				base = r.Base.Lib
 				basePS = fmtRate(r.Base.PerSec, r.Unit)
 				ratio = fmt.Sprintf("%.2fx", ratioOf(r.Disco.PerSec, r.Base.PerSec))
+				if r.VsBasePaired != nil {
+					ratio = fmtFigure(r.VsBasePaired, "x")
+				}
 				baseLat = fmtLat(r.Base, r.Latency)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			floor := "-"
+			if r.Floor != nil {
+				floor = fmtRate(r.Floor.PerSec, "/s") + " " + fmtLat(r.Floor, "cycle")
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 				r.Scenario, r.Contenders, base, fmtRate(r.Disco.PerSec, r.Unit), basePS, ratio,
 				orDash(r.Latency), fmtLat(r.Disco, r.Latency), baseLat,
+				floor, fmtFigure(r.VsFloor, "x"), fmtFigure(r.P99VsFloor, "x"),
 				fmtLoad(r, func(l *load) *float64 { return &l.Requests }),
 				fmtLoad(r, func(l *load) *float64 { return l.Wakeups }),
 				fmtLoad(r, func(l *load) *float64 {
@@ -92,20 +103,16 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 	return nil
 }
 
-// printSummary writes the goals judged across scenarios and the reference
-// the contended goals were judged against.
+// printSummary writes the goals judged across scenarios.
 func printSummary(w io.Writer, sum *runSummary) {
 	if sum == nil {
 		return
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "lock ratios to the floor: %d interleaved pairs of slices, each %s measured after %s unmeasured\n", sum.Pairs, sum.Slice, sum.SliceWarmup)
 	fmt.Fprintln(w, "goals across scenarios:")
 	for _, g := range sum.Goals {
 		fmt.Fprintf(w, "  %s: %s (%s)\n", g.Name, g.Status, g.Detail)
-	}
-	if pd := sum.PutDelete; pd != nil {
-		fmt.Fprintf(w, "put+delete reference of the lock-contended goals: %s, one client, measured in %s of this run\n",
-			fmtRate(pd.PerSec, "cycles/s"), sum.PutDeleteFrom)
 	}
 }
 
@@ -125,6 +132,9 @@ func printSplits(w io.Writer, results []*result, sum *runSummary) {
 			if sum != nil && sum.SerializableRead != nil {
 				line += fmt.Sprintf("; serializable read p50 %.2f ms", sum.SerializableRead.P50)
 			}
+			if r.Floor != nil && r.Floor.Cycle.N > 0 {
+				line += fmt.Sprintf("; one commit ~ floor cycle p50 / 2 = %.2f ms", r.Floor.Cycle.P50/2)
+			}
 			lines = append(lines, line+fmt.Sprintf(" (means %.2f = %.2f + %.2f ms, %d handoffs)",
 				sp.Handoff.Mean, sp.Unlock.Mean, sp.Rest.Mean, sp.Handoff.N))
 		}
@@ -143,9 +153,6 @@ func printSplits(w io.Writer, results []*result, sum *runSummary) {
 	if sum != nil && sum.SerializableRead != nil {
 		fmt.Fprintf(w, "  serializable read: one client's Txn of one Compare and a serializable Get of one key, on an idle etcd, %d reads once per run:\n", sum.SerializableRead.N)
 		fmt.Fprintln(w, "  it approximates the waiter's read after the delete event (that one reads a prefix, under contention).")
-	}
-	if sum != nil && sum.PutDelete != nil && sum.PutDelete.Cycle.N > 0 {
-		fmt.Fprintf(w, "  For scale: one commit ~ put+delete cycle p50 / 2 = %.2f ms.\n", sum.PutDelete.Cycle.P50/2)
 	}
 }
 

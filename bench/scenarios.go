@@ -38,12 +38,21 @@ type runner struct {
 	expiryTTL    time.Duration
 	expiryRounds int
 
-	// Figures measured at most once per run, when a goal first needs them,
-	// and shared by every scenario of the run that judges against them.
+	// How the lock scenarios interleave the two sides of their ratios
+	// (zero: defaultPairCfg).
+	pairs pairCfg
+
+	// Figures measured at most once per run, when a goal first needs them.
 	// Scenarios run one after another: no locking.
-	putDelete     *side  // one client's uncontended Put+Delete cycles
-	putDeleteFrom string // the scenario that measured putDelete
-	serialRead    *dist  // a waiter-like serializable read Txn (measureSerialRead)
+	serialRead *dist // a waiter-like serializable read Txn (measureSerialRead)
+}
+
+// pairCfg is how the lock scenarios interleave their ratios' sides.
+func (r *runner) pairCfg() pairCfg {
+	if r.pairs == (pairCfg{}) {
+		return defaultPairCfg
+	}
+	return r.pairs
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -70,12 +79,27 @@ type row struct {
 	Disco      *side  `json:"disco"`
 	Base       *side  `json:"base,omitempty"`
 	Goals      []goal `json:"goals,omitempty"`
+
+	// Lock scenarios on etcd: the floor, one client's uncontended
+	// Put+Delete cycles, measured interleaved with Disco (see paired.go),
+	// both pooled over their slices; and per pair of slices, Disco's rate
+	// over the floor's, Disco's latency p99 (handoff or cycle) over the
+	// floor's cycle p99, and Disco's etcd requests and watch events per
+	// acquisition.
+	Floor *side `json:"floor,omitempty"`
+	// lock-flatness: per pair, Disco's rate over Base's, measured
+	// interleaved.
+	VsBasePaired      *figure `json:"vs_base_paired,omitempty"`
+	VsFloor           *figure `json:"vs_floor,omitempty"`
+	P99VsFloor        *figure `json:"p99_vs_floor,omitempty"`
+	RequestsPerAcq    *figure `json:"requests_per_acq,omitempty"`
+	WatchEventsPerAcq *figure `json:"watch_events_per_acq,omitempty"`
 }
 
 // goal is one target from the issue, judged on this run.
 type goal struct {
 	Name   string `json:"name"`
-	Status string `json:"status"` // met, MISSED, n/a
+	Status string `json:"status"` // met, MISSED, inconclusive, n/a
 	Detail string `json:"detail"`
 }
 
@@ -87,8 +111,21 @@ func judge(name string, ok bool, detail string) goal {
 	return goal{Name: name, Status: st, Detail: detail}
 }
 
-// Goals from the issue.
-const handoffP99Goal = 5.0 // ms, disco, every contention level
+// Goals from the issue. The ratios to the Put+Delete floor are judged on
+// interleaved pairs (judgeFigure); the fsync goals with fsync on, the
+// request goals with it off (the machine is then CPU-bound and the cost
+// is requests).
+
+// handoffP99VsFloorGoal: disco's handoff p99 at most this many times the
+// floor's own cycle p99 from the same pairs of slices (fsync on).
+const handoffP99VsFloorGoal = 1.5
+
+// With fsync off: at most this many etcd requests and watch events (etcd's
+// count of those it sent) per handoff, at every contention level.
+const (
+	requestsPerHandoffGoal    = 3.0
+	watchEventsPerHandoffGoal = 1.0
+)
 
 // throughputGoal is the minimum disco/etcd-mutex acquisitions-per-second
 // ratio by number of contenders.
@@ -100,13 +137,14 @@ const uncontendedGoal = 1.1
 
 // handoffVsPutDeleteGoal: at every contention level, disco's handoffs per
 // second at least this many times one client's uncontended Put+Delete
-// cycles per second, measured in the same run. A handoff needs one commit
-// (the holder's delete) and one watch event; a Put+Delete cycle two commits.
+// cycles per second, measured interleaved with them (fsync on). A handoff
+// needs one commit (the holder's delete) and one watch event; a Put+Delete
+// cycle two commits, and etcd shares one fsync among concurrent proposals.
 const handoffVsPutDeleteGoal = 1.2
 
 // flatnessGoal: disco's acquisitions per second at the highest contention
-// level at least this fraction of those at flatnessBase contenders, both
-// measured in the same run (a cross-scenario goal, judged after them all).
+// level at least this fraction of those at flatnessBase contenders, the two
+// measured interleaved (lockFlatness).
 const (
 	flatnessGoal = 0.8
 	flatnessBase = 2
@@ -124,6 +162,10 @@ func allScenarios(contenders []int, guardGoroutines int, wc waitersCfg) []scenar
 	for _, n := range contenders {
 		s = append(s, scenario{name: fmt.Sprintf("lock-contended-%d", n),
 			run: func(ctx context.Context, r *runner) (*result, error) { return lockContended(ctx, r, n) }})
+	}
+	if top := slices.Max(append([]int{0}, contenders...)); top > flatnessBase && slices.Contains(contenders, flatnessBase) {
+		s = append(s, scenario{name: flatnessName(top),
+			run: func(ctx context.Context, r *runner) (*result, error) { return lockFlatness(ctx, r, top) }})
 	}
 	s = append(s, scenario{name: fmt.Sprintf("lock-waiters-%d", wc.waiters), run: waitersScenario(wc.waiters, wc.clients)})
 	s = append(s,
@@ -177,25 +219,25 @@ func selectScenarios(all []scenario, filter string) ([]scenario, error) {
 }
 
 // lockUncontended: one owner, Lock+Unlock in a loop, for disco, etcd's
-// Mutex, and the Put+Delete limit.
+// Mutex, and the Put+Delete floor; disco and the floor interleaved.
 func lockUncontended(ctx context.Context, r *runner) (*result, error) {
 	const name = "lock-uncontended"
-	sides := map[string]*side{}
-	for _, lib := range []lockLib{discoLib, etcdMutexLib, putDeleteLib} {
-		r.logf("  %s: %s ...", name, lib.name)
-		s, err := runUncontended(ctx, r.env, lib, r.cfg)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, lib.name, err)
-		}
-		sides[lib.name] = s
+	pc := r.pairCfg()
+	r.logf("  %s: disco and put+delete, %d interleaved pairs of %v slices ...", name, pc.pairs, pc.slice)
+	iv, err := interleave(ctx, pc, openSlicer(r.env, discoLib), openSlicer(r.env, putDeleteLib))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	d, m, pd := sides[discoLib.name], sides[etcdMutexLib.name], sides[putDeleteLib.name]
-	// The run's Put+Delete reference: the contended goals judge against it.
-	r.putDelete, r.putDeleteFrom = pd, name
+	d, pd := iv.pooledA, iv.pooledB
+	r.logf("  %s: %s ...", name, etcdMutexLib.name)
+	m, err := runUncontended(ctx, r.env, etcdMutexLib, r.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", name, etcdMutexLib.name, err)
+	}
 	limitRow := &row{Scenario: name, Contenders: 1, Baseline: pd.Lib, Unit: "acq/s", Latency: "cycle", Disco: d, Base: pd}
-	floor := pd.PerSec / uncontendedGoal
-	limitRow.Goals = []goal{judge(fmt.Sprintf("within %.1fx of put+delete", uncontendedGoal), d.PerSec >= floor,
-		fmt.Sprintf("%.0f acq/s vs limit %.0f/s (needs >= %.0f)", d.PerSec, pd.PerSec, floor))}
+	limitRow.floorFigures(iv, func(s *side) dist { return s.Cycle })
+	limitRow.Goals = []goal{judgeFigure(fmt.Sprintf("within %.1fx of put+delete", uncontendedGoal), limitRow.VsFloor, true, 1/uncontendedGoal, "x",
+		fmt.Sprintf(", needs >= %.2fx; pooled %.0f acq/s vs %.0f/s", 1/uncontendedGoal, d.PerSec, pd.PerSec))}
 	return &result{Scenario: name,
 		Rows: []*row{
 			{Scenario: name, Contenders: 1, Baseline: m.Lib, Unit: "acq/s", Latency: "cycle", Disco: d, Base: m},
@@ -206,21 +248,53 @@ func lockUncontended(ctx context.Context, r *runner) (*result, error) {
 	}, nil
 }
 
-// lockContended: n owners, each with its own client and session, on one lock.
+// openSlicer opens one owner of lib alone, as a slicer.
+func openSlicer(e *env, lib lockLib) func() (slicer, error) {
+	return func() (slicer, error) { return openSoloOwner(e, lib) }
+}
+
+// openContentionSlicer opens n contending owners of lib, as a slicer.
+func openContentionSlicer(e *env, lib lockLib, n int) func() (slicer, error) {
+	return func() (slicer, error) { return openContention(e, lib, n) }
+}
+
+// floorFigures sets rw's floor figures from iv, disco (A) interleaved with
+// the Put+Delete floor (B); lat picks disco's latency whose p99 is held
+// against the floor's cycle p99.
+func (rw *row) floorFigures(iv *interleaved, lat func(*side) dist) {
+	rw.Floor = iv.pooledB
+	rw.VsFloor = figureOf(iv.perPair(rateRatio))
+	rw.P99VsFloor = figureOf(iv.perPair(func(a, b *side) (float64, bool) {
+		l := lat(a)
+		return l.P99 / b.Cycle.P99, l.N > 0 && b.Cycle.N > 0 && b.Cycle.P99 > 0
+	}))
+	perAcq := func(f func(*load) float64) *figure {
+		return figureOf(iv.perPair(func(a, _ *side) (float64, bool) {
+			if a.Load == nil || a.Load.Acquisitions == 0 {
+				return 0, false
+			}
+			return f(a.Load), true
+		}))
+	}
+	rw.RequestsPerAcq = perAcq(func(l *load) float64 { return l.Requests })
+	rw.WatchEventsPerAcq = perAcq(func(l *load) float64 { return l.WatchEvents })
+}
+
+// lockContended: n owners, each with its own client and session, on one
+// lock: disco interleaved with the Put+Delete floor, then etcd's Mutex.
 func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 	name := fmt.Sprintf("lock-contended-%d", n)
-	var sides []*side
-	for _, lib := range []lockLib{discoLib, etcdMutexLib} {
-		r.logf("  %s: %s ...", name, lib.name)
-		s, err := runContended(ctx, r.env, lib, n, r.cfg)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, lib.name, err)
-		}
-		sides = append(sides, s)
-	}
-	pd, err := r.putDeleteRef(ctx, name)
+	pc := r.pairCfg()
+	r.logf("  %s: disco and put+delete, %d interleaved pairs of %v slices ...", name, pc.pairs, pc.slice)
+	iv, err := interleave(ctx, pc, openContentionSlicer(r.env, discoLib, n), openSlicer(r.env, putDeleteLib))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	d, pd := iv.pooledA, iv.pooledB
+	r.logf("  %s: %s ...", name, etcdMutexLib.name)
+	m, err := runContended(ctx, r.env, etcdMutexLib, n, r.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", name, etcdMutexLib.name, err)
 	}
 	if r.serialRead == nil {
 		r.logf("  %s: serializable read (once per run) ...", name)
@@ -230,13 +304,27 @@ func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 		}
 		r.serialRead = &sr
 	}
-	d, m := sides[0], sides[1]
 	rw := &row{Scenario: name, Contenders: n, Baseline: m.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: m}
-	pdRatio := ratioOf(d.PerSec, pd.PerSec)
-	rw.Goals = append(rw.Goals, judge(fmt.Sprintf(">= %gx put+delete", handoffVsPutDeleteGoal), pd.PerSec > 0 && pdRatio >= handoffVsPutDeleteGoal,
-		fmt.Sprintf("%.2fx (%.0f vs %.0f/s)", pdRatio, d.PerSec, pd.PerSec)))
-	rw.Goals = append(rw.Goals, judge(fmt.Sprintf("handoff p99 < %gms", handoffP99Goal), d.Handoff.N > 0 && d.Handoff.P99 < handoffP99Goal,
-		fmt.Sprintf("disco handoff p99 %.2fms", d.Handoff.P99)))
+	rw.floorFigures(iv, func(s *side) dist { return s.Handoff })
+	pooled := fmt.Sprintf("; pooled %.0f vs %.0f/s", d.PerSec, pd.PerSec)
+	if r.env.fsync {
+		rw.Goals = append(rw.Goals,
+			judgeFigure(fmt.Sprintf(">= %gx put+delete", handoffVsPutDeleteGoal), rw.VsFloor, true, handoffVsPutDeleteGoal, "x", pooled),
+			judgeFigure(fmt.Sprintf("handoff p99 <= %gx put+delete p99", handoffP99VsFloorGoal), rw.P99VsFloor, false, handoffP99VsFloorGoal, "x",
+				fmt.Sprintf("; pooled %.2f vs %.2f ms", d.Handoff.P99, pd.Cycle.P99)))
+	} else {
+		pooledLoad := func(f func(*load) float64) string {
+			if d.Load == nil {
+				return ""
+			}
+			return fmt.Sprintf("; pooled %.2f", f(d.Load))
+		}
+		rw.Goals = append(rw.Goals,
+			judgeFigure(fmt.Sprintf("requests/handoff <= %g", requestsPerHandoffGoal), rw.RequestsPerAcq, false, requestsPerHandoffGoal, "",
+				pooledLoad(func(l *load) float64 { return l.Requests })),
+			judgeFigure(fmt.Sprintf("watch events/handoff <= %g", watchEventsPerHandoffGoal), rw.WatchEventsPerAcq, false, watchEventsPerHandoffGoal, "",
+				pooledLoad(func(l *load) float64 { return l.WatchEvents })))
+	}
 	if want, ok := throughputGoal[n]; ok {
 		ratio := ratioOf(d.PerSec, m.PerSec)
 		rw.Goals = append(rw.Goals, judge(fmt.Sprintf(">= %gx etcd-mutex acq/s", want), ratio >= want,
@@ -257,28 +345,15 @@ func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 	}, nil
 }
 
-// putDeleteRef returns the run's Put+Delete reference: lock-uncontended's
-// put+delete side when that scenario ran, else one measured now, once per
-// run, by the same loop (runUncontended with putDeleteLib).
-func (r *runner) putDeleteRef(ctx context.Context, scenario string) (*side, error) {
-	if r.putDelete == nil {
-		r.logf("  %s: put+delete reference (lock-uncontended not run) ...", scenario)
-		s, err := runUncontended(ctx, r.env, putDeleteLib, r.cfg)
-		if err != nil {
-			return nil, fmt.Errorf("%s: put+delete reference: %w", scenario, err)
-		}
-		r.putDelete, r.putDeleteFrom = s, scenario
-	}
-	return r.putDelete, nil
-}
-
 // runSummary is what a run judged and measured beyond its scenarios' rows:
-// the goals that compare scenarios, and the figures goals were judged
-// against.
+// the goals that compare scenarios, and figures measured once per run.
 type runSummary struct {
-	Goals         []goal `json:"goals"`
-	PutDelete     *side  `json:"put_delete,omitempty"`             // the Put+Delete reference of the contended goals
-	PutDeleteFrom string `json:"put_delete_measured_in,omitempty"` // the scenario that measured it
+	Goals []goal `json:"goals"`
+	// How the lock scenarios interleaved their ratios' sides: pairs of
+	// slices, each measured for Slice after SliceWarmup.
+	Pairs       int    `json:"pairs"`
+	Slice       string `json:"slice"`
+	SliceWarmup string `json:"slice_warmup"`
 	// One client's serializable single-key read Txn on an idle etcd (see
 	// measureSerialRead): what a disco waiter's read after the delete
 	// event costs, approximately. Measured with the first lock-contended
@@ -289,42 +364,57 @@ type runSummary struct {
 // summary judges the cross-scenario goals on results, the scenarios this
 // run completed.
 func (r *runner) summary(results []*result) *runSummary {
-	return &runSummary{Goals: []goal{flatness(r.contenders, results)},
-		PutDelete: r.putDelete, PutDeleteFrom: r.putDeleteFrom, SerializableRead: r.serialRead}
+	pc := r.pairCfg()
+	return &runSummary{Goals: []goal{flatness(r.contenders, results)}, SerializableRead: r.serialRead,
+		Pairs: pc.pairs, Slice: pc.slice.String(), SliceWarmup: pc.warmup.String()}
 }
 
-// flatness judges disco's acquisitions per second at the highest of levels
-// against those at flatnessBase contenders, from the lock-contended rows of
-// results: n/a unless both ran.
-func flatness(levels []int, results []*result) goal {
-	top := 0
-	for _, n := range levels {
-		top = max(top, n)
+// flatnessName is the scenario that judges flatness up to top contenders.
+func flatnessName(top int) string { return fmt.Sprintf("lock-flatness-%d-%d", flatnessBase, top) }
+
+// lockFlatness: disco's lock at top contenders interleaved with disco's at
+// flatnessBase (two sets of owners, each in their own clients and
+// sessions, on two locks), judged on the per-pair ratio of their rates.
+func lockFlatness(ctx context.Context, r *runner, top int) (*result, error) {
+	name := flatnessName(top)
+	pc := r.pairCfg()
+	r.logf("  %s: disco at %d and at %d contenders, %d interleaved pairs of %v slices ...", name, top, flatnessBase, pc.pairs, pc.slice)
+	iv, err := interleave(ctx, pc, openContentionSlicer(r.env, discoLib, top), openContentionSlicer(r.env, discoLib, flatnessBase))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	name := fmt.Sprintf("lock-contended flatness: disco acq/s at %d >= %gx at %d", top, flatnessGoal, flatnessBase)
+	d, b := iv.pooledA, iv.pooledB
+	b.Lib = fmt.Sprintf("disco@%d", flatnessBase)
+	rw := &row{Scenario: name, Contenders: top, Baseline: b.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: b,
+		VsBasePaired: figureOf(iv.perPair(rateRatio))}
+	rw.Goals = []goal{judgeFigure(flatnessGoalName(top), rw.VsBasePaired, true, flatnessGoal, "x",
+		fmt.Sprintf("; pooled %.0f vs %.0f acq/s", d.PerSec, b.PerSec))}
+	return &result{Scenario: name, Rows: []*row{rw},
+		chart: chart{title: fmt.Sprintf("Lock, %d and %d contenders interleaved: handoff, CDF", top, flatnessBase), xLabel: "handoff (ms)",
+			cdfs: []series{{fmt.Sprintf("disco@%d handoff", top), d.handoffs}, {b.Lib + " handoff", b.handoffs}}},
+	}, nil
+}
+
+func flatnessGoalName(top int) string {
+	return fmt.Sprintf("lock flatness: disco acq/s at %d >= %gx at %d", top, flatnessGoal, flatnessBase)
+}
+
+// flatness is the cross-scenario copy of lockFlatness's goal, for the
+// highest of levels: n/a unless that scenario ran.
+func flatness(levels []int, results []*result) goal {
+	top := slices.Max(append([]int{0}, levels...))
+	name := flatnessGoalName(top)
 	if top <= flatnessBase || !slices.Contains(levels, flatnessBase) {
 		return goal{Name: name, Status: "n/a", Detail: fmt.Sprintf("needs %d and a higher level in -contenders", flatnessBase)}
 	}
-	rate := map[int]float64{}
 	for _, res := range results {
 		for _, rw := range res.Rows {
-			if rw.Scenario == fmt.Sprintf("lock-contended-%d", rw.Contenders) && rw.Disco != nil {
-				rate[rw.Contenders] = rw.Disco.PerSec
+			if rw.Scenario == flatnessName(top) && len(rw.Goals) > 0 {
+				return rw.Goals[0]
 			}
 		}
 	}
-	var missing []string
-	for _, n := range []int{flatnessBase, top} {
-		if _, ok := rate[n]; !ok {
-			missing = append(missing, fmt.Sprintf("lock-contended-%d", n))
-		}
-	}
-	if len(missing) > 0 {
-		return goal{Name: name, Status: "n/a", Detail: strings.Join(missing, " and ") + " not run"}
-	}
-	ratio := ratioOf(rate[top], rate[flatnessBase])
-	return judge(name, rate[flatnessBase] > 0 && ratio >= flatnessGoal,
-		fmt.Sprintf("%.2fx (%.0f vs %.0f acq/s)", ratio, rate[top], rate[flatnessBase]))
+	return goal{Name: name, Status: "n/a", Detail: flatnessName(top) + " not run"}
 }
 
 func ratioOf(a, b float64) float64 {

@@ -63,8 +63,8 @@ type side struct {
 	// holder's Unlock.
 	Split *handoffSplit `json:"handoff_split,omitempty"`
 
-	// Raw samples, for plots.
-	handoffs, waits, cycles []time.Duration
+	// Raw samples, for plots and for pooling slices (poolSides).
+	handoffs, waits, cycles, fromReturn []time.Duration
 }
 
 // handoffSplit divides each handoff (previous holder calls Unlock -> next
@@ -80,6 +80,27 @@ type handoffSplit struct {
 	// delivery, the waiter's read, its session loop and client, not timed
 	// apart. Negative when the next Lock returned first.
 	Rest dist `json:"rest"`
+
+	// Raw samples, handoff by handoff, for pooling slices.
+	handoffs, unlocks, rests []time.Duration
+}
+
+// newHandoffSplit summarises handoffs split into unlocks and rests (the
+// three indexed alike).
+func newHandoffSplit(handoffs, unlocks, rests []time.Duration) *handoffSplit {
+	return &handoffSplit{handoffs: handoffs, unlocks: unlocks, rests: rests,
+		Handoff: summarize(slices.Clone(handoffs)), Unlock: summarize(slices.Clone(unlocks)), Rest: summarize(slices.Clone(rests))}
+}
+
+// addCounts adds o's counts, window and errors to s's.
+func (s *side) addCounts(o *side) {
+	s.Count += o.Count
+	s.Window += o.Window
+	s.Rejected += o.Rejected
+	s.Errors += o.Errors
+	if s.FirstErr == "" {
+		s.FirstErr = o.FirstErr
+	}
 }
 
 func (s *side) rate() {
@@ -101,6 +122,29 @@ func (e *errCount) add(err error) {
 	e.n++
 	if e.first == nil {
 		e.first = err
+	}
+}
+
+// snapshot returns how many errors e has counted so far.
+func (e *errCount) snapshot() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n
+}
+
+// addFrom counts in e the errors src counted since its snapshot n; src's
+// first error stands for them.
+func (e *errCount) addFrom(src *errCount, n int) {
+	src.mu.Lock()
+	d, first := src.n-n, src.first
+	src.mu.Unlock()
+	if d > 0 {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.n += d
+		if e.first == nil {
+			e.first = first
+		}
 	}
 }
 

@@ -199,7 +199,7 @@ func runWaiters(ctx context.Context, e *env, lib waitersLib, n, clients int, cfg
 					return ctx.Err()
 				}
 			}
-			return holdOnce(ctx, ls[i+1], log, g, &errs)
+			return holdOnce(ctx, ls[i+1], log, g, &errs, nil)
 		})
 	}()
 	// Parked: every owner's key is in the queue. Each batch is let in once
