@@ -83,7 +83,7 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 					notes = append(notes, fmt.Sprintf("ERROR %s %s: %d errors, first: %s", r.Scenario, s.Lib, s.Errors, s.FirstErr))
 				}
 				if s != nil && s.Load != nil && s.Load.WakeMessages != nil && s.Load.Rechecks != nil {
-					notes = append(notes, fmt.Sprintf("%s %s: per acquisition %.2f wake messages received by the sessions (every session subscribed gets each), %.2f wakeups (a waiter or an election's watcher woken by one), %.2f timed looks",
+					notes = append(notes, fmt.Sprintf("%s %s: per acquisition %.2f wake messages received by the sessions, %.2f wakeups (a waiter or an election's watcher woken by one), %.2f timed looks",
 						r.Scenario, s.Lib, *s.Load.WakeMessages, *s.Load.Wakeups, *s.Load.Rechecks))
 				}
 			}
