@@ -615,9 +615,10 @@ func (v *service) closeLoop(err error) {
 	if v.Ended() {
 		return
 	}
-	if h := v.Held(); h != nil {
+	if h, err := v.BeginRelease(driver.Any); err == nil {
+		// The release is in flight: the Lease's change is not a loss.
 		ctx, cancel := v.s.reqCtx()
-		if werr := v.writeRelease(ctx, h); werr != nil && !errors.Is(werr, errGone) {
+		if werr := v.writeRelease(ctx, &h); werr != nil && !errors.Is(werr, errGone) {
 			v.s.log.Debug("k8sio: resign at close", zap.String("lease", v.key), zap.Error(werr))
 		}
 		cancel()

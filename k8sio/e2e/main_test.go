@@ -23,6 +23,7 @@ import (
 var srv *apiserver.Server
 
 func TestMain(m *testing.M) {
+	apiserver.Quiet()
 	s, stop, err := apiserver.StartProcess()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start the API server:", err)

@@ -6,7 +6,9 @@
 package apiserver
 
 import (
+	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	"k8s.io/kubernetes/test/utils/ktesting"
 
@@ -68,6 +71,17 @@ func (s *Server) Client(wrap func(http.RoundTripper) http.RoundTripper) (*kubern
 func (s *Server) Close() error {
 	s.tearDown()
 	return s.etcd.Close()
+}
+
+// Quiet discards the API server's logs (klog's), which are many.
+func Quiet() {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("alsologtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
 }
 
 // StartProcess is Start for a program: the server's logs and failures go
