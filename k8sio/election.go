@@ -69,7 +69,15 @@ func NewElection(cs kubernetes.Interface, namespace, name string, opts ...Option
 		Shell: driver.NewShell(driver.Spec{Kind: "election", Name: "k8sio: election " + key,
 			NotHeld: election.ErrNotLeader, Taken: lock.ErrLockTaken, CancelOnSuspend: o.CancelOnSuspend, Metrics: m}),
 	}
-	_, err = loopCall(s, o.Context, func() (struct{}, error) {
+	if err := o.Context.Err(); err != nil {
+		if own {
+			s.Close()
+		}
+		return nil, fail(err)
+	}
+	// The registration is the loop's alone and quick: it is not bounded by
+	// WithContext, so that it is either done or never made.
+	_, err = loopCall(s, context.Background(), func() (struct{}, error) {
 		for u := range s.services {
 			if u.key == key {
 				return struct{}{}, fmt.Errorf("the session already has a candidate of this election (its identity is the holderIdentity): %w", ErrInvalidArgument)

@@ -239,13 +239,21 @@ func (s *Session) goHelper(f func()) {
 	}()
 }
 
-// reqCtx bounds a request of the loop: opTimeout, and no later than the
-// clock's next suspension point or deadline, so that a request the server
-// does not answer never keeps the loop from telling its holders. Loop only.
+// reqCtx bounds a request of the loop: opTimeout, never past the clock's
+// deadline (so that a request the server does not answer never makes a
+// Lost late), and, until the session is suspended, past its suspension
+// point by no more than a sixth of the TTL (so that Suspended is at most
+// that late). Loop only.
 func (s *Session) reqCtx() (context.Context, context.CancelFunc) {
-	d := time.Now().Add(opTimeout)
-	if n := s.clock.Next(); !n.IsZero() && n.Before(d) {
-		d = n
+	now := time.Now()
+	d := now.Add(opTimeout)
+	if dl := s.clock.Deadline(); dl.Before(d) {
+		d = dl
+	}
+	if !s.clock.Suspended() {
+		if at := s.clock.Next().Add(s.ttl / 6); at.Before(d) {
+			d = at
+		}
 	}
 	return context.WithDeadline(s.ctx, d)
 }
