@@ -94,13 +94,14 @@
 // leads: each side waits while the other's holder renews, and takes the
 // Lease when it is released or its lease duration has passed. A client-go
 // leader writes no token: disco's Leader and Observe report it with its
-// holderIdentity as the Value and a zero token and Created (a client-go
-// leader keeps the annotations it finds, so AnnotationTerm speaks only
-// while its holderIdentity and leaseTransitions match the Lease's). A
-// request without a token is refused by a guard (fencing/guard: HTTP 428,
-// gRPC InvalidArgument), so a resource fenced by disco serves disco leaders
-// only. The next disco leader's token is above every earlier disco
-// leader's, whatever client-go leaders came between.
+// holderIdentity as the Value and a zero token and Created. 0 is no token,
+// not a lower one: Observe's tokens go back only to 0, for such a leader.
+// (A client-go leader keeps the annotations it finds, so AnnotationTerm
+// speaks only while its holderIdentity and leaseTransitions match the
+// Lease's.) A request without a token is refused by a guard
+// (fencing/guard: HTTP 428, gRPC InvalidArgument), so a resource fenced by
+// disco serves disco leaders only. The next disco leader's token is above
+// every earlier disco leader's, whatever client-go leaders came between.
 //
 // # Why no lock
 //
