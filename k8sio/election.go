@@ -115,13 +115,14 @@ type service struct {
 	followers sync.WaitGroup
 
 	// Loop only.
-	stop   context.CancelFunc // stops the followers
-	cur    *coordinationv1.Lease
-	curRV  fencing.Token // the resourceVersion cur is known at (0: nothing known)
-	rec    record        // cur's record, and when it was first seen
-	seenAt time.Time
-	leader election.Leadership // the latest told to observers
-	camp   *campaign
+	stop    context.CancelFunc // stops the followers
+	cur     *coordinationv1.Lease
+	curRV   fencing.Token // the resourceVersion cur is known at (0: nothing known)
+	rec     record        // cur's record, and when it was first seen
+	seenAt  time.Time
+	leader  election.Leadership // the latest told to observers
+	camp    *campaign
+	dropped <-chan struct{} // closed once the last Campaign's record is deleted
 }
 
 // campaign is a Campaign waiting for the Lease.
@@ -347,23 +348,31 @@ func (v *service) endCampaign(err error) {
 }
 
 // dropCampaign forgets the Campaign and deletes its record, if any, on a
-// helper. Loop only.
-func (v *service) dropCampaign() {
+// helper; the channel it returns is closed once that is done. Loop only.
+func (v *service) dropCampaign() <-chan struct{} {
+	done := make(chan struct{})
+	v.dropped = done
 	c := v.camp
 	v.camp = nil
 	if c == nil || c.endRecord == nil {
-		return
+		close(done)
+		return done
 	}
 	c.endRecord()
-	if name := c.record; name != "" {
-		v.s.goHelper(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			defer cancel()
-			if err := v.leases.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				v.s.log.Debug("k8sio: delete candidate record", zap.String("record", name), zap.Error(err))
-			}
-		})
+	name := c.record
+	if name == "" {
+		close(done)
+		return done
 	}
+	v.s.goHelper(func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		if err := v.leases.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			v.s.log.Debug("k8sio: delete candidate record", zap.String("record", name), zap.Error(err))
+		}
+	})
+	return done
 }
 
 // writeRelease lets go of the Lease in term h, as client-go lets go: nil
@@ -451,12 +460,19 @@ func (v *service) Campaign(ctx context.Context, value string) error {
 	// Withdraw now, so that nothing of the Campaign is left once it returns.
 	wctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	_, _ = loopCall(v.s, wctx, func() (struct{}, error) {
+	dropped, _ := loopCall(v.s, wctx, func() (<-chan struct{}, error) {
 		if c := v.camp; c != nil && c.reply == r {
-			v.dropCampaign()
+			return v.dropCampaign(), nil
 		}
-		return struct{}{}, nil
+		// The loop ended the Campaign itself (one at a time per service).
+		return v.dropped, nil
 	})
+	if dropped != nil {
+		select { // the record is deleted before Campaign returns
+		case <-dropped:
+		case <-wctx.Done():
+		}
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
 	}

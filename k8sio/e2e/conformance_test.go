@@ -26,7 +26,8 @@ type owner struct {
 }
 
 func TestConformance(t *testing.T) {
-	var owners sync.Map // election.Service -> owner
+	t.Cleanup(func() { noneLeft(t) }) // runs last, after every service's Close
+	var owners sync.Map               // election.Service -> owner
 	var n atomic.Int64
 	of := func(t *testing.T, svc any) owner {
 		o, ok := owners.Load(svc)
