@@ -50,7 +50,7 @@ type Backend struct {
 	Name string        // "etcd", "zookeeper", "redis": for messages only
 	TTL  time.Duration // the session TTL/timeout the factories use
 
-	NewLock     func(t *testing.T, name string) lock.Service
+	NewLock     func(t *testing.T, name string) lock.Service   // nil for a backend that offers elections only (then call TestElection alone)
 	NewRWLock   func(t *testing.T, name string) rwlock.Service // nil: backend offers no rwlock (then TestRWLock is not called)
 	NewElection func(t *testing.T, name string) election.Service
 
@@ -126,11 +126,25 @@ func Run(t *testing.T, b Backend) {
 // check fails t at once if b lacks what every section needs.
 func (b Backend) check(t *testing.T) {
 	t.Helper()
+	b.checkFor(t, true)
+}
+
+// checkElection fails t at once if b lacks what TestElection needs: a
+// backend that offers elections only need not make locks.
+func (b Backend) checkElection(t *testing.T) {
+	t.Helper()
+	b.checkFor(t, false)
+}
+
+// checkFor fails t at once if b lacks what the sections need; locks says
+// whether they include the lock laws' hooks.
+func (b Backend) checkFor(t *testing.T, locks bool) {
+	t.Helper()
 	var missing []string
 	if b.TTL <= 0 {
 		missing = append(missing, "TTL")
 	}
-	if b.NewLock == nil {
+	if locks && b.NewLock == nil {
 		missing = append(missing, "NewLock")
 	}
 	if b.NewElection == nil {
@@ -148,10 +162,10 @@ func (b Backend) check(t *testing.T) {
 	if b.PauseRenewal == nil {
 		missing = append(missing, "PauseRenewal")
 	}
-	if b.NewLockSharing == nil {
+	if locks && b.NewLockSharing == nil {
 		missing = append(missing, "NewLockSharing")
 	}
-	if b.LayoutKeys == nil {
+	if locks && b.LayoutKeys == nil {
 		missing = append(missing, "LayoutKeys")
 	}
 	if b.DeleteWaiter == nil {

@@ -56,7 +56,7 @@ import (
 //     ErrInvalidArgument; nothing is written.
 func TestElection(t *testing.T, b Backend) {
 	t.Helper()
-	b.check(t)
+	b.checkElection(t)
 	law(t, "OneLeaderAndFailover", func(t *testing.T) { electOneLeader(t, b) })
 	law(t, "ProclaimKeepsTerm", func(t *testing.T) { electProclaim(t, b) })
 	law(t, "ObserveEveryTerm", func(t *testing.T) { electObserve(t, b) })

@@ -1,0 +1,123 @@
+// Package faults cuts or pauses one client's traffic to the API server, to
+// hurt one k8sio session the way a partition or a long pause would.
+package faults
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+)
+
+// ErrCut is what a request gets while its client is cut off.
+var ErrCut = errors.New("faults: cut off from the API server")
+
+// Link is one client's connection to the API server: Wrap it into the
+// client's transport (rest.Config.Wrap).
+type Link struct {
+	mu      sync.Mutex
+	cut     bool
+	paused  bool
+	changed chan struct{} // closed and replaced at every change
+	bodies  map[*body]struct{}
+}
+
+// New returns a healthy link.
+func New() *Link { return &Link{changed: make(chan struct{}), bodies: map[*body]struct{}{}} }
+
+// Wrap is a rest.Config transport wrapper.
+func (l *Link) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		if err := l.gate(req.Context().Done()); err != nil {
+			return nil, err
+		}
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		b := &body{rc: resp.Body, l: l, closed: make(chan struct{})}
+		l.mu.Lock()
+		l.bodies[b] = struct{}{}
+		l.mu.Unlock()
+		resp.Body = b
+		return resp, nil
+	})
+}
+
+// Cut makes every request fail and ends every response being read (watches
+// included), until Heal.
+func (l *Link) Cut() {
+	l.set(func() { l.cut = true })
+	l.mu.Lock()
+	bs := make([]*body, 0, len(l.bodies))
+	for b := range l.bodies {
+		bs = append(bs, b)
+	}
+	l.mu.Unlock()
+	for _, b := range bs {
+		b.rc.Close()
+	}
+}
+
+// Pause holds every request and every read of a response until Heal, as a
+// process that does not run would; a request whose context ends gives up.
+func (l *Link) Pause() { l.set(func() { l.paused = true }) }
+
+// Heal ends a Cut or a Pause.
+func (l *Link) Heal() { l.set(func() { l.cut, l.paused = false, false }) }
+
+func (l *Link) set(f func()) {
+	l.mu.Lock()
+	f()
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// gate waits while the link is paused; ErrCut if it is cut.
+func (l *Link) gate(stop <-chan struct{}) error {
+	for {
+		l.mu.Lock()
+		cut, paused, changed := l.cut, l.paused, l.changed
+		l.mu.Unlock()
+		switch {
+		case cut:
+			return ErrCut
+		case !paused:
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-stop:
+			return ErrCut
+		}
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+type body struct {
+	rc     io.ReadCloser
+	l      *Link
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if err := b.l.gate(b.closed); err != nil {
+		return 0, err
+	}
+	return b.rc.Read(p)
+}
+
+func (b *body) Close() error {
+	b.once.Do(func() {
+		close(b.closed)
+		b.l.mu.Lock()
+		delete(b.l.bodies, b)
+		b.l.mu.Unlock()
+	})
+	return b.rc.Close()
+}
