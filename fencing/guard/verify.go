@@ -34,7 +34,8 @@ type Verifier interface {
 var ErrUnverified = errors.New("guard: token could not be verified")
 
 // verify asks the verifier whether t is the token of a current grant of
-// scope, sharing the call with concurrent requests of the same token. It
+// scope, sharing the call with concurrent requests of the same token, and
+// its success with the requests of t that come before the mark reaches t. It
 // returns nil if it is, an error wrapping fencing.ErrTokenForged if it is
 // not, and one wrapping ErrUnverified if the verifier could not tell or did
 // not answer before ctx ended or the store timeout passed.
@@ -49,11 +50,20 @@ func (c *config) verify(ctx context.Context, s *state, scope string, t fencing.T
 		if s.verifying == nil {
 			s.verifying = make(map[fencing.Token]*call)
 		}
+		for old := range s.verifying {
+			if int64(old) <= s.mark.Load() {
+				delete(s.verifying, old) // the mark passed it: never asked again
+			}
+		}
 		s.verifying[t] = cl
 		c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
 			return 0, c.verifier.Verify(ctx, scope, t)
 		}, func() {
-			if s.verifying[t] == cl {
+			// A failure is forgotten at once (the next request asks
+			// again); a success stays until the mark reaches t, so that a
+			// request of t arriving while t's raise is under way does not
+			// ask again.
+			if cl.err != nil && s.verifying[t] == cl {
 				delete(s.verifying, t)
 			}
 		})

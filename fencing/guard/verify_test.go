@@ -251,3 +251,35 @@ func grpcCheck(t *testing.T, g *guard.Guard, tok fencing.Token) error {
 	})
 	return err
 }
+
+// TestVerifiedTokenNotVerifiedAgainBeforeItsRaise: a request of a token
+// whose verification has just succeeded, arriving while that token's raise
+// is still under way in the store, takes the verification as done; it
+// does not ask the verifier again (one call per raise).
+func TestVerifiedTokenNotVerifiedAgainBeforeItsRaise(t *testing.T) {
+	v := newGrants()
+	v.grant("", 7)
+	store := newHanging(t)
+	store.shut(true)
+	g := guard.New(guard.WithVerifier(v), guard.WithStore(store))
+	first := make(chan error, 1)
+	go func() { first <- g.Check(7) }()
+	if what := recv(t, store.entered, "the first request's raise"); what != "raise" {
+		t.Fatalf("the store's %s blocked, want its raise", what)
+	}
+	second := make(chan error, 1)
+	go func() { second <- g.Check(7) }()
+	deadline := time.Now().Add(200 * time.Millisecond) // long enough for the second request to reach the verifier
+	for time.Now().Before(deadline) && v.calls.Load() < 2 {
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+	store.open()
+	for _, ch := range []chan error{first, second} {
+		if err := recv(t, ch, "a request"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := v.calls.Load(); n != 1 {
+		t.Fatalf("%d verifications of one token, want 1", n)
+	}
+}
