@@ -174,9 +174,9 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 		if err != nil {
 			svc.retired += 2
 			svc.s.deleteUnknown(key)
-			if ctx.Err() == nil && retriable(err) {
+			if ctx.Err() == nil && svc.s.ctx.Err() == nil && retriable(err) {
 				// The client's balancer takes the next member; the caller's
-				// ctx alone bounds the tries.
+				// ctx and the session's life bound the tries.
 				attempt--
 				ctxtime.Sleep(ctx, backoff)
 				backoff = min(2*backoff, time.Second)
