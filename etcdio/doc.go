@@ -97,8 +97,9 @@
 // "/n/read" and "/n/write", so a lock named "/n/read" beside it would share
 // its readers' queue; do not name primitives so.
 //
-// A lock waiter watches only the key just ahead of it, as etcd's Mutex
-// does, but from the current revision, after which it looks once: a watch
+// A lock waiter waits for the key just ahead of it, as etcd's Mutex does,
+// but watches the deletions of that key's session's keys (its lease's key
+// prefix), from the current revision, after which it looks once: a watch
 // from now is in sync at once, whereas the Mutex's watch from a past
 // revision is served by etcd's catch-up path, which runs every 100 ms. When
 // the key ahead is deleted, one transaction confirms that the waiter's own
@@ -106,12 +107,18 @@
 // The read is serializable, served by a member from its own state without a
 // consensus round: whatever a member shows is a committed revision's state,
 // which is all a token needs; an answer from before the delete just seen is
-// refused and the read asked again linearizably. So a handoff costs the next
-// holder one local read after the delete event, and sends one watch event to
-// one waiter however many wait: load per handoff stays flat. (The
-// alternative, every session watching the whole prefix, needs no read but
-// sends every event to every contender: at 128 contenders an order of
-// magnitude less throughput.)
+// refused and the read asked again linearizably. The watch outlives the
+// wait: owners that lock in a loop queue again in the same order, so a
+// waiter's next key most often waits behind the next key of the same
+// session, and the open watch serves it with no request; it closes when it
+// brings news while its service waits for nothing. So in a queue that turns
+// steadily a handoff costs three requests (the releaser's delete, its next
+// enqueue, the next holder's read) and sends one watch event, to the next
+// holder, however many wait: load per handoff stays flat. A wait behind a
+// session not followed yet costs three more (opening a watch, its first
+// read, closing the previous one). (The alternative, every session watching
+// the whole prefix, needs no read but sends every event to every contender:
+// at 128 contenders an order of magnitude less throughput.)
 //
 // Every watch a session keeps checks its own liveness (a sessionless
 // barrier's Wait, which no session keeps, relies on the client's gRPC
@@ -132,11 +139,19 @@
 // that it drops such a connection itself: disco's checks then bound the
 // wait until it does, and the keepalives bound it after.
 //
-// To notice a held key deleted by someone else, each session also keeps one
-// long-lived watch per queue on its own keys only (its lease's key prefix),
-// so no other owner's events reach it. An election instead mirrors its whole
-// prefix, since who leads is the first of everyone's keys; candidates are
-// few.
+// To notice a held or waiting key deleted by someone else, or its lease
+// revoked, a service watches the deletions of its session's own keys (its
+// lease's key prefix, so no other owner's events reach it), shared by the
+// session's services on the same queue, but only for a hold older than 100
+// ms or a wait older than a quarter of the TTL: a short hold or wait sends
+// its own session no event at its release. So a held key deleted by someone
+// else ends its hold with Lost once the hold is 100 ms old (at once after
+// that), plus a round trip; a waiting key's deletion fails its Lock with
+// ErrLost at its turn or once the wait is a quarter of the TTL old (at once
+// after that), plus a round trip; a lease revoked under a session ends it
+// then, or at its next keepalive (every third of the TTL), whichever comes
+// first. An election instead mirrors its whole
+// prefix, since who leads is the first of everyone's keys.
 //
 // A key this session wrote and no longer wants (a caller gave up, Close on a
 // shared session) is deleted by a helper, retried with backoff while the
@@ -184,9 +199,11 @@
 //     etcd (with its liveness check). mirror.go: the session's copy of a
 //     prefix. cleanup.go: keys to delete while the session lives.
 //   - queue.go: how a lock waits. A caller writes its key (create) and parks
-//     its reply on the loop (park, enqueued). The loop has a helper watch
-//     the key just ahead (watchAhead) and confirm, off the loop, that the
-//     waiter's key exists and nobody is ahead (look, looked). Then the
+//     its reply on the loop (park, enqueued). The loop follows the
+//     deletions of the session of the key just ahead (watchAhead, the
+//     service's ahead mirror) and has a helper confirm, off the loop, that
+//     the waiter's key exists and nobody is ahead (checkAhead, look,
+//     aheadLooked). Then the
 //     grant is born whole in holds: with the read's revision as its token,
 //     or with the token the spec issues first (rwlocks: tokenIssued).
 //   - election.go: a candidate parks the same way (campaigned); the loop
@@ -194,7 +211,8 @@
 //     token is its key's CreateRevision.
 //   - grant.go: how a grant (the shell's driver.Hold) ends in etcd:
 //     released (Unlock, Resign), Lost (checkGrant, then vanishedConfirmed
-//     or the session's end), Close.
+//     or the session's end), Close; and when a service watches its own
+//     keys (watchOwnSoon).
 //   - semaphore.go: a semaphore is a service whose spec's token claims a
 //     slot; its waiter parks like a lock's (semEnqueued), in a chain where
 //     each waiter watches the key just ahead (watchPred) and the head alone

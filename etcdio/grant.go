@@ -3,6 +3,8 @@ package etcdio
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -23,7 +25,105 @@ import (
 // driver.Shell.Grant). Loop only.
 func (svc *service) recordGrant(g driver.Hold, w *waiter) bool {
 	g.LeaseID = int64(svc.s.lease)
-	return svc.Grant(g, w.start, func(h driver.Hold) bool { return w.reply.Answer(h, nil) })
+	if !svc.Grant(g, w.start, func(h driver.Hold) bool { return w.reply.Answer(h, nil) }) {
+		return false
+	}
+	svc.watchOwnSoon()
+	return true
+}
+
+// A lock-like service notices a key of its own deleted by someone else
+// (or its lease revoked) from a watch of its session's own keys (deletions
+// only, shared by the session's services on the same queue), but only once
+// a grant of it has lived for holdWatchAfter, or a waiting key for a
+// quarter of the TTL. Short holds and waits, the common ones under
+// contention, are not watched, so their releases send their own session no
+// watch event and open and close no watch. A long hold learns of its key's
+// deletion within holdWatchAfter and a round trip, a long wait within a
+// quarter of the TTL and a round trip: both well within half of it. The
+// watch closes when it brings news while no hold or wait of that age is
+// left.
+
+// holdWatchAfter is how long a grant lives unwatched (at most a quarter of
+// the TTL).
+const holdWatchAfter = 100 * time.Millisecond
+
+// ownWatchDue returns when the service's current hold or wait will need
+// the watch of its own keys (or needed it); false if it neither holds nor
+// waits. Loop only.
+func (svc *service) ownWatchDue() (time.Time, bool) {
+	var due time.Time
+	if w := svc.waiter; w != nil {
+		due = w.start.Add(svc.s.ttl / 4)
+	}
+	if g := svc.Held(); g != nil {
+		if d := g.Since.Add(min(holdWatchAfter, svc.s.ttl/4)); due.IsZero() || d.Before(due) {
+			due = d
+		}
+	}
+	return due, !due.IsZero()
+}
+
+// watchOwnSoon arms the timer that opens the watch of the service's own
+// keys when its current hold or wait needs it, unless the watch is open,
+// the timer armed for that moment or earlier, or the service idle. A timer
+// that fires for nothing arms itself again (watchOwn). Loop only.
+func (svc *service) watchOwnSoon() {
+	if svc.spec.mirrorAll || svc.mirrors != nil || svc.Ended() {
+		return
+	}
+	due, busy := svc.ownWatchDue()
+	if !busy || svc.ownTimer != nil && !due.Before(svc.ownDue) {
+		return
+	}
+	if svc.ownTimer != nil {
+		svc.ownTimer.Stop() // a grant needs the watch sooner than its wait did
+	}
+	svc.ownDue = due
+	svc.ownTimer = time.AfterFunc(time.Until(due), func() { svc.s.post(svc.watchOwn) })
+}
+
+// watchOwn opens the watch of the service's own keys if its current hold or
+// wait needs it, or arms the timer again for a younger one. Loop only.
+func (svc *service) watchOwn() {
+	svc.ownTimer = nil
+	if svc.Ended() || svc.mirrors != nil || !svc.ownWatched() {
+		svc.watchOwnSoon()
+		return
+	}
+	for _, q := range svc.spec.ownQueues {
+		svc.mirrors = append(svc.mirrors, svc.s.openMirror(svc.s.ownPrefix(svc.prefix+q), false, svc))
+	}
+}
+
+// ownWatched reports whether the service's current hold or wait needs the
+// watch of its own keys now. Loop only.
+func (svc *service) ownWatched() bool {
+	due, busy := svc.ownWatchDue()
+	return busy && !time.Now().Before(due)
+}
+
+// closeMirrors closes the service's mirrors (and disarms the timer of its
+// own keys' watch). Loop only.
+func (svc *service) closeMirrors() {
+	if svc.ownTimer != nil {
+		svc.ownTimer.Stop()
+		svc.ownTimer = nil
+	}
+	ms := svc.mirrors
+	svc.mirrors = nil
+	for _, m := range ms {
+		svc.unwatch(m)
+	}
+}
+
+// unwatch stops following m for the service, unless m still serves it in
+// another role (its own keys' mirror may be the ahead mirror too). Loop
+// only.
+func (svc *service) unwatch(m *mirror) {
+	if m != svc.aheadMirror && !slices.Contains(svc.mirrors, m) {
+		svc.s.closeMirror(m, svc)
+	}
 }
 
 // endGrantFor ends the driver.Hold, if any, because the session or the service
@@ -80,9 +180,22 @@ func (svc *service) mirrorChanged(m *mirror) {
 		svc.electionChanged(m)
 		return
 	}
+	if m == svc.aheadMirror {
+		svc.aheadChanged()
+		if !slices.Contains(svc.mirrors, m) {
+			return
+		}
+	}
 	svc.checkGrant()
 	if w := svc.waiter; w != nil && svc.gone(w.key, w.created) {
 		svc.stopWaiter(fmt.Errorf("%s: waiting key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost))
+	}
+	if !svc.ownWatched() {
+		// News of a key the watch no longer needs to cover (most often
+		// the service's own release): close it, and arm the timer again
+		// for a young hold or wait.
+		svc.closeMirrors()
+		svc.watchOwnSoon()
 	}
 }
 

@@ -48,9 +48,16 @@ type waiter struct {
 	waited   bool      // someone was ahead when it was written
 	start    time.Time // when its acquisition began
 	reply    actor.Reply[driver.Hold]
-	// Locks: the blocker just ahead, and the end of the helper watching it.
+	// Locks: the blocker just ahead, and the end of the helper watching
+	// it (semaphores) or looking past it (locks).
 	ahead     *mvccpb.KeyValue
 	stopWatch context.CancelFunc
+	// Locks: w waits on the ahead mirror (following), which had shown
+	// nothing new about the blocker up to revision checked; a look is under
+	// way (looking).
+	following bool
+	looking   bool
+	checked   int64
 }
 
 // acquire makes this owner hold the lock in q, or fails leaving no key.
@@ -296,6 +303,7 @@ func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[dri
 	w.reply = r
 	w.waited = pred != nil
 	svc.waiter = w
+	svc.watchOwnSoon()
 	switch {
 	case pred == nil:
 		// At its creation the key exists and no earlier one does.
@@ -303,7 +311,7 @@ func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[dri
 	case !svc.ours(pred):
 		svc.lookPast(w, pred)
 	default:
-		svc.watchAhead(w, pred)
+		svc.watchAhead(w, pred, w.created)
 	}
 }
 
@@ -320,7 +328,7 @@ func (svc *service) lookPast(w *waiter, pred *mvccpb.KeyValue) {
 		svc.s.post(func() {
 			if err != nil && !lostErr(err) {
 				if svc.waiter == w && w.ahead == pred {
-					svc.watchAhead(w, pred)
+					svc.watchAhead(w, pred, w.created)
 				}
 				return
 			}
@@ -329,15 +337,14 @@ func (svc *service) lookPast(w *waiter, pred *mvccpb.KeyValue) {
 	})
 }
 
-// watchAhead has a session helper watch pred, the blocker just ahead of w,
-// and look again whenever it is deleted (and once the watch is in place, in
-// case it went before, unless the watch is known to start before any change
-// after w's key was written). Loop only.
-func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
-	if w.stopWatch != nil {
-		w.stopWatch()
-	}
-	w.ahead = pred
+// watchAhead makes w wait behind pred, the blocker just ahead of it, which
+// a read at revision seen showed to exist: the service follows the
+// deletions of the keys of pred's session under the prefix (its ahead
+// mirror, see followAhead) and, whenever one comes after seen, a session
+// helper looks again (checkAhead). Loop only.
+func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue, seen int64) {
+	svc.stopLook(w)
+	w.ahead, w.checked, w.following = pred, seen, true
 	if stem := w.key[:strings.LastIndexByte(w.key, '.')+1]; strings.HasPrefix(string(pred.Key), stem) {
 		// A key of this very service ahead of its own waiter: the write of
 		// an earlier attempt whose reply was lost, landed after its name
@@ -346,44 +353,115 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue) {
 		key, rev := string(pred.Key), pred.CreateRevision
 		svc.s.goHelper(func(context.Context) { _ = svc.s.deleteKey(key, rev) })
 	}
+	svc.followAhead(svc.sessionPrefix(pred))
+	svc.checkAhead(w)
+}
+
+// followAhead makes the mirror of prefix (deletions only) the service's
+// ahead mirror, opening it unless it already is. The mirror outlives the
+// wait: with steady contention the key ahead of a service's next key is
+// most often the next key of the same session (the queue turns in the same
+// order), and a kept mirror costs that wait no request at all; it is
+// dropped when it brings news while the service waits for nothing. Loop
+// only.
+func (svc *service) followAhead(prefix string) {
+	svc.aheadIdle = 0
+	if svc.aheadMirror != nil && svc.aheadMirror.prefix == prefix {
+		return
+	}
+	svc.dropAhead()
+	svc.aheadMirror = svc.s.openMirror(prefix, false, svc)
+}
+
+// dropAhead closes the ahead mirror, unless it is the service's own keys'.
+// Loop only.
+func (svc *service) dropAhead() {
+	m := svc.aheadMirror
+	if m == nil {
+		return
+	}
+	svc.aheadMirror = nil
+	svc.unwatch(m)
+}
+
+// aheadChanged is told of each change of the ahead mirror. Loop only.
+func (svc *service) aheadChanged() {
+	if w := svc.waiter; w != nil && w.following {
+		svc.checkAhead(w)
+		return
+	}
+	// News nobody waits for: one may come between a release and the next
+	// wait (the key the next wait will be behind, deleted before it
+	// starts), a second says the mirror serves nothing.
+	if svc.aheadIdle++; svc.aheadIdle >= 2 {
+		svc.dropAhead()
+	}
+}
+
+// sessionPrefix returns the prefix of the keys of kv's session in kv's
+// queue ("<queue><lease>-"), or kv's own key if it is not of that layout.
+func (svc *service) sessionPrefix(kv *mvccpb.KeyValue) string {
+	key := string(kv.Key)
+	if i := strings.IndexByte(key[min(len(svc.prefix), len(key)):], '-'); i >= 0 && strings.HasPrefix(key, svc.prefix) {
+		return key[:len(svc.prefix)+i+1]
+	}
+	return key
+}
+
+// checkAhead has a session helper look past w's blocker, unless a look is
+// under way, if the ahead mirror shows a deletion after the revision at
+// which w last saw the blocker: the blocker's, or another key's of its
+// session (then the look finds the blocker still there, and w waits on).
+// A look that fails on its own is repeated. Loop only.
+func (svc *service) checkAhead(w *waiter) {
+	m := svc.aheadMirror
+	if svc.waiter != w || !w.following || w.looking || m == nil || !m.ready || m.rev <= w.checked {
+		return
+	}
+	pred, after := w.ahead, m.rev
+	w.looking = true
 	ctx, cancel := context.WithCancel(svc.s.ctx)
 	w.stopWatch = cancel
-	// look reads what is ahead of w as of at least revision after (the
-	// watch's start, or the delete just seen); with still, only if still,
-	// the key w waited behind, is gone by then.
-	look := func(rctx context.Context, after int64, still *mvccpb.KeyValue) error {
-		next, rev, err := svc.look(rctx, w, after, still)
-		if err != nil && !lostErr(err) {
-			return err // transient: follow reopens the watch and looks again
-		}
-		if err != nil || next == nil || !sameKey(next, pred) {
-			svc.s.post(func() { svc.looked(w, pred, next, rev, err) })
-		}
-		return nil
-	}
 	svc.s.goHelper(func(context.Context) {
-		svc.s.follow(ctx, follower{key: string(pred.Key), opts: []clientv3.OpOption{clientv3.WithFilterPut()}, kind: svc.spec.kind,
-			synced: func(rctx context.Context, rev int64) error {
-				if rev <= w.created {
-					// etcd confirmed the watch at a revision no later than
-					// w's key's creation, when pred existed: the watch sees
-					// every change since, so there is nothing to catch up.
-					return nil
-				}
-				// Likewise if pred is still there at rev or later: its
-				// deletion is still to come, and the watch delivers it.
-				return look(rctx, rev, pred)
-			},
-			changed: func(rctx context.Context, evs []*clientv3.Event) error {
-				for _, ev := range evs {
-					if ev.Type == clientv3.EventTypeDelete {
-						return look(rctx, ev.Kv.ModRevision, nil)
-					}
-				}
-				return nil
-			},
-		})
+		for ctx.Err() == nil {
+			rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
+			next, rev, err := svc.look(rctx, w, after, pred)
+			rcancel()
+			if err == nil || lostErr(err) {
+				svc.s.post(func() { svc.aheadLooked(w, pred, next, after, rev, err) })
+				return
+			}
+			ctxtime.Sleep(ctx, lookRetry)
+		}
 	})
+}
+
+// lookRetry is the pause before a failed look is repeated.
+const lookRetry = 100 * time.Millisecond
+
+// aheadLooked settles a look of checkAhead: after is the ahead mirror's
+// revision when it began, rev the look's. Loop only.
+func (svc *service) aheadLooked(w *waiter, pred, next *mvccpb.KeyValue, after, rev int64, err error) {
+	if svc.waiter != w || w.ahead != pred || !w.looking {
+		return
+	}
+	svc.stopLook(w)
+	if err == nil && next != nil && sameKey(next, pred) {
+		// pred is still there: a deletion of another key of its session.
+		w.checked = max(after, rev)
+		svc.checkAhead(w) // news that came during the look
+		return
+	}
+	svc.looked(w, pred, next, rev, err)
+}
+
+// stopLook ends w's look helper, if any. Loop only.
+func (svc *service) stopLook(w *waiter) {
+	if w.stopWatch != nil {
+		w.stopWatch()
+		w.stopWatch = nil
+	}
+	w.looking = false
 }
 
 func sameKey(a, b *mvccpb.KeyValue) bool {
@@ -487,18 +565,15 @@ func (svc *service) looked(w *waiter, pred, next *mvccpb.KeyValue, rev int64, er
 	case next == nil:
 		svc.holds(w, rev)
 	case !sameKey(next, pred):
-		svc.watchAhead(w, next) // pred is gone; someone before it is still there
+		svc.watchAhead(w, next, rev) // pred is gone; someone before it is still there
 	}
 }
 
 // holds: w's key holds at rev. The grant is born whole: with its token at
 // rev, or with a token the spec issues off the loop first. Loop only.
 func (svc *service) holds(w *waiter, rev int64) {
-	if w.stopWatch != nil {
-		w.stopWatch()
-		w.stopWatch = nil
-	}
-	w.ahead = nil
+	svc.stopLook(w)
+	w.ahead, w.following = nil, false
 	g := driver.Hold{Key: w.key, Created: w.created, Token: fencing.Token(rev), Mode: w.mode, Value: w.value, Waited: w.waited}
 	if svc.spec.token == nil {
 		svc.grantWaiter(w, g)
@@ -537,9 +612,7 @@ func (svc *service) grantWaiter(w *waiter, g driver.Hold) {
 func (svc *service) withdraw(w *waiter) {
 	if svc.waiter == w {
 		svc.waiter = nil
-		if w.stopWatch != nil {
-			w.stopWatch()
-		}
+		svc.stopLook(w)
 	}
 }
 

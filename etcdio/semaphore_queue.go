@@ -76,6 +76,7 @@ func (m semService) semEnqueued(w *waiter, count int, pred *mvccpb.KeyValue, r a
 	w.reply = r
 	w.waited = count >= m.n
 	svc.waiter = w
+	svc.watchOwnSoon()
 	switch {
 	case !w.waited:
 		svc.holds(w, w.created) // the spec's token claims a slot

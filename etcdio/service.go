@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -33,7 +34,8 @@ type spec struct {
 	errNotHeld error  // a release of a grant that is not held
 	// ownQueues are the queue prefixes under the service's prefix where its
 	// keys go. A lock service mirrors its session's own keys in each, to
-	// notice a held key deleted by someone else.
+	// notice a held or waiting key deleted by someone else (see
+	// watchOwnSoon).
 	ownQueues []string
 	// mirrorAll mirrors the whole prefix instead, values included: who
 	// leads an election is the first of everyone's keys.
@@ -72,8 +74,18 @@ type service struct {
 	closeOnce sync.Once
 
 	// Owned by the loop.
-	waiter  *waiter
-	mirrors []*mirror
+	waiter *waiter
+	// mirrors: its session's own keys' (locks, once a grant or a wait has
+	// lived for ownWatchAfter; ownTimer is armed until then), or the
+	// prefix's (elections).
+	mirrors  []*mirror
+	ownTimer *time.Timer
+	ownDue   time.Time // when ownTimer fires
+	// Locks: the deletions of the session's keys whose key the waiter
+	// waits behind, or waited behind last (see followAhead); aheadIdle
+	// counts its changes since while nobody waits on it.
+	aheadMirror *mirror
+	aheadIdle   int
 	// vanished is the Created of a grant whose key was seen deleted: Lost
 	// waits for the lease check to say whether someone deleted it or the
 	// lease went with it.
@@ -224,10 +236,6 @@ func (svc *service) joined(r actor.Reply[struct{}]) {
 	}
 	if svc.spec.mirrorAll {
 		svc.mirrors = append(svc.mirrors, s.openMirror(svc.prefix, true, svc))
-	} else {
-		for _, q := range svc.spec.ownQueues {
-			svc.mirrors = append(svc.mirrors, s.openMirror(s.ownPrefix(svc.prefix+q), false, svc))
-		}
 	}
 	s.services[svc] = struct{}{}
 	if s.clock.Suspended() {
@@ -241,8 +249,14 @@ func (svc *service) joined(r actor.Reply[struct{}]) {
 // detach undoes joined. Loop only.
 func (svc *service) detach() {
 	delete(svc.s.services, svc)
-	for _, m := range svc.mirrors {
-		svc.s.closeMirror(m, svc)
+	svc.dropAhead()
+	if svc.spec.mirrorAll {
+		// Closed but kept: an election's calls after Close still read it.
+		for _, m := range svc.mirrors {
+			svc.s.closeMirror(m, svc)
+		}
+	} else {
+		svc.closeMirrors()
 	}
 	svc.s.unclaim(svc.prefix)
 }
@@ -276,6 +290,9 @@ func (svc *service) nextKey(queue string) string {
 // sessionEnded ends the service with its session. Loop only.
 func (svc *service) sessionEnded(err error) {
 	err = fmt.Errorf("etcdio: %s: %w", svc.name, err)
+	if svc.ownTimer != nil {
+		svc.ownTimer.Stop()
+	}
 	svc.endGrantFor(err)
 	svc.stopWaiter(err)
 	svc.finish(err)

@@ -215,9 +215,10 @@ func (s *Session) Close() error {
 //     observe, closed; (*doubleBarrier).watchFor; checkLease (a barrier
 //     party's key gone), leaseGone (a write found the lease gone) and end
 //     (Close). From the helpers: keptAlive (keepalive), mirrorLoaded,
-//     mirrorChanged and mirrorProgressed (a mirror's watch), (*service).looked
-//     and semLooked (a waiter's watch and read), tokenIssued (a grant's
-//     token), leaseChecked (checkLease's read).
+//     mirrorChanged and mirrorProgressed (a mirror's watch), (*service).looked,
+//     aheadLooked and semLooked (a waiter's read), tokenIssued (a grant's
+//     token), leaseChecked (checkLease's read); and from a service's timer,
+//     watchOwn (its own keys' watch is due).
 //   - The timer, set for the clock's next moment (driver.Clock.Next): the
 //     lease's deadline (end), and before it the moment no keepalive has
 //     been acknowledged for the suspension part of the TTL (suspend).

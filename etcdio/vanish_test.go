@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -71,6 +72,9 @@ const (
 	waiting
 )
 
+// vanishTTL is the waiters' TTL in TestWaiterKeyVanishesAtEveryStep.
+const vanishTTL = 2 * time.Second
+
 func isLost(err error) bool     { return errors.Is(err, primitives.ErrLost) }
 func isCanceled(err error) bool { return err == context.Canceled }
 
@@ -112,7 +116,9 @@ func waiterVanishes(t *testing.T, prefix, holderKind string, at step,
 	}
 	wcli := newClient(t)
 	watching := watchesOf(wcli, blocker)
-	s := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(wcli))
+	// A short TTL: a key deleted alone is noticed from the watch of the
+	// session's own keys, which a wait opens after a quarter of the TTL.
+	s := testkit.ClosedAtEnd[*etcdio.Session](t)(etcdio.NewSession(wcli, etcdio.WithTTL(vanishTTL)))
 	waiter := newLock(t, wcli, prefix, etcdio.WithSession(s))
 	resume := make(chan struct{})
 	if at == beforeWatch {
@@ -176,8 +182,10 @@ func waiterVanishes(t *testing.T, prefix, holderKind string, at step,
 }
 
 // watchesOf makes cli's watches observable: the returned channel is closed
-// once etcd has confirmed a watch of key and the watcher has been handed
-// the confirmation, so every change to key from then on reaches it.
+// once etcd has confirmed a watch that covers key (of the key, or of a
+// prefix of it: a waiter watches its blocker's session's keys) and the
+// watcher has been handed the confirmation, so every change to key from
+// then on reaches it.
 func watchesOf(cli *clientv3.Client, key string) <-chan struct{} {
 	w := &confirmingWatcher{Watcher: cli.Watcher, key: key, confirmed: make(chan struct{})}
 	cli.Watcher = w
@@ -193,7 +201,7 @@ type confirmingWatcher struct {
 
 func (w *confirmingWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
 	in := w.Watcher.Watch(ctx, key, opts...)
-	if key != w.key {
+	if !strings.HasPrefix(w.key, key) {
 		return in
 	}
 	out := make(chan clientv3.WatchResponse)

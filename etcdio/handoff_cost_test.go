@@ -1,0 +1,131 @@
+package etcdio_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives/lock"
+)
+
+// When the queue turns in the same order (each holder releases and queues
+// again behind the others, as contenders in a loop do), a handoff costs the
+// waiters no new watch: each waits behind the next key of the session it
+// waited behind last time, and keeps following that session's keys. And
+// each handoff sends exactly one watch event, to the next holder: the
+// releaser's own deletion reaches nobody else.
+func TestSteadyQueueHandoffCost(t *testing.T) {
+	testkit.NoLeaks(t)
+	const n, rounds = 3, 30
+	ctx := testCtx(t, 60*time.Second)
+	prefix := prefixOf(t)
+	cli := newClient(t)
+	counters := make([]*countingWatcher, n)
+	locks := make([]lock.Service, n)
+	for i := range locks {
+		c := newClient(t)
+		counters[i] = &countingWatcher{Watcher: c.Watcher}
+		c.Watcher = counters[i]
+		// A long TTL: the services watch their own keys only once a hold
+		// or a wait outlives a quarter of it, which none does here.
+		locks[i] = newLock(t, c, prefix, etcdio.WithTTL(time.Minute))
+	}
+	keys := func() int64 {
+		resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	type result struct{ err error }
+	got := make([]chan result, n)
+	for i := range got {
+		got[i] = make(chan result, 1)
+	}
+	lockAsync := func(i int) {
+		go func() {
+			_, err := locks[i].Lock(ctx)
+			got[i] <- result{err}
+		}()
+	}
+	held := func(i int) {
+		t.Helper()
+		select {
+		case r := <-got[i]:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("lock %d never held", i)
+		}
+	}
+	// Queue 0, 1, 2 in that order, then turn the queue: the holder
+	// releases, the next holds, the releaser queues again at the end.
+	for i := range n {
+		lockAsync(i)
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("%d keys queued", i+1), func() bool { return keys() == int64(i+1) })
+	}
+	held(0)
+	var watchesAfterFirstTurn, eventsAfterFirstTurn int64
+	for r := range rounds {
+		h := r % n
+		if r == n {
+			// Every service has waited once: its ahead watch is open.
+			for _, c := range counters {
+				watchesAfterFirstTurn += c.watches.Load()
+				eventsAfterFirstTurn += c.events.Load()
+			}
+		}
+		if err := locks[h].Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		held((h + 1) % n)
+		lockAsync(h)
+		testkit.Eventually(t, 10*time.Second, "the releaser queued again", func() bool { return keys() == n })
+	}
+	var watches, events int64
+	for _, c := range counters {
+		watches += c.watches.Load()
+		events += c.events.Load()
+	}
+	if w := watches - watchesAfterFirstTurn; w != 0 {
+		t.Errorf("%d handoffs in a steady queue opened %d watches, want none", rounds-n, w)
+	}
+	if e := events - eventsAfterFirstTurn; e != rounds-n {
+		t.Errorf("%d handoffs in a steady queue sent %d watch events, want one each", rounds-n, e)
+	}
+	if err := locks[rounds%n].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countingWatcher counts the watches opened through it and the events
+// they delivered.
+type countingWatcher struct {
+	clientv3.Watcher
+	watches, events atomic.Int64
+}
+
+func (w *countingWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	w.watches.Add(1)
+	in := w.Watcher.Watch(ctx, key, opts...)
+	out := make(chan clientv3.WatchResponse)
+	go func() {
+		defer close(out)
+		for wr := range in {
+			w.events.Add(int64(len(wr.Events)))
+			select {
+			case out <- wr:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
