@@ -95,7 +95,12 @@
 // Election do count them.) Two layouts cannot be told apart where a nested
 // name ends in a segment another layout reserves: an rwlock on "/n" owns
 // "/n/read" and "/n/write", so a lock named "/n/read" beside it would share
-// its readers' queue; do not name primitives so.
+// its readers' queue; do not name primitives so. A lock reads its queue
+// keys only, which etcd serves from its index without the keys' values or
+// leases: a key named as disco names its owners' ("<lease in hex>-...")
+// counts as a member by its name alone, with or without a lease, so do not
+// write such keys under a lock's prefix by hand; any other name is checked
+// with a read that shows leases.
 //
 // A lock waiter waits for the key just ahead of it, as etcd's Mutex does,
 // but watches the deletions of that key's session's keys (its lease's key

@@ -141,3 +141,31 @@ func ownKeys(t *testing.T, cli *clientv3.Client, name string) []string {
 	}
 	return keys
 }
+
+// A key without a lease directly under a lock's prefix, named as etcd's
+// Mutex names its keys (a lease in hex), is no owner's: the lock's
+// keys-only reads cannot tell it from a Mutex key by its name, and a read
+// with leases settles it. Lock and TryLock hold past it.
+func TestLeaselessKeyInQueueBlocksNobody(t *testing.T) {
+	testkit.NoLeaks(t)
+	ctx := testCtx(t, 10*time.Second)
+	cli := newClient(t)
+	n := prefixOf(t)
+	if _, err := cli.Put(ctx, n+"/beef", "not an owner"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = cli.Delete(context.Background(), n+"/beef") })
+	l := newLock(t, newClient(t), n)
+	if _, err := l.Lock(testCtx(t, 5*time.Second)); err != nil {
+		t.Fatalf("Lock on %s with a leaseless key under it: %v", n, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryLock(ctx); err != nil {
+		t.Fatalf("TryLock on %s with a leaseless key under it: %v", n, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -81,7 +81,10 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (driver.Hold
 	} else {
 		// The blocker created last before this key, if any: the one to
 		// wait for. The Get runs before the Put, so it never sees this key.
-		ahead = clientv3.OpGet(q.blockers, clientv3.WithLastCreate()...)
+		// Keys only: etcd serves it from its index, without reading the
+		// queue's values inside the transaction's apply, which every
+		// write waits for.
+		ahead = clientv3.OpGet(q.blockers, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
 	}
 	w, resp, err := svc.create(ctx, q.keys, svc.value, conds, ahead)
 	if err != nil {
@@ -308,7 +311,7 @@ func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[dri
 	case pred == nil:
 		// At its creation the key exists and no earlier one does.
 		svc.holds(w, w.created)
-	case !svc.ours(pred):
+	case !svc.surelyOurs(pred):
 		svc.lookPast(w, pred)
 	default:
 		svc.watchAhead(w, pred, w.created)
@@ -464,6 +467,15 @@ func (svc *service) stopLook(w *waiter) {
 	w.looking = false
 }
 
+// surelyOurs reports whether kv, read keys only, is known by its name to
+// be of the service's layout; if not (a nested name's key, a key of
+// another layout), a look with leases (lookPastNested) settles what is
+// ahead.
+func (svc *service) surelyOurs(kv *mvccpb.KeyValue) bool {
+	isOurs, sure := svc.oursByName(kv)
+	return isOurs && sure
+}
+
 func sameKey(a, b *mvccpb.KeyValue) bool {
 	return string(a.Key) == string(b.Key) && a.CreateRevision == b.CreateRevision
 }
@@ -485,7 +497,7 @@ func sameKey(a, b *mvccpb.KeyValue) bool {
 // is repeated linearizable. Helper goroutine only.
 func (svc *service) look(ctx context.Context, w *waiter, after int64, still *mvccpb.KeyValue) (*mvccpb.KeyValue, int64, error) {
 	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
-	ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.created-1))
+	ahead := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.created-1), clientv3.WithKeysOnly())
 	read := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
 		queue := clientv3.OpGet(w.blockers, append(ahead, opts...)...)
 		if still == nil {
@@ -522,7 +534,7 @@ func (svc *service) look(ctx context.Context, w *waiter, after int64, still *mvc
 		return nil, 0, gone
 	}
 	if kvs := queue.GetResponseRange().Kvs; len(kvs) > 0 {
-		if !svc.ours(kvs[0]) {
+		if !svc.surelyOurs(kvs[0]) {
 			return svc.lookPastNested(ctx, w)
 		}
 		return kvs[0], resp.Header.Revision, nil
@@ -564,8 +576,10 @@ func (svc *service) looked(w *waiter, pred, next *mvccpb.KeyValue, rev int64, er
 		svc.stopWaiter(err)
 	case next == nil:
 		svc.holds(w, rev)
-	case !sameKey(next, pred):
-		svc.watchAhead(w, next, rev) // pred is gone; someone before it is still there
+	case !sameKey(next, pred) || !w.following:
+		// pred is gone and someone before it is still there; or pred, a
+		// key lookPast was not sure of, is of w's layout after all.
+		svc.watchAhead(w, next, rev)
 	}
 }
 

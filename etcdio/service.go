@@ -168,6 +168,39 @@ func (svc *service) ours(kv *mvccpb.KeyValue) bool {
 	return false
 }
 
+// oursByName is ours for a key read without its value and lease (a
+// keys-only range, which etcd serves from its index alone, with no read of
+// the keys' values): a key directly in one of the service's queues whose
+// name starts as every disco owner's does ("<lease in hex>-") is of the
+// layout. sure is false for any other key directly in a queue (etcd's Mutex
+// names its key "<lease in hex>" alone; a key without a lease may carry any
+// name), which only a read with leases tells apart (ours).
+func (svc *service) oursByName(kv *mvccpb.KeyValue) (isOurs, sure bool) {
+	rest, ok := strings.CutPrefix(string(kv.Key), svc.prefix)
+	if !ok {
+		return false, true
+	}
+	queues := svc.spec.ownQueues
+	if len(queues) == 0 {
+		queues = []string{""}
+	}
+	for _, q := range queues {
+		x, ok := strings.CutPrefix(rest, q)
+		if !ok || x == "" || strings.Contains(x, "/") {
+			continue
+		}
+		i := strings.IndexByte(x, '-')
+		if i <= 0 {
+			return false, false
+		}
+		if _, err := strconv.ParseUint(x[:i], 16, 64); err != nil {
+			return false, false
+		}
+		return true, true
+	}
+	return false, true
+}
+
 // quote shows a prefix in an error: in full if short, else its start.
 func quote(prefix string) string {
 	const show = 64
