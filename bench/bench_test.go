@@ -370,27 +370,33 @@ func checkSplit(t *testing.T, scenario string, d *side) {
 	}
 }
 
-// TestFlatness: the cross-scenario flatness goal is lock-flatness's, for
-// the highest level.
+// TestFlatness: the cross-scenario flatness goals are lock-flatness's on
+// etcd, for the highest level, then those of each other store whose
+// flatness scenario ran.
 func TestFlatness(t *testing.T) {
-	met := goal{Name: flatnessGoalName(128), Status: "met", Detail: "0.95x [0.90..0.99] (median [IQR] of 7 pairs)"}
-	flat := func(top int, g goal) *result {
-		name := flatnessName(top)
+	met := goal{Name: flatnessGoalName("", 128), Status: "met", Detail: "0.95x [0.90..0.99] (median [IQR] of 7 pairs)"}
+	zkMissed := goal{Name: flatnessGoalName("zk-", 128), Status: "MISSED", Detail: "0.70x [0.65..0.72] (median [IQR] of 7 pairs)"}
+	flat := func(prefix string, top int, g goal) *result {
+		name := flatnessName(prefix, top)
 		return &result{Scenario: name, Rows: []*row{{Scenario: name, Contenders: top, Goals: []goal{g}}}}
 	}
 	for _, tc := range []struct {
 		levels  []int
 		results []*result
-		want    goal
+		want    []goal
 	}{
-		{[]int{2, 8, 32, 128}, []*result{flat(128, met)}, met},
-		{[]int{2, 8, 32, 128}, []*result{flat(32, met)}, goal{Name: flatnessGoalName(128), Status: "n/a", Detail: "lock-flatness-2-128 not run"}},
-		{[]int{8, 32}, nil, goal{Name: flatnessGoalName(32), Status: "n/a", Detail: "needs 2 and a higher level in -contenders"}},
-		{[]int{2}, nil, goal{Name: flatnessGoalName(2), Status: "n/a", Detail: "needs 2 and a higher level in -contenders"}},
+		{[]int{2, 8, 32, 128}, []*result{flat("", 128, met)}, []goal{met}},
+		{[]int{2, 8, 32, 128}, []*result{flat("zk-", 128, zkMissed), flat("", 128, met)}, []goal{met, zkMissed}},
+		{[]int{2, 8, 32, 128}, []*result{flat("", 32, met)}, []goal{{Name: flatnessGoalName("", 128), Status: "n/a", Detail: "lock-flatness-2-128 not run"}}},
+		{[]int{8, 32}, nil, []goal{{Name: flatnessGoalName("", 32), Status: "n/a", Detail: "needs 2 and a higher level in -contenders"}}},
+		{[]int{2}, nil, []goal{{Name: flatnessGoalName("", 2), Status: "n/a", Detail: "needs 2 and a higher level in -contenders"}}},
 	} {
-		if g := flatness(tc.levels, tc.results); g != tc.want {
+		if g := flatness(tc.levels, tc.results); !slices.Equal(g, tc.want) {
 			t.Errorf("levels %v: %+v, want %+v", tc.levels, g, tc.want)
 		}
+	}
+	if got := flatnessGoalName("zk-", 128); got != "lock flatness on zk: disco acq/s at 128 >= 0.8x at 2" {
+		t.Errorf("zk flatness goal named %q", got)
 	}
 }
 
@@ -398,7 +404,7 @@ func TestFlatness(t *testing.T) {
 // per-pair ratio of their rates.
 func TestLockFlatness(t *testing.T) {
 	r := tinyRunner(t)
-	res, err := lockFlatness(context.Background(), r, 3)
+	res, err := lockFlatness(context.Background(), r, "", discoLib, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,10 +416,10 @@ func TestLockFlatness(t *testing.T) {
 	if f := rw.VsBasePaired; f == nil || len(f.PerPair) != tinyPairs.pairs || f.Q1 > f.Median || f.Median > f.Q3 {
 		t.Errorf("per-pair ratio %+v", f)
 	}
-	if len(rw.Goals) != 1 || rw.Goals[0].Name != flatnessGoalName(3) || rw.Goals[0].Status == "n/a" {
+	if len(rw.Goals) != 1 || rw.Goals[0].Name != flatnessGoalName("", 3) || rw.Goals[0].Status == "n/a" {
 		t.Errorf("goals %+v", rw.Goals)
 	}
-	if g := flatness([]int{2, 3}, []*result{res}); g != rw.Goals[0] {
+	if g := flatness([]int{2, 3}, []*result{res}); len(g) != 1 || g[0] != rw.Goals[0] {
 		t.Errorf("summary's flatness %+v, row's %+v", g, rw.Goals[0])
 	}
 }

@@ -164,8 +164,7 @@ func allScenarios(contenders []int, guardGoroutines int, wc waitersCfg) []scenar
 			run: func(ctx context.Context, r *runner) (*result, error) { return lockContended(ctx, r, n) }})
 	}
 	if top := slices.Max(append([]int{0}, contenders...)); top > flatnessBase && slices.Contains(contenders, flatnessBase) {
-		s = append(s, scenario{name: flatnessName(top),
-			run: func(ctx context.Context, r *runner) (*result, error) { return lockFlatness(ctx, r, top) }})
+		s = append(s, flatnessScenario("", discoLib, top))
 	}
 	s = append(s, scenario{name: fmt.Sprintf("lock-waiters-%d", wc.waiters), run: waitersScenario(wc.waiters, wc.clients)})
 	s = append(s,
@@ -365,21 +364,33 @@ type runSummary struct {
 // run completed.
 func (r *runner) summary(results []*result) *runSummary {
 	pc := r.pairCfg()
-	return &runSummary{Goals: []goal{flatness(r.contenders, results)}, SerializableRead: r.serialRead,
+	return &runSummary{Goals: flatness(r.contenders, results), SerializableRead: r.serialRead,
 		Pairs: pc.pairs, Slice: pc.slice.String(), SliceWarmup: pc.warmup.String()}
 }
 
-// flatnessName is the scenario that judges flatness up to top contenders.
-func flatnessName(top int) string { return fmt.Sprintf("lock-flatness-%d-%d", flatnessBase, top) }
+// flatnessName is the scenario that judges flatness up to top contenders
+// on the store of prefix ("" for etcd, "zk-", "redis-").
+func flatnessName(prefix string, top int) string {
+	return fmt.Sprintf("%slock-flatness-%d-%d", prefix, flatnessBase, top)
+}
 
-// lockFlatness: disco's lock at top contenders interleaved with disco's at
-// flatnessBase (two sets of owners, each in their own clients and
-// sessions, on two locks), judged on the per-pair ratio of their rates.
-func lockFlatness(ctx context.Context, r *runner, top int) (*result, error) {
-	name := flatnessName(top)
+// flatnessScenario is lockFlatness for lib's store, named with prefix.
+func flatnessScenario(prefix string, lib lockLib, top int) scenario {
+	return scenario{name: flatnessName(prefix, top),
+		run: func(ctx context.Context, r *runner) (*result, error) { return lockFlatness(ctx, r, prefix, lib, top) }}
+}
+
+// lockFlatness: disco's lock (lib) at top contenders interleaved with
+// disco's at flatnessBase (two sets of owners, each in their own clients
+// and sessions, on two locks), judged on the per-pair ratio of their rates.
+func lockFlatness(ctx context.Context, r *runner, prefix string, lib lockLib, top int) (*result, error) {
+	name := flatnessName(prefix, top)
+	if err := r.env.start(lib.store); err != nil {
+		return nil, err
+	}
 	pc := r.pairCfg()
 	r.logf("  %s: disco at %d and at %d contenders, %d interleaved pairs of %v slices ...", name, top, flatnessBase, pc.pairs, pc.slice)
-	iv, err := interleave(ctx, pc, openContentionSlicer(r.env, discoLib, top), openContentionSlicer(r.env, discoLib, flatnessBase))
+	iv, err := interleave(ctx, pc, openContentionSlicer(r.env, lib, top), openContentionSlicer(r.env, lib, flatnessBase))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -387,34 +398,49 @@ func lockFlatness(ctx context.Context, r *runner, top int) (*result, error) {
 	b.Lib = fmt.Sprintf("disco@%d", flatnessBase)
 	rw := &row{Scenario: name, Contenders: top, Baseline: b.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: b,
 		VsBasePaired: figureOf(iv.perPair(rateRatio))}
-	rw.Goals = []goal{judgeFigure(flatnessGoalName(top), rw.VsBasePaired, true, flatnessGoal, "x",
+	rw.Goals = []goal{judgeFigure(flatnessGoalName(prefix, top), rw.VsBasePaired, true, flatnessGoal, "x",
 		fmt.Sprintf("; pooled %.0f vs %.0f acq/s", d.PerSec, b.PerSec))}
 	return &result{Scenario: name, Rows: []*row{rw},
-		chart: chart{title: fmt.Sprintf("Lock, %d and %d contenders interleaved: handoff, CDF", top, flatnessBase), xLabel: "handoff (ms)",
+		chart: chart{title: fmt.Sprintf("Lock on %s, %d and %d contenders interleaved: handoff, CDF", lib.store, top, flatnessBase), xLabel: "handoff (ms)",
 			cdfs: []series{{fmt.Sprintf("disco@%d handoff", top), d.handoffs}, {b.Lib + " handoff", b.handoffs}}},
 	}, nil
 }
 
-func flatnessGoalName(top int) string {
-	return fmt.Sprintf("lock flatness: disco acq/s at %d >= %gx at %d", top, flatnessGoal, flatnessBase)
+// flatnessGoalName names the flatness goal on the store of prefix.
+func flatnessGoalName(prefix string, top int) string {
+	store := ""
+	if prefix != "" {
+		store = " on " + strings.TrimSuffix(prefix, "-")
+	}
+	return fmt.Sprintf("lock flatness%s: disco acq/s at %d >= %gx at %d", store, top, flatnessGoal, flatnessBase)
 }
 
-// flatness is the cross-scenario copy of lockFlatness's goal, for the
-// highest of levels: n/a unless that scenario ran.
-func flatness(levels []int, results []*result) goal {
+// flatness is the cross-scenario copy of lockFlatness's goal on etcd, for
+// the highest of levels: n/a unless that scenario ran; then the same goal
+// on each other store whose flatness scenario ran.
+func flatness(levels []int, results []*result) []goal {
 	top := slices.Max(append([]int{0}, levels...))
-	name := flatnessGoalName(top)
+	name := flatnessGoalName("", top)
 	if top <= flatnessBase || !slices.Contains(levels, flatnessBase) {
-		return goal{Name: name, Status: "n/a", Detail: fmt.Sprintf("needs %d and a higher level in -contenders", flatnessBase)}
+		return []goal{{Name: name, Status: "n/a", Detail: fmt.Sprintf("needs %d and a higher level in -contenders", flatnessBase)}}
 	}
+	var etcd *goal
+	var stores []goal
 	for _, res := range results {
 		for _, rw := range res.Rows {
-			if rw.Scenario == flatnessName(top) && len(rw.Goals) > 0 {
-				return rw.Goals[0]
+			switch {
+			case len(rw.Goals) == 0:
+			case rw.Scenario == flatnessName("", top):
+				etcd = &rw.Goals[0]
+			case rw.Scenario == flatnessName("zk-", top) || rw.Scenario == flatnessName("redis-", top):
+				stores = append(stores, rw.Goals[0])
 			}
 		}
 	}
-	return goal{Name: name, Status: "n/a", Detail: flatnessName(top) + " not run"}
+	if etcd == nil {
+		etcd = &goal{Name: name, Status: "n/a", Detail: flatnessName("", top) + " not run"}
+	}
+	return append([]goal{*etcd}, stores...)
 }
 
 func ratioOf(a, b float64) float64 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -85,10 +86,12 @@ func storeScenarios(contenders []int) []scenario {
 	var s []scenario
 	if testserver.ZooKeeperClasspath() != "" && testserver.LookPath("java") != "" {
 		s = append(s, lockScenarios("zk-", contenders, zkioLib, zkLockLib)...)
+		s = append(s, storeFlatness("zk-", contenders, zkioLib)...)
 		s = append(s, primitiveScenarios("zk-", storeLibs{rw: &zkioRWLib, election: zkioElectionLib, sem: &zkioSemLib})...)
 	}
 	if testserver.RedisBinary() != "" {
 		s = append(s, lockScenarios("redis-", contenders, redisioLib, setNXLib)...)
+		s = append(s, storeFlatness("redis-", contenders, redisioLib)...)
 		s = append(s, primitiveScenarios("redis-", storeLibs{rw: &redisioRWLib, election: redisioElectionLib, sem: &redisioSemLib})...)
 	}
 	return s
@@ -122,6 +125,16 @@ func lockScenarios(prefix string, contenders []int, disco, base lockLib) []scena
 		}})
 	}
 	return s
+}
+
+// storeFlatness is <prefix>lock-flatness-2-N, N the highest of contenders,
+// if contenders hold 2 and a higher level.
+func storeFlatness(prefix string, contenders []int, disco lockLib) []scenario {
+	top := slices.Max(append([]int{0}, contenders...))
+	if top <= flatnessBase || !slices.Contains(contenders, flatnessBase) {
+		return nil
+	}
+	return []scenario{flatnessScenario(prefix, disco, top)}
 }
 
 // solo is the result of a scenario whose disco side stands alone.
