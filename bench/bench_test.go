@@ -551,7 +551,7 @@ func TestSelectScenarios(t *testing.T) {
 	for filter, want := range map[string]int{
 		"":                                  len(all),
 		"lock-contended":                    4,
-		"lock-flatness-2-128":               1,
+		"^lock-flatness-2-128":              1,
 		"lock-waiters":                      1,
 		"contended-(2|8)$":                  2,
 		"guard-check-1,uncont":              2,
