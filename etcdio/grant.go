@@ -35,18 +35,14 @@ func (svc *service) recordGrant(g driver.Hold, w *waiter) bool {
 // A lock-like service notices a key of its own deleted by someone else
 // (or its lease revoked) from a watch of its session's own keys (deletions
 // only, shared by the session's services on the same queue), but only once
-// a grant of it has lived for holdWatchAfter, or a waiting key for a
-// quarter of the TTL. Short holds and waits, the common ones under
+// a grant of it has lived for driver.HoldWatchAfter, or a waiting key for
+// driver.WaitWatchAfter (a quarter of the TTL). Short holds and waits, the common ones under
 // contention, are not watched, so their releases send their own session no
 // watch event and open and close no watch. A long hold learns of its key's
-// deletion within holdWatchAfter and a round trip, a long wait within a
+// deletion within HoldWatchAfter and a round trip, a long wait within a
 // quarter of the TTL and a round trip: both well within half of it. The
 // watch closes when it brings news while no hold or wait of that age is
 // left.
-
-// holdWatchAfter is how long a grant lives unwatched (at most a quarter of
-// the TTL).
-const holdWatchAfter = 100 * time.Millisecond
 
 // ownWatchDue returns when the service's current hold or wait will need
 // the watch of its own keys (or needed it); false if it neither holds nor
@@ -54,10 +50,10 @@ const holdWatchAfter = 100 * time.Millisecond
 func (svc *service) ownWatchDue() (time.Time, bool) {
 	var due time.Time
 	if w := svc.waiter; w != nil {
-		due = w.start.Add(svc.s.ttl / 4)
+		due = w.start.Add(driver.WaitWatchAfter(svc.s.ttl))
 	}
 	if g := svc.Held(); g != nil {
-		if d := g.Since.Add(min(holdWatchAfter, svc.s.ttl/4)); due.IsZero() || d.Before(due) {
+		if d := g.Since.Add(min(driver.HoldWatchAfter, driver.WaitWatchAfter(svc.s.ttl))); due.IsZero() || d.Before(due) {
 			due = d
 		}
 	}

@@ -76,7 +76,7 @@ type service struct {
 	// Owned by the loop.
 	waiter *waiter
 	// mirrors: its session's own keys' (locks, once a grant or a wait has
-	// lived for ownWatchAfter; ownTimer is armed until then), or the
+	// lived a while (see watchOwnSoon); ownTimer is armed until then), or the
 	// prefix's (elections).
 	mirrors  []*mirror
 	ownTimer *time.Timer

@@ -21,6 +21,19 @@ const DefaultTTL = 10 * time.Second
 // session is confirmed well before.
 const DefaultSuspendAfter = 0.5
 
+// A grant or a waiting key is watched for its deletion by someone else
+// only once it has lived a while: a hold once it is HoldWatchAfter old (at
+// most a quarter of the TTL), a wait once it is WaitWatchAfter(ttl) old.
+// Short holds and waits, the common ones under contention, then cost their
+// store no watch, and their releases send their own session no event; a
+// deletion is still noticed within those delays and a round trip, well
+// within the half TTL the conformance laws allow.
+const HoldWatchAfter = 100 * time.Millisecond
+
+// WaitWatchAfter is how long a waiting key lives unwatched on a session of
+// the given TTL: a quarter of it.
+func WaitWatchAfter(ttl time.Duration) time.Duration { return ttl / 4 }
+
 // Config is the option set every backend offers, with one meaning and one
 // default. A backend's options embed it, and its option functions set it:
 //
