@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // Znode layout, as Apache Curator's recipes name their znodes with
@@ -143,14 +144,22 @@ func (svc *service) create(ctx context.Context, dir, marker string, data []byte)
 	return node, nil
 }
 
-// stat asks for the znode's creation zxid, and sets a watch on it, at once,
-// on its own goroutine, so that the request travels with the queue's first
-// listing (one round trip for both); the answer waits on the returned
-// channel.
-func (svc *service) stat(node string) <-chan statResult {
+// stat asks for the znode's creation zxid, and if watched sets a watch on
+// it, at once, on its own goroutine, so that the request travels with the
+// queue's first listing (one round trip for both); the answer waits on the
+// returned channel.
+func (svc *service) stat(node string, watched bool) <-chan statResult {
 	ch := make(chan statResult, 1)
 	go func() {
-		ok, st, watch, err := svc.s.conn.ExistsW(node)
+		var ok bool
+		var st *zk.Stat
+		var watch <-chan zk.Event
+		var err error
+		if watched {
+			ok, st, watch, err = svc.s.conn.ExistsW(node)
+		} else {
+			ok, st, err = svc.s.conn.Exists(node)
+		}
 		if err == nil && !ok {
 			err = zk.ErrNoNode
 		}
@@ -195,7 +204,7 @@ func lostOwn(node string) error {
 func (svc *service) created(ctx context.Context, o *own) (int64, error) {
 	r := o.result()
 	for retryable(r.err) && svc.pauseRetry(ctx) {
-		r = <-svc.stat(o.node)
+		r = <-svc.stat(o.node, false)
 	}
 	switch {
 	case r.err == nil:
@@ -285,9 +294,11 @@ func (svc *service) withdraw(node string) {
 
 // wait queues the znode and returns once it holds (see blocker), and
 // whether it waited behind another member; with try, it returns taken at
-// once if it does not hold. While it waits it watches the znode ahead and
-// its own: if its own is deleted, it fails at once with an error wrapping
-// ErrLost. On any failure the znode is withdrawn.
+// once if it does not hold. While it waits it watches the znode ahead and,
+// once the wait is driver.WaitWatchAfter old, its own: if its own is
+// deleted, it fails with an error wrapping ErrLost (at its turn, when its
+// own watch is set, or at once after that). On any failure the znode is
+// withdrawn.
 func (svc *service) wait(ctx context.Context, o *own, try bool) (waited bool, err error) {
 	err = svc.waitTurn(ctx, svc.path, svc.spec.markers, o, try, &waited)
 	return waited, err
@@ -302,8 +313,13 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 		svc.withdraw(node)
 		return err
 	}
-	var mine <-chan zk.Event // a watch on node
-	usedEarly := false
+	// A wait watches its own znode only once it is WaitWatchAfter old
+	// (see driver.HoldWatchAfter): a short wait's znode costs no watch,
+	// and its holder's release sends its own session no event.
+	var mine <-chan zk.Event // a watch on node, once due
+	ownDue := time.NewTimer(driver.WaitWatchAfter(svc.s.TTL()))
+	defer ownDue.Stop()
+	watchOwn := false
 	for {
 		if err := svc.live(ctx); err != nil {
 			return fail(err)
@@ -327,16 +343,12 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 		case try:
 			return fail(svc.spec.taken)
 		}
-		if mine == nil {
-			// The early stat's watch, unless it failed or was used; then
-			// a new one, whose answer also serves created.
-			r := o.result()
-			if usedEarly || (r.err != nil && !errors.Is(r.err, zk.ErrNoNode)) {
-				if r = <-svc.stat(node); r.err == nil {
-					o.r = r
-				}
+		if mine == nil && watchOwn {
+			// A watch on its own znode, whose answer also serves created.
+			r := <-svc.stat(node, true)
+			if r.err == nil {
+				o.r, o.got = r, true
 			}
-			usedEarly = true
 			switch {
 			case r.err == nil:
 				mine = r.watch
@@ -369,6 +381,8 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 				return lostOwn(node)
 			}
 			mine = nil // changed, or no longer watched: look again
+		case <-ownDue.C:
+			watchOwn = true // and look again
 		case <-ctx.Done():
 			return fail(ctx.Err())
 		case <-svc.stop:

@@ -132,7 +132,7 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	}
 	defer svc.withdraw(mutex) // the mutex is released whatever happens
 	var waited bool
-	o := &own{node: mutex, early: svc.stat(mutex)}
+	o := &own{node: mutex, early: svc.stat(mutex, false)}
 	if err := svc.waitTurn(ctx, m.locks, []string{lockMarker}, o, false, &waited); err != nil {
 		return driver.Hold{}, err
 	}

@@ -237,7 +237,7 @@ func (svc *service) queued(ctx context.Context, mode rwlock.Mode, value string, 
 	if err != nil {
 		return driver.Hold{}, err
 	}
-	o := &own{node: node, early: svc.stat(node)}
+	o := &own{node: node, early: svc.stat(node, false)}
 	waited, err := svc.wait(ctx, o, try)
 	if err != nil {
 		return driver.Hold{}, err
@@ -266,7 +266,16 @@ func (svc *service) granted(r actor.Reply[driver.Hold], h driver.Hold, began tim
 		return
 	}
 	if svc.Grant(h, began, func(h driver.Hold) bool { return r.Answer(h, nil) }) {
-		svc.s.helper(func() { svc.watchHeld(h) })
+		// The grant's znode is watched once the hold is
+		// driver.HoldWatchAfter old: a short hold costs no watch, and its
+		// release sends its own session no event.
+		time.AfterFunc(min(driver.HoldWatchAfter, driver.WaitWatchAfter(svc.s.TTL())), func() {
+			svc.s.post(func() {
+				if cur := svc.Held(); cur != nil && cur.Created == h.Created && !cur.Releasing() {
+					svc.s.helper(func() { svc.watchHeld(h) })
+				}
+			})
+		})
 	}
 }
 

@@ -1,0 +1,76 @@
+package zkio_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/metrics"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/zkio"
+)
+
+// A handoff wakes the next holder alone: its watch of the znode ahead
+// fires, and nothing else does. A short hold or wait sets no watch on its
+// own znode (one is set only once a hold outlives driver.HoldWatchAfter or
+// a wait a quarter of the TTL), so a release fires no watch of its own
+// session. Ten owners queue, then each locks and unlocks at once in turn:
+// nine handoffs, nine wakeups (the first holder, which held while the
+// others queued, may add one).
+func TestHandoffWakesOnlyTheNext(t *testing.T) {
+	t.Parallel()
+	const owners = 10
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const path = "/handoff/lock"
+	locks := make([]lock.Service, owners)
+	for i := range locks {
+		s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers, zkio.WithTTL(20*time.Second), zkio.WithMetrics(m)))
+		locks[i] = testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, path, zkio.WithSession(s)))
+	}
+	if _, err := locks[0].Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, owners)
+	for i := 1; i < owners; i++ {
+		go func() {
+			if _, err := locks[i].Lock(ctx); err != nil {
+				done <- err
+				return
+			}
+			done <- locks[i].Unlock(ctx)
+		}()
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("%d znodes queued", i+1), func() bool {
+			kids, _, err := admin.Children(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(kids) == i+1
+		})
+	}
+	if err := locks[0].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range owners - 1 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A stalled goroutine on a loaded machine may hold past
+	// HoldWatchAfter and add a wakeup; most holds do not.
+	woken := testkit.Gather(t, reg)[`disco_wakeups_total{kind="lock"}`]
+	if woken < owners-1 || woken > owners-1+3 {
+		t.Errorf("%d handoffs woke sessions %v times, want %d (a few more at most)", owners-1, woken, owners-1)
+	}
+}
