@@ -556,7 +556,8 @@ func TestSelectScenarios(t *testing.T) {
 		"contended-(2|8)$":                  2,
 		"guard-check-1,uncont":              2,
 		"^guard":                            5,
-		"^election":                         3,
+		"^election":                         4,
+		"^election-fleet":                   1,
 		"^election-failover-(resign|close)": 2,
 		"^zk-":                              len(slices.DeleteFunc(slices.Clone(all), func(s scenario) bool { return !strings.HasPrefix(s.name, "zk-") })),
 	} {
@@ -567,5 +568,35 @@ func TestSelectScenarios(t *testing.T) {
 	}
 	if _, err := selectScenarios(all, "nothing-like-this"); err == nil {
 		t.Error("a filter matching nothing was accepted")
+	}
+}
+
+// TestElectionFleet: the fleet scenario at a small size measures every
+// failover on both sizes, counts the observers' deliveries, and judges
+// every goal (heap per candidate is reported, not judged). It judges no
+// speed.
+func TestElectionFleet(t *testing.T) {
+	r := tinyRunner(t)
+	r.fleet = fleetCfg{candidates: 12, sessions: 3, small: 3, rounds: 3}
+	res, err := fleetScenario(etcdFleet)(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := res.Rows[0]
+	if rw.Scenario != "election-fleet-1000" || rw.Contenders != 12 || rw.Base.Lib != "disco@3" {
+		t.Fatalf("row %+v", rw)
+	}
+	for _, sd := range []*side{rw.Disco, rw.Base} {
+		if sd.Count != 3 || sd.Handoff.N != 3 || sd.Load == nil || sd.Load.Requests <= 0 || sd.Load.Wakeups == nil {
+			t.Errorf("%s: %d failovers, handoff %+v, load %+v", sd.Lib, sd.Count, sd.Handoff, sd.Load)
+		}
+	}
+	if len(rw.Goals) != 5 {
+		t.Fatalf("goals %+v", rw.Goals)
+	}
+	for _, g := range rw.Goals[:4] {
+		if !slices.Contains(statuses, g.Status) || g.Status == "n/a" {
+			t.Errorf("goal %q: %s (%s)", g.Name, g.Status, g.Detail)
+		}
 	}
 }

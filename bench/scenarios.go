@@ -41,6 +41,8 @@ type runner struct {
 	// How the lock scenarios interleave the two sides of their ratios
 	// (zero: defaultPairCfg).
 	pairs pairCfg
+	// The election fleet scenarios' size (zero: fleetCandidates, ...).
+	fleet fleetCfg
 
 	// Figures measured at most once per run, when a goal first needs them.
 	// Scenarios run one after another: no locking.
@@ -177,6 +179,7 @@ func allScenarios(contenders []int, guardGoroutines int, wc waitersCfg) []scenar
 		scenario{name: "guard-verify", run: guardVerify},
 	)
 	s = append(s, primitiveScenarios("", etcdLibs)...)
+	s = append(s, scenario{name: fleetName(onEtcd), run: fleetScenario(etcdFleet)})
 	s = append(s, storeScenarios(contenders)...)
 	return s
 }

@@ -87,11 +87,13 @@ func storeScenarios(contenders []int) []scenario {
 	if testserver.ZooKeeperClasspath() != "" && testserver.LookPath("java") != "" {
 		s = append(s, lockScenarios("zk-", contenders, zkioLib, zkLockLib)...)
 		s = append(s, storeFlatness("zk-", contenders, zkioLib)...)
+		s = append(s, scenario{name: fleetName(onZK), run: fleetScenario(zkFleet)})
 		s = append(s, primitiveScenarios("zk-", storeLibs{rw: &zkioRWLib, election: zkioElectionLib, sem: &zkioSemLib})...)
 	}
 	if testserver.RedisBinary() != "" {
 		s = append(s, lockScenarios("redis-", contenders, redisioLib, setNXLib)...)
 		s = append(s, storeFlatness("redis-", contenders, redisioLib)...)
+		s = append(s, scenario{name: fleetName(onRedis), run: fleetScenario(redisFleet)})
 		s = append(s, primitiveScenarios("redis-", storeLibs{rw: &redisioRWLib, election: redisioElectionLib, sem: &redisioSemLib})...)
 	}
 	return s
