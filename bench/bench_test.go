@@ -143,7 +143,8 @@ func BenchmarkElectionFailover(b *testing.B) {
 func TestScenariosSmoke(t *testing.T) {
 	e := sharedEnv(t)
 	r := &runner{env: e, cfg: runCfg{warmup: 50 * time.Millisecond, duration: 200 * time.Millisecond},
-		contenders: []int{2}, guardGoroutines: 4, expiryTTL: time.Second, expiryRounds: 1, pairs: tinyPairs}
+		contenders: []int{2}, guardGoroutines: 4, expiryTTL: time.Second, expiryRounds: 1, pairs: tinyPairs,
+		fleet: fleetCfg{candidates: 12, sessions: 3, small: 3, rounds: 3}}
 	all := allScenarios(r.contenders, r.guardGoroutines, waitersCfg{waiters: 20, clients: 4})
 	// The semaphore at semManyWaiters owners is the same kind as at
 	// semContenders, and no brief run (under -race on two cores its etcd's
@@ -573,8 +574,7 @@ func TestSelectScenarios(t *testing.T) {
 
 // TestElectionFleet: the fleet scenario at a small size measures every
 // failover on both sizes, counts the observers' deliveries, and judges
-// every goal (heap per candidate is reported, not judged). It judges no
-// speed.
+// every goal, with the candidates' footprint beside. It judges no speed.
 func TestElectionFleet(t *testing.T) {
 	r := tinyRunner(t)
 	r.fleet = fleetCfg{candidates: 12, sessions: 3, small: 3, rounds: 3}
@@ -591,10 +591,13 @@ func TestElectionFleet(t *testing.T) {
 			t.Errorf("%s: %d failovers, handoff %+v, load %+v", sd.Lib, sd.Count, sd.Handoff, sd.Load)
 		}
 	}
-	if len(rw.Goals) != 5 {
+	if len(rw.Goals) != 4 {
 		t.Fatalf("goals %+v", rw.Goals)
 	}
-	for _, g := range rw.Goals[:4] {
+	if fp := rw.Disco.Footprint; fp == nil || fp.Waiters != 12 || fp.Sessions != 3 {
+		t.Errorf("footprint %+v", fp)
+	}
+	for _, g := range rw.Goals {
 		if !slices.Contains(statuses, g.Status) || g.Status == "n/a" {
 			t.Errorf("goal %q: %s (%s)", g.Name, g.Status, g.Detail)
 		}

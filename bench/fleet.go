@@ -135,14 +135,12 @@ var redisFleet = fleetLib{name: "disco-redis", store: onRedis, session: func(e *
 	return int(n), err
 }}
 
-// fleetFigures is one size's outcome.
+// fleetFigures is one size's outcome: its side (with the candidates'
+// footprint once every one campaigns) and, per failover, the deliveries to
+// the observers (one Observe per session), per observing session.
 type fleetFigures struct {
-	side *side
-	// Per failover: deliveries to the observers (one Observe per session),
-	// per observing session.
+	side               *side
 	observerDeliveries float64
-	// Heap in use per candidate once every candidate campaigns, in bytes.
-	heapPerCandidate float64
 }
 
 // runFleet opens sessions, and candidates spread over them, all
@@ -156,6 +154,7 @@ func runFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, r
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
+	goroutinesBefore := runtime.NumGoroutine()
 
 	opens := make([]func(string) (election.Service, error), sessions)
 	closes := make([]func(), sessions)
@@ -220,16 +219,19 @@ func runFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, r
 
 	// Everyone campaigns; each Campaign's return is a term, reported on won.
 	type term struct {
-		i  int
-		at time.Time
+		i      int
+		at     time.Time
+		waited time.Duration // its Campaign call's
 	}
 	won := make(chan term, candidates)
 	cctx, cstop := context.WithCancel(ctx)
 	defer cstop()
 	campaign := func(i int) {
 		go func() {
+			called := time.Now()
 			if err := cands[i].Campaign(cctx, fmt.Sprintf("candidate-%d", i)); err == nil {
-				won <- term{i, time.Now()}
+				now := time.Now()
+				won <- term{i, now, now.Sub(called)}
 			}
 		}()
 	}
@@ -249,6 +251,9 @@ func runFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, r
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
+	fp := &footprint{Waiters: candidates, Sessions: sessions, Clients: sessions, Embedded: lib.store == onEtcd && !e.external,
+		Goroutines: float64(runtime.NumGoroutine()-goroutinesBefore) / float64(candidates),
+		HeapBytes:  float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(candidates)}
 
 	obsMu.Lock()
 	observedBefore := observed
@@ -257,7 +262,7 @@ func runFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, r
 	if err != nil {
 		return nil, err
 	}
-	var failovers []time.Duration
+	var failovers, waits []time.Duration
 	began := time.Now()
 	for range rounds {
 		start := time.Now()
@@ -268,6 +273,7 @@ func runFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, r
 		select {
 		case next := <-won:
 			failovers = append(failovers, next.at.Sub(start))
+			waits = append(waits, next.waited)
 			leader = next
 		case <-time.After(time.Minute):
 			return nil, errors.New("no new leader within a minute of a Resign")
@@ -281,15 +287,11 @@ func runFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, r
 	deliveries := observed - observedBefore
 	obsMu.Unlock()
 
-	s := &side{Lib: lib.name, Count: len(failovers), Window: time.Since(began), handoffs: failovers}
-	s.Handoff = summarize(failovers)
+	s := &side{Lib: lib.name, Count: len(failovers), Window: time.Since(began), handoffs: failovers, waits: waits, Footprint: fp}
+	s.Handoff, s.Wait = summarize(failovers), summarize(waits)
 	s.rate()
 	s.Load = mt.load(snapBefore, snapAfter, len(failovers))
-	return &fleetFigures{
-		side:               s,
-		observerDeliveries: float64(deliveries) / float64(len(failovers)) / float64(sessions),
-		heapPerCandidate:   float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(candidates),
-	}, nil
+	return &fleetFigures{side: s, observerDeliveries: float64(deliveries) / float64(len(failovers)) / float64(sessions)}, nil
 }
 
 // waitQueued returns once every candidate's key is in the store (count
@@ -316,7 +318,8 @@ func waitQueued(ctx context.Context, lib fleetLib, e *env, prefix string, candid
 
 // fleetScenario: lib's election at fleetSmall candidates (one per
 // session), then at fleetCandidates over fleetSessions, judged on the
-// issue's fleet goals.
+// issue's fleet goals. The heap and goroutines per candidate are the
+// sides' footprints.
 func fleetScenario(lib fleetLib) func(ctx context.Context, r *runner) (*result, error) {
 	return func(ctx context.Context, r *runner) (*result, error) {
 		if err := r.env.start(lib.store); err != nil {
@@ -365,8 +368,6 @@ func fleetScenario(lib fleetLib) func(ctx context.Context, r *runner) (*result, 
 			judge(fmt.Sprintf("election fleet: observer deliveries/failover per session <= %g", fleetObserverGoal),
 				observed.observerDeliveries <= fleetObserverGoal, fmt.Sprintf("%.2f, with %.1f wakeups/failover in all (%.1f without observers)",
 					observed.observerDeliveries, wake(observed.side), wake(d))),
-			{Name: "election fleet: heap per candidate", Status: "reported",
-				Detail: fmt.Sprintf("%.1f KiB at %d (over %d sessions), %.1f KiB at %d", big.heapPerCandidate/1024, fc.candidates, fc.sessions, small.heapPerCandidate/1024, fc.small)},
 		}
 		return &result{Scenario: name, Rows: []*row{rw},
 			chart: chart{title: fmt.Sprintf("Election on %s, %d candidates over %d sessions and %d: failover, CDF", lib.store, fc.candidates, fc.sessions, fc.small),
