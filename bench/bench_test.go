@@ -458,6 +458,19 @@ func TestFigure(t *testing.T) {
 	if g := judgeFigure("g", nil, true, 1, "x", ""); g.Status != "n/a" {
 		t.Errorf("nothing measured: %+v", g)
 	}
+	// A count per acquisition at its threshold, off by the counting at
+	// the slices' ends, is on it: events per handoff of 0.998 to 1.002,
+	// counted to within 0.003, meet "at most 1"; 1.004 and above miss it.
+	events := figureOf([]float64{0.998, 1.002, 1.0, 0.999, 1.001})
+	events.Resolution = 0.003
+	if g := judgeFigure("g", events, false, 1, "", ""); g.Status != "met" {
+		t.Errorf("events at the threshold within the resolution: %+v", g)
+	}
+	over := figureOf([]float64{1.004, 1.006, 1.005})
+	over.Resolution = 0.003
+	if g := judgeFigure("g", over, false, 1, "", ""); g.Status != "MISSED" {
+		t.Errorf("events over the threshold by more than the resolution: %+v", g)
+	}
 }
 
 // TestPoolSides: a side pooled from slices adds their counts and windows,

@@ -175,6 +175,13 @@ type figure struct {
 	Q1      float64   `json:"q1"`
 	Q3      float64   `json:"q3"`
 	PerPair []float64 `json:"per_pair"` // in the order measured
+	// Resolution, for a count per acquisition, is how far a slice's value
+	// may be off by the counting alone: the store's counters are read at
+	// the slice's ends, where an acquisition in flight may count in one
+	// slice and its requests or events in the next (one acquisition's
+	// worth at each end).
+	// judgeFigure counts a value within it of the threshold as on it.
+	Resolution float64 `json:"resolution,omitempty"`
 }
 
 // figureOf summarises per-pair values; nil when there are none.
@@ -208,7 +215,8 @@ const statusInconclusive = "inconclusive"
 // judgeFigure judges f against threshold, which f must reach (atLeast) or
 // not exceed: met when f's whole interquartile range is on the right side
 // of threshold, MISSED when it is on the wrong side, inconclusive when
-// threshold lies within it; n/a when f is nil (nothing measured).
+// threshold lies within it (each within f's resolution); n/a when f is
+// nil (nothing measured).
 func judgeFigure(name string, f *figure, atLeast bool, threshold float64, unit, detail string) goal {
 	if f == nil {
 		return goal{Name: name, Status: "n/a", Detail: "no pair measured both sides" + detail}
@@ -219,9 +227,9 @@ func judgeFigure(name string, f *figure, atLeast bool, threshold float64, unit, 
 		lo, hi, threshold = -hi, -lo, -threshold
 	}
 	switch {
-	case lo >= threshold:
+	case lo+f.Resolution >= threshold:
 		return goal{Name: name, Status: "met", Detail: d}
-	case hi < threshold:
+	case hi+f.Resolution < threshold:
 		return goal{Name: name, Status: "MISSED", Detail: d}
 	default:
 		return goal{Name: name, Status: statusInconclusive, Detail: d}

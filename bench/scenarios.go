@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -271,12 +272,25 @@ func (rw *row) floorFigures(iv *interleaved, lat func(*side) dist) {
 		return l.P99 / b.Cycle.P99, l.N > 0 && b.Cycle.N > 0 && b.Cycle.P99 > 0
 	}))
 	perAcq := func(f func(*load) float64) *figure {
-		return figureOf(iv.perPair(func(a, _ *side) (float64, bool) {
+		fig := figureOf(iv.perPair(func(a, _ *side) (float64, bool) {
 			if a.Load == nil || a.Load.Acquisitions == 0 {
 				return 0, false
 			}
 			return f(a.Load), true
 		}))
+		if fig != nil {
+			// One acquisition's worth at each end of the smallest slice
+			// counted.
+			fewest := math.MaxInt
+			iv.perPair(func(a, _ *side) (float64, bool) {
+				if a.Load != nil && a.Load.Acquisitions > 0 {
+					fewest = min(fewest, a.Load.Acquisitions)
+				}
+				return 0, false
+			})
+			fig.Resolution = 2 * fig.Median / float64(fewest)
+		}
+		return fig
 	}
 	rw.RequestsPerAcq = perAcq(func(l *load) float64 { return l.Requests })
 	rw.WatchEventsPerAcq = perAcq(func(l *load) float64 { return l.WatchEvents })
