@@ -244,8 +244,12 @@ func runFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, r
 	case <-time.After(time.Minute):
 		return nil, errors.New("no leader within a minute of the campaigns")
 	}
-	// Let every campaign land before measuring memory and failovers.
+	// Let every campaign land, and the sessions take in what it set off,
+	// before measuring memory and failovers.
 	if err := waitQueued(ctx, lib, e, prefix, candidates); err != nil {
+		return nil, err
+	}
+	if err := settleWakeups(ctx, mt); err != nil {
 		return nil, err
 	}
 	runtime.GC()
@@ -312,6 +316,35 @@ func waitQueued(ctx context.Context, lib fleetLib, e *env, prefix string, candid
 		case <-time.After(20 * time.Millisecond):
 		case <-ctx.Done():
 			return fmt.Errorf("%d of %d candidates' keys in the store: %w", n, candidates, ctx.Err())
+		}
+	}
+}
+
+// settleWakeups returns once the side's sessions have acted on no watch
+// event or wake message for a while: a thousand campaigns send every
+// session (and, through its watch, every candidate on it) a thousand
+// events, which must not count against the failovers that follow.
+func settleWakeups(ctx context.Context, mt *meter) error {
+	const quiet, limit = 300 * time.Millisecond, time.Minute
+	deadline := time.Now().Add(limit)
+	last := -1.0
+	for {
+		snap, err := mt.scrape(ctx)
+		if err != nil {
+			return err
+		}
+		n := snap.series[wakeupsSeries]
+		if n == last {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the candidates' sessions still acting on events %v after the last campaign", limit)
+		}
+		last = n
+		select {
+		case <-time.After(quiet):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
