@@ -36,13 +36,13 @@ func (svc *service) recordGrant(g driver.Hold, w *waiter) bool {
 // (or its lease revoked) from a watch of its session's own keys (deletions
 // only, shared by the session's services on the same queue), but only once
 // a grant of it has lived for driver.HoldWatchAfter, or a waiting key for
-// driver.WaitWatchAfter (a quarter of the TTL). Short holds and waits, the common ones under
-// contention, are not watched, so their releases send their own session no
-// watch event and open and close no watch. A long hold learns of its key's
-// deletion within HoldWatchAfter and a round trip, a long wait within a
-// quarter of the TTL and a round trip: both well within half of it. The
-// watch closes when it brings news while no hold or wait of that age is
-// left.
+// driver.WaitWatchAfter (a quarter of the TTL). Short holds and waits, the
+// common ones under contention, are not watched, so their releases send
+// their own session no watch event and open and close no watch. A long
+// hold learns of its key's deletion within HoldWatchAfter and a round
+// trip, a long wait within a quarter of the TTL and a round trip: both well
+// within half of it. The watch closes when it brings news while no hold or
+// wait of that age is left.
 
 // ownWatchDue returns when the service's current hold or wait will need
 // the watch of its own keys (or needed it); false if it neither holds nor
