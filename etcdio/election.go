@@ -98,7 +98,8 @@ func (svc *service) electionChanged(m *mirror) {
 	if !m.ready {
 		return
 	}
-	now := leadership(m.first(svc.ours))
+	first := m.leader(svc.ours)
+	now := leadership(first)
 	if now != svc.leader {
 		svc.leader = now
 		svc.metrics.LeaderChanged()
@@ -123,7 +124,8 @@ func (svc *service) electionChanged(m *mirror) {
 	case w == nil || m.rev < w.created:
 	case !m.has(w.key):
 		svc.stopWaiter(fmt.Errorf("%s: candidate key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost))
-	case !m.anyBefore(svc.ours, w.created):
+	case first != nil && first.CreateRevision == w.created:
+		// w's key is there, and no key of the layout created before it.
 		svc.grantWaiter(w, driver.Hold{Key: w.key, Created: w.created, Token: fencing.Token(w.created), Value: w.value, Waited: w.waited})
 	}
 }

@@ -1,7 +1,9 @@
 package etcdio
 
 import (
+	"cmp"
 	"context"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,8 +29,21 @@ type mirror struct {
 	recent   [16]deletion // deletions only: the latest deletions, a ring
 	next     int
 	watchers map[*service]struct{}
-	cancel   context.CancelFunc
-	poke     chan struct{} // asks the helper for a progress notification
+	// Full mirrors: the keys in the order of their creation (stale
+	// entries, of keys deleted or created again since, are skipped and
+	// dropped as leader meets them); and the leader (see leader), while
+	// leaderKnown: a change of keys forgets it.
+	order       []created
+	leaderKV    *mvccpb.KeyValue
+	leaderKnown bool
+	cancel      context.CancelFunc
+	poke        chan struct{} // asks the helper for a progress notification
+}
+
+// created is a key and its CreateRevision.
+type created struct {
+	key string
+	rev int64
 }
 
 // deletion is a key and the revision it was deleted at.
@@ -123,10 +138,16 @@ func (m *mirror) load(kvs []*mvccpb.KeyValue, rev int64) bool {
 		return false // an older read than what the watch already showed
 	}
 	clear(m.keys)
+	m.order = m.order[:0]
 	for _, kv := range kvs {
 		m.keys[string(kv.Key)] = kv
+		if m.puts {
+			m.order = append(m.order, created{string(kv.Key), kv.CreateRevision})
+		}
 	}
+	slices.SortFunc(m.order, func(a, b created) int { return cmp.Compare(a.rev, b.rev) })
 	m.rev, m.loadRev, m.ready = rev, rev, true
+	m.leaderKnown = false
 	return true
 }
 
@@ -140,7 +161,12 @@ func (m *mirror) apply(evs []*clientv3.Event) bool {
 		}
 		switch ev.Type {
 		case clientv3.EventTypePut:
-			m.keys[string(ev.Kv.Key)] = ev.Kv
+			key := string(ev.Kv.Key)
+			if old := m.keys[key]; old == nil || old.CreateRevision != ev.Kv.CreateRevision {
+				// Created after every key the mirror has: last in order.
+				m.order = append(m.order, created{key, ev.Kv.CreateRevision})
+			}
+			m.keys[key] = ev.Kv
 		case clientv3.EventTypeDelete:
 			delete(m.keys, string(ev.Kv.Key))
 			if !m.puts {
@@ -149,6 +175,7 @@ func (m *mirror) apply(evs []*clientv3.Event) bool {
 			}
 		}
 		m.rev = ev.Kv.ModRevision
+		m.leaderKnown = false
 	}
 	return m.ready
 }
@@ -210,14 +237,41 @@ func (m *mirror) first(ours func(*mvccpb.KeyValue) bool) *mvccpb.KeyValue {
 	return best
 }
 
-// anyBefore reports whether a key that ours accepts was created before
-// rev. A key that was updated (a leader's Proclaim) counts from its
-// creation.
-func (m *mirror) anyBefore(ours func(*mvccpb.KeyValue) bool, rev int64) bool {
-	for _, kv := range m.keys {
-		if kv.CreateRevision < rev && ours(kv) {
-			return true
+// leader is first for the one layout of the services that share the
+// mirror (an election's: one prefix, one kind, see claim), computed once
+// per change of the keys: every candidate on the session asks after each
+// change, and with many candidates a walk of the keys each would cost the
+// session's loop candidates x keys.
+func (m *mirror) leader(ours func(*mvccpb.KeyValue) bool) *mvccpb.KeyValue {
+	if m.leaderKnown {
+		return m.leaderKV
+	}
+	if !m.puts {
+		m.leaderKV, m.leaderKnown = m.first(ours), true
+		return m.leaderKV
+	}
+	live := func(c created) *mvccpb.KeyValue {
+		if kv := m.keys[c.key]; kv != nil && kv.CreateRevision == c.rev {
+			return kv
+		}
+		return nil
+	}
+	// Stale entries ahead of the leader go; a key of another layout stays
+	// (a nested name's: rare). Stale entries further back go when they
+	// outnumber the keys.
+	for len(m.order) > 0 && live(m.order[0]) == nil {
+		m.order = m.order[1:]
+	}
+	if len(m.order) > 2*len(m.keys)+16 {
+		m.order = slices.DeleteFunc(m.order, func(c created) bool { return live(c) == nil })
+	}
+	m.leaderKV = nil
+	for _, c := range m.order {
+		if kv := live(c); kv != nil && ours(kv) {
+			m.leaderKV = kv
+			break
 		}
 	}
-	return false
+	m.leaderKnown = true
+	return m.leaderKV
 }

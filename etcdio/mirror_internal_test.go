@@ -109,7 +109,7 @@ func TestMirrorLoadOlderThanWatchIsRefused(t *testing.T) {
 	}
 }
 
-func TestMirrorFirstAndAnyBefore(t *testing.T) {
+func TestMirrorFirst(t *testing.T) {
 	under := func(sub string) func(*mvccpb.KeyValue) bool {
 		return func(kv *mvccpb.KeyValue) bool { return strings.HasPrefix(string(kv.Key), sub) }
 	}
@@ -124,8 +124,62 @@ func TestMirrorFirstAndAnyBefore(t *testing.T) {
 	if m.first(under("/p/none/")) != nil {
 		t.Fatal("first of an empty sub-prefix")
 	}
-	// A key updated later (ModRevision 9) counts from its creation (5).
-	if !m.anyBefore(under("/p/read/"), 6) || m.anyBefore(under("/p/write/"), 7) || !m.anyBefore(under("/p/"), 4) {
-		t.Fatal("anyBefore does not order by CreateRevision")
+}
+
+// The leader is the first key, computed once per change of the keys: a
+// change (a load, a put, a delete) makes it look again.
+func TestMirrorLeaderFollowsChanges(t *testing.T) {
+	all := func(*mvccpb.KeyValue) bool { return true }
+	m := newMirror("/p/", true)
+	m.load([]*mvccpb.KeyValue{kv("/p/b", 5, 9), kv("/p/c", 7, 7)}, 10)
+	if l := m.leader(all); string(l.Key) != "/p/b" {
+		t.Fatalf("leader %s, want /p/b", l.Key)
+	}
+	m.apply([]*clientv3.Event{del("/p/b", 11)})
+	if l := m.leader(all); string(l.Key) != "/p/c" {
+		t.Fatalf("leader after /p/b's deletion %s, want /p/c", l.Key)
+	}
+	m.apply([]*clientv3.Event{put("/p/c", 7, 12)})
+	if l := m.leader(all); l.ModRevision != 12 {
+		t.Fatalf("leader after its update at 12: %+v", l)
+	}
+	m.load([]*mvccpb.KeyValue{kv("/p/a", 3, 3), kv("/p/c", 7, 12)}, 13)
+	if l := m.leader(all); string(l.Key) != "/p/a" {
+		t.Fatalf("leader after a load %s, want /p/a", l.Key)
+	}
+	// A key deleted and created again leads from its new creation.
+	m.apply([]*clientv3.Event{put("/p/d", 15, 15), del("/p/a", 16), put("/p/a", 17, 17)})
+	if l := m.leader(all); string(l.Key) != "/p/c" {
+		t.Fatalf("leader %s, want /p/c (created at 7)", l.Key)
+	}
+	m.apply([]*clientv3.Event{del("/p/c", 18), del("/p/d", 19)})
+	if l := m.leader(all); string(l.Key) != "/p/a" || l.CreateRevision != 17 {
+		t.Fatalf("leader %+v, want /p/a created again at 17", l)
+	}
+	// A key of another layout is passed over, not dropped.
+	m.load([]*mvccpb.KeyValue{kv("/p/n/x", 20, 20), kv("/p/e", 21, 21)}, 22)
+	mine := func(kv *mvccpb.KeyValue) bool { return !strings.Contains(string(kv.Key)[len("/p/"):], "/") }
+	if l := m.leader(mine); string(l.Key) != "/p/e" {
+		t.Fatalf("leader %s, want /p/e past the nested key", l.Key)
+	}
+	m.apply([]*clientv3.Event{del("/p/e", 23)})
+	if l := m.leader(mine); l != nil {
+		t.Fatalf("leader %s with only a nested key left", l.Key)
+	}
+	// Many keys come and go behind a leader that stays: the order keeps
+	// no more than a bounded share of stale entries.
+	m.load([]*mvccpb.KeyValue{kv("/p/lead", 30, 30)}, 30)
+	for i := int64(0); i < 200; i++ {
+		m.apply([]*clientv3.Event{put("/p/w", 31+2*i, 31+2*i), del("/p/w", 32+2*i)})
+		if l := m.leader(all); string(l.Key) != "/p/lead" {
+			t.Fatalf("leader %s, want /p/lead", l.Key)
+		}
+	}
+	if len(m.order) > 2*len(m.keys)+17 {
+		t.Fatalf("order holds %d entries for %d keys", len(m.order), len(m.keys))
+	}
+	m.load(nil, 500)
+	if l := m.leader(all); l != nil {
+		t.Fatalf("leader of no keys %s", l.Key)
 	}
 }
