@@ -252,7 +252,10 @@
 // missed around a reconnect, each waiter also looks again every TTL/4 (at
 // least 50 ms, at most 1 s): a bounded re-check, one small script per
 // waiter, not a polling storm. An election's observers read the head on
-// each message and at the same interval.
+// each message and at the same interval: one read per session and name,
+// shared by all the session's candidates and observers on that name (a
+// session's leader watch), so a change costs each session one read,
+// however many candidates it hosts.
 //
 // # The session loop
 //
@@ -321,7 +324,8 @@
 //     subscriptions and wake-ups.
 //   - service.go: one type, service, is every primitive, around a
 //     driver.Shell; lock.go, rwlock.go and election.go are the public
-//     methods over it, watch.go an election's leader reads, semaphore.go
+//     methods over it, watch.go an election's leader reads (one leader
+//     watch per session and name), semaphore.go
 //     a semaphore's.
 //   - queue.go: how an acquisition queues, waits and is granted.
 //     grant.go: a hold's release and its loss to a deleted key.

@@ -110,7 +110,7 @@ func (e *Election) Leader(ctx context.Context) (election.Leadership, error) {
 // Observe delivers the current leader first, then each change.
 func (e *Election) Observe(ctx context.Context) <-chan election.Leadership {
 	v := e.v
-	seq := v.leaderReads.Add(1)
+	seq := v.s.leaderReads.Add(1)
 	l, rerr := v.readLeader(ctx)
 	ch, err := loopCall(v.s, ctx, func() (<-chan election.Leadership, error) {
 		if v.Ended() {

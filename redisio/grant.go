@@ -92,7 +92,7 @@ func (v *service) wokenLoop(head string) {
 		v.wakeLoop(w)
 	}
 	if v.kind == kindElection {
-		v.wakeLoop(v.watchWake)
+		v.s.kickLeader(v.name, v.Spec().Metrics, v.Spec().Kind)
 	}
 }
 

@@ -44,8 +44,6 @@ type service struct {
 	obs        *actor.Fanout[election.Leadership] // elections only
 	finishOnce sync.Once
 
-	leaderReads atomic.Uint64
-	watchWake   chan struct{}
 	// cleaning, while a helper takes a lost hold out of the queue, is
 	// closed when it is done: the next acquisition waits for it.
 	cleaning atomic.Pointer[chan struct{}]
@@ -140,7 +138,7 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 		Shell: driver.NewShell(sp),
 		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue, value: o.value, permits: o.permits,
 		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
-		watchWake: make(chan struct{}, 1), waiting: map[string]chan struct{}{}, listeners: map[chan struct{}]struct{}{},
+		waiting: map[string]chan struct{}{}, listeners: map[chan struct{}]struct{}{},
 	}
 	if k == kindParty {
 		v.queue, v.granted, v.wake = name+"/dbarrier.parties", name+"/dbarrier", name+"/dbarrier.wake"
@@ -163,8 +161,7 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 			v.Suspend(s.clock.Deadline()) // a grant while suspended is told at once
 		}
 		if k == kindElection {
-			s.helpers.Add(1)
-			go v.watch()
+			s.watchLeader(v)
 		}
 		return struct{}{}, nil
 	}); err != nil {
@@ -266,6 +263,9 @@ func (v *service) endLoop(err error, cause string) []holdRef {
 	v.Finish(err)
 	if v.obs != nil {
 		v.obs.Close()
+	}
+	if v.kind == kindElection {
+		v.s.unwatchLeader(v)
 	}
 	delete(v.s.services, v)
 	return refs

@@ -53,6 +53,9 @@ type Session struct {
 	quitOnce sync.Once
 
 	enqueues atomic.Uint64 // the nonces of this session's enqueues
+	// leaderReads numbers the reads of elections' leaders, so that a
+	// service applies none older than one it applied.
+	leaderReads atomic.Uint64
 
 	ps    *redis.PubSub
 	subMu sync.Mutex
@@ -60,8 +63,10 @@ type Session struct {
 
 	// Loop only.
 	services map[*service]struct{}
-	clock    driver.Clock // the deadline, from the send times of acknowledged refreshes
-	ended    bool
+	// leaderWatches: one per election name with services on the session.
+	leaderWatches map[string]*leaderWatch
+	clock         driver.Clock // the deadline, from the send times of acknowledged refreshes
+	ended         bool
 	// afterCleanup, if set (by a test), runs on the helper that takes a
 	// hold whose key was deleted out of the queue, after its script.
 	afterCleanup func()
@@ -98,7 +103,7 @@ func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, er
 	s := &Session{
 		cli: cli, id: id, key: sessionPrefix + strconv.FormatInt(id, 10), ttl: o.TTL, log: o.Logger, metrics: o.Metrics,
 		mb: actor.NewMailbox[func()](), quit: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{}),
-		subs: map[string]int{}, services: map[*service]struct{}{},
+		subs: map[string]int{}, services: map[*service]struct{}{}, leaderWatches: map[string]*leaderWatch{},
 		clock: driver.NewClock(sent, o.TTL, driver.SuspendPart(o.TTL, o.SuspendAfter)),
 	}
 	// The session's own channel, its key, on which its waiters are woken,

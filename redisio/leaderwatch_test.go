@@ -1,0 +1,78 @@
+package redisio_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/metrics"
+	"github.com/ahrtr/disco/primitives/election"
+	"github.com/ahrtr/disco/redisio"
+)
+
+// Candidates on one session share one reader of their election's leader: a
+// change of the queue (here a Resign) costs the session one read and one
+// wakeup for them all, plus the wake of the next leader, not one per
+// candidate.
+func TestCandidatesOnASessionShareTheLeaderRead(t *testing.T) {
+	const candidates = 10
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli := newClient(t, r)
+	// A long TTL: no recheck read comes between the reads counted.
+	s := testkit.ClosedAtEnd[*redisio.Session](t)(redisio.NewSession(cli, redisio.WithTTL(20*time.Second), redisio.WithMetrics(m)))
+	es := make([]election.Service, candidates)
+	for i := range es {
+		es[i] = testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, "shared", redisio.WithSession(s)))
+	}
+	if err := es[0].Campaign(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan int, candidates)
+	for i := 1; i < candidates; i++ {
+		go func() {
+			if err := es[i].Campaign(ctx, "next"); err == nil {
+				won <- i
+			}
+		}()
+	}
+	testkit.Eventually(t, 10*time.Second, "every candidate queued", func() bool {
+		n, err := cli.ZCard(ctx, "shared/queue").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == candidates
+	})
+	woken := func() float64 { return testkit.Gather(t, reg)[`disco_wakeups_total{kind="election"}`] }
+	// Let the campaigns' own messages settle: the count stops moving.
+	last := -1.0
+	testkit.Eventually(t, 10*time.Second, "the campaigns' wakeups settled", func() bool {
+		n := woken()
+		settled := n == last
+		last = n
+		return settled
+	})
+	before := woken()
+	if err := es[0].Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-won:
+	case <-ctx.Done():
+		t.Fatal("no candidate led after the leader resigned")
+	}
+	if d := woken() - before; d > 4 {
+		t.Errorf("a Resign woke the session's candidates %v times, want about 2 (one shared read, the next leader)", d)
+	}
+}
