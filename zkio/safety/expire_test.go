@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -19,11 +20,40 @@ import (
 // ZooKeeper's own tests do: it opens a second connection with the
 // session's id and password and closes the session on it. The session's
 // own client learns it as an expiry when it next reaches a server.
+//
+// Taking the session up on a second connection makes the server drop the
+// client's, and the client reconnects at once, taking it back: the server
+// then drops the second connection, and a close sent on it may go
+// unanswered (EOF), done or not. So a close cut off is tried again on a
+// new connection, until one is answered or the server says the session is
+// gone.
 func expireSession(addr string, s *zkio.Session) error {
+	const attempts = 10
+	var err error
+	for attempt := range attempts {
+		var gone bool
+		gone, err = closeSession(addr, s)
+		switch {
+		case err == nil:
+			return nil
+		case gone && attempt > 0:
+			return nil // a close cut off before its reply ended it
+		case !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET):
+			return err
+		}
+		t := time.NewTimer(time.Duration(attempt+1) * 20 * time.Millisecond)
+		<-t.C
+	}
+	return fmt.Errorf("%d tries: %w", attempts, err)
+}
+
+// closeSession is one try of expireSession; gone reports that the server
+// did not take the session up (it has ended).
+func closeSession(addr string, s *zkio.Session) (gone bool, err error) {
 	id, passwd := s.SessionID(), sessionPassword(s)
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -36,33 +66,33 @@ func expireSession(addr string, s *zkio.Session) error {
 	req = binary.BigEndian.AppendUint32(req, uint32(len(passwd)))
 	req = append(req, passwd...)
 	if err := writeFrame(c, req); err != nil {
-		return err
+		return false, err
 	}
 	resp, err := readFrame(c)
 	if err != nil {
-		return fmt.Errorf("connect with session %#x: %w", id, err)
+		return false, fmt.Errorf("connect with session %#x: %w", id, err)
 	}
 	// ConnectResponse: protocol version, timeout, session id, password.
 	if len(resp) < 16 || binary.BigEndian.Uint32(resp[4:]) == 0 || int64(binary.BigEndian.Uint64(resp[8:])) != id {
-		return fmt.Errorf("session %#x: the server did not take it up (already expired?)", id)
+		return true, fmt.Errorf("session %#x: the server did not take it up (already expired?)", id)
 	}
 	// closeSession: xid 1, opcode -11.
 	closeReq := binary.BigEndian.AppendUint32(nil, 1)
 	closeReq = binary.BigEndian.AppendUint32(closeReq, uint32(0xffffffff-11+1))
 	if err := writeFrame(c, closeReq); err != nil {
-		return err
+		return false, err
 	}
 	reply, err := readFrame(c)
 	if err != nil {
-		return fmt.Errorf("close session %#x: %w", id, err)
+		return false, fmt.Errorf("close session %#x: %w", id, err)
 	}
 	if len(reply) < 16 {
-		return fmt.Errorf("close session %#x: short reply", id)
+		return false, fmt.Errorf("close session %#x: short reply", id)
 	}
 	if code := int32(binary.BigEndian.Uint32(reply[12:])); code != 0 {
-		return fmt.Errorf("close session %#x: error %d", id, code)
+		return false, fmt.Errorf("close session %#x: error %d", id, code)
 	}
-	return nil
+	return false, nil
 }
 
 func writeFrame(w io.Writer, b []byte) error {
