@@ -225,29 +225,14 @@ func (m *mirror) gone(key string, rev int64) bool {
 	return m.loadRev >= rev && !m.has(key)
 }
 
-// first returns the key that ours accepts with the lowest CreateRevision,
-// or nil if there is none.
-func (m *mirror) first(ours func(*mvccpb.KeyValue) bool) *mvccpb.KeyValue {
-	var best *mvccpb.KeyValue
-	for _, kv := range m.keys {
-		if (best == nil || kv.CreateRevision < best.CreateRevision) && ours(kv) {
-			best = kv
-		}
-	}
-	return best
-}
-
-// leader is first for the one layout of the services that share the
-// mirror (an election's: one prefix, one kind, see claim), computed once
-// per change of the keys: every candidate on the session asks after each
-// change, and with many candidates a walk of the keys each would cost the
-// session's loop candidates x keys.
+// leader returns the key that ours accepts with the lowest
+// CreateRevision, or nil if there is none, from a full mirror. ours is the
+// one layout of the services that share the mirror (an election's: one
+// prefix, one kind, see claim), so the answer is computed once per change
+// of the keys: every candidate on the session asks after each change, and
+// a walk of the keys each would cost the session's loop candidates x keys.
 func (m *mirror) leader(ours func(*mvccpb.KeyValue) bool) *mvccpb.KeyValue {
 	if m.leaderKnown {
-		return m.leaderKV
-	}
-	if !m.puts {
-		m.leaderKV, m.leaderKnown = m.first(ours), true
 		return m.leaderKV
 	}
 	live := func(c created) *mvccpb.KeyValue {

@@ -109,20 +109,22 @@ func TestMirrorLoadOlderThanWatchIsRefused(t *testing.T) {
 	}
 }
 
-func TestMirrorFirst(t *testing.T) {
+// The leader is the key of the layout with the lowest CreateRevision.
+func TestMirrorLeaderOrdersByCreation(t *testing.T) {
 	under := func(sub string) func(*mvccpb.KeyValue) bool {
 		return func(kv *mvccpb.KeyValue) bool { return strings.HasPrefix(string(kv.Key), sub) }
 	}
-	m := newMirror("/p/", true)
-	m.load([]*mvccpb.KeyValue{kv("/p/write/x", 7, 7), kv("/p/read/y", 5, 9), kv("/p/read/z", 3, 3)}, 10)
-	if f := m.first(under("/p/")); string(f.Key) != "/p/read/z" {
-		t.Fatalf("first = %s, want the lowest CreateRevision", f.Key)
-	}
-	if f := m.first(under("/p/write/")); string(f.Key) != "/p/write/x" {
-		t.Fatalf("first under write/ = %s", f.Key)
-	}
-	if m.first(under("/p/none/")) != nil {
-		t.Fatal("first of an empty sub-prefix")
+	keys := []*mvccpb.KeyValue{kv("/p/write/x", 7, 7), kv("/p/read/y", 5, 9), kv("/p/read/z", 3, 3)}
+	for _, tc := range []struct{ sub, want string }{{"/p/", "/p/read/z"}, {"/p/write/", "/p/write/x"}, {"/p/none/", ""}} {
+		m := newMirror("/p/", true)
+		m.load(keys, 10)
+		got := ""
+		if l := m.leader(under(tc.sub)); l != nil {
+			got = string(l.Key)
+		}
+		if got != tc.want {
+			t.Errorf("leader under %s = %q, want %q", tc.sub, got, tc.want)
+		}
 	}
 }
 
