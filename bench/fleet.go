@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/redisio"
 	"github.com/ahrtr/disco/zkio"
@@ -312,9 +313,7 @@ func waitQueued(ctx context.Context, lib fleetLib, e *env, prefix string, candid
 		if n >= candidates {
 			return nil
 		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
+		if !ctxtime.Sleep(ctx, 20*time.Millisecond) {
 			return fmt.Errorf("%d of %d candidates' keys in the store: %w", n, candidates, ctx.Err())
 		}
 	}
@@ -341,9 +340,7 @@ func settleWakeups(ctx context.Context, mt *meter) error {
 			return fmt.Errorf("the candidates' sessions still acting on events %v after the last campaign", limit)
 		}
 		last = n
-		select {
-		case <-time.After(quiet):
-		case <-ctx.Done():
+		if !ctxtime.Sleep(ctx, quiet) {
 			return ctx.Err()
 		}
 	}

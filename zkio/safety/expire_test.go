@@ -41,8 +41,7 @@ func expireSession(addr string, s *zkio.Session) error {
 		case !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET):
 			return err
 		}
-		t := time.NewTimer(time.Duration(attempt+1) * 20 * time.Millisecond)
-		<-t.C
+		time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond) // a retry's backoff
 	}
 	return fmt.Errorf("%d tries: %w", attempts, err)
 }
