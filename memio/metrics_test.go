@@ -5,11 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/memio"
-	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -22,11 +19,7 @@ import (
 // loop mailbox, so it reports neither.
 func TestMetrics(t *testing.T) {
 	testkit.NoLeaks(t)
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := testkit.NewMetrics(t)
 	clock := memio.NewFakeClock(time.Unix(1e9, 0))
 	st := memio.NewStore(memio.WithClock(clock))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

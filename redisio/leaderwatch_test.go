@@ -5,11 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
-	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/redisio"
 )
@@ -22,11 +19,7 @@ func TestCandidatesOnASessionShareTheLeaderRead(t *testing.T) {
 	const candidates = 10
 	r := testserver.StartRedis(t)
 	testkit.NoLeaks(t)
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := testkit.NewMetrics(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli := newClient(t, r)

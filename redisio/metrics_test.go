@@ -8,12 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
-	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -27,11 +24,7 @@ import (
 func TestMetrics(t *testing.T) {
 	r := testserver.StartRedis(t)
 	testkit.NoLeaks(t)
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := testkit.NewMetrics(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin := newClient(t, r)

@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
-	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
 )
@@ -27,11 +24,7 @@ func TestLockHandoffSendsOneWakeMessage(t *testing.T) {
 	r := testserver.StartRedis(t)
 	testkit.NoLeaks(t)
 	const contenders, warm, total = 16, 32, 192
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := testkit.NewMetrics(t)
 	ls := make([]lock.Service, contenders)
 	for i := range ls {
 		ls[i] = lockOn(t, r, "wake-one", redisio.WithMetrics(m))

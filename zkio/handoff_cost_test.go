@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ahrtr/disco/internal/testkit"
-	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
 )
@@ -26,11 +23,7 @@ func TestHandoffWakesOnlyTheNext(t *testing.T) {
 	const owners = 10
 	servers := startZooKeeper(t)
 	admin := adminConn(t, servers)
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := testkit.NewMetrics(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const path = "/handoff/lock"

@@ -5,11 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/internal/testkit"
-	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -24,11 +21,7 @@ func TestMetrics(t *testing.T) {
 	t.Parallel()
 	servers := startZooKeeper(t)
 	admin := adminConn(t, servers)
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := testkit.NewMetrics(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers, zkio.WithTTL(4*time.Second), zkio.WithMetrics(m)))
@@ -98,11 +91,7 @@ func TestMetricsWakeups(t *testing.T) {
 	t.Parallel()
 	servers := startZooKeeper(t)
 	admin := adminConn(t, servers)
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := testkit.NewMetrics(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, "/metrics/wake", zkio.WithMetrics(m)))

@@ -49,6 +49,18 @@ func ClosedAtEnd[S interface{ Close() error }](t testing.TB) func(S, error) S {
 	}
 }
 
+// NewMetrics returns a fresh registry and disco's metrics on it, for a
+// test that reads what a backend reported (Gather).
+func NewMetrics(t testing.TB) (*prometheus.Registry, *metrics.Metrics) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, m
+}
+
 // Gather returns every sample of reg by its series name and labels, as
 // Prometheus's text format names them (a histogram by its _count).
 func Gather(t testing.TB, reg *prometheus.Registry) map[string]float64 {
