@@ -66,8 +66,9 @@ type fleetLib struct {
 	// session opens a session (its own connection) reporting to mt; open
 	// makes a candidate on it, close ends it.
 	session func(e *env, mt *meter) (open func(prefix string) (election.Service, error), close func(), err error)
-	// queued counts the candidates' keys of the election on prefix.
-	queued func(ctx context.Context, e *env, prefix string) (int, error)
+	// queued opens a counter of the candidates' keys of the election on
+	// prefix, on a connection of its own that close ends.
+	queued func(e *env, prefix string) (count func(context.Context) (int, error), close func(), err error)
 }
 
 var etcdFleet = fleetLib{name: "disco", store: onEtcd, session: func(e *env, mt *meter) (func(string) (election.Service, error), func(), error) {
@@ -84,17 +85,18 @@ var etcdFleet = fleetLib{name: "disco", store: onEtcd, session: func(e *env, mt 
 			return etcdio.NewElection(cli, prefix, etcdio.WithSession(s))
 		},
 		func() { _ = s.Close(); _ = cli.Close() }, nil
-}, queued: func(ctx context.Context, e *env, prefix string) (int, error) {
+}, queued: func(e *env, prefix string) (func(context.Context) (int, error), func(), error) {
 	cli, err := e.newClient()
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	defer cli.Close()
-	resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return 0, err
-	}
-	return int(resp.Count), nil
+	return func(ctx context.Context) (int, error) {
+		resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, err
+		}
+		return int(resp.Count), nil
+	}, func() { _ = cli.Close() }, nil
 }}
 
 var zkFleet = fleetLib{name: "disco-zk", store: onZK, session: func(e *env, mt *meter) (func(string) (election.Service, error), func(), error) {
@@ -106,17 +108,18 @@ var zkFleet = fleetLib{name: "disco-zk", store: onZK, session: func(e *env, mt *
 			return zkio.NewElection(nil, prefix, zkio.WithSession(s))
 		},
 		func() { _ = s.Close() }, nil
-}, queued: func(_ context.Context, e *env, prefix string) (int, error) {
+}, queued: func(e *env, prefix string) (func(context.Context) (int, error), func(), error) {
 	conn, _, err := zk.Connect([]string{e.zkAddr}, zkTimeout, zk.WithLogger(zkQuiet{}))
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	defer conn.Close()
-	kids, _, err := conn.Children(prefix)
-	if errors.Is(err, zk.ErrNoNode) {
-		return 0, nil
-	}
-	return len(kids), err
+	return func(context.Context) (int, error) {
+		kids, _, err := conn.Children(prefix)
+		if errors.Is(err, zk.ErrNoNode) {
+			return 0, nil
+		}
+		return len(kids), err
+	}, conn.Close, nil
 }}
 
 var redisFleet = fleetLib{name: "disco-redis", store: onRedis, session: func(e *env, mt *meter) (func(string) (election.Service, error), func(), error) {
@@ -129,11 +132,12 @@ var redisFleet = fleetLib{name: "disco-redis", store: onRedis, session: func(e *
 			return redisio.NewElection(cli, prefix, redisio.WithSession(s))
 		},
 		func() { _ = s.Close() }, nil
-}, queued: func(ctx context.Context, e *env, prefix string) (int, error) {
+}, queued: func(e *env, prefix string) (func(context.Context) (int, error), func(), error) {
 	cli := redis.NewClient(&redis.Options{Addr: e.redisAddr})
-	defer cli.Close()
-	n, err := cli.ZCard(ctx, prefix+"/queue").Result() // the name's queue (see redisio's Keys)
-	return int(n), err
+	return func(ctx context.Context) (int, error) {
+		n, err := cli.ZCard(ctx, prefix+"/queue").Result() // the name's queue (see redisio's Keys)
+		return int(n), err
+	}, func() { _ = cli.Close() }, nil
 }}
 
 // fleetFigures is one size's outcome: its side (with the candidates'
@@ -305,8 +309,13 @@ func runFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, r
 func waitQueued(ctx context.Context, lib fleetLib, e *env, prefix string, candidates int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	count, closeCount, err := lib.queued(e, prefix)
+	if err != nil {
+		return fmt.Errorf("count the candidates' keys: %w", err)
+	}
+	defer closeCount()
 	for {
-		n, err := lib.queued(ctx, e, prefix)
+		n, err := count(ctx)
 		if err != nil {
 			return fmt.Errorf("count the candidates' keys: %w", err)
 		}
