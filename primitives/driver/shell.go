@@ -28,6 +28,9 @@ type Spec struct {
 	Taken error
 	// CancelOnSuspend is WithCancelOnSuspend's setting.
 	CancelOnSuspend bool
+	// Listeners, if set, counts the service's subscriptions (see
+	// Listeners).
+	Listeners *Listeners
 	// Metrics receives the grants' measures; nil records nothing.
 	Metrics *metrics.Metrics
 }
@@ -74,7 +77,11 @@ func (sh *Shell) Spec() Spec { return sh.spec }
 // package primitives for the rules. The channel is closed when ctx ends or,
 // after the remaining events, when the service is done.
 func (sh *Shell) Subscribe(ctx context.Context) <-chan primitives.Event {
-	return sh.events.Subscribe(ctx)
+	ch := sh.events.Subscribe(ctx)
+	if sh.spec.Listeners != nil {
+		sh.spec.Listeners.Join(ctx)
+	}
+	return ch
 }
 
 // Done is closed when the service is done: its session ended or it was

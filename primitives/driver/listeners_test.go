@@ -1,0 +1,39 @@
+package driver_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ahrtr/disco/primitives/driver"
+)
+
+// A driver follows who leads only while someone listens: Listening turns
+// true with the first subscription, stays true while any lives, and turns
+// false once the last one's context ends, with changed called at each
+// turn and not in between.
+func TestListenersFollowSubscriptions(t *testing.T) {
+	var turns atomic.Int32
+	l := driver.NewListeners(func() { turns.Add(1) })
+	sh := driver.NewShell(driver.Spec{Kind: "election", Name: "test", Listeners: l})
+	if l.Listening() {
+		t.Fatal("listening before any subscription")
+	}
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	sh.Subscribe(ctx1)
+	l.Join(ctx2) // an observation
+	if !l.Listening() || turns.Load() != 1 {
+		t.Fatalf("after two listeners joined: listening %v, %d turns (want true, 1)", l.Listening(), turns.Load())
+	}
+	cancel1()
+	cancel2()
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Listening() || turns.Load() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after both ended: listening %v, %d turns (want false, 2)", l.Listening(), turns.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
