@@ -34,9 +34,9 @@
 //     helpers (on etcd, each request bounded by a per-attempt timeout).
 //     Never the loop.
 //   - A waiting Lock or Campaign is its caller's goroutine, parked on its
-//     reply; the loop keeps a record. A waiting lock also has one helper
-//     goroutine watching the key ahead (plus the goroutine etcd's client
-//     library runs per open watch). The session has one keepalive helper and
+//     reply; the loop keeps a record. A waiting lock or candidate also has
+//     one helper goroutine watching the key ahead (plus the goroutine etcd's
+//     client library runs per open watch). The session has one keepalive helper and
 //     one watch per mirrored prefix, whatever the number of primitives.
 //   - A slow subscriber never stalls the loop. Events are queued per
 //     subscriber (package actor): Acquired, Released, Lost, Suspended and
@@ -155,8 +155,19 @@
 // ErrLost at its turn or once the wait is a quarter of the TTL old (at once
 // after that), plus a round trip; a lease revoked under a session ends it
 // then, or at its next keepalive (every third of the TTL), whichever comes
-// first. An election instead mirrors its whole
-// prefix, since who leads is the first of everyone's keys.
+// first. An election's candidates do the same.
+//
+// A waiting candidate follows the deletions of the one key just ahead of its
+// own, so a failover (a term's end, and the next candidate's Campaign
+// returning) wakes the candidate next in line alone however many wait:
+// with 1,000 candidates it costs etcd as many requests as with 8. Who
+// leads, for LeaderChanged and Observe, comes from a watch of the whole
+// prefix (one per session, values included, since who leads is the first
+// of everyone's keys), which a candidate keeps only while someone
+// subscribes to its events or observes it: every change under the prefix
+// reaches each such session. A subscriber that arrives after a change gets
+// LeaderChanged for the leader at its subscription only if that leader is
+// not the last one the candidate reported.
 //
 // A key this session wrote and no longer wants (a caller gave up, Close on a
 // shared session) is deleted by a helper, retried with backoff while the
@@ -211,9 +222,11 @@
 //     aheadLooked). Then the
 //     grant is born whole in holds: with the read's revision as its token,
 //     or with the token the spec issues first (rwlocks: tokenIssued).
-//   - election.go: a candidate parks the same way (campaigned); the loop
-//     makes it leader from the mirror of the prefix (electionChanged). Its
-//     token is its key's CreateRevision.
+//   - election.go: a candidate waits as a lock's owner does, behind the
+//     key just ahead alone (aheadPrefix); its token is its key's
+//     CreateRevision. While anyone listens (listenersChanged), the service
+//     follows the session's mirror of the prefix, and reports who leads
+//     from it (electionChanged).
 //   - grant.go: how a grant (the shell's driver.Hold) ends in etcd:
 //     released (Unlock, Resign), Lost (checkGrant, then vanishedConfirmed
 //     or the session's end), Close; and when a service watches its own

@@ -1,6 +1,7 @@
 package etcdio
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
@@ -16,13 +18,16 @@ import (
 
 // electionService is election.Service on a session. Candidates queue by
 // CreateRevision under prefix, as in etcd's concurrency.Election: the first
-// key created leads, and its CreateRevision is the term's token. A term is
-// the service's grant; a candidacy still waiting is its waiter, which the
-// loop makes the grant when the session's mirror of the prefix shows no
-// earlier key.
+// key created leads, and its CreateRevision is the term's token. A
+// candidate waits as a lock's owner does (see queue.go), behind the key
+// just ahead of its own alone, so a failover wakes the one candidate next
+// in line however many wait. Who leads, for LeaderChanged and Observe, comes
+// from the session's mirror of the whole prefix, which the service follows
+// only while someone subscribes to its events or observes it (see
+// listenersChanged).
 type electionService struct{ *service }
 
-var electionSpec = &spec{kind: "election", errNotHeld: election.ErrNotLeader, mirrorAll: true}
+var electionSpec = &spec{kind: "election", errNotHeld: election.ErrNotLeader, ownQueues: []string{""}, election: true}
 
 // NewElection returns a candidate and observer in the election on prefix.
 // Candidates queue under prefix+"/" in the order etcd's
@@ -49,57 +54,17 @@ func (e electionService) Campaign(ctx context.Context, value string) error {
 	if err := e.checkValue("campaign", value); err != nil {
 		return err
 	}
-	if err := e.Enter(ctx, false); err != nil {
-		return err
-	}
-	if err := e.campaign(ctx, value); err != nil {
-		e.Leave()
-		return err
-	}
-	return nil
-}
-
-func (e electionService) campaign(ctx context.Context, value string) error {
-	count := clientv3.OpGet(e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	w, resp, err := e.create(ctx, e.prefix, value, nil, count)
-	if err != nil {
-		return fmt.Errorf("campaign: %w", err)
-	}
-	ahead := resp.Responses[0].GetResponseRange().Count > 0
-	_, err = e.park(ctx, w, func(r actor.Reply[driver.Hold]) { e.campaigned(w, ahead, r) })
+	_, err := e.acquire(ctx, queue{keys: e.prefix, blockers: e.prefix, value: value}, false)
 	return err
 }
 
-// campaigned parks Campaign's caller until its key leads. Loop only.
-func (svc *service) campaigned(w *waiter, ahead bool, r actor.Reply[driver.Hold]) {
-	switch {
-	case svc.Ended():
-		r.Answer(driver.Hold{}, svc.Err())
-		return
-	case svc.gone(w.key, w.created):
-		r.Answer(driver.Hold{}, fmt.Errorf("%s: key %s deleted before it led: %w", svc.name, w.key, primitives.ErrLost))
-		return
-	}
-	svc.seen = max(svc.seen, w.created)
-	w.reply = r
-	w.waited = ahead
-	svc.waiter = w
-	if !ahead {
-		svc.grantWaiter(w, driver.Hold{Key: w.key, Created: w.created, Token: fencing.Token(w.created), Value: w.value, Waited: w.waited})
-		return
-	}
-	svc.electionChanged(svc.mirrors[0])
-}
-
-// electionChanged reports a new leader, answers Observe calls that waited
-// for the mirror, ends a term whose key vanished, and makes the waiting
-// candidate lead when its turn has come. Loop only.
+// electionChanged reports a new leader and answers Observe calls that
+// waited for the mirror of the prefix. Loop only.
 func (svc *service) electionChanged(m *mirror) {
 	if !m.ready {
 		return
 	}
-	first := m.leader(svc.ours)
-	now := leadership(first)
+	now := leadership(m.leader(svc.ours))
 	if now != svc.leader {
 		svc.leader = now
 		svc.metrics.LeaderChanged()
@@ -118,15 +83,26 @@ func (svc *service) electionChanged(m *mirror) {
 	if len(waiting) > 0 {
 		m.requestProgress() // a request made before the watch was in place is lost
 	}
-	svc.checkGrant()
-	w := svc.waiter
-	switch {
-	case w == nil || m.rev < w.created:
-	case !m.has(w.key):
-		svc.stopWaiter(fmt.Errorf("%s: candidate key %s deleted by another client: %w", svc.name, w.key, primitives.ErrLost))
-	case first != nil && first.CreateRevision == w.created:
-		// w's key is there, and no key of the layout created before it.
-		svc.grantWaiter(w, driver.Hold{Key: w.key, Created: w.created, Token: fencing.Token(w.created), Value: w.value, Waited: w.waited})
+}
+
+// listenersChanged follows who leads (the session's mirror of the prefix)
+// while anyone subscribes to the service's events or observes it, and stops
+// when nobody does. A service that starts following again reports a
+// leader only if it differs from the last one it reported. Loop only.
+func (svc *service) listenersChanged() {
+	_, joined := svc.s.services[svc]
+	switch listening := joined && !svc.Ended() && svc.listeners.Listening(); {
+	case listening && svc.leaderMirror == nil:
+		svc.leaderMirror = svc.s.openMirror(svc.prefix, true, svc)
+		svc.electionChanged(svc.leaderMirror) // a mirror another service keeps is ready
+	case !listening && svc.leaderMirror != nil:
+		svc.s.closeMirror(svc.leaderMirror, svc)
+		svc.leaderMirror = nil
+		// Every observation has ended, those still parked too.
+		for _, c := range svc.pending {
+			c.reply.Answer(nil, context.Canceled)
+		}
+		svc.pending = nil
 	}
 }
 
@@ -208,6 +184,7 @@ func (e electionService) Term() (election.Leadership, bool) {
 }
 
 func (e electionService) Observe(ctx context.Context) <-chan election.Leadership {
+	e.listeners.Join(ctx)
 	// The first state Observe gives is no older than the call: the loop
 	// answers once its mirror has reached the revision etcd is at now.
 	var now int64
@@ -236,9 +213,14 @@ type observeCall struct {
 // and answered with the service's end if that comes first. Loop only.
 func (svc *service) observe(ctx context.Context, now int64, r actor.Reply[<-chan election.Leadership]) {
 	rev := max(now, svc.seen)
-	switch m := svc.mirrors[0]; {
+	if svc.leaderMirror == nil {
+		svc.listenersChanged()
+	}
+	switch m := svc.leaderMirror; {
 	case svc.Ended():
 		r.Answer(nil, svc.Err())
+	case m == nil:
+		r.Answer(nil, cmp.Or(ctxtime.Ended(ctx), context.Canceled)) // the observation ended already
 	case m.ready && m.rev >= rev:
 		r.Answer(svc.observers.Subscribe(ctx, svc.leader), nil)
 	default:

@@ -65,7 +65,7 @@ func (svc *service) ownWatchDue() (time.Time, bool) {
 // the timer armed for that moment or earlier, or the service idle. A timer
 // that fires for nothing arms itself again (watchOwn). Loop only.
 func (svc *service) watchOwnSoon() {
-	if svc.spec.mirrorAll || svc.mirrors != nil || svc.Ended() {
+	if svc.mirrors != nil || svc.Ended() {
 		return
 	}
 	due, busy := svc.ownWatchDue()
@@ -117,7 +117,7 @@ func (svc *service) closeMirrors() {
 // another role (its own keys' mirror may be the ahead mirror too). Loop
 // only.
 func (svc *service) unwatch(m *mirror) {
-	if m != svc.aheadMirror && !slices.Contains(svc.mirrors, m) {
+	if m != svc.aheadMirror && m != svc.leaderMirror && !slices.Contains(svc.mirrors, m) {
 		svc.s.closeMirror(m, svc)
 	}
 }
@@ -172,7 +172,7 @@ func (svc *service) gone(key string, rev int64) bool {
 // mirrorChanged is told of every change of a mirror the service uses.
 // Loop only.
 func (svc *service) mirrorChanged(m *mirror) {
-	if svc.spec.mirrorAll {
+	if m == svc.leaderMirror {
 		svc.electionChanged(m)
 		return
 	}

@@ -56,7 +56,7 @@ func NewLock(cli *clientv3.Client, prefix string, opts ...Option) (lock.Service,
 	return lockService{svc}, nil
 }
 
-func (l lockService) queue() queue { return queue{keys: l.prefix, blockers: l.prefix} }
+func (l lockService) queue() queue { return queue{keys: l.prefix, blockers: l.prefix, value: l.value} }
 
 func (l lockService) grant(g driver.Hold, err error) (lock.Grant, error) {
 	if err != nil {

@@ -36,6 +36,7 @@ type queue struct {
 	mode     rwlock.Mode // carried into the grant (rwlocks)
 	keys     string      // prefix of the owner's key
 	blockers string      // prefix of the keys that block it
+	value    string      // the key's value (WithValue, Campaign)
 }
 
 // waiter is a key waiting for its turn, and its parked caller. Loop only.
@@ -86,7 +87,7 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (driver.Hold
 		// write waits for.
 		ahead = clientv3.OpGet(q.blockers, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
 	}
-	w, resp, err := svc.create(ctx, q.keys, svc.value, conds, ahead)
+	w, resp, err := svc.create(ctx, q.keys, q.value, conds, ahead)
 	if err != nil {
 		return driver.Hold{}, err
 	}
@@ -121,7 +122,7 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, er
 			return driver.Hold{}, taken
 		}
 	}
-	w, _, err := svc.create(ctx, q.keys, svc.value, nil, clientv3.Op{})
+	w, _, err := svc.create(ctx, q.keys, q.value, nil, clientv3.Op{})
 	if err != nil {
 		return driver.Hold{}, err
 	}
@@ -306,6 +307,7 @@ func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[dri
 	w.reply = r
 	w.waited = pred != nil
 	svc.waiter = w
+	svc.seen = max(svc.seen, w.created)
 	svc.watchOwnSoon()
 	switch {
 	case pred == nil:
@@ -356,7 +358,7 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue, seen int64) {
 		key, rev := string(pred.Key), pred.CreateRevision
 		svc.s.goHelper(func(context.Context) { _ = svc.s.deleteKey(key, rev) })
 	}
-	svc.followAhead(svc.sessionPrefix(pred))
+	svc.followAhead(svc.aheadPrefix(pred))
 	svc.checkAhead(w)
 }
 
@@ -401,10 +403,18 @@ func (svc *service) aheadChanged() {
 	}
 }
 
-// sessionPrefix returns the prefix of the keys of kv's session in kv's
-// queue ("<queue><lease>-"), or kv's own key if it is not of that layout.
-func (svc *service) sessionPrefix(kv *mvccpb.KeyValue) string {
+// aheadPrefix returns the prefix of the keys whose deletions a waiter
+// behind kv follows: those of kv's session in kv's queue ("<queue><lease>-")
+// for locks, whose owners queue again and again in the same order; kv's
+// own key (and any key it is a prefix of, rare, whose deletion only costs
+// a look) for elections, whose candidates wait long, each behind another,
+// so that a term's end reaches the one next in line alone; and kv's own key
+// if it is not of the layout.
+func (svc *service) aheadPrefix(kv *mvccpb.KeyValue) string {
 	key := string(kv.Key)
+	if svc.spec.election {
+		return key
+	}
 	if i := strings.IndexByte(key[min(len(svc.prefix), len(key)):], '-'); i >= 0 && strings.HasPrefix(key, svc.prefix) {
 		return key[:len(svc.prefix)+i+1]
 	}
@@ -588,6 +598,12 @@ func (svc *service) looked(w *waiter, pred, next *mvccpb.KeyValue, rev int64, er
 func (svc *service) holds(w *waiter, rev int64) {
 	svc.stopLook(w)
 	w.ahead, w.following = nil, false
+	if svc.spec.election {
+		// A term's token is its key's CreateRevision; the key it waited
+		// behind is gone, and a leader waits behind no other.
+		rev = w.created
+		svc.dropAhead()
+	}
 	g := driver.Hold{Key: w.key, Created: w.created, Token: fencing.Token(rev), Mode: w.mode, Value: w.value, Waited: w.waited}
 	if svc.spec.token == nil {
 		svc.grantWaiter(w, g)

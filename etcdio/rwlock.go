@@ -62,9 +62,9 @@ var rwlockSpec = &spec{kind: "rwlock", errTaken: rwlock.ErrRWLockTaken, errNotHe
 
 func (l rwlockService) queue(m rwlock.Mode) queue {
 	if m == rwlock.Read {
-		return queue{mode: m, keys: l.prefix + "read/", blockers: l.prefix + "write/"}
+		return queue{mode: m, keys: l.prefix + "read/", blockers: l.prefix + "write/", value: l.value}
 	}
-	return queue{mode: m, keys: l.prefix + "write/", blockers: l.prefix}
+	return queue{mode: m, keys: l.prefix + "write/", blockers: l.prefix, value: l.value}
 }
 
 // epochKey is the rwlock's epoch key: its prefix + EpochSuffix.

@@ -37,9 +37,11 @@ type spec struct {
 	// notice a held or waiting key deleted by someone else (see
 	// watchOwnSoon).
 	ownQueues []string
-	// mirrorAll mirrors the whole prefix instead, values included: who
-	// leads an election is the first of everyone's keys.
-	mirrorAll bool
+	// election: a term's token is its key's CreateRevision, a waiting
+	// candidate follows the key just ahead alone (see aheadPrefix), and
+	// the service mirrors the whole prefix, values included, while anyone
+	// listens: who leads is the first of everyone's keys.
+	election bool
 	// keyTag, if set, starts the session-unique part of every key name
 	// (after "<lease>-"), so that a reader of the prefix tells the kind
 	// apart: a lock's keys carry a value too (WithValue), as an election's
@@ -75,9 +77,8 @@ type service struct {
 
 	// Owned by the loop.
 	waiter *waiter
-	// mirrors: its session's own keys' (locks, once a grant or a wait has
-	// lived a while (see watchOwnSoon); ownTimer is armed until then), or the
-	// prefix's (elections).
+	// mirrors: its session's own keys', once a grant or a wait has lived a
+	// while (see watchOwnSoon); ownTimer is armed until then.
 	mirrors  []*mirror
 	ownTimer *time.Timer
 	ownDue   time.Time // when ownTimer fires
@@ -93,10 +94,13 @@ type service struct {
 	// seen is the revision of this service's latest successful write: an
 	// election's Observe waits for its mirror to reach it.
 	seen int64
-	// Elections only.
-	observers *actor.Fanout[election.Leadership]
-	leader    election.Leadership
-	pending   []observeCall
+	// Elections only: who listens (subscribers, observers), the mirror of
+	// the prefix while anyone does, and the leader last reported.
+	listeners    *driver.Listeners
+	leaderMirror *mirror
+	observers    *actor.Fanout[election.Leadership]
+	leader       election.Leadership
+	pending      []observeCall
 }
 
 // newService validates the input, joins or starts a session and registers
@@ -119,20 +123,26 @@ func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*
 		m = s.metrics
 	}
 	name := sp.kind + " " + prefix
-	svc := &service{
-		Shell: driver.NewShell(driver.Spec{Kind: sp.kind, Name: name, NotHeld: sp.errNotHeld, Taken: sp.errTaken,
-			CancelOnSuspend: o.CancelOnSuspend, Metrics: m}),
-		spec:     sp,
-		name:     name,
-		prefix:   prefix + "/",
-		maxValue: o.maxValue,
-		value:    o.value,
-		metrics:  m,
-		s:        s,
-		id:       s.ownerID(),
-		owned:    owned,
+	var svc *service
+	var listeners *driver.Listeners
+	if sp.election {
+		listeners = driver.NewListeners(func() { s.post(func() { svc.listenersChanged() }) })
 	}
-	if sp.mirrorAll {
+	svc = &service{
+		Shell: driver.NewShell(driver.Spec{Kind: sp.kind, Name: name, NotHeld: sp.errNotHeld, Taken: sp.errTaken,
+			CancelOnSuspend: o.CancelOnSuspend, Metrics: m, Listeners: listeners}),
+		listeners: listeners,
+		spec:      sp,
+		name:      name,
+		prefix:    prefix + "/",
+		maxValue:  o.maxValue,
+		value:     o.value,
+		metrics:   m,
+		s:         s,
+		id:        s.ownerID(),
+		owned:     owned,
+	}
+	if sp.election {
 		svc.observers = actor.NewFanout(func(election.Leadership) bool { return true })
 	}
 	if _, err = call(o.Context, s, svc.joined); err != nil {
@@ -267,9 +277,6 @@ func (svc *service) joined(r actor.Reply[struct{}]) {
 		r.Answer(struct{}{}, err)
 		return
 	}
-	if svc.spec.mirrorAll {
-		svc.mirrors = append(svc.mirrors, s.openMirror(svc.prefix, true, svc))
-	}
 	s.services[svc] = struct{}{}
 	if s.clock.Suspended() {
 		svc.Suspend(s.clock.Deadline()) // a grant made before Resume hears it
@@ -283,13 +290,9 @@ func (svc *service) joined(r actor.Reply[struct{}]) {
 func (svc *service) detach() {
 	delete(svc.s.services, svc)
 	svc.dropAhead()
-	if svc.spec.mirrorAll {
-		// Closed but kept: an election's calls after Close still read it.
-		for _, m := range svc.mirrors {
-			svc.s.closeMirror(m, svc)
-		}
-	} else {
-		svc.closeMirrors()
+	svc.closeMirrors()
+	if svc.spec.election {
+		svc.listenersChanged()
 	}
 	svc.s.unclaim(svc.prefix)
 }

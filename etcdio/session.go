@@ -211,8 +211,8 @@ func (s *Session) Close() error {
 //
 //   - The mailbox. Every message is a call of one loop-only method, posted by
 //     a caller or a helper. From callers: (*service).joined, enqueued,
-//     semEnqueued, campaigned, withdraw, onGrant (withGrant), released,
-//     observe, closed; (*doubleBarrier).watchFor; checkLease (a barrier
+//     semEnqueued, withdraw, onGrant (withGrant), released,
+//     observe, listenersChanged, closed; (*doubleBarrier).watchFor; checkLease (a barrier
 //     party's key gone), leaseGone (a write found the lease gone) and end
 //     (Close). From the helpers: keptAlive (keepalive), mirrorLoaded,
 //     mirrorChanged and mirrorProgressed (a mirror's watch), (*service).looked,
