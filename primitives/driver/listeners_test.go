@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 )
 
@@ -35,5 +36,30 @@ func TestListenersFollowSubscriptions(t *testing.T) {
 			t.Fatalf("after both ended: listening %v, %d turns (want false, 2)", l.Listening(), turns.Load())
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// lock.Do and election.Lead watch their own grant's end only: a
+// subscription for that (SubscribeHolds) gets the grant's events and does
+// not count as a listener.
+func TestSubscribeHoldsDoesNotListen(t *testing.T) {
+	l := driver.NewListeners(func() {})
+	sh := driver.NewShell(driver.Spec{Kind: "election", Name: "test", Listeners: l})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := sh.SubscribeHolds(ctx)
+	if l.Listening() {
+		t.Fatal("SubscribeHolds counted as a listener")
+	}
+	if !sh.Grant(driver.Hold{Key: "k", Created: 1, Token: 1}, time.Now(), func(driver.Hold) bool { return true }) {
+		t.Fatal("grant refused")
+	}
+	select {
+	case e := <-events:
+		if _, ok := e.(primitives.Acquired); !ok {
+			t.Fatalf("first event %#v, want Acquired", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Acquired on SubscribeHolds")
 	}
 }

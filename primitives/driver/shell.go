@@ -84,6 +84,15 @@ func (sh *Shell) Subscribe(ctx context.Context) <-chan primitives.Event {
 	return ch
 }
 
+// SubscribeHolds is Subscribe for a caller that needs only the events of
+// the service's own grants (Acquired, Released, Lost, Suspended, Resumed),
+// as lock.Do and election.Lead do: it does not join Spec.Listeners, so an
+// election does not follow who leads for it. Other events (LeaderChanged)
+// still reach it while someone else listens.
+func (sh *Shell) SubscribeHolds(ctx context.Context) <-chan primitives.Event {
+	return sh.events.Subscribe(ctx)
+}
+
 // Done is closed when the service is done: its session ended or it was
 // closed.
 func (sh *Shell) Done() <-chan struct{} { return sh.done }
