@@ -26,7 +26,7 @@
 //   - Nothing blocks the loop. Every ZooKeeper request runs elsewhere: a
 //     caller's own requests (create its znode, list the queue, delete on
 //     Unlock) run on the caller's goroutine, and the session's own work
-//     (watching a held znode, following an election, deleting znodes a
+//     (watching a held znode, following who leads, deleting znodes a
 //     caller gave up) runs on the session's helper goroutines. They post
 //     their results to the loop's mailbox, which never blocks; the loop
 //     answers through replies that never block either. A caller that gave
@@ -114,6 +114,32 @@
 // is its path + EpochSuffix) or in a queue marker and digits (it would be
 // taken for a member of its parent's queue); so is /zookeeper and below,
 // and any character ZooKeeper refuses in a path.
+//
+// # Following who leads
+//
+// An election follows who leads (for its LeaderChanged events and its
+// Observe channels) only while someone listens: a Subscribe or an Observe
+// whose context lives. A candidate nobody listens to only waits for its
+// turn, watching the znode ahead of its own, so a failover wakes the next
+// candidate alone however many wait, on one session or many.
+//
+// The listened-to elections of one session on one path share one follow:
+// one watch at a time, and one read per change of it. While someone leads
+// it watches the leader's znode, whose deletion or new value (Proclaim) is
+// the only change that can change who leads (a newcomer queues after every
+// znode there); while nobody leads, the path's children. So observers cost
+// a session one watch event and one read per change of leader, however
+// many of its candidates are observed.
+//
+// When an election starts following, its first read publishes
+// LeaderChanged (and its observers' update) only if the leader differs
+// from the last one it published (none at first); from then on, every
+// change of leader its session sees. Observe's first value comes from a
+// read started after the call and synced, so no older than the call. The
+// follow stops when the last listener's context ends or the election is
+// closed; the watch it leaves (the ZooKeeper client cannot remove one) is
+// taken over by the session's next follow of the path, or goes when it
+// fires.
 //
 // # Barriers
 //

@@ -32,3 +32,28 @@ func Watchers(s *Session) int {
 	}
 	return n
 }
+
+// Following returns how many follows of an election's leader run on s (one
+// helper each), asked of s's loop; 0 once s has ended.
+func Following(s *Session) int {
+	ch := make(chan int, 1)
+	if !s.post(func() {
+		n := 0
+		for _, f := range s.follows {
+			f.mu.Lock()
+			if f.running {
+				n++
+			}
+			f.mu.Unlock()
+		}
+		ch <- n
+	}) {
+		return 0
+	}
+	select {
+	case n := <-ch:
+		return n
+	case <-s.stopped:
+		return 0
+	}
+}

@@ -54,12 +54,15 @@ func TestMetrics(t *testing.T) {
 	nextOf[primitives.Suspended](t, events, 10*time.Second)
 	close(resume)
 	nextOf[primitives.Resumed](t, events, 10*time.Second)
-	// A leader.
+	// A leader, with a subscriber: an election follows who leads only
+	// while someone listens.
+	e.Subscribe(ctx)
 	if err := e.Campaign(ctx, "me"); err != nil {
 		t.Fatal(err)
 	}
 
-	// The election learns who leads from its own reads, after Campaign.
+	// The election learns who leads from its session's reads, after
+	// Campaign.
 	testkit.Eventually(t, 10*time.Second, "a leader change", func() bool {
 		return testkit.Gather(t, reg)["disco_leader_changes_total"] >= 1
 	})

@@ -103,18 +103,16 @@ func newService(servers []string, path string, sp *spec, opts []Option) (*servic
 	if svc.metrics == nil {
 		svc.metrics = svc.s.metrics
 	}
-	svc.Shell = driver.NewShell(driver.Spec{Kind: sp.kind, Name: "zkio: " + sp.kind + " " + p,
-		NotHeld: sp.notHeld, Taken: sp.taken, CancelOnSuspend: o.CancelOnSuspend, Metrics: svc.metrics})
 	if sp.election {
-		svc.leader.init()
+		svc.leader.init(svc)
 	}
+	svc.Shell = driver.NewShell(driver.Spec{Kind: sp.kind, Name: "zkio: " + sp.kind + " " + p,
+		NotHeld: sp.notHeld, Taken: sp.taken, CancelOnSuspend: o.CancelOnSuspend,
+		Listeners: svc.leader.listeners, Metrics: svc.metrics})
 	ctx, cancel := context.WithTimeout(o.Context, 10*time.Second)
 	defer cancel()
 	_, err = call(ctx, svc, func(r actor.Reply[struct{}]) {
 		svc.s.join(svc)
-		if sp.election {
-			svc.s.helper(svc.followLeader)
-		}
 		if !r.Answer(struct{}{}, nil) {
 			delete(svc.s.services, svc)
 		}
@@ -385,6 +383,9 @@ func (svc *service) end(err error, cause string) {
 		close(svc.stop)
 	}
 	svc.Finish(err)
+	if svc.leader.follow != nil {
+		svc.s.unfollowLeader(svc)
+	}
 	svc.leader.end()
 }
 

@@ -50,8 +50,14 @@ type Session struct {
 
 	closeOnce sync.Once
 
+	// leaderAsked numbers the reads of who leads the loop asks for, on
+	// every follow: a read started after an ask carries at least its
+	// number.
+	leaderAsked atomic.Uint64
+
 	// Loop only.
 	services map[*service]struct{}
+	follows  map[string]*leaderFollow // by election path, while someone listens (or a watch is left)
 	clock    driver.Clock
 	ended    bool
 }
@@ -104,6 +110,7 @@ func newSession(servers []string, o options) (*Session, error) {
 		stopped:  make(chan struct{}),
 		done:     make(chan struct{}),
 		services: make(map[*service]struct{}),
+		follows:  make(map[string]*leaderFollow),
 	}
 	s.wire = newWire(s, s.quit)
 	sendBuffer := zk.WithLogInfo(true) // the default: the client logs what zkLogger learns from
@@ -376,6 +383,7 @@ func (s *Session) end(err error, cause string) {
 		svc.end(err, cause)
 	}
 	clear(s.services)
+	clear(s.follows)
 	s.mb.Close()
 	close(s.quit)
 	close(s.done)
