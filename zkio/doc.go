@@ -127,9 +127,12 @@
 // one watch at a time, and one read per change of it. While someone leads
 // it watches the leader's znode, whose deletion or new value (Proclaim) is
 // the only change that can change who leads (a newcomer queues after every
-// znode there); while nobody leads, the path's children. So observers cost
-// a session one watch event and one read per change of leader, however
-// many of its candidates are observed.
+// znode there); while nobody leads, the path's children. After the
+// leader's znode is gone, the read is of the znodes the last listing showed
+// queued next, the first that still exists leading; the queue is listed
+// again once they are gone. So observers cost a session one watch event
+// and, as a rule, one small read per change of leader, however many of its
+// candidates are observed.
 //
 // When an election starts following, its first read publishes
 // LeaderChanged (and its observers' update) only if the leader differs

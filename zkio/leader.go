@@ -192,6 +192,12 @@ func fired(w [2]<-chan zk.Event) bool {
 // asks for leaves the armed one to report the next change. A watch left
 // armed by an earlier helper (the client cannot remove it) is taken over,
 // not set again. Helper.
+//
+// A read a watch set off costs one request as a rule, not a listing of
+// the queue: the listing that set the watch of the leader's znode also
+// named the first of those queued after it (queued), and a newcomer
+// queues after them all, so once the leader's znode is gone the first of
+// them that still exists leads.
 func (s *Session) readLeaders(f *leaderFollow) {
 	f.mu.Lock()
 	w := f.parked
@@ -199,6 +205,7 @@ func (s *Session) readLeaders(f *leaderFollow) {
 	f.mu.Unlock()
 	armed := w != [2]<-chan zk.Event{} && !fired(w)
 	fresh := true
+	var queued []string // the watched leader's znode and the next ones queued after it, while it is watched
 	for {
 		select {
 		case <-f.poke:
@@ -213,13 +220,26 @@ func (s *Session) readLeaders(f *leaderFollow) {
 		// sent the event has applied the change, and the client never
 		// reads from a server behind what it has seen.
 		n := s.leaderAsked.Load()
-		l, nw, err := readLeader(s.conn, f.path, !armed, fresh)
+		var l election.Leadership
+		var nw [2]<-chan zk.Event
+		var err error
+		found := false
+		if !armed && !fresh && len(queued) > 0 {
+			l, nw, queued, found, err = walkLeader(s.conn, f.path, queued)
+		}
+		if err == nil && !found {
+			var q []string
+			l, nw, q, err = readLeader(s.conn, f.path, !armed, fresh)
+			if !armed {
+				queued = q
+			}
+		}
 		if err != nil {
 			if !retryable(err) && !errors.Is(err, zk.ErrClosing) {
 				s.log.Debug("zkio: read leader: " + err.Error())
 			}
 			if !armed {
-				w = [2]<-chan zk.Event{}
+				w, queued = [2]<-chan zk.Event{}, nil
 			}
 			if !s.sleep(retryPause) {
 				return
@@ -233,10 +253,16 @@ func (s *Session) readLeaders(f *leaderFollow) {
 		s.post(func() { s.leaderRead(f, n, l) })
 		select {
 		case <-w[0]:
-			armed = false
+			armed, queued = false, nil
 			s.post(func() { s.leaderWoken(f) })
-		case <-w[1]:
+		case ev := <-w[1]:
 			armed = false
+			switch {
+			case ev.Type == zk.EventNodeDeleted && len(queued) > 0:
+				queued = queued[1:]
+			case ev.Type != zk.EventNodeDataChanged:
+				queued = nil
+			}
 			s.post(func() { s.leaderWoken(f) })
 		case <-f.poke:
 			fresh = true
@@ -244,6 +270,32 @@ func (s *Session) readLeaders(f *leaderFollow) {
 			return
 		}
 	}
+}
+
+// followAhead is how many znodes of the queue a follow names, from the
+// leader's on (see readLeaders).
+const followAhead = 16
+
+// walkLeader finds who leads the election at path from queued, the znodes
+// of the queue that a listing showed in order, the leader's first, whose
+// znodes before the first of queued are all gone: the first of them that
+// still exists leads, and is watched. It returns queued from that one on;
+// found is false (and the rest nil) if none exists.
+func walkLeader(conn *zk.Conn, path string, queued []string) (election.Leadership, [2]<-chan zk.Event, []string, bool, error) {
+	for i, name := range queued {
+		node := path + "/" + name
+		data, st, ch, err := conn.GetW(node)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return election.Leadership{}, [2]<-chan zk.Event{}, nil, false, err
+		}
+		l := election.Leadership{Key: node, Value: string(data), FencingToken: fencing.Token(st.Czxid),
+			LeaseID: st.EphemeralOwner, Created: st.Czxid}
+		return l, [2]<-chan zk.Event{nil, ch}, queued[i:], true, nil
+	}
+	return election.Leadership{}, [2]<-chan zk.Event{}, nil, false, nil
 }
 
 // followStopped forgets f once its helper stopped and nobody listens,
@@ -340,7 +392,7 @@ func (svc *service) currentLeader(ctx context.Context) (election.Leadership, err
 		if err := svc.live(ctx); err != nil {
 			return election.Leadership{}, err
 		}
-		l, _, err := readLeader(svc.s.conn, svc.path, false, true)
+		l, _, _, err := readLeader(svc.s.conn, svc.path, false, true)
 		switch {
 		case err == nil && l.Key == "":
 			return l, election.ErrNoLeader
@@ -359,12 +411,13 @@ func (svc *service) currentLeader(ctx context.Context) (election.Leadership, err
 // change completed before it started, whichever server answers. With
 // watch, it also watches what can change the answer (see leaderFollow):
 // the leader's znode, or while nobody leads the path's children (or the
-// path's creation); the watches are returned, nil if none.
-func readLeader(conn *zk.Conn, path string, watch, fresh bool) (election.Leadership, [2]<-chan zk.Event, error) {
+// path's creation); the watches are returned, nil if none. queued names
+// the queue's first followAhead znodes, the leader's first.
+func readLeader(conn *zk.Conn, path string, watch, fresh bool) (_ election.Leadership, _ [2]<-chan zk.Event, queued []string, _ error) {
 	var w [2]<-chan zk.Event // the path's children (or its creation); the leader's znode
 	if fresh {
 		if _, err := conn.Sync(path); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return election.Leadership{}, w, err
+			return election.Leadership{}, w, nil, err
 		}
 	}
 	for {
@@ -372,7 +425,7 @@ func readLeader(conn *zk.Conn, path string, watch, fresh bool) (election.Leaders
 		if errors.Is(err, zk.ErrNoNode) {
 			if !watch || w[0] != nil {
 				// A watch of the children fires on the path's deletion.
-				return election.Leadership{}, w, nil
+				return election.Leadership{}, w, nil, nil
 			}
 			var exists bool
 			var ch <-chan zk.Event
@@ -381,10 +434,10 @@ func readLeader(conn *zk.Conn, path string, watch, fresh bool) (election.Leaders
 				continue // created meanwhile (ch fires at its next change of data, if ever)
 			}
 			w[0] = ch
-			return election.Leadership{}, w, err
+			return election.Leadership{}, w, nil, err
 		}
 		if err != nil {
-			return election.Leadership{}, w, err
+			return election.Leadership{}, w, nil, err
 		}
 		q := queueOf(children, latchMarker)
 		if len(q) == 0 && watch && w[0] == nil {
@@ -394,12 +447,12 @@ func readLeader(conn *zk.Conn, path string, watch, fresh bool) (election.Leaders
 				continue
 			}
 			if err != nil {
-				return election.Leadership{}, w, err
+				return election.Leadership{}, w, nil, err
 			}
 			q = queueOf(children, latchMarker)
 		}
 		if len(q) == 0 {
-			return election.Leadership{}, w, nil
+			return election.Leadership{}, w, nil, nil
 		}
 		node := path + "/" + q[0].name
 		var data []byte
@@ -413,10 +466,13 @@ func readLeader(conn *zk.Conn, path string, watch, fresh bool) (election.Leaders
 			continue
 		}
 		if err != nil {
-			return election.Leadership{}, w, err
+			return election.Leadership{}, w, nil, err
 		}
 		l := election.Leadership{Key: node, Value: string(data), FencingToken: fencing.Token(st.Czxid),
 			LeaseID: st.EphemeralOwner, Created: st.Czxid}
-		return l, w, nil
+		for _, m := range q[:min(len(q), followAhead)] {
+			queued = append(queued, m.name)
+		}
+		return l, w, queued, nil
 	}
 }

@@ -3,6 +3,9 @@ package zkio_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -245,4 +248,65 @@ func TestElectionFollowStopsWithItsListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 10*time.Second, "the follow stopped at Close", func() bool { return zkio.Following(s) == 0 })
+}
+
+// TestElectionFollowWalksTheQueue: a follow learns who leads after a
+// change from the znodes its last listing showed queued after the leader
+// (a newcomer queues after them all), and lists again once they are gone.
+// An observer on a session of its own sees a proclaimed value, then, with
+// the two candidates next in line withdrawn while the leader led, the one
+// after them, then each leader of more failovers than the listing named,
+// one delivery each.
+func TestElectionFollowWalksTheQueue(t *testing.T) {
+	t.Parallel()
+	const candidates = 5
+	servers := startZooKeeper(t)
+	_, m := testkit.NewMetrics(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const path = "/follow/walk"
+	f, leader := newElectionFleet(t, ctx, servers, path, candidates, m)
+	watcher := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(servers, path))
+	obs := watcher.Observe(ctx)
+	expect := func(what string, l election.Leadership) {
+		t.Helper()
+		select {
+		case got := <-obs:
+			if got.Key != l.Key || got.Created != l.Created || got.Value != l.Value {
+				t.Fatalf("%s: observed %+v, want %+v", what, got, l)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: nothing observed within 10s, want %+v", what, l)
+		}
+	}
+	expect("first", f.term(leader))
+	if err := f.cands[leader].Proclaim(ctx, "proclaimed"); err != nil {
+		t.Fatal(err)
+	}
+	expect("after Proclaim", f.term(leader))
+	// Withdraw the two next in line (by their znodes' order), then fail
+	// over: the one after them leads.
+	admin := adminConn(t, servers)
+	kids, _, err := admin.Children(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(kids, func(a, b string) int { return strings.Compare(a[len(a)-10:], b[len(b)-10:]) })
+	for _, kid := range kids[1:3] {
+		data, _, err := admin.Get(path + "/" + kid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i, err := strconv.Atoi(strings.TrimPrefix(string(data), "candidate-"))
+		if err != nil || i == leader {
+			t.Fatalf("znode %s next in line holds %q", kid, data)
+		}
+		if err := f.cands[i].Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 8 {
+		leader = f.failover(leader)
+		expect(fmt.Sprint("failover ", round), f.term(leader))
+	}
 }
