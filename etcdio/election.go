@@ -93,7 +93,7 @@ func (svc *service) listenersChanged() {
 	_, joined := svc.s.services[svc]
 	switch listening := joined && !svc.Ended() && svc.listeners.Listening(); {
 	case listening && svc.leaderMirror == nil:
-		svc.leaderMirror = svc.s.openMirror(svc.prefix, true, svc)
+		svc.leaderMirror = svc.s.openMirror(mirrorID{prefix: svc.prefix, puts: true}, svc)
 		svc.electionChanged(svc.leaderMirror) // a mirror another service keeps is ready
 	case !listening && svc.leaderMirror != nil:
 		svc.s.closeMirror(svc.leaderMirror, svc)

@@ -3,7 +3,6 @@ package etcdio
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -88,7 +87,7 @@ func (svc *service) watchOwn() {
 		return
 	}
 	for _, q := range svc.spec.ownQueues {
-		svc.mirrors = append(svc.mirrors, svc.s.openMirror(svc.s.ownPrefix(svc.prefix+q), false, svc))
+		svc.mirrors = append(svc.mirrors, svc.s.openMirror(mirrorID{prefix: svc.s.ownPrefix(svc.prefix + q)}, svc))
 	}
 }
 
@@ -109,15 +108,6 @@ func (svc *service) closeMirrors() {
 	ms := svc.mirrors
 	svc.mirrors = nil
 	for _, m := range ms {
-		svc.unwatch(m)
-	}
-}
-
-// unwatch stops following m for the service, unless m still serves it in
-// another role (its own keys' mirror may be the ahead mirror too). Loop
-// only.
-func (svc *service) unwatch(m *mirror) {
-	if m != svc.aheadMirror && m != svc.leaderMirror && !slices.Contains(svc.mirrors, m) {
 		svc.s.closeMirror(m, svc)
 	}
 }
@@ -178,9 +168,7 @@ func (svc *service) mirrorChanged(m *mirror) {
 	}
 	if m == svc.aheadMirror {
 		svc.aheadChanged()
-		if !slices.Contains(svc.mirrors, m) {
-			return
-		}
+		return
 	}
 	svc.checkGrant()
 	if w := svc.waiter; w != nil && svc.gone(w.key, w.created) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,5 +214,67 @@ func TestShortHoldsWatchNothing(t *testing.T) {
 	watches, events := counter.all()
 	if watches > cycles/4 || events > cycles/4 {
 		t.Errorf("%d short holds opened %d watches and got %d events, want (nearly) none", cycles, watches, events)
+	}
+}
+
+// countingKV counts the plain reads (Get) a client makes.
+type countingKV struct {
+	clientv3.KV
+	gets atomic.Int64
+}
+
+func (kv *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	kv.gets.Add(1)
+	return kv.KV.Get(ctx, key, opts...)
+}
+
+// A waiter knows the key it waits behind: the watch it opens for it reads
+// no keys. Its wait costs the enqueue, the watch and, once the key ahead
+// goes, the look that confirms its turn, and no Get.
+func TestWaitReadsNoKeys(t *testing.T) {
+	testkit.NoLeaks(t)
+	ctx := testCtx(t, 30*time.Second)
+	prefix := prefixOf(t)
+	holder := newLock(t, newClient(t), prefix)
+	c := newClient(t)
+	kv := &countingKV{KV: c.KV}
+	c.KV = kv
+	waiter := newLock(t, c, prefix, etcdio.WithTTL(time.Minute))
+	e := newElection(t, c, prefix+"-e", etcdio.WithTTL(time.Minute))
+	leader := newElection(t, newClient(t), prefix+"-e")
+
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Campaign(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	from := kv.gets.Load()
+	locked, campaigned := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(ctx)
+		locked <- err
+	}()
+	go func() { campaigned <- e.Campaign(ctx, "second") }()
+	cli := newClient(t)
+	testkit.Eventually(t, 10*time.Second, "both waiting", func() bool {
+		l, _ := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		c, _ := cli.Get(ctx, prefix+"-e/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return l != nil && c != nil && l.Count == 2 && c.Count == 2
+	})
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-campaigned; err != nil {
+		t.Fatal(err)
+	}
+	if n := kv.gets.Load() - from; n != 0 {
+		t.Fatalf("a wait and a campaign read keys %d times, want none", n)
 	}
 }

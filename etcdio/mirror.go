@@ -18,10 +18,14 @@ import (
 // under the prefix at rev. A deletions-only mirror, for a session's own keys,
 // is told only of deletions: it knows the keys that existed when it last
 // loaded and the keys deleted since, which is what noticing a lost key needs,
-// at half the watch events.
+// at half the watch events. A blind mirror is a deletions-only one that
+// never reads the keys (has and gone say nothing of it): its revision says
+// up to where the deletions are known, for a waiter that already knows the
+// key it waits behind (an election's candidate). It costs its watch alone.
 type mirror struct {
 	prefix   string
 	puts     bool  // a full mirror; otherwise deletions only
+	blind    bool  // deletions only, and the keys never read
 	ready    bool  // loaded at least once
 	rev      int64 // full: the revision keys reflects; the latest revision seen
 	loadRev  int64 // the revision of the last load
@@ -40,6 +44,14 @@ type mirror struct {
 	poke        chan struct{} // asks the helper for a progress notification
 }
 
+// mirrorID names a session's mirror: one per prefix and kind.
+type mirrorID struct {
+	prefix      string
+	puts, blind bool
+}
+
+func (m *mirror) id() mirrorID { return mirrorID{m.prefix, m.puts, m.blind} }
+
 // created is a key and its CreateRevision.
 type created struct {
 	key string
@@ -57,22 +69,29 @@ func newMirror(prefix string, puts bool) *mirror {
 		poke: make(chan struct{}, 1)}
 }
 
-// openMirror returns the mirror of prefix, starting it if needed, and adds
-// svc to its watchers. puts asks for a full mirror. Loop only.
-func (s *Session) openMirror(prefix string, puts bool, svc *service) *mirror {
-	m := s.mirrors[prefix]
+// openMirror returns the mirror id names, starting it if needed, and adds
+// svc to its watchers. Loop only.
+func (s *Session) openMirror(id mirrorID, svc *service) *mirror {
+	prefix, puts := id.prefix, id.puts
+	m := s.mirrors[id]
 	if m == nil {
 		m = newMirror(prefix, puts)
+		m.blind = id.blind
 		var ctx context.Context
 		ctx, m.cancel = context.WithCancel(s.ctx)
-		s.mirrors[prefix] = m
+		s.mirrors[id] = m
 		opts := []clientv3.OpOption{clientv3.WithPrefix()}
 		if !puts {
 			opts = append(opts, clientv3.WithFilterPut())
 		}
 		s.goHelper(func(context.Context) {
 			s.follow(ctx, follower{key: prefix, opts: opts, kind: svc.spec.kind,
-				synced: func(rctx context.Context, _ int64) error {
+				synced: func(rctx context.Context, rev int64) error {
+					if m.blind {
+						// Every deletion after rev is to come.
+						s.post(func() { s.mirrorLoaded(m, nil, rev) })
+						return nil
+					}
 					resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix())
 					if err != nil {
 						return err
@@ -97,8 +116,8 @@ func (s *Session) openMirror(prefix string, puts bool, svc *service) *mirror {
 // Loop only.
 func (s *Session) closeMirror(m *mirror, svc *service) {
 	delete(m.watchers, svc)
-	if len(m.watchers) == 0 && s.mirrors[m.prefix] == m {
-		delete(s.mirrors, m.prefix)
+	if len(m.watchers) == 0 && s.mirrors[m.id()] == m {
+		delete(s.mirrors, m.id())
 		m.cancel()
 	}
 }

@@ -362,8 +362,9 @@ func (svc *service) watchAhead(w *waiter, pred *mvccpb.KeyValue, seen int64) {
 	svc.checkAhead(w)
 }
 
-// followAhead makes the mirror of prefix (deletions only) the service's
-// ahead mirror, opening it unless it already is. The mirror outlives the
+// followAhead makes the blind mirror of prefix (see mirror: the deletions
+// under it, and no read of its keys, since w knows what it waits behind) the
+// service's ahead mirror, opening it unless it already is. The mirror outlives the
 // wait: with steady contention the key ahead of a service's next key is
 // most often the next key of the same session (the queue turns in the same
 // order), and a kept mirror costs that wait no request at all; it is
@@ -375,18 +376,17 @@ func (svc *service) followAhead(prefix string) {
 		return
 	}
 	svc.dropAhead()
-	svc.aheadMirror = svc.s.openMirror(prefix, false, svc)
+	svc.aheadMirror = svc.s.openMirror(mirrorID{prefix: prefix, blind: true}, svc)
 }
 
-// dropAhead closes the ahead mirror, unless it is the service's own keys'.
-// Loop only.
+// dropAhead closes the ahead mirror. Loop only.
 func (svc *service) dropAhead() {
 	m := svc.aheadMirror
 	if m == nil {
 		return
 	}
 	svc.aheadMirror = nil
-	svc.unwatch(m)
+	svc.s.closeMirror(m, svc)
 }
 
 // aheadChanged is told of each change of the ahead mirror. Loop only.

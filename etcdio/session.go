@@ -74,7 +74,7 @@ type Session struct {
 	lossCause string       // why the session was lost, for metrics
 	timer     *time.Timer  // set for the clock's next moment
 	checking  bool         // a lease check is in flight
-	mirrors   map[string]*mirror
+	mirrors   map[mirrorID]*mirror
 	claims    map[string]claim
 	services  map[*service]struct{}
 }
@@ -134,7 +134,7 @@ func newSession(cli *clientv3.Client, o options) (*Session, error) {
 		done:     make(chan struct{}),
 		probe:    make(chan struct{}, 1),
 		clock:    driver.NewClock(sent, ttl, driver.SuspendPart(ttl, o.SuspendAfter)),
-		mirrors:  make(map[string]*mirror),
+		mirrors:  make(map[mirrorID]*mirror),
 		claims:   make(map[string]claim),
 		services: make(map[*service]struct{}),
 	}
