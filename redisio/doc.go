@@ -236,26 +236,48 @@
 // together follow each other in.
 //
 // Each such message is also published on the name's channel, name/wake,
-// where an election's sessions listen (its observers read the head at
-// every change, so each change reaches every session of the election) and
-// the waiters of a disco before this protocol, which listened there only.
-// A lock's, an rwlock's and a semaphore's sessions do not subscribe to it,
-// so with no older disco on the name that second message reaches nobody
-// (Redis looks the channel up and finds no subscriber). With one, its
-// waiters are woken by this package's releases as before, and this
-// package's waiters behind its releases, whose messages go to name/wake
-// only, are granted at their next timed look (TestPreviousWakeProtocolTogether):
-// during a rolling upgrade such a handoff takes up to the re-check
-// interval.
+// as is an election's every change of who leads or of the leader's value,
+// where the sessions that follow an election's leader listen (see
+// Following the leader) and the waiters of a disco before this protocol,
+// which listened there only. No waiter of this package listens there
+// (a waiting candidate too is woken on its session's channel alone), so
+// with no follower and no older disco on the name that second message
+// reaches nobody (Redis looks the channel up and finds no subscriber).
+// With an older disco, its waiters are woken by this package's releases
+// as before, and this package's waiters behind its releases, whose
+// messages go to name/wake only, are granted at their next timed look
+// (TestPreviousWakeProtocolTogether): during a rolling upgrade such a
+// handoff takes up to the re-check interval.
 //
 // Because a session that expires publishes nothing, and a message can be
 // missed around a reconnect, each waiter also looks again every TTL/4 (at
 // least 50 ms, at most 1 s): a bounded re-check, one small script per
-// waiter, not a polling storm. An election's observers read the head on
-// each message and at the same interval: one read per session and name,
-// shared by all the session's candidates and observers on that name (a
-// session's leader watch), so a change costs each session one read,
-// however many candidates it hosts.
+// waiter, not a polling storm. A leader watch reads again at the same
+// interval.
+//
+// # Following the leader
+//
+// An election's service follows who leads only while someone listens to
+// it: a Subscribe (LeaderChanged) or an Observe, each for as long as its
+// context lives (driver.Listeners counts them; election.Lead subscribes
+// too, for the term's Lost). A candidate nobody listens to only waits for
+// its own turn: it reads no leader, and its session does not subscribe to
+// the name's channel for it, so a failover wakes the next leader's session
+// alone, however many candidates and sessions campaign
+// (TestFailoverWakesOnlyListenedSessions).
+//
+// The followed services of one session on one name share its leader
+// watch: while the watch runs the session subscribes to name/wake, reads
+// the head once at each message there and at each re-check, and hands
+// every read to them all, so a change costs each following session one
+// read, however many candidates it hosts. When a service starts to
+// follow, the first read it gets publishes LeaderChanged (and an Observe
+// value) only if that leader differs from the last one this service
+// published (none at first); from then on each change of leader its
+// session sees. Observe reads the head itself before it returns, so its
+// first value is no older than the call. The watch, with its subscription,
+// stops when the last listener's context ends or the last of its services
+// ends.
 //
 // # The session loop
 //
@@ -308,7 +330,8 @@
 // lease_revoked when the session key is gone, key_deleted); the session
 // reports its suspensions, each acknowledged refresh's round trip and
 // margin before the deadline, and how many messages its loop drains at
-// once; an election reports each change of leader it sees.
+// once; an election reports each change of leader it sees while it
+// follows the leader (see Following the leader).
 //
 // # Map
 //
@@ -325,7 +348,7 @@
 //   - service.go: one type, service, is every primitive, around a
 //     driver.Shell; lock.go, rwlock.go and election.go are the public
 //     methods over it, watch.go an election's leader reads (one leader
-//     watch per session and name), semaphore.go
+//     watch per session and name, while someone listens), semaphore.go
 //     a semaphore's.
 //   - queue.go: how an acquisition queues, waits and is granted.
 //     grant.go: a hold's release and its loss to a deleted key.

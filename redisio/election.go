@@ -107,9 +107,12 @@ func (e *Election) Leader(ctx context.Context) (election.Leadership, error) {
 	return l, nil
 }
 
-// Observe delivers the current leader first, then each change.
+// Observe delivers the current leader first, then each change: the first
+// is read after the call, and the service follows the leader (its
+// session's leader watch) for as long as ctx lives.
 func (e *Election) Observe(ctx context.Context) <-chan election.Leadership {
 	v := e.v
+	v.Spec().Listeners.Join(ctx)
 	seq := v.s.leaderReads.Add(1)
 	l, rerr := v.readLeader(ctx)
 	ch, err := loopCall(v.s, ctx, func() (<-chan election.Leadership, error) {

@@ -82,17 +82,14 @@ func (v *service) appendKeys(keys []string) []string {
 	return keys
 }
 
-// wokenLoop wakes the waiter whose key heads the queue now, and an
-// election's watcher. Loop only.
+// wokenLoop wakes a double barrier party's waits, and the waiter whose key
+// heads the queue now. Loop only.
 func (v *service) wokenLoop(head string) {
 	for w := range v.listeners {
 		v.wakeLoop(w)
 	}
 	if w, ok := v.waiting[head]; ok {
 		v.wakeLoop(w)
-	}
-	if v.kind == kindElection {
-		v.s.kickLeader(v.name, v.Spec().Metrics, v.Spec().Kind)
 	}
 }
 

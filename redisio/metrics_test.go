@@ -101,8 +101,10 @@ func TestMetrics(t *testing.T) {
 	close(resume)
 	awaitEvent[primitives.Resumed](t, events)
 
-	// An election's leader change.
+	// An election's leader change, counted while someone listens to the
+	// election (here a subscription).
 	e := testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, "metrics-election", redisio.WithSession(s)))
+	e.Subscribe(ctx)
 	if err := e.Campaign(ctx, "v"); err != nil {
 		t.Fatal(err)
 	}

@@ -8,18 +8,20 @@ import (
 	"go.uber.org/zap"
 )
 
-// subscribe adds the session to a name's channel (an election's, a
+// subscribe adds the session to a name's channel (a leader watch's, a
 // double barrier's): the session's own channel, its key, it has from the
-// start.
+// start. The interest counts even if the request fails (go-redis keeps
+// the channel and subscribes again when it reconnects): every subscribe
+// is undone by one unsubscribe.
 func (s *Session) subscribe(ctx context.Context, ch string) error {
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
-	if s.subs[ch] == 0 {
+	s.subs[ch]++
+	if s.subs[ch] == 1 {
 		if err := s.ps.Subscribe(ctx, ch); err != nil {
 			return fmt.Errorf("redisio: subscribe %q: %w", ch, err)
 		}
 	}
-	s.subs[ch]++
 	return nil
 }
 
@@ -42,15 +44,20 @@ func (s *Session) unsubscribe(ch string) {
 //
 // On the session's own channel (its key) a message names a hold of this
 // session that may now be granted: it wakes that hold's waiter alone. On
-// a name's channel (an election's, a double barrier's) it goes to every
-// service of that channel.
+// an election's channel it asks the name's leader watch for one read (a
+// waiting candidate is woken on the session's own channel, never here);
+// on a double barrier's it goes to every party of that channel.
 func (s *Session) woken(ch, head string) {
 	if ch == s.key {
 		s.wokenOwn(head)
 		return
 	}
+	if w := s.leaderWatches[ch]; w != nil {
+		w.wokenLoop()
+		return
+	}
 	for v := range s.services {
-		if v.wake == ch {
+		if v.kind == kindParty && v.wake == ch {
 			v.Spec().Metrics.WakeMessage(v.Spec().Kind)
 			v.wokenLoop(head)
 		}

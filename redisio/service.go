@@ -134,7 +134,13 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	if sp.Metrics == nil {
 		sp.Metrics = s.metrics
 	}
-	v := &service{
+	var v *service
+	if k == kindElection {
+		// An election follows its leader while someone listens: its
+		// subscriptions (the shell joins them) and its observations.
+		sp.Listeners = driver.NewListeners(func() { s.mb.Post(func() { v.followLoop() }) })
+	}
+	v = &service{
 		Shell: driver.NewShell(sp),
 		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue, value: o.value, permits: o.permits,
 		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
@@ -159,9 +165,6 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 		s.services[v] = struct{}{}
 		if s.clock.Suspended() {
 			v.Suspend(s.clock.Deadline()) // a grant while suspended is told at once
-		}
-		if k == kindElection {
-			s.watchLeader(v)
 		}
 		return struct{}{}, nil
 	}); err != nil {
@@ -222,13 +225,14 @@ func (v *service) Close() error {
 }
 
 // onNameChannel reports whether the service listens on its name's channel
-// (name/wake): an election, whose watcher reads the leader at every change
-// of the queue, and a double barrier's party, which waits for its round.
-// A lock's, an rwlock's and a semaphore's waiters are woken on their
-// session's own channel alone, so that a release's message reaches only
-// the session whose waiter it names.
+// for as long as it lives: a double barrier's party, which waits for its
+// round. An election's session listens on its name's channel only while
+// its leader watch runs (see leaderWatch), and a lock's, an rwlock's, a
+// semaphore's and an election's waiters are woken on their session's own
+// channel alone, so that a release's message reaches only the session
+// whose waiter it names.
 func (v *service) onNameChannel() bool {
-	return v.kind == kindElection || v.kind == kindParty
+	return v.kind == kindParty
 }
 
 // finish drops the service's channel subscription and, if the session

@@ -63,7 +63,8 @@ type Session struct {
 
 	// Loop only.
 	services map[*service]struct{}
-	// leaderWatches: one per election name with services on the session.
+	// leaderWatches: one per election name (keyed by its channel) with
+	// services on the session that someone listens to.
 	leaderWatches map[string]*leaderWatch
 	clock         driver.Clock // the deadline, from the send times of acknowledged refreshes
 	ended         bool

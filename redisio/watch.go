@@ -3,6 +3,7 @@ package redisio
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,65 +39,128 @@ func (s *Session) readLeader(ctx context.Context, name, queue, granted, wake str
 	return election.Leadership{Key: key, Value: value, FencingToken: fencing.Token(created), LeaseID: lease, Created: created}, nil
 }
 
-// leaderWatch is the one reader of an election's leader for all the
-// session's services on its name: a change of the queue (a message on the
-// name's channel) or the recheck timer makes it read once, and every
-// service of the name gets the read. With many candidates on one session,
-// a change costs one read, not one per candidate.
+// leaderWatch is the one reader of an election's leader for the session's
+// services on its name that someone listens to (see followLoop): while it
+// runs, the session subscribes to the name's channel, and a message there
+// (a change of the queue) or the recheck timer makes it read once, and
+// every service in it gets the read. With many candidates on one session,
+// a change costs one read, not one per candidate; a session none of whose
+// services on the name is listened to has no watch, no subscription to
+// the name's channel and no reads.
 type leaderWatch struct {
 	name, queue, granted, wake string
+	kind                       string // the services' kind, the metrics' label
 	recheck                    time.Duration
-	kick                       chan struct{} // a change: read now
+	kick                       chan struct{} // a change, or a new service: read now
 	services                   map[*service]struct{}
-	stop                       context.CancelFunc
+	// metrics are the distinct metrics of services, each told once of
+	// what the watch does for them all.
+	metrics []*metrics.Metrics
+	stop    context.CancelFunc
 }
 
-// watchLeader adds v, an election, to the leader watch of its name,
-// starting the watch if v is the first. Loop only.
+// followLoop adds v, an election, to its name's leader watch while
+// someone listens to it (its listeners: subscriptions and observations),
+// and takes it out when nobody does. Called when the count turns, in any
+// order: it acts on the count as it is now. Loop only.
+func (v *service) followLoop() {
+	if v.Ended() {
+		return
+	}
+	if v.Spec().Listeners.Listening() {
+		v.s.watchLeader(v)
+	} else {
+		v.s.unwatchLeader(v)
+	}
+}
+
+// watchLeader adds v to the leader watch of its name, starting the watch
+// if v is the first; a service added to a running watch has it read at
+// once, so that its following begins with a read made after it joined.
+// Loop only.
 func (s *Session) watchLeader(v *service) {
-	w := s.leaderWatches[v.name]
+	w := s.leaderWatches[v.wake]
 	if w == nil {
 		ctx, stop := context.WithCancel(context.Background())
-		w = &leaderWatch{name: v.name, queue: v.queue, granted: v.granted, wake: v.wake, recheck: v.recheck(),
+		w = &leaderWatch{name: v.name, queue: v.queue, granted: v.granted, wake: v.wake, kind: v.Spec().Kind, recheck: v.recheck(),
 			kick: make(chan struct{}, 1), services: map[*service]struct{}{}, stop: stop}
-		s.leaderWatches[v.name] = w
+		s.leaderWatches[v.wake] = w
 		s.helpers.Add(1)
-		go s.followLeader(ctx, w, v.Spec().Metrics, v.Spec().Kind)
+		go s.followLeader(ctx, w)
+	} else if _, ok := w.services[v]; ok {
+		return
+	} else {
+		w.read()
 	}
 	w.services[v] = struct{}{}
+	w.countMetrics()
 }
 
 // unwatchLeader takes v out of its name's leader watch, and stops the
-// watch once nobody is left. Loop only.
+// watch (and its subscription) once nobody is left. Loop only.
 func (s *Session) unwatchLeader(v *service) {
-	w := s.leaderWatches[v.name]
+	w := s.leaderWatches[v.wake]
 	if w == nil {
 		return
 	}
+	if _, ok := w.services[v]; !ok {
+		return
+	}
 	delete(w.services, v)
+	w.countMetrics()
 	if len(w.services) == 0 {
-		delete(s.leaderWatches, v.name)
+		delete(s.leaderWatches, v.wake)
 		w.stop()
 	}
 }
 
-// kickLeader asks the leader watch of name to read now, counted as one
-// wakeup of its session. Loop only.
-func (s *Session) kickLeader(name string, m *metrics.Metrics, kind string) {
-	if w := s.leaderWatches[name]; w != nil {
-		select {
-		case w.kick <- struct{}{}:
-			m.Woken(kind, 1)
-		default:
+// countMetrics recomputes w.metrics from its services. Loop only.
+func (w *leaderWatch) countMetrics() {
+	w.metrics = w.metrics[:0]
+	for v := range w.services {
+		if m := v.Spec().Metrics; m != nil && !slices.Contains(w.metrics, m) {
+			w.metrics = append(w.metrics, m)
 		}
 	}
 }
 
-// followLeader is a leader watch's helper: it reads the leader whenever it
-// is kicked, and at the recheck interval, and posts each read to the
-// watch's services.
-func (s *Session) followLeader(ctx context.Context, w *leaderWatch, m *metrics.Metrics, kind string) {
+// read asks the watch to read now, unless a read is asked for already;
+// it reports whether this call asked. Any goroutine.
+func (w *leaderWatch) read() bool {
+	select {
+	case w.kick <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// wokenLoop is a message on the watch's channel: one wake message for the
+// session, and one wakeup if it asks for a read (one read follows however
+// many messages come before it). Loop only.
+func (w *leaderWatch) wokenLoop() {
+	asked := w.read()
+	for _, m := range w.metrics {
+		m.WakeMessage(w.kind)
+		if asked {
+			m.Woken(w.kind, 1)
+		}
+	}
+}
+
+// followLeader is a leader watch's helper: it subscribes the session to
+// the name's channel, then reads the leader at once, whenever it is
+// kicked, and at the recheck interval, and posts each read to the watch's
+// services. When the watch stops it drops the subscription.
+func (s *Session) followLeader(ctx context.Context, w *leaderWatch) {
 	defer s.helpers.Done()
+	// The subscription comes before the first read, so that a change
+	// after that read sends a message the session hears (bar one lost
+	// around a reconnect, which the recheck finds).
+	if err := s.subscribe(ctx, w.wake); err != nil {
+		s.log.Debug("redisio: watch leader: subscribe", zap.String("name", w.name), zap.Error(err))
+	}
+	defer s.unsubscribe(w.wake)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for first := true; ; first = false {
@@ -104,7 +168,11 @@ func (s *Session) followLeader(ctx context.Context, w *leaderWatch, m *metrics.M
 		case <-w.kick:
 		case <-t.C:
 			if !first {
-				m.Rechecked(kind)
+				s.mb.Post(func() {
+					for _, m := range w.metrics {
+						m.Rechecked(w.kind)
+					}
+				})
 			}
 		case <-ctx.Done():
 			return
@@ -115,7 +183,9 @@ func (s *Session) followLeader(ctx context.Context, w *leaderWatch, m *metrics.M
 		seq := s.leaderReads.Add(1)
 		l, err := s.readLeader(ctx, w.name, w.queue, w.granted, w.wake)
 		if err != nil {
-			s.log.Debug("redisio: watch leader", zap.String("name", w.name), zap.Error(err))
+			if ctx.Err() == nil {
+				s.log.Debug("redisio: watch leader", zap.String("name", w.name), zap.Error(err))
+			}
 			continue
 		}
 		s.mb.Post(func() {
