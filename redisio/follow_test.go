@@ -200,3 +200,39 @@ func nextObserved(t *testing.T, observed <-chan election.Leadership, want electi
 		t.Fatalf("no observation of %+v within 10s", want)
 	}
 }
+
+// election.Lead watches its own term's end only: a candidate leading under
+// it does not follow who leads, so its session stays off the name's
+// channel.
+func TestLeadDoesNotFollow(t *testing.T) {
+	const name = "follow-lead"
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := newClient(t, r)
+	e := testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(newClient(t, r), name))
+	leading, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = election.Lead(ctx, e, "v", func(ctx context.Context, _ election.Leadership) error {
+			close(leading)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	select {
+	case <-leading:
+	case <-ctx.Done():
+		t.Fatal("never led")
+	}
+	n, err := admin.PubSubNumSub(ctx, name+"/wake").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n[name+"/wake"] != 0 {
+		t.Fatalf("%d connections on %s/wake while leading under election.Lead, want 0", n[name+"/wake"], name)
+	}
+	cancel()
+	<-done
+}

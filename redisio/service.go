@@ -56,10 +56,15 @@ type service struct {
 }
 
 // face is what Lock, RWLock and Election show of their service beyond
-// their own methods: the shell's Subscribe, Done, Err and CancelOnSuspend,
-// and Close. The shell's loop-only methods stay out of their method sets.
+// their own methods: the shell's Subscribe, SubscribeHolds, Done, Err and
+// CancelOnSuspend, and Close. The shell's loop-only methods stay out of
+// their method sets.
 type face interface {
 	Subscribe(ctx context.Context) <-chan primitives.Event
+	// SubscribeHolds is Subscribe for the events of the service's own
+	// grants alone (see driver.Shell.SubscribeHolds): election.Lead uses
+	// it, so that leading does not make an election follow who leads.
+	SubscribeHolds(ctx context.Context) <-chan primitives.Event
 	Done() <-chan struct{}
 	Err() error
 	CancelOnSuspend() bool
