@@ -16,7 +16,7 @@
 //	disco_suspensions_total               sessions gone unconfirmed long enough to suspend
 //	disco_keepalive_rtt_seconds           round trip of acknowledged renewals
 //	disco_lease_margin_seconds            time left before the deadline when a renewal was acknowledged
-//	disco_leader_changes_total            leadership changes seen by elections
+//	disco_leader_changes_total            leadership changes seen by elections (etcd, ZooKeeper, Redis: while someone subscribes or observes)
 //	disco_loop_mailbox_depth              messages a session loop drains at once
 //	disco_wakeups_total{kind}             watch events and wake messages a primitive's waiters and holders acted on
 //	disco_rechecks_total{kind}            looks a waiter took on its own timer, with no notification (redisio)
@@ -101,7 +101,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time left before the lease would have ended when a renewal was acknowledged: low means late.",
 			Buckets: prometheus.LinearBuckets(0, 5, 13)}),
 		leaderChange: prometheus.NewCounter(prometheus.CounterOpts{Name: "disco_leader_changes_total",
-			Help: "Leadership changes seen by elections (including to no leader)."}),
+			Help: "Leadership changes seen by elections (including to no leader); on etcd, ZooKeeper and Redis, while someone subscribes to or observes them."}),
 		loopBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "disco_loop_mailbox_depth",
 			Help:    "Messages waiting in a session loop's mailbox each time it drains it.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
