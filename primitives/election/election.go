@@ -65,7 +65,11 @@ type Service interface {
 	Observe(ctx context.Context) <-chan Leadership
 	// Subscribe delivers Acquired when this candidate wins, Released when it
 	// resigns, Lost when its term ends involuntarily, and LeaderChanged for
-	// every leader it sees.
+	// every leader it sees. A candidate need not follow who leads while
+	// nobody subscribes to it or observes it (on etcd, ZooKeeper and Redis
+	// it does not, so that a failover among many candidates wakes the next
+	// one alone): the first LeaderChanged after Subscribe may name the
+	// leader of that moment, if the candidate had not reported it yet.
 	Subscribe(ctx context.Context) <-chan primitives.Event
 	// Done is closed when the Service can no longer be used.
 	Done() <-chan struct{}
