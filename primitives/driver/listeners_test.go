@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 )
@@ -30,13 +31,9 @@ func TestListenersFollowSubscriptions(t *testing.T) {
 	}
 	cancel1()
 	cancel2()
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Listening() || turns.Load() != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after both ended: listening %v, %d turns (want false, 2)", l.Listening(), turns.Load())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "no listener and two turns after both ended", func() bool {
+		return !l.Listening() && turns.Load() == 2
+	})
 }
 
 // lock.Do and election.Lead watch their own grant's end only: a
