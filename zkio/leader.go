@@ -170,7 +170,10 @@ func (f *leaderFollow) goOn(w [2]<-chan zk.Event, armed bool) bool {
 	return false
 }
 
-// fired reports whether a watch of w has fired (or ended).
+// fired reports whether a watch of w has fired (or ended). It reads the
+// event it finds: go-zookeeper sends one event per watch and then closes
+// the channel, so a fired watch has nothing left for anyone else to read,
+// and its caller only asks whether the watch is still armed.
 func fired(w [2]<-chan zk.Event) bool {
 	for _, ch := range w {
 		if ch == nil {
@@ -272,9 +275,9 @@ func (s *Session) readLeaders(f *leaderFollow) {
 	}
 }
 
-// followAhead is how many znodes of the queue a follow names, from the
-// leader's on (see readLeaders).
-const followAhead = 16
+// queuedKept is how many znode names of the queue a follow keeps, from
+// the leader's on (see readLeaders).
+const queuedKept = 16
 
 // walkLeader finds who leads the election at path from queued, the znodes
 // of the queue that a listing showed in order, the leader's first, whose
@@ -412,7 +415,7 @@ func (svc *service) currentLeader(ctx context.Context) (election.Leadership, err
 // watch, it also watches what can change the answer (see leaderFollow):
 // the leader's znode, or while nobody leads the path's children (or the
 // path's creation); the watches are returned, nil if none. queued names
-// the queue's first followAhead znodes, the leader's first.
+// the queue's first queuedKept znodes, the leader's first.
 func readLeader(conn *zk.Conn, path string, watch, fresh bool) (_ election.Leadership, _ [2]<-chan zk.Event, queued []string, _ error) {
 	var w [2]<-chan zk.Event // the path's children (or its creation); the leader's znode
 	if fresh {
@@ -470,7 +473,7 @@ func readLeader(conn *zk.Conn, path string, watch, fresh bool) (_ election.Leade
 		}
 		l := election.Leadership{Key: node, Value: string(data), FencingToken: fencing.Token(st.Czxid),
 			LeaseID: st.EphemeralOwner, Created: st.Czxid}
-		for _, m := range q[:min(len(q), followAhead)] {
+		for _, m := range q[:min(len(q), queuedKept)] {
 			queued = append(queued, m.name)
 		}
 		return l, w, queued, nil
