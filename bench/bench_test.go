@@ -532,6 +532,16 @@ func TestContendedInterleaves(t *testing.T) {
 	if d := rw.Disco; d.Count == 0 || d.Window < time.Duration(tinyPairs.pairs)*tinyPairs.slice-time.Millisecond || d.Errors != 0 {
 		t.Errorf("disco pooled over %d slices of %v: %+v", tinyPairs.pairs, tinyPairs.slice, d)
 	}
+	// etcd's Mutex is a third side of the same pairs: its goal is judged
+	// on the per-pair ratios, and its pooled side spans every slice.
+	if m := rw.Base; m == nil || m.Lib != etcdMutexLib.name || m.Count == 0 || m.Window < time.Duration(tinyPairs.pairs)*tinyPairs.slice-time.Millisecond {
+		t.Errorf("etcd's Mutex pooled over %d slices of %v: %+v", tinyPairs.pairs, tinyPairs.slice, rw.Base)
+	}
+	if f := rw.VsBasePaired; f == nil || len(f.PerPair) != tinyPairs.pairs || f.Q1 > f.Median || f.Median > f.Q3 {
+		t.Errorf("disco over etcd's Mutex per pair: %+v", f)
+	} else if g := goalNamed(rw, ">= 30x etcd-mutex acq/s"); g == nil || g.Status == "n/a" || !strings.HasPrefix(g.Detail, fmtFigure(f, "x")) {
+		t.Errorf("goal against etcd's Mutex not judged on the per-pair ratios %s: %+v", fmtFigure(f, "x"), g)
+	}
 	sr := r.serialRead
 	if sr == nil || sr.N == 0 {
 		t.Fatalf("serializable read %+v", sr)

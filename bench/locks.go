@@ -414,17 +414,6 @@ func (u *soloOwner) slice(ctx context.Context, cfg runCfg) (*side, error) {
 	return s, nil
 }
 
-// runUncontended measures one owner of lib alone (see soloOwner) through one
-// window of cfg.
-func runUncontended(ctx context.Context, e *env, lib lockLib, cfg runCfg) (*side, error) {
-	u, err := openSoloOwner(e, lib)
-	if err != nil {
-		return nil, err
-	}
-	defer u.close()
-	return u.slice(ctx, cfg)
-}
-
 // serialReads is the most reads measureSerialRead times.
 const serialReads = 1000
 

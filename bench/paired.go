@@ -11,14 +11,16 @@ import (
 // A ratio of two rates measured minutes apart moves with the machine: an
 // fsync's cost drifts with the disk, a CPU's share with its neighbours. So
 // each ratio's two sides are measured interleaved, in short slices: A B A B
-// ..., both sides' owners open throughout, each pair back to back. Every
+// ..., both sides' owners open throughout, each pair back to back (a
+// scenario with a third side, etcd's Mutex beside disco and the floor,
+// measures A B C A B C ...: a pair is then one slice of each). Every
 // pair gives one ratio, measured under (nearly) the same conditions; the
 // figure is the median of the per-pair ratios with their interquartile
 // range, and a goal is judged on that range (judgeFigure).
 
-// pairCfg says how a scenario interleaves its two sides.
+// pairCfg says how a scenario interleaves its sides.
 type pairCfg struct {
-	pairs  int           // A B pairs (main requires at least minPairs)
+	pairs  int           // pairs of slices (main requires at least minPairs)
 	slice  time.Duration // measured time of each side's slice
 	warmup time.Duration // unmeasured time at the start of each slice
 }
@@ -39,55 +41,61 @@ type slicer interface {
 	close()
 }
 
-// interleaved is what interleave measured: each side's slices, index i of
-// both being pair i, and each side's slices pooled into one side.
+// interleaved is what interleave measured: sides[k][i] is side k's slice
+// of pair i (a pair is one slice of every side, back to back: a third side
+// makes it A B C), and pooled[k] side k's slices pooled into one side.
 type interleaved struct {
-	a, b             []*side
-	pooledA, pooledB *side
+	sides  [][]*side
+	pooled []*side
 }
 
-// interleave opens both sides, runs one pair of slices unmeasured (the
-// contenders' queue fills, connections warm up), then measures pc.pairs
-// pairs of slices, A then B, and closes them.
-func interleave(ctx context.Context, pc pairCfg, openA, openB func() (slicer, error)) (*interleaved, error) {
-	a, err := openA()
-	if err != nil {
-		return nil, err
+// interleave opens the sides (at least two), runs one pair of slices
+// unmeasured (the contenders' queue fills, connections warm up), then
+// measures pc.pairs pairs of slices, each side in the order given, and
+// closes them.
+func interleave(ctx context.Context, pc pairCfg, opens ...func() (slicer, error)) (*interleaved, error) {
+	var sds []slicer
+	defer func() {
+		for _, sd := range sds {
+			sd.close()
+		}
+	}()
+	for _, open := range opens {
+		sd, err := open()
+		if err != nil {
+			return nil, err
+		}
+		sds = append(sds, sd)
 	}
-	defer a.close()
-	b, err := openB()
-	if err != nil {
-		return nil, err
-	}
-	defer b.close()
 	cfg := runCfg{warmup: pc.warmup, duration: pc.slice}
-	for _, sd := range []slicer{a, b} {
+	for _, sd := range sds {
 		if _, err := sd.slice(ctx, cfg); err != nil {
 			return nil, err
 		}
 	}
-	var out interleaved
+	out := interleaved{sides: make([][]*side, len(sds))}
 	for range pc.pairs {
-		sa, err := a.slice(ctx, cfg)
-		if err != nil {
-			return nil, err
+		for k, sd := range sds {
+			s, err := sd.slice(ctx, cfg)
+			if err != nil {
+				return nil, err
+			}
+			out.sides[k] = append(out.sides[k], s)
 		}
-		sb, err := b.slice(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		out.a, out.b = append(out.a, sa), append(out.b, sb)
 	}
-	out.pooledA, out.pooledB = poolSides(out.a), poolSides(out.b)
+	for _, ss := range out.sides {
+		out.pooled = append(out.pooled, poolSides(ss))
+	}
 	return &out, nil
 }
 
-// perPair returns f of each pair, leaving out the pairs for which f has no
-// value (ok false: a side measured nothing in that slice).
-func (iv *interleaved) perPair(f func(a, b *side) (v float64, ok bool)) []float64 {
+// perPair returns f of sides a and b in each pair, leaving out the pairs
+// for which f has no value (ok false: a side measured nothing in that
+// slice).
+func (iv *interleaved) perPair(a, b int, f func(a, b *side) (v float64, ok bool)) []float64 {
 	var vs []float64
-	for i := range iv.a {
-		if v, ok := f(iv.a[i], iv.b[i]); ok {
+	for i := range iv.sides[a] {
+		if v, ok := f(iv.sides[a][i], iv.sides[b][i]); ok {
 			vs = append(vs, v)
 		}
 	}

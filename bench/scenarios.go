@@ -90,8 +90,9 @@ type row struct {
 	// floor's cycle p99, and Disco's etcd requests and watch events per
 	// acquisition.
 	Floor *side `json:"floor,omitempty"`
-	// lock-flatness: per pair, Disco's rate over Base's, measured
-	// interleaved.
+	// Per pair, Disco's rate over Base's, measured interleaved: disco at
+	// two contention levels (lock-flatness), disco and etcd's Mutex (the
+	// lock scenarios on etcd).
 	VsBasePaired      *figure `json:"vs_base_paired,omitempty"`
 	VsFloor           *figure `json:"vs_floor,omitempty"`
 	P99VsFloor        *figure `json:"p99_vs_floor,omitempty"`
@@ -221,35 +222,40 @@ func selectScenarios(all []scenario, filter string) ([]scenario, error) {
 	return out, nil
 }
 
-// lockUncontended: one owner, Lock+Unlock in a loop, for disco, etcd's
-// Mutex, and the Put+Delete floor; disco and the floor interleaved.
+// lockUncontended: one owner, Lock+Unlock in a loop, for disco, the
+// Put+Delete floor and etcd's Mutex, the three interleaved.
 func lockUncontended(ctx context.Context, r *runner) (*result, error) {
 	const name = "lock-uncontended"
 	pc := r.pairCfg()
-	r.logf("  %s: disco and put+delete, %d interleaved pairs of %v slices ...", name, pc.pairs, pc.slice)
-	iv, err := interleave(ctx, pc, openSlicer(r.env, discoLib), openSlicer(r.env, putDeleteLib))
+	r.logf("  %s: disco, put+delete and %s, %d interleaved pairs of %v slices ...", name, etcdMutexLib.name, pc.pairs, pc.slice)
+	iv, err := interleave(ctx, pc, openSlicer(r.env, discoLib), openSlicer(r.env, putDeleteLib), openSlicer(r.env, etcdMutexLib))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	d, pd := iv.pooledA, iv.pooledB
-	r.logf("  %s: %s ...", name, etcdMutexLib.name)
-	m, err := runUncontended(ctx, r.env, etcdMutexLib, r.cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", name, etcdMutexLib.name, err)
-	}
+	d, pd, m := iv.pooled[discoSide], iv.pooled[floorSide], iv.pooled[mutexSide]
 	limitRow := &row{Scenario: name, Contenders: 1, Baseline: pd.Lib, Unit: "acq/s", Latency: "cycle", Disco: d, Base: pd}
 	limitRow.floorFigures(iv, func(s *side) dist { return s.Cycle })
 	limitRow.Goals = []goal{judgeFigure(fmt.Sprintf("within %.1fx of put+delete", uncontendedGoal), limitRow.VsFloor, true, 1/uncontendedGoal, "x",
 		fmt.Sprintf(", needs >= %.2fx; pooled %.0f acq/s vs %.0f/s", 1/uncontendedGoal, d.PerSec, pd.PerSec))}
 	return &result{Scenario: name,
 		Rows: []*row{
-			{Scenario: name, Contenders: 1, Baseline: m.Lib, Unit: "acq/s", Latency: "cycle", Disco: d, Base: m},
+			{Scenario: name, Contenders: 1, Baseline: m.Lib, Unit: "acq/s", Latency: "cycle", Disco: d, Base: m,
+				VsBasePaired: figureOf(iv.perPair(discoSide, mutexSide, rateRatio))},
 			limitRow,
 		},
 		chart: chart{title: "Uncontended Lock+Unlock latency (CDF)", xLabel: "Lock+Unlock (ms)",
 			cdfs: []series{{"disco", d.cycles}, {"etcd-mutex", m.cycles}, {"put+delete", pd.cycles}}},
 	}, nil
 }
+
+// The sides of the lock scenarios on etcd, in the order each pair measures
+// them: disco, the Put+Delete floor (in the slice right after disco's), and
+// etcd's Mutex.
+const (
+	discoSide = iota
+	floorSide
+	mutexSide
+)
 
 // openSlicer opens one owner of lib alone, as a slicer.
 func openSlicer(e *env, lib lockLib) func() (slicer, error) {
@@ -261,18 +267,18 @@ func openContentionSlicer(e *env, lib lockLib, n int) func() (slicer, error) {
 	return func() (slicer, error) { return openContention(e, lib, n) }
 }
 
-// floorFigures sets rw's floor figures from iv, disco (A) interleaved with
-// the Put+Delete floor (B); lat picks disco's latency whose p99 is held
+// floorFigures sets rw's floor figures from iv, disco (discoSide)
+// interleaved with the Put+Delete floor (floorSide); lat picks disco's latency whose p99 is held
 // against the floor's cycle p99.
 func (rw *row) floorFigures(iv *interleaved, lat func(*side) dist) {
-	rw.Floor = iv.pooledB
-	rw.VsFloor = figureOf(iv.perPair(rateRatio))
-	rw.P99VsFloor = figureOf(iv.perPair(func(a, b *side) (float64, bool) {
+	rw.Floor = iv.pooled[floorSide]
+	rw.VsFloor = figureOf(iv.perPair(discoSide, floorSide, rateRatio))
+	rw.P99VsFloor = figureOf(iv.perPair(discoSide, floorSide, func(a, b *side) (float64, bool) {
 		l := lat(a)
 		return l.P99 / b.Cycle.P99, l.N > 0 && b.Cycle.N > 0 && b.Cycle.P99 > 0
 	}))
 	perAcq := func(f func(*load) float64) *figure {
-		fig := figureOf(iv.perPair(func(a, _ *side) (float64, bool) {
+		fig := figureOf(iv.perPair(discoSide, floorSide, func(a, _ *side) (float64, bool) {
 			if a.Load == nil || a.Load.Acquisitions == 0 {
 				return 0, false
 			}
@@ -282,7 +288,7 @@ func (rw *row) floorFigures(iv *interleaved, lat func(*side) dist) {
 			// One acquisition's worth at each end of the smallest slice
 			// counted.
 			fewest := math.MaxInt
-			iv.perPair(func(a, _ *side) (float64, bool) {
+			iv.perPair(discoSide, floorSide, func(a, _ *side) (float64, bool) {
 				if a.Load != nil && a.Load.Acquisitions > 0 {
 					fewest = min(fewest, a.Load.Acquisitions)
 				}
@@ -297,21 +303,17 @@ func (rw *row) floorFigures(iv *interleaved, lat func(*side) dist) {
 }
 
 // lockContended: n owners, each with its own client and session, on one
-// lock: disco interleaved with the Put+Delete floor, then etcd's Mutex.
+// lock: disco, the Put+Delete floor and etcd's Mutex, interleaved.
 func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 	name := fmt.Sprintf("lock-contended-%d", n)
 	pc := r.pairCfg()
-	r.logf("  %s: disco and put+delete, %d interleaved pairs of %v slices ...", name, pc.pairs, pc.slice)
-	iv, err := interleave(ctx, pc, openContentionSlicer(r.env, discoLib, n), openSlicer(r.env, putDeleteLib))
+	r.logf("  %s: disco, put+delete and %s, %d interleaved pairs of %v slices ...", name, etcdMutexLib.name, pc.pairs, pc.slice)
+	iv, err := interleave(ctx, pc, openContentionSlicer(r.env, discoLib, n), openSlicer(r.env, putDeleteLib),
+		openContentionSlicer(r.env, etcdMutexLib, n))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	d, pd := iv.pooledA, iv.pooledB
-	r.logf("  %s: %s ...", name, etcdMutexLib.name)
-	m, err := runContended(ctx, r.env, etcdMutexLib, n, r.cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", name, etcdMutexLib.name, err)
-	}
+	d, pd, m := iv.pooled[discoSide], iv.pooled[floorSide], iv.pooled[mutexSide]
 	if r.serialRead == nil {
 		r.logf("  %s: serializable read (once per run) ...", name)
 		sr, err := measureSerialRead(ctx, r.env, r.cfg)
@@ -320,7 +322,8 @@ func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 		}
 		r.serialRead = &sr
 	}
-	rw := &row{Scenario: name, Contenders: n, Baseline: m.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: m}
+	rw := &row{Scenario: name, Contenders: n, Baseline: m.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: m,
+		VsBasePaired: figureOf(iv.perPair(discoSide, mutexSide, rateRatio))}
 	rw.floorFigures(iv, func(s *side) dist { return s.Handoff })
 	pooled := fmt.Sprintf("; pooled %.0f vs %.0f/s", d.PerSec, pd.PerSec)
 	if r.env.fsync {
@@ -342,15 +345,8 @@ func lockContended(ctx context.Context, r *runner, n int) (*result, error) {
 				pooledLoad(func(l *load) float64 { return l.WatchEvents })))
 	}
 	if want, ok := throughputGoal[n]; ok {
-		// etcd's Mutex runs once, after the pairs; the spread is that of
-		// disco's slices over its one rate, so that a disk that slows a
-		// slice makes the verdict inconclusive rather than flip it.
-		var perSlice []float64
-		for _, a := range iv.a {
-			perSlice = append(perSlice, ratioOf(a.PerSec, m.PerSec))
-		}
-		rw.Goals = append(rw.Goals, judgeFigure(fmt.Sprintf(">= %gx etcd-mutex acq/s", want), figureOf(perSlice), true, want, "x",
-			fmt.Sprintf("; disco's slices over the Mutex's one run; pooled %.0f vs %.0f acq/s", d.PerSec, m.PerSec)))
+		rw.Goals = append(rw.Goals, judgeFigure(fmt.Sprintf(">= %gx etcd-mutex acq/s", want), rw.VsBasePaired, true, want, "x",
+			fmt.Sprintf("; pooled %.0f vs %.0f acq/s", d.PerSec, m.PerSec)))
 	}
 	if n == loadGoalAt {
 		g := goal{Name: "requests/acq <= etcd-mutex", Status: "n/a", Detail: "no metrics endpoint (external etcd; pass -metrics)"}
@@ -417,10 +413,10 @@ func lockFlatness(ctx context.Context, r *runner, prefix string, lib lockLib, to
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	d, b := iv.pooledA, iv.pooledB
+	d, b := iv.pooled[0], iv.pooled[1]
 	b.Lib = fmt.Sprintf("disco@%d", flatnessBase)
 	rw := &row{Scenario: name, Contenders: top, Baseline: b.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: b,
-		VsBasePaired: figureOf(iv.perPair(rateRatio))}
+		VsBasePaired: figureOf(iv.perPair(0, 1, rateRatio))}
 	rw.Goals = []goal{judgeFigure(flatnessGoalName(prefix, top), rw.VsBasePaired, true, flatnessGoal, "x",
 		fmt.Sprintf("; pooled %.0f vs %.0f acq/s", d.PerSec, b.PerSec))}
 	return &result{Scenario: name, Rows: []*row{rw},
