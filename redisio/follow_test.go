@@ -27,11 +27,7 @@ import (
 func TestFailoverWakesOnlyListenedSessions(t *testing.T) {
 	const sessions, perSession, failovers = 6, 3, 5
 	const name = "follow-fleet"
-	r := testserver.StartRedis(t)
-	testkit.NoLeaks(t)
-	reg, m := testkit.NewMetrics(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	r, reg, m, ctx := metered(t, 60*time.Second)
 	admin := newClient(t, r)
 	var cands []election.Service
 	for range sessions {

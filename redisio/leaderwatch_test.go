@@ -1,13 +1,11 @@
 package redisio_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/ahrtr/disco/internal/testkit"
-	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/redisio"
@@ -20,11 +18,7 @@ import (
 // subscriber gets the change.
 func TestCandidatesOnASessionShareTheLeaderRead(t *testing.T) {
 	const candidates = 10
-	r := testserver.StartRedis(t)
-	testkit.NoLeaks(t)
-	reg, m := testkit.NewMetrics(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	r, reg, m, ctx := metered(t, 30*time.Second)
 	cli := newClient(t, r)
 	// A long TTL: no recheck read comes between the reads counted.
 	s := testkit.ClosedAtEnd[*redisio.Session](t)(redisio.NewSession(cli, redisio.WithTTL(20*time.Second), redisio.WithMetrics(m)))

@@ -1,7 +1,6 @@
 package redisio_test
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/internal/testkit"
-	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -22,11 +20,7 @@ import (
 // session's suspensions, refreshes and loop drains, and an election's
 // leader changes.
 func TestMetrics(t *testing.T) {
-	r := testserver.StartRedis(t)
-	testkit.NoLeaks(t)
-	reg, m := testkit.NewMetrics(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	r, reg, m, ctx := metered(t, 30*time.Second)
 	admin := newClient(t, r)
 	cli, other := newClient(t, r), newClient(t, r)
 	s := testkit.ClosedAtEnd[*redisio.Session](t)(redisio.NewSession(cli, redisio.WithTTL(2*time.Second), redisio.WithMetrics(m)))
