@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/metrics"
@@ -121,16 +122,22 @@ func TestElectionFailoverWakesOnlyTheNext(t *testing.T) {
 	if n := zkio.Watchers(f.s); n > candidates {
 		t.Errorf("%d candidates, nobody listening, hold %d watches: want at most one each", candidates, n)
 	}
+	if per := wakeupsPerFailover(t, reg, rounds, func() { leader = f.failover(leader) }); per > 3 {
+		t.Errorf("%d failovers of %d candidates on one session woke them %.1f times each: want at most 3 each", rounds, candidates, per)
+	}
+}
+
+// wakeupsPerFailover runs failover rounds times and returns the election
+// wakeups reg counted per round.
+func wakeupsPerFailover(t *testing.T, reg *prometheus.Registry, rounds int, failover func()) float64 {
+	t.Helper()
 	before := testkit.Gather(t, reg)[electionWakeups]
 	for range rounds {
-		leader = f.failover(leader)
+		failover()
 	}
 	woken := testkit.Gather(t, reg)[electionWakeups] - before
-	t.Logf("%d failovers of %d candidates: %v wakeups", rounds, candidates, woken)
-	if per := woken / rounds; per > 3 {
-		t.Errorf("%d failovers of %d candidates on one session woke them %v times, %.1f each: want at most 3 each",
-			rounds, candidates, woken, per)
-	}
+	t.Logf("%d failovers: %v wakeups", rounds, woken)
+	return woken / float64(rounds)
 }
 
 // TestElectionFollowSharedPerSession: with every candidate of a session
@@ -175,16 +182,12 @@ func TestElectionFollowSharedPerSession(t *testing.T) {
 		}
 	}
 	expect(f.term(leader))
-	before := testkit.Gather(t, reg)[electionWakeups]
-	for range rounds {
+	per := wakeupsPerFailover(t, reg, rounds, func() {
 		leader = f.failover(leader)
 		expect(f.term(leader))
-	}
-	woken := testkit.Gather(t, reg)[electionWakeups] - before
-	t.Logf("%d failovers of %d subscribed candidates: %v wakeups", rounds, candidates, woken)
-	if per := woken / rounds; per > 3 {
-		t.Errorf("%d failovers of %d subscribed candidates on one session woke them %v times, %.1f each: want at most 3 each",
-			rounds, candidates, woken, per)
+	})
+	if per > 3 {
+		t.Errorf("%d failovers of %d subscribed candidates on one session woke them %.1f times each: want at most 3 each", rounds, candidates, per)
 	}
 }
 
