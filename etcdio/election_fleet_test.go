@@ -24,18 +24,20 @@ import (
 // again.
 func TestElectionFailoverWakesTheNextAlone(t *testing.T) {
 	testkit.NoLeaks(t)
-	const sessions, perSession, failovers = 5, 3, 8
+	const nSessions, perSession, failovers = 5, 3, 8
 	ctx := testCtx(t, 90*time.Second)
 	prefix := prefixOf(t)
 	reg, m := testkit.NewMetrics(t)
 	var cands []election.Service
-	for range sessions {
+	var sessions []*etcdio.Session
+	for range nSessions {
 		cli := newClient(t)
 		s, err := etcdio.NewSession(cli, etcdio.WithMetrics(m))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
+		sessions = append(sessions, s)
 		for range perSession {
 			cands = append(cands, newElection(t, cli, prefix, etcdio.WithSession(s)))
 		}
@@ -89,12 +91,12 @@ func TestElectionFailoverWakesTheNextAlone(t *testing.T) {
 		return per
 	}
 	if got := failover(failovers); got > 3 {
-		t.Fatalf("nobody listening: %.1f wakeups per failover with %d candidates on %d sessions, want at most 3", got, len(cands), sessions)
+		t.Fatalf("nobody listening: %.1f wakeups per failover with %d candidates on %d sessions, want at most 3", got, len(cands), nSessions)
 	}
 
 	// One subscriber per session: each follows who leads.
 	sctx, stop := context.WithCancel(ctx)
-	subs := make([]<-chan primitives.Event, sessions)
+	subs := make([]<-chan primitives.Event, nSessions)
 	for i := range subs {
 		subs[i] = cands[i*perSession].Subscribe(sctx)
 	}
@@ -115,7 +117,23 @@ func TestElectionFailoverWakesTheNextAlone(t *testing.T) {
 			}
 		}
 	}
+	for i, s := range sessions {
+		if n, err := etcdio.FollowsLeaders(s); err != nil || n != 1 {
+			t.Fatalf("session %d, with a subscriber: %d watches of who leads (%v), want 1", i, n, err)
+		}
+	}
 	stop()
-	// The followers close once the subscriptions' ends reach the loops.
-	testkit.Eventually(t, 10*time.Second, "failovers back to waking the next alone", func() bool { return failover(2) <= 3 })
+	// The followers close once the subscriptions' ends reach the loops;
+	// then a failover wakes the next candidate alone again.
+	testkit.Eventually(t, 10*time.Second, "no session follows who leads", func() bool {
+		for _, s := range sessions {
+			if n, err := etcdio.FollowsLeaders(s); err != nil || n > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if got := failover(failovers); got > 3 {
+		t.Fatalf("subscriptions ended: %.1f wakeups per failover, want at most 3", got)
+	}
 }
