@@ -609,13 +609,23 @@ func TestElectionFleet(t *testing.T) {
 	if rw.Scenario != "election-fleet-1000" || rw.Contenders != 12 || rw.Base.Lib != "disco@3" {
 		t.Fatalf("row %+v", rw)
 	}
+	// The two sizes are measured interleaved: each side pools its pairs'
+	// slices, of 3 failovers each, and the p50 goal is judged on the
+	// per-pair ratios.
+	want := tinyPairs.pairs * 3
 	for _, sd := range []*side{rw.Disco, rw.Base} {
-		if sd.Count != 3 || sd.Handoff.N != 3 || sd.Load == nil || sd.Load.Requests <= 0 || sd.Load.Wakeups == nil {
-			t.Errorf("%s: %d failovers, handoff %+v, load %+v", sd.Lib, sd.Count, sd.Handoff, sd.Load)
+		if sd.Count != want || sd.Handoff.N != want || sd.Load == nil || sd.Load.Requests <= 0 || sd.Load.Wakeups == nil {
+			t.Errorf("%s: %d failovers (want %d), handoff %+v, load %+v", sd.Lib, sd.Count, want, sd.Handoff, sd.Load)
 		}
 	}
 	if len(rw.Goals) != 4 {
 		t.Fatalf("goals %+v", rw.Goals)
+	}
+	if f := rw.VsBasePaired; f == nil || len(f.PerPair) != tinyPairs.pairs {
+		t.Errorf("failovers/s per pair: %+v", f)
+	}
+	if g := rw.Goals[2]; !strings.Contains(g.Detail, fmt.Sprintf("(median [IQR] of %d pairs)", tinyPairs.pairs)) {
+		t.Errorf("p50 goal not judged on %d pairs: %+v", tinyPairs.pairs, g)
 	}
 	if fp := rw.Disco.Footprint; fp == nil || fp.Waiters != 12 || fp.Sessions != 3 {
 		t.Errorf("footprint %+v", fp)

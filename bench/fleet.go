@@ -140,112 +140,113 @@ var redisFleet = fleetLib{name: "disco-redis", store: onRedis, session: func(e *
 	}, func() { _ = cli.Close() }, nil
 }}
 
-// fleetFigures is one size's outcome: its side (with the candidates'
-// footprint once every one campaigns) and, per failover, the deliveries to
-// the observers (one Observe per session), per observing session.
-type fleetFigures struct {
-	side               *side
-	observerDeliveries float64
+// fleet is an election fleet open across the slices it is measured in:
+// its sessions, its candidates (all campaigning, one Observe per session
+// if observed) and the leader's term. Each slice is rounds failovers.
+type fleet struct {
+	lib      fleetLib
+	mt       *meter
+	sessions int
+	rounds   int
+	fp       *footprint
+
+	cands    []election.Service
+	closes   []func()
+	won      chan fleetTerm
+	campaign func(i int)
+	leader   fleetTerm
+	stop     func() // ends the campaigns and the observers, and waits for the observers
+
+	obsMu    sync.Mutex
+	observed int // deliveries to the observers
 }
 
-// runFleet opens sessions, and candidates spread over them, all
-// campaigning (with observe, and one Observe per session), and measures
-// rounds failovers.
-func runFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, rounds int, observe bool) (*fleetFigures, error) {
+// fleetTerm is a Campaign's return: the candidate, when, and how long its
+// Campaign call took.
+type fleetTerm struct {
+	i      int
+	at     time.Time
+	waited time.Duration
+}
+
+// openFleet opens sessions, and candidates spread over them, all
+// campaigning (with observe, and one Observe per session), and returns
+// once every campaign landed and the sessions took in what it set off,
+// its footprint measured.
+func openFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, rounds int, observe bool) (_ *fleet, err error) {
 	prefix := e.prefix(fmt.Sprintf("fleet%d-%s", candidates, lib.name))
-	mt := newMeter(e, lib.store)
-	defer mt.close()
-	mt.sessions = sessions
+	f := &fleet{lib: lib, mt: newMeter(e, lib.store), sessions: sessions, rounds: rounds, stop: func() {}}
+	defer func() {
+		if err != nil {
+			f.close()
+		}
+	}()
+	f.mt.sessions = sessions
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	goroutinesBefore := runtime.NumGoroutine()
 
 	opens := make([]func(string) (election.Service, error), sessions)
-	closes := make([]func(), sessions)
-	defer func() {
-		for _, c := range closes {
-			if c != nil {
-				c()
-			}
-		}
-	}()
+	f.closes = make([]func(), sessions)
 	var g errgroup.Group
 	g.SetLimit(16)
 	for i := range sessions {
 		g.Go(func() error {
 			var err error
-			opens[i], closes[i], err = lib.session(e, mt)
+			opens[i], f.closes[i], err = lib.session(e, f.mt)
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	cands := make([]election.Service, candidates)
-	for i := range cands {
+	f.cands = make([]election.Service, candidates)
+	for i := range f.cands {
 		g.Go(func() error {
 			var err error
-			cands[i], err = opens[i%sessions](prefix)
+			f.cands[i], err = opens[i%sessions](prefix)
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, c := range cands {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-	}()
 
 	// One observer per session, counting deliveries.
 	octx, ostop := context.WithCancel(ctx)
-	defer ostop()
 	var delivered sync.WaitGroup
-	var obsMu sync.Mutex
-	observed := 0
 	for i := range sessions {
 		if !observe {
 			break
 		}
-		ch := cands[i].Observe(octx)
+		ch := f.cands[i].Observe(octx)
 		delivered.Go(func() {
 			for range ch {
-				obsMu.Lock()
-				observed++
-				obsMu.Unlock()
+				f.obsMu.Lock()
+				f.observed++
+				f.obsMu.Unlock()
 			}
 		})
 	}
-	defer func() { ostop(); delivered.Wait() }()
-
 	// Everyone campaigns; each Campaign's return is a term, reported on won.
-	type term struct {
-		i      int
-		at     time.Time
-		waited time.Duration // its Campaign call's
-	}
-	won := make(chan term, candidates)
+	f.won = make(chan fleetTerm, candidates)
 	cctx, cstop := context.WithCancel(ctx)
-	defer cstop()
-	campaign := func(i int) {
+	f.stop = func() { cstop(); ostop(); delivered.Wait() }
+	f.campaign = func(i int) {
 		go func() {
 			called := time.Now()
-			if err := cands[i].Campaign(cctx, fmt.Sprintf("candidate-%d", i)); err == nil {
+			if err := f.cands[i].Campaign(cctx, fmt.Sprintf("candidate-%d", i)); err == nil {
 				now := time.Now()
-				won <- term{i, now, now.Sub(called)}
+				f.won <- fleetTerm{i, now, now.Sub(called)}
 			}
 		}()
 	}
-	for i := range cands {
-		campaign(i)
+	for i := range f.cands {
+		f.campaign(i)
 	}
-	var leader term
 	select {
-	case leader = <-won:
+	case f.leader = <-f.won:
 	case <-time.After(time.Minute):
 		return nil, errors.New("no leader within a minute of the campaigns")
 	}
@@ -254,53 +255,75 @@ func runFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, r
 	if err := waitQueued(ctx, lib, e, prefix, candidates); err != nil {
 		return nil, err
 	}
-	if err := settleWakeups(ctx, mt); err != nil {
+	if err := settleWakeups(ctx, f.mt); err != nil {
 		return nil, err
 	}
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	fp := &footprint{Waiters: candidates, Sessions: sessions, Clients: sessions, Embedded: lib.store == onEtcd && !e.external,
+	f.fp = &footprint{Waiters: candidates, Sessions: sessions, Clients: sessions, Embedded: lib.store == onEtcd && !e.external,
 		Goroutines: float64(runtime.NumGoroutine()-goroutinesBefore) / float64(candidates),
 		HeapBytes:  float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(candidates)}
+	return f, nil
+}
 
-	obsMu.Lock()
-	observedBefore := observed
-	obsMu.Unlock()
-	snapBefore, err := mt.scrape(ctx)
+// close ends the campaigns and the observers, and closes the candidates
+// and the sessions.
+func (f *fleet) close() {
+	f.stop()
+	for _, c := range f.cands {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	for _, c := range f.closes {
+		if c != nil {
+			c()
+		}
+	}
+	f.mt.close()
+}
+
+// deliveries is how many leaders the observers were told of so far.
+func (f *fleet) deliveries() int {
+	f.obsMu.Lock()
+	defer f.obsMu.Unlock()
+	return f.observed
+}
+
+// slice measures f.rounds failovers: the leader resigns and campaigns
+// again, until the next candidate's Campaign returns.
+func (f *fleet) slice(ctx context.Context, _ runCfg) (*side, error) {
+	snapBefore, err := f.mt.scrape(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var failovers, waits []time.Duration
 	began := time.Now()
-	for range rounds {
+	for range f.rounds {
 		start := time.Now()
-		if err := cands[leader.i].Resign(ctx); err != nil {
+		if err := f.cands[f.leader.i].Resign(ctx); err != nil {
 			return nil, fmt.Errorf("resign: %w", err)
 		}
-		campaign(leader.i)
+		f.campaign(f.leader.i)
 		select {
-		case next := <-won:
+		case next := <-f.won:
 			failovers = append(failovers, next.at.Sub(start))
 			waits = append(waits, next.waited)
-			leader = next
+			f.leader = next
 		case <-time.After(time.Minute):
 			return nil, errors.New("no new leader within a minute of a Resign")
 		}
 	}
-	snapAfter, err := mt.scrape(ctx)
+	snapAfter, err := f.mt.scrape(ctx)
 	if err != nil {
 		return nil, err
 	}
-	obsMu.Lock()
-	deliveries := observed - observedBefore
-	obsMu.Unlock()
-
-	s := &side{Lib: lib.name, Count: len(failovers), Window: time.Since(began), handoffs: failovers, waits: waits, Footprint: fp}
+	s := &side{Lib: f.lib.name, Count: len(failovers), Window: time.Since(began), handoffs: failovers, waits: waits, Footprint: f.fp}
 	s.Handoff, s.Wait = summarize(failovers), summarize(waits)
 	s.rate()
-	s.Load = mt.load(snapBefore, snapAfter, len(failovers))
-	return &fleetFigures{side: s, observerDeliveries: float64(deliveries) / float64(len(failovers)) / float64(sessions)}, nil
+	s.Load = f.mt.load(snapBefore, snapAfter, len(failovers))
+	return s, nil
 }
 
 // waitQueued returns once every candidate's key is in the store (count
@@ -355,35 +378,50 @@ func settleWakeups(ctx context.Context, mt *meter) error {
 	}
 }
 
-// fleetScenario: lib's election at fleetSmall candidates (one per
-// session), then at fleetCandidates over fleetSessions, judged on the
-// issue's fleet goals. The heap and goroutines per candidate are the
-// sides' footprints.
+// fleetScenario: lib's election at fleetCandidates over fleetSessions
+// interleaved with one at fleetSmall candidates (one per session), in
+// pairs of slices of fc.rounds failovers each, then the large one again
+// with one Observe per session, judged on the fleet goals. The
+// heap and goroutines per candidate are the sides' footprints.
 func fleetScenario(lib fleetLib) func(ctx context.Context, r *runner) (*result, error) {
 	return func(ctx context.Context, r *runner) (*result, error) {
 		if err := r.env.start(lib.store); err != nil {
 			return nil, err
 		}
-		fc := r.fleetCfg()
-		r.logf("  election fleet on %s: %d candidates, %d failovers ...", lib.store, fc.small, fc.rounds)
-		small, err := runFleet(ctx, r.env, lib, fc.small, fc.small, fc.rounds, false)
-		if err != nil {
-			return nil, fmt.Errorf("fleet of %d: %w", fc.small, err)
+		fc, pc := r.fleetCfg(), r.pairCfg()
+		r.logf("  election fleet on %s: %d candidates over %d sessions and %d, %d interleaved pairs of %d failovers ...",
+			lib.store, fc.candidates, fc.sessions, fc.small, pc.pairs, fc.rounds)
+		open := func(candidates, sessions int) func() (slicer, error) {
+			return func() (slicer, error) {
+				return openFleet(ctx, r.env, lib, candidates, sessions, fc.rounds, false)
+			}
 		}
-		r.logf("  election fleet on %s: %d candidates over %d sessions, %d failovers ...", lib.store, fc.candidates, fc.sessions, fc.rounds)
-		big, err := runFleet(ctx, r.env, lib, fc.candidates, fc.sessions, fc.rounds, false)
+		iv, err := interleave(ctx, pc, open(fc.candidates, fc.sessions), open(fc.small, fc.small))
 		if err != nil {
-			return nil, fmt.Errorf("fleet of %d: %w", fc.candidates, err)
+			return nil, fmt.Errorf("fleets of %d and %d: %w", fc.candidates, fc.small, err)
 		}
-		r.logf("  election fleet on %s: the same, one observer per session ...", lib.store)
-		observed, err := runFleet(ctx, r.env, lib, fc.candidates, fc.sessions, fc.rounds, true)
+		r.logf("  election fleet on %s: %d candidates, one observer per session, %d failovers ...", lib.store, fc.candidates, fc.rounds)
+		observed, err := openFleet(ctx, r.env, lib, fc.candidates, fc.sessions, fc.rounds, true)
 		if err != nil {
 			return nil, fmt.Errorf("fleet of %d, observed: %w", fc.candidates, err)
 		}
-		d, b := big.side, small.side
+		deliveredBefore := observed.deliveries()
+		os, err := observed.slice(ctx, runCfg{})
+		deliveries := observed.deliveries() - deliveredBefore
+		observed.close()
+		if err != nil {
+			return nil, fmt.Errorf("fleet of %d, observed: %w", fc.candidates, err)
+		}
+		perSession := float64(deliveries) / float64(os.Count) / float64(fc.sessions)
+
+		d, b := iv.pooled[0], iv.pooled[1]
 		b.Lib = fmt.Sprintf("%s@%d", lib.name, fc.small)
 		name := fleetName(lib.store)
-		rw := &row{Scenario: name, Contenders: fc.candidates, Baseline: b.Lib, Unit: "failovers/s", Latency: "failover", Disco: d, Base: b}
+		p50s := figureOf(iv.perPair(0, 1, func(a, b *side) (float64, bool) {
+			return a.Handoff.P50 / b.Handoff.P50, a.Handoff.N > 0 && b.Handoff.N > 0 && b.Handoff.P50 > 0
+		}))
+		rw := &row{Scenario: name, Contenders: fc.candidates, Baseline: b.Lib, Unit: "failovers/s", Latency: "failover", Disco: d, Base: b,
+			VsBasePaired: figureOf(iv.perPair(0, 1, rateRatio))}
 		wake := func(s *side) float64 {
 			if s.Load == nil || s.Load.Wakeups == nil {
 				return 0
@@ -401,12 +439,11 @@ func fleetScenario(lib fleetLib) func(ctx context.Context, r *runner) (*result, 
 				wake(d) <= fleetWakeupsGoal, fmt.Sprintf("%.1f at %d, %.1f at %d", wake(d), fc.candidates, wake(b), fc.small)),
 			judge(fmt.Sprintf("election fleet: requests/failover at %d <= %gx at %d", fc.candidates, fleetRequestsGoal, fc.small),
 				req(b) > 0 && req(d) <= fleetRequestsGoal*req(b), fmt.Sprintf("%.1f vs %.1f", req(d), req(b))),
-			judge(fmt.Sprintf("election fleet: failover p50 at %d <= %gx at %d", fc.candidates, fleetP50Goal, fc.small),
-				d.Handoff.N > 0 && b.Handoff.N > 0 && d.Handoff.P50 <= fleetP50Goal*b.Handoff.P50,
-				fmt.Sprintf("%.2f vs %.2f ms (%d failovers each, measured once)", d.Handoff.P50, b.Handoff.P50, fc.rounds)),
+			judgeFigure(fmt.Sprintf("election fleet: failover p50 at %d <= %gx at %d", fc.candidates, fleetP50Goal, fc.small), p50s, false, fleetP50Goal, "x",
+				fmt.Sprintf("; per pair, p50 of %d failovers over p50 of %d; pooled %.2f vs %.2f ms", fc.rounds, fc.rounds, d.Handoff.P50, b.Handoff.P50)),
 			judge(fmt.Sprintf("election fleet: observer deliveries/failover per session <= %g", fleetObserverGoal),
-				observed.observerDeliveries <= fleetObserverGoal, fmt.Sprintf("%.2f, with %.1f wakeups/failover in all (%.1f without observers)",
-					observed.observerDeliveries, wake(observed.side), wake(d))),
+				perSession <= fleetObserverGoal, fmt.Sprintf("%.2f, with %.1f wakeups/failover in all (%.1f without observers)",
+					perSession, wake(os), wake(d))),
 		}
 		return &result{Scenario: name, Rows: []*row{rw},
 			chart: chart{title: fmt.Sprintf("Election on %s, %d candidates over %d sessions and %d: failover, CDF", lib.store, fc.candidates, fc.sessions, fc.small),

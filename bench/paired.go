@@ -114,6 +114,9 @@ func poolSides(ss []*side) *side {
 	var splits []*handoffSplit
 	for _, s := range ss {
 		p.Lib = s.Lib
+		if s.Footprint != nil {
+			p.Footprint = s.Footprint // the owners' own, the same in every slice
+		}
 		p.addCounts(s)
 		p.handoffs = append(p.handoffs, s.handoffs...)
 		p.waits = append(p.waits, s.waits...)
