@@ -250,10 +250,12 @@
 // handoff takes up to the re-check interval.
 //
 // Because a session that expires publishes nothing, and a message can be
-// missed around a reconnect, each waiter also looks again every TTL/4 (at
-// least 50 ms, at most 1 s): a bounded re-check, one small script per
-// waiter, not a polling storm. A leader watch reads again at the same
-// interval.
+// missed around a reconnect, each waiter also looks again within TTL/4
+// (at least 50 ms, at most 1 s) of its last look, after a random half to
+// all of that interval, drawn afresh each time: a bounded re-check, one
+// small script per waiter, and waiters queued together (a thousand
+// candidates started at once) do not all look in the same instant. A
+// leader watch reads again at the full interval.
 //
 // # Following the leader
 //

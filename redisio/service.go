@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,6 +202,14 @@ func (v *service) ref(key string) holdRef {
 // holder whose key expired without anyone publishing.
 func (v *service) recheck() time.Duration {
 	return min(max(v.s.ttl/4, 50*time.Millisecond), time.Second)
+}
+
+// spread returns a random duration between half of d and d, drawn afresh
+// at each call: the wait before a waiter's next timed look, so that
+// waiters queued together (a fleet's candidates, started at once) do not
+// all look again in the same instant, every interval.
+func spread(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
 }
 
 // Close ends the service at once (Released for its hold, its waiters
