@@ -26,7 +26,7 @@ func printTable(w io.Writer, results []*result, sum *runSummary, e *env, cfg run
 	fmt.Fprintln(w, "  zk-lock: the watch events its connections delivered; redis-setnx-poll: none (it polls); etcd's recipes: n/a (see etcd-ev/acq);")
 	fmt.Fprintln(w, "etcd-ev/acq = watch events etcd sent per acquisition (etcd_debugging_mvcc_events_total), etcd scenarios only;")
 	fmt.Fprintln(w, "floor = one client's uncontended Put+Delete cycles (rate, cycle p50/p99), measured interleaved with disco and etcd's Mutex in slices A B C A B C ...;")
-	fmt.Fprintln(w, "  disco/vs with a range: median [interquartile range] of the per-pair ratios (disco against etcd's Mutex; lock-flatness: against disco at 2);")
+	fmt.Fprintln(w, "  disco/vs with a range: median [interquartile range] of the per-pair ratios (disco against etcd's Mutex; lock-flatness: against disco at 2; election fleets: against 8 candidates);")
 	fmt.Fprintln(w, "  disco/floor and p99/floor p99 (disco's handoff or cycle p99 over the floor's cycle p99): median [interquartile range] of the per-pair ratios;")
 	fmt.Fprintln(w, "  a goal is met or MISSED when that whole range is on one side of its threshold, inconclusive when the threshold lies within it")
 	fmt.Fprintln(w)

@@ -268,8 +268,8 @@ func openContentionSlicer(e *env, lib lockLib, n int) func() (slicer, error) {
 }
 
 // floorFigures sets rw's floor figures from iv, disco (discoSide)
-// interleaved with the Put+Delete floor (floorSide); lat picks disco's latency whose p99 is held
-// against the floor's cycle p99.
+// interleaved with the Put+Delete floor (floorSide); lat picks disco's
+// latency whose p99 is held against the floor's cycle p99.
 func (rw *row) floorFigures(iv *interleaved, lat func(*side) dist) {
 	rw.Floor = iv.pooled[floorSide]
 	rw.VsFloor = figureOf(iv.perPair(discoSide, floorSide, rateRatio))
