@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -144,21 +145,18 @@ var redisFleet = fleetLib{name: "disco-redis", store: onRedis, session: func(e *
 // its sessions, its candidates (all campaigning, one Observe per session
 // if observed) and the leader's term. Each slice is rounds failovers.
 type fleet struct {
-	lib      fleetLib
-	mt       *meter
-	sessions int
-	rounds   int
-	fp       *footprint
+	lib    fleetLib
+	mt     *meter
+	rounds int
+	fp     *footprint
 
 	cands    []election.Service
 	closes   []func()
 	won      chan fleetTerm
 	campaign func(i int)
 	leader   fleetTerm
-	stop     func() // ends the campaigns and the observers, and waits for the observers
-
-	obsMu    sync.Mutex
-	observed int // deliveries to the observers
+	stop     func()       // ends the campaigns and the observers, and waits for the observers
+	observed atomic.Int64 // deliveries to the observers
 }
 
 // fleetTerm is a Campaign's return: the candidate, when, and how long its
@@ -175,7 +173,7 @@ type fleetTerm struct {
 // its footprint measured.
 func openFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, rounds int, observe bool) (_ *fleet, err error) {
 	prefix := e.prefix(fmt.Sprintf("fleet%d-%s", candidates, lib.name))
-	f := &fleet{lib: lib, mt: newMeter(e, lib.store), sessions: sessions, rounds: rounds, stop: func() {}}
+	f := &fleet{lib: lib, mt: newMeter(e, lib.store), rounds: rounds, stop: func() {}}
 	defer func() {
 		if err != nil {
 			f.close()
@@ -223,9 +221,7 @@ func openFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, 
 		ch := f.cands[i].Observe(octx)
 		delivered.Go(func() {
 			for range ch {
-				f.obsMu.Lock()
-				f.observed++
-				f.obsMu.Unlock()
+				f.observed.Add(1)
 			}
 		})
 	}
@@ -282,13 +278,6 @@ func (f *fleet) close() {
 		}
 	}
 	f.mt.close()
-}
-
-// deliveries is how many leaders the observers were told of so far.
-func (f *fleet) deliveries() int {
-	f.obsMu.Lock()
-	defer f.obsMu.Unlock()
-	return f.observed
 }
 
 // slice measures f.rounds failovers: the leader resigns and campaigns
@@ -405,14 +394,14 @@ func fleetScenario(lib fleetLib) func(ctx context.Context, r *runner) (*result, 
 		if err != nil {
 			return nil, fmt.Errorf("fleet of %d, observed: %w", fc.candidates, err)
 		}
-		deliveredBefore := observed.deliveries()
-		os, err := observed.slice(ctx, runCfg{})
-		deliveries := observed.deliveries() - deliveredBefore
+		deliveredBefore := observed.observed.Load()
+		obs, err := observed.slice(ctx, runCfg{})
+		deliveries := observed.observed.Load() - deliveredBefore
 		observed.close()
 		if err != nil {
 			return nil, fmt.Errorf("fleet of %d, observed: %w", fc.candidates, err)
 		}
-		perSession := float64(deliveries) / float64(os.Count) / float64(fc.sessions)
+		perSession := float64(deliveries) / float64(obs.Count) / float64(fc.sessions)
 
 		d, b := iv.pooled[0], iv.pooled[1]
 		b.Lib = fmt.Sprintf("%s@%d", lib.name, fc.small)
@@ -443,7 +432,7 @@ func fleetScenario(lib fleetLib) func(ctx context.Context, r *runner) (*result, 
 				fmt.Sprintf("; per pair, p50 of %d failovers over p50 of %d; pooled %.2f vs %.2f ms", fc.rounds, fc.rounds, d.Handoff.P50, b.Handoff.P50)),
 			judge(fmt.Sprintf("election fleet: observer deliveries/failover per session <= %g", fleetObserverGoal),
 				perSession <= fleetObserverGoal, fmt.Sprintf("%.2f, with %.1f wakeups/failover in all (%.1f without observers)",
-					perSession, wake(os), wake(d))),
+					perSession, wake(obs), wake(d))),
 		}
 		return &result{Scenario: name, Rows: []*row{rw},
 			chart: chart{title: fmt.Sprintf("Election on %s, %d candidates over %d sessions and %d: failover, CDF", lib.store, fc.candidates, fc.sessions, fc.small),
