@@ -537,7 +537,9 @@ func TestContendedInterleaves(t *testing.T) {
 	if m := rw.Base; m == nil || m.Lib != etcdMutexLib.name || m.Count == 0 || m.Window < time.Duration(tinyPairs.pairs)*tinyPairs.slice-time.Millisecond {
 		t.Errorf("etcd's Mutex pooled over %d slices of %v: %+v", tinyPairs.pairs, tinyPairs.slice, rw.Base)
 	}
-	if f := rw.VsBasePaired; f == nil || len(f.PerPair) != tinyPairs.pairs || f.Q1 > f.Median || f.Median > f.Q3 {
+	// A pair whose short Mutex slice saw no handoff (under -race the
+	// Mutex's can take 100 ms) has no ratio: at least one pair must.
+	if f := rw.VsBasePaired; f == nil || len(f.PerPair) == 0 || len(f.PerPair) > tinyPairs.pairs || f.Q1 > f.Median || f.Median > f.Q3 {
 		t.Errorf("disco over etcd's Mutex per pair: %+v", f)
 	} else if g := goalNamed(rw, ">= 30x etcd-mutex acq/s"); g == nil || g.Status == "n/a" || !strings.HasPrefix(g.Detail, fmtFigure(f, "x")) {
 		t.Errorf("goal against etcd's Mutex not judged on the per-pair ratios %s: %+v", fmtFigure(f, "x"), g)
