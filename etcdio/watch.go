@@ -2,7 +2,6 @@ package etcdio
 
 import (
 	"context"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -68,8 +67,7 @@ func (s *Session) silence() time.Duration {
 // jitter spreads the spells so that one watch asks first, and claimProbe
 // keeps the others from asking again while the answer is on its way.
 func (s *Session) quietSpell() time.Duration {
-	d := s.silence()
-	return d + rand.N(d/2)
+	return ctxtime.Jitter(s.silence()*3/2, 1.0/3)
 }
 
 func (s *Session) watchOnce(ctx context.Context, f follower) {

@@ -211,7 +211,7 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 		case <-v.Done():
 			return v.Err()
 		}
-		t.Reset(spread(v.recheck()))
+		t.Reset(v.nextLook())
 		lctx, cancel := context.WithTimeout(ctx, opTimeout)
 		done, err := look(lctx)
 		cancel()

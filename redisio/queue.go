@@ -161,7 +161,7 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time) (dri
 			v.withdraw(h.Key)
 			return driver.Hold{}, v.Err()
 		}
-		t.Reset(spread(v.recheck()))
+		t.Reset(v.nextLook())
 		cctx, cancel := context.WithTimeout(ctx, opTimeout)
 		res, err := v.check(cctx, h.Key)
 		cancel()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -204,12 +204,13 @@ func (v *service) recheck() time.Duration {
 	return min(max(v.s.ttl/4, 50*time.Millisecond), time.Second)
 }
 
-// spread returns a random duration between half of d and d, drawn afresh
-// at each call: the wait before a waiter's next timed look, so that
+// nextLook returns the wait before a waiter's next timed look: a random
+// half to all of the re-check interval, drawn afresh each time, so that
 // waiters queued together (a fleet's candidates, started at once) do not
-// all look again in the same instant, every interval.
-func spread(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
+// all look again in the same instant, every interval, and none waits
+// longer than the interval.
+func (v *service) nextLook() time.Duration {
+	return ctxtime.Jitter(v.recheck(), 0.5)
 }
 
 // Close ends the service at once (Released for its hold, its waiters

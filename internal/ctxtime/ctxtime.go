@@ -1,10 +1,19 @@
-// Package ctxtime has the one timing helper disco's packages share.
+// Package ctxtime has the timing helpers disco's packages share.
 package ctxtime
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 )
+
+// Jitter returns a random duration between d less the fraction f of it and
+// d, drawn afresh at each call; f is from 0 (d itself) to 1. Waits drawn
+// this way by many goroutines, or processes, started together do not all
+// end in the same instant, and none ends later than d.
+func Jitter(d time.Duration, f float64) time.Duration {
+	return d - time.Duration(f*rand.Float64()*float64(d))
+}
 
 // Sleep waits for d or until ctx ends, and reports whether it waited the
 // whole d.

@@ -44,3 +44,31 @@ func TestWithDone(t *testing.T) {
 	pcancel()
 	<-ctx2.Done()
 }
+
+// Jitter draws afresh at each call, within [d(1-f), d]: redisio's waiters
+// (f = 1/2) never look again later than their re-check interval, and a
+// thousand of them started together do not look again in the same instant;
+// f = 0 is d itself (supervise's backoff without jitter).
+func TestJitter(t *testing.T) {
+	const d = time.Second
+	seen := map[time.Duration]bool{}
+	lo, hi := d, time.Duration(0)
+	for range 1000 {
+		w := Jitter(d, 0.5)
+		if w < d/2 || w > d {
+			t.Fatalf("Jitter(%v, 0.5) = %v, want within [%v, %v]", d, w, d/2, d)
+		}
+		seen[w] = true
+		lo, hi = min(lo, w), max(hi, w)
+	}
+	// 1,000 draws over half a second: distinct, and covering most of it.
+	if len(seen) < 900 || hi-lo < d/2*9/10 {
+		t.Errorf("1000 draws: %d distinct, from %v to %v: want spread over [%v, %v]", len(seen), lo, hi, d/2, d)
+	}
+	if w := Jitter(d, 0); w != d {
+		t.Errorf("Jitter(%v, 0) = %v, want %v", d, w, d)
+	}
+	if w := Jitter(d, 1); w < 0 || w > d {
+		t.Errorf("Jitter(%v, 1) = %v, want within [0, %v]", d, w, d)
+	}
+}

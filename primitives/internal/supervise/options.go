@@ -2,9 +2,9 @@ package supervise
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"time"
 
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -78,5 +78,5 @@ func (c config) delay(attempt int) time.Duration {
 		}
 		d *= 2
 	}
-	return d - time.Duration(c.jitter*rand.Float64()*float64(d))
+	return ctxtime.Jitter(d, c.jitter)
 }
