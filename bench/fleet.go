@@ -403,14 +403,14 @@ func fleetScenario(lib fleetLib) func(ctx context.Context, r *runner) (*result, 
 		}
 		perSession := float64(deliveries) / float64(obs.Count) / float64(fc.sessions)
 
-		d, b := iv.pooled[0], iv.pooled[1]
+		d, b := iv.pooled[discoSide], iv.pooled[baseSide]
 		b.Lib = fmt.Sprintf("%s@%d", lib.name, fc.small)
 		name := fleetName(lib.store)
-		p50s := figureOf(iv.perPair(0, 1, func(a, b *side) (float64, bool) {
+		p50s := figureOf(iv.perPair(discoSide, baseSide, func(a, b *side) (float64, bool) {
 			return a.Handoff.P50 / b.Handoff.P50, a.Handoff.N > 0 && b.Handoff.N > 0 && b.Handoff.P50 > 0
 		}))
 		rw := &row{Scenario: name, Contenders: fc.candidates, Baseline: b.Lib, Unit: "failovers/s", Latency: "failover", Disco: d, Base: b,
-			VsBasePaired: figureOf(iv.perPair(0, 1, rateRatio))}
+			VsBasePaired: figureOf(iv.perPair(discoSide, baseSide, rateRatio))}
 		wake := func(s *side) float64 {
 			if s.Load == nil || s.Load.Wakeups == nil {
 				return 0

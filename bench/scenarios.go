@@ -248,13 +248,17 @@ func lockUncontended(ctx context.Context, r *runner) (*result, error) {
 	}, nil
 }
 
-// The sides of the lock scenarios on etcd, in the order each pair measures
-// them: disco, the Put+Delete floor (in the slice right after disco's), and
-// etcd's Mutex.
+// The sides of the interleaved scenarios, in the order each pair measures
+// them: disco first; then a two-sided scenario's reference (baseSide: disco
+// at fewer contenders, a smaller fleet); the lock scenarios on etcd measure
+// the Put+Delete floor (in the slice right after disco's), then etcd's
+// Mutex.
 const (
 	discoSide = iota
-	floorSide
+	baseSide
 	mutexSide
+
+	floorSide = baseSide
 )
 
 // openSlicer opens one owner of lib alone, as a slicer.
@@ -413,10 +417,10 @@ func lockFlatness(ctx context.Context, r *runner, prefix string, lib lockLib, to
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	d, b := iv.pooled[0], iv.pooled[1]
+	d, b := iv.pooled[discoSide], iv.pooled[baseSide]
 	b.Lib = fmt.Sprintf("disco@%d", flatnessBase)
 	rw := &row{Scenario: name, Contenders: top, Baseline: b.Lib, Unit: "acq/s", Latency: "handoff", Disco: d, Base: b,
-		VsBasePaired: figureOf(iv.perPair(0, 1, rateRatio))}
+		VsBasePaired: figureOf(iv.perPair(discoSide, baseSide, rateRatio))}
 	rw.Goals = []goal{judgeFigure(flatnessGoalName(prefix, top), rw.VsBasePaired, true, flatnessGoal, "x",
 		fmt.Sprintf("; pooled %.0f vs %.0f acq/s", d.PerSec, b.PerSec))}
 	return &result{Scenario: name, Rows: []*row{rw},
