@@ -83,10 +83,16 @@
 // AnnotationCandidateOf, holding its identity: it shows who waits
 // (kubectl get leases -l disco.ahrtr.github.io/candidate), and deleting it
 // withdraws that candidate (its Campaign fails with an error wrapping
-// primitives.ErrLost). The record is deleted when the Campaign ends; the
-// API server never expires anything, so the record of a process that
-// crashed while waiting stays until someone deletes it. Nothing reads it to
-// decide who leads.
+// primitives.ErrLost). The record is deleted when the Campaign ends. The
+// API server expires nothing, so a record carries a lease of its own: its
+// leaseDurationSeconds is the candidate's TTL, and the candidate moves its
+// renewTime on at least every half TTL while it waits. The candidate that
+// next takes the election's Lease deletes the election's records not
+// renewed for three of their lease durations by its own clock: those of
+// processes that crashed while waiting (clocks that disagree by more than
+// two durations could take a live candidate's record for a crashed one's;
+// that Campaign then fails with ErrLost). Nothing reads records to decide
+// who leads.
 //
 // # With client-go's leaderelection
 //

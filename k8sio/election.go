@@ -134,6 +134,7 @@ type campaign struct {
 	wakeAt    time.Time     // when to try next
 	tried     fencing.Token // the token of the last take whose outcome is unknown
 	record    string        // the candidate's record ("": none yet)
+	renewed   time.Time     // the record's last renewTime written
 	endRecord context.CancelFunc
 }
 
@@ -301,19 +302,13 @@ func (v *service) wait(ctx context.Context, until time.Time) {
 	if c.record != "" {
 		return
 	}
-	name := v.name + candidateMark + randomHex(5)
-	rec := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v.ns,
-			Labels:      map[string]string{LabelCandidate: "true"},
-			Annotations: map[string]string{AnnotationCandidateOf: v.name}},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: &v.s.id},
-	}
-	if _, err := v.leases.Create(ctx, rec, metav1.CreateOptions{}); err != nil {
+	name, now := v.name+candidateMark+randomHex(5), time.Now()
+	if _, err := v.leases.Create(ctx, v.newRecord(name, now), metav1.CreateOptions{}); err != nil {
 		v.s.log.Debug("k8sio: write candidate record", zap.String("lease", v.key), zap.Error(err))
 		c.wakeAt = time.Now().Add(v.retryAfter())
 		return
 	}
-	c.record = name
+	c.record, c.renewed = name, now
 	fctx, cancel := context.WithCancel(v.s.ctx)
 	c.endRecord = cancel
 	v.follow(fctx, name, func(l *coordinationv1.Lease, _ string) {
@@ -330,6 +325,7 @@ func (v *service) grant(tok fencing.Token) {
 	c := v.camp
 	h := driver.Hold{Key: v.key, Created: int64(tok), Token: tok, Value: c.value, Waited: c.waited}
 	v.dropCampaign()
+	v.sweep()
 	if !v.Grant(h, c.began, func(h driver.Hold) bool { return c.reply.Answer(h, nil) }) {
 		ctx, cancel := v.s.reqCtx()
 		defer cancel()

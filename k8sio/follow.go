@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/ahrtr/disco/internal/ctxtime"
 )
 
 // follow delivers the state of the Lease name, and every change of it,
@@ -23,7 +25,7 @@ func follow(ctx context.Context, leases coordinationv1client.LeaseInterface, nam
 	for ctx.Err() == nil {
 		list, err := leases.List(ctx, metav1.ListOptions{FieldSelector: sel})
 		if err != nil {
-			if !sleep(ctx, backoff) {
+			if !ctxtime.Sleep(ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, time.Second)
@@ -36,7 +38,7 @@ func follow(ctx context.Context, leases coordinationv1client.LeaseInterface, nam
 		}
 		w, err := leases.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
 		if err != nil {
-			if !sleep(ctx, backoff) {
+			if !ctxtime.Sleep(ctx, backoff) {
 				return
 			}
 			continue
@@ -55,17 +57,5 @@ func follow(ctx context.Context, leases coordinationv1client.LeaseInterface, nam
 			}
 		}
 		w.Stop()
-	}
-}
-
-// sleep waits d or until ctx ends; false if ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -369,6 +369,9 @@ func (s *Session) renew() {
 			ok = false
 		}
 	}
+	for v := range s.services {
+		v.renewRecord(ctx, sent)
+	}
 	if !held {
 		// Nothing to renew: the server's answer alone confirms the session.
 		if _, err := s.cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw(); err != nil {

@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/election"
 )
 
 // records lists the waiting candidates' records of identity id.
@@ -48,26 +51,14 @@ func TestCandidateRecords(t *testing.T) {
 	}
 	won := make(chan error, 1)
 	go func() { won <- waiter.Campaign(ctx, "w") }()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(records(t, "records-waiter")) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("no record while the candidate waits")
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
+	testkit.Eventually(t, 10*time.Second, "a record while the candidate waits", func() bool { return len(records(t, "records-waiter")) == 1 })
 	if err := leader.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-won; err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for len(records(t, "records-waiter")) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("record left after the candidate won: %v", records(t, "records-waiter"))
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
+	testkit.Eventually(t, 10*time.Second, "no record left after the candidate won", func() bool { return len(records(t, "records-waiter")) == 0 })
 	leader.Close()
 	waiter.Close()
 }
@@ -112,4 +103,132 @@ func TestSessionOneCandidatePerElection(t *testing.T) {
 	if err := b.Err(); !errors.Is(err, primitives.ErrClosed) {
 		t.Fatalf("an election on a closed session: %v, want ErrClosed", err)
 	}
+}
+
+// recordOf returns the record of the waiting candidate id (nil: none).
+func recordOf(t *testing.T, id string) *coordinationv1.Lease {
+	t.Helper()
+	list, err := admin().CoordinationV1().Leases(namespace).List(background(t), metav1.ListOptions{LabelSelector: k8sio.LabelCandidate + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range list.Items {
+		if h := l.Spec.HolderIdentity; h != nil && *h == id {
+			return &list.Items[i]
+		}
+	}
+	return nil
+}
+
+// A waiting candidate renews its record (renewTime, with its TTL as the
+// leaseDurationSeconds) while it waits.
+func TestWaitingCandidateRenewsItsRecord(t *testing.T) {
+	defer noneLeft(t)
+	lease := leaseName(t.Name())
+	ctx := background(t)
+	leader, waiter := newDisco(t, lease, "renew-leader"), newDisco(t, lease, "renew-waiter")
+	if err := leader.Campaign(ctx, "l"); err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan error, 1)
+	go func() { won <- waiter.Campaign(ctx, "w") }()
+	var first time.Time
+	testkit.Eventually(t, 10*time.Second, "a record with a renewTime", func() bool {
+		r := recordOf(t, "renew-waiter")
+		if r == nil || r.Spec.RenewTime == nil {
+			return false
+		}
+		if d := r.Spec.LeaseDurationSeconds; d == nil || time.Duration(*d)*time.Second != interopTTL {
+			t.Fatalf("record's leaseDurationSeconds %v, want the TTL %v", d, interopTTL)
+		}
+		first = r.Spec.RenewTime.Time
+		return true
+	})
+	testkit.Eventually(t, 3*interopTTL, "the record renewed", func() bool {
+		r := recordOf(t, "renew-waiter")
+		return r != nil && r.Spec.RenewTime != nil && r.Spec.RenewTime.After(first)
+	})
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil {
+		t.Fatal(err)
+	}
+	leader.Close()
+	waiter.Close()
+}
+
+// The record of a candidate that crashed while it waited (here: its
+// connection cut, so that neither its renewals nor its Close's delete
+// reach the server) is deleted by the next candidate that takes the Lease
+// once the record has not been renewed for three of its lease durations;
+// the record of a candidate still waiting, for just as long, stays.
+func TestCrashedCandidateRecordSwept(t *testing.T) {
+	defer noneLeft(t)
+	lease := leaseName(t.Name())
+	ctx := background(t)
+	leader := newDisco(t, lease, "swept-leader")
+	if err := leader.Campaign(ctx, "l"); err != nil {
+		t.Fatal(err)
+	}
+	cs, link := client(t)
+	crashed, err := k8sio.NewElection(cs, namespace, lease, k8sio.WithTTL(interopTTL), k8sio.WithIdentity("swept-crashed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashedDone := make(chan error, 1)
+	go func() { crashedDone <- crashed.Campaign(ctx, "c") }()
+	a, b := newDisco(t, lease, "swept-a"), newDisco(t, lease, "swept-b")
+	type won struct {
+		e   election.Service
+		err error
+	}
+	wins := make(chan won, 2)
+	for _, e := range []election.Service{a, b} {
+		go func() { wins <- won{e, e.Campaign(ctx, "w")} }()
+	}
+	win := func() election.Service {
+		t.Helper()
+		w := <-wins
+		if w.err != nil {
+			t.Fatalf("a live waiting candidate's Campaign: %v", w.err)
+		}
+		return w.e
+	}
+	for _, id := range []string{"swept-crashed", "swept-a", "swept-b"} {
+		testkit.Eventually(t, 10*time.Second, "record of "+id, func() bool { return recordOf(t, id) != nil })
+	}
+	link.Cut()
+	if err := <-crashedDone; err == nil {
+		t.Fatal("Campaign on a cut connection succeeded")
+	}
+	crashed.Close()
+	if recordOf(t, "swept-crashed") == nil {
+		t.Fatal("the cut candidate's Close reached the server: no crash to sweep after")
+	}
+	// Until its record is stale by this process's clock, which its
+	// sweeper shares, and a margin.
+	testkit.Eventually(t, 20*interopTTL, "the crashed record stale", func() bool {
+		r := recordOf(t, "swept-crashed")
+		return r.Spec.RenewTime != nil && time.Since(r.Spec.RenewTime.Time) > 3*interopTTL+interopTTL/4
+	})
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	winner := win()
+	testkit.Eventually(t, 10*time.Second, "the crashed candidate's record deleted", func() bool { return recordOf(t, "swept-crashed") == nil })
+	loser := "swept-a"
+	if winner == a {
+		loser = "swept-b"
+	}
+	if recordOf(t, loser) == nil {
+		t.Fatalf("the record of %s, waiting as long, was deleted too", loser)
+	}
+	if err := winner.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	win()
+	leader.Close()
+	a.Close()
+	b.Close()
 }

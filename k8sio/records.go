@@ -1,0 +1,108 @@
+package k8sio
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// A waiting candidate's record is a Lease of its own (see the package
+// doc). The API server expires nothing, so the record carries a lease of
+// the Lease kind: leaseDurationSeconds is its session's TTL, and the
+// session's renewal rounds move its renewTime on at least every
+// recordRenewal while the candidate waits. The candidate that takes the
+// election's Lease (sweep) deletes the election's records not renewed for
+// recordStale of their lease durations, by its own clock: those of
+// candidates that crashed while waiting. The margin covers clocks that
+// disagree by up to two durations; a live candidate whose record is
+// deleted all the same learns it from its watch of the record, and its
+// Campaign fails with ErrLost, as when anyone deletes it.
+
+// recordStale is how many of its lease durations a record may go without
+// a renewal before a sweep deletes it.
+const recordStale = 3
+
+// recordRenewal is the longest a waiting candidate's record goes without
+// a renewal, in parts of its TTL: at most every other round (a round
+// every third of the TTL).
+func (s *Session) recordRenewal() time.Duration { return s.ttl / 2 }
+
+// newRecord returns the record name for this candidate, renewed at now.
+func (v *service) newRecord(name string, now time.Time) *coordinationv1.Lease {
+	dur, at := int32(v.s.ttl/time.Second), metav1.NewMicroTime(now)
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v.ns,
+			Labels:      map[string]string{LabelCandidate: "true"},
+			Annotations: map[string]string{AnnotationCandidateOf: v.name}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &v.s.id, LeaseDurationSeconds: &dur, RenewTime: &at},
+	}
+}
+
+// renewRecord moves the waiting Campaign's record's renewTime to sent, if
+// its last renewal is recordRenewal old. A failure is not the session's:
+// the next round tries again, and a record deleted meanwhile ends the
+// Campaign through its watch. Loop only.
+func (v *service) renewRecord(ctx context.Context, sent time.Time) {
+	c := v.camp
+	if c == nil || c.record == "" || sent.Sub(c.renewed) < v.s.recordRenewal() {
+		return
+	}
+	at, err := json.Marshal(metav1.NewMicroTime(sent))
+	if err != nil {
+		return
+	}
+	patch := []byte(`{"spec":{"renewTime":` + string(at) + `}}`)
+	if _, err := v.leases.Patch(ctx, c.record, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		v.s.log.Debug("k8sio: renew candidate record", zap.String("record", c.record), zap.Error(err))
+		return
+	}
+	c.renewed = sent
+}
+
+// sweep deletes, on a helper, the records of the election's candidates
+// that are stale (see recordStale) at this moment; each delete is
+// conditioned on the record being unchanged since it was read, so that a
+// renewal that lands in between keeps it.
+func (v *service) sweep() {
+	v.s.goHelper(func() {
+		ctx, cancel := context.WithTimeout(v.s.ctx, opTimeout)
+		defer cancel()
+		list, err := v.leases.List(ctx, metav1.ListOptions{LabelSelector: LabelCandidate + "=true"})
+		if err != nil {
+			v.s.log.Debug("k8sio: list candidate records", zap.String("lease", v.key), zap.Error(err))
+			return
+		}
+		now := time.Now()
+		for _, r := range list.Items {
+			if r.Annotations[AnnotationCandidateOf] != v.name || !stale(&r, now, v.s.ttl) {
+				continue
+			}
+			pre := metav1.Preconditions{UID: &r.UID, ResourceVersion: &r.ResourceVersion}
+			err := v.leases.Delete(ctx, r.Name, metav1.DeleteOptions{Preconditions: &pre})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				v.s.log.Debug("k8sio: delete stale candidate record", zap.String("record", r.Name), zap.Error(err))
+			}
+		}
+	})
+}
+
+// stale reports whether the record r has gone recordStale of its lease
+// durations without a renewal at now: since its renewTime or, for a record
+// without one, its creation; with no lease duration, ttl stands for it.
+func stale(r *coordinationv1.Lease, now time.Time, ttl time.Duration) bool {
+	last := r.CreationTimestamp.Time
+	if r.Spec.RenewTime != nil {
+		last = r.Spec.RenewTime.Time
+	}
+	d := ttl
+	if s := r.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
+		d = time.Duration(*s) * time.Second
+	}
+	return now.Sub(last) > recordStale*d
+}
