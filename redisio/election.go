@@ -108,22 +108,23 @@ func (e *Election) Leader(ctx context.Context) (election.Leadership, error) {
 }
 
 // Observe delivers the current leader first, then each change: the first
-// is read after the call, and the service follows the leader (its
+// is read after the call (a read that fails is repeated; while Redis cannot
+// be read, nothing is delivered), and the service follows the leader (its
 // session's leader watch) for as long as ctx lives.
 func (e *Election) Observe(ctx context.Context) <-chan election.Leadership {
 	v := e.v
 	v.Spec().Listeners.Join(ctx)
-	seq := v.s.leaderReads.Add(1)
-	l, rerr := v.readLeader(ctx)
-	ch, err := loopCall(v.s, ctx, func() (<-chan election.Leadership, error) {
-		if v.Ended() {
-			return nil, v.Err()
-		}
-		if rerr == nil {
+	seq, l, err := v.readLeaderUntil(ctx)
+	var ch <-chan election.Leadership
+	if err == nil {
+		ch, err = loopCall(v.s, ctx, func() (<-chan election.Leadership, error) {
+			if v.Ended() {
+				return nil, v.Err()
+			}
 			v.applyLeaderLoop(seq, l)
-		}
-		return v.obs.Subscribe(ctx, v.leader), nil
-	})
+			return v.obs.Subscribe(ctx, v.leader), nil
+		})
+	}
 	if err != nil {
 		closed := make(chan election.Leadership)
 		close(closed)

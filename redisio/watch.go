@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
@@ -18,6 +19,27 @@ import (
 func (v *service) readLeader(ctx context.Context) (election.Leadership, error) {
 	return v.s.readLeader(ctx, v.name, v.queue, v.granted, v.wake)
 }
+
+// readLeaderUntil reads the leader, repeating a read that failed after
+// readRetry, until one succeeds, ctx ends or the service does; it returns
+// the read's sequence number (see applyLeaderLoop) with it.
+func (v *service) readLeaderUntil(ctx context.Context) (uint64, election.Leadership, error) {
+	ctx, cancel := ctxtime.WithDone(ctx, v.Done())
+	defer cancel()
+	for {
+		seq := v.s.leaderReads.Add(1)
+		l, err := v.readLeader(ctx)
+		if err == nil {
+			return seq, l, nil
+		}
+		if !ctxtime.Sleep(ctx, readRetry) {
+			return 0, l, err
+		}
+	}
+}
+
+// readRetry is the pause before a failed read of the leader is repeated.
+const readRetry = 100 * time.Millisecond
 
 // readLeader reads the head of the election on name, whose keys are queue
 // and granted and whose channel is wake.
