@@ -442,7 +442,7 @@ func readLeader(conn *zk.Conn, path string, watch, fresh bool) (_ election.Leade
 		if err != nil {
 			return election.Leadership{}, w, nil, err
 		}
-		q := queueOf(children, latchMarker)
+		q := firstOf(children, queuedKept, latchMarker)
 		if len(q) == 0 && watch && w[0] == nil {
 			// Nobody leads: the next candidate's znode is the change.
 			children, _, w[0], err = conn.ChildrenW(path)
@@ -452,7 +452,7 @@ func readLeader(conn *zk.Conn, path string, watch, fresh bool) (_ election.Leade
 			if err != nil {
 				return election.Leadership{}, w, nil, err
 			}
-			q = queueOf(children, latchMarker)
+			q = firstOf(children, queuedKept, latchMarker)
 		}
 		if len(q) == 0 {
 			return election.Leadership{}, w, nil, nil
@@ -473,7 +473,7 @@ func readLeader(conn *zk.Conn, path string, watch, fresh bool) (_ election.Leade
 		}
 		l := election.Leadership{Key: node, Value: string(data), FencingToken: fencing.Token(st.Czxid),
 			LeaseID: st.EphemeralOwner, Created: st.Czxid}
-		for _, m := range q[:min(len(q), queuedKept)] {
+		for _, m := range q {
 			queued = append(queued, m.name)
 		}
 		return l, w, queued, nil

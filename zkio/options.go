@@ -224,7 +224,7 @@ func cleanPath(path string) (string, error) {
 		case strings.HasSuffix(seg, EpochSuffix):
 			return "", fmt.Errorf("path %q: segment %q ends in %q, the name of a read/write lock's epoch znode: %w",
 				show, seg, EpochSuffix, ErrInvalidArgument)
-		case len(queueOf([]string{seg}, lockMarker, latchMarker, readMarker, writeMarker)) > 0:
+		case isMember(seg, lockMarker, latchMarker, readMarker, writeMarker):
 			return "", fmt.Errorf("path %q: segment %q is named as a lock, election or read/write lock znode: %w",
 				show, seg, ErrInvalidArgument)
 		}

@@ -39,43 +39,91 @@ type member struct {
 	seq    string // the digits after the marker
 }
 
+// memberOf returns child as a member of a queue whose znodes carry one of
+// markers; false if it is not one.
+func memberOf(child string, markers ...string) (member, bool) {
+	for _, marker := range markers {
+		i := strings.LastIndex(child, marker)
+		if i < 0 {
+			continue
+		}
+		seq := child[i+len(marker):]
+		if seq == "" || strings.Trim(seq, "0123456789") != "" {
+			continue
+		}
+		return member{name: child, marker: marker, seq: seq}, true
+	}
+	return member{}, false
+}
+
+// isMember reports whether name is named as a member of a queue whose
+// znodes carry one of markers.
+func isMember(name string, markers ...string) bool {
+	_, ok := memberOf(name, markers...)
+	return ok
+}
+
+// before reports whether a comes before b in the queue.
+func (a member) before(b member) bool { return a.seq < b.seq }
+
 // queueOf returns the children that are members of a queue whose znodes
 // carry one of markers, in queue order.
 func queueOf(children []string, markers ...string) []member {
 	var q []member
 	for _, c := range children {
-		for _, marker := range markers {
-			i := strings.LastIndex(c, marker)
-			if i < 0 {
-				continue
-			}
-			seq := c[i+len(marker):]
-			if seq == "" || strings.Trim(seq, "0123456789") != "" {
-				continue
-			}
-			q = append(q, member{name: c, marker: marker, seq: seq})
-			break
+		if m, ok := memberOf(c, markers...); ok {
+			q = append(q, m)
 		}
 	}
 	slices.SortFunc(q, func(a, b member) int { return strings.Compare(a.seq, b.seq) })
 	return q
 }
 
-// blocker returns the index in q of the member q[i] waits for, or -1 when
-// q[i] holds: a reader waits for the nearest member ahead that is not a
+// firstOf returns the first n members of the queue in children (see
+// queueOf), in queue order, in one pass over them: a leader's read needs
+// the head of a queue that may be thousands long.
+func firstOf(children []string, n int, markers ...string) []member {
+	q := make([]member, 0, n)
+	for _, c := range children {
+		m, ok := memberOf(c, markers...)
+		if !ok || (len(q) == n && !m.before(q[n-1])) {
+			continue
+		}
+		if len(q) == n {
+			q = q[:n-1]
+		}
+		i, _ := slices.BinarySearchFunc(q, m, func(a, b member) int { return strings.Compare(a.seq, b.seq) })
+		q = slices.Insert(q, i, m)
+	}
+	return q
+}
+
+// standing returns, in one pass over children, whether own (a base name)
+// is in the queue of markers, and the member it waits for (ok false when
+// it holds): a reader waits for the nearest member ahead that is not a
 // reader (readers hold together), every other member for the one just
 // ahead. The member waited for is the only one whose deletion can change
-// q[i]'s standing, so a handoff wakes only the waiters it frees.
-func blocker(q []member, i int) int {
-	if q[i].marker != readMarker {
-		return i - 1
+// own's standing, so a handoff wakes only the waiters it frees; and a
+// waiter woken in a queue of thousands needs no more than this pass.
+func standing(children []string, own string, markers ...string) (in bool, ahead member, ok bool) {
+	me, isMember := memberOf(own, markers...)
+	if !isMember {
+		return false, member{}, false
 	}
-	for j := i - 1; j >= 0; j-- {
-		if q[j].marker != readMarker {
-			return j
+	for _, c := range children {
+		if c == own {
+			in = true
+			continue
+		}
+		m, isMember := memberOf(c, markers...)
+		if !isMember || !m.before(me) || (me.marker == readMarker && m.marker == readMarker) {
+			continue
+		}
+		if !ok || ahead.before(m) {
+			ahead, ok = m, true
 		}
 	}
-	return -1
+	return in, ahead, ok
 }
 
 // retryable reports whether a ZooKeeper error is the connection's, not the
@@ -331,14 +379,11 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 			}
 			return fail(fmt.Errorf("zkio: list %s: %w", dir, errors.Join(err, svc.cause(ctx))))
 		}
-		q := queueOf(children, markers...)
-		i := slices.IndexFunc(q, func(m member) bool { return m.name == base })
-		if i < 0 {
-			return lostOwn(node)
-		}
-		j := blocker(q, i)
+		in, blocking, waits := standing(children, base, markers...)
 		switch {
-		case j < 0:
+		case !in:
+			return lostOwn(node)
+		case !waits:
 			return nil
 		case try:
 			return fail(svc.spec.taken)
@@ -360,7 +405,7 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 				return fail(fmt.Errorf("zkio: watch %s: %w", node, errors.Join(r.err, svc.cause(ctx))))
 			}
 		}
-		ahead := dir + "/" + q[j].name
+		ahead := dir + "/" + blocking.name
 		exists, _, ch, err := conn.ExistsW(ahead)
 		if err != nil {
 			if retryable(err) && svc.pauseRetry(ctx) {

@@ -1,6 +1,8 @@
 package zkio
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -27,13 +29,66 @@ func TestQueueOrderAndBlockers(t *testing.T) {
 	}
 	// Readers at the front hold together; a writer waits for the member
 	// just ahead; a reader for the nearest writer ahead.
-	for i, wantBlocker := range []int{-1, -1, 1, 2, 3, 3} {
-		if got := blocker(q, i); got != wantBlocker {
-			t.Errorf("blocker of %s: %d, want %d", q[i].name, got, wantBlocker)
+	for i, want := range []int{-1, -1, 1, 2, 3, 3} {
+		in, ahead, waits := standing(children, q[i].name, readMarker, writeMarker)
+		switch {
+		case !in:
+			t.Errorf("%s: not found in the queue", q[i].name)
+		case want < 0 && waits:
+			t.Errorf("%s waits for %s, want it to hold", q[i].name, ahead.name)
+		case want >= 0 && (!waits || ahead.name != q[want].name):
+			t.Errorf("%s waits for %q (%v), want %s", q[i].name, ahead.name, waits, q[want].name)
 		}
 	}
 	locks := queueOf(children, lockMarker)
-	if len(locks) != 1 || blocker(locks, 0) != -1 {
+	if in, _, waits := standing(children, locks[0].name, lockMarker); len(locks) != 1 || !in || waits {
 		t.Fatalf("lock queue %v: want one member, holding", locks)
+	}
+}
+
+// sortedBlocker is the rule standing applies, read off the sorted queue q:
+// the index of the member q[i] waits for, -1 if it holds.
+func sortedBlocker(q []member, i int) int {
+	if q[i].marker != readMarker {
+		return i - 1
+	}
+	for j := i - 1; j >= 0; j-- {
+		if q[j].marker != readMarker {
+			return j
+		}
+	}
+	return -1
+}
+
+// standing and firstOf, one pass over the children, answer what sorting
+// the whole queue (queueOf, blocker) answers: for every member, whether it
+// is in the queue and whom it waits for; the queue's first n members.
+func TestStandingAndFirstOfAgreeWithTheSortedQueue(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	markers := []string{readMarker, writeMarker}
+	for round := range 200 {
+		var children []string
+		for i := range rng.IntN(40) {
+			marker := markers[rng.IntN(2)]
+			children = append(children, fmt.Sprintf("_c_%02x-%s%010d", i, marker, rng.IntN(1000)*50+i))
+		}
+		children = append(children, "__READ__", "_c_ff-lock-0000000001", "unrelated")
+		q := queueOf(children, markers...)
+		for i, m := range q {
+			in, ahead, waits := standing(children, m.name, markers...)
+			j := sortedBlocker(q, i)
+			if !in || waits != (j >= 0) || (waits && ahead.name != q[j].name) {
+				t.Fatalf("round %d: standing of %s = %v, %q, %v; sorted: blocker %d of %v", round, m.name, in, ahead.name, waits, j, q)
+			}
+		}
+		if in, _, _ := standing(children[1:], children[0], markers...); len(children) > 3 && in {
+			t.Fatalf("round %d: %s found in a listing without it", round, children[0])
+		}
+		for _, n := range []int{1, 3, 16} {
+			want := q[:min(n, len(q))]
+			if got := firstOf(children, n, markers...); !slices.Equal(got, want) {
+				t.Fatalf("round %d: firstOf(%d) = %v, want %v", round, n, got, want)
+			}
+		}
 	}
 }

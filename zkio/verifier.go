@@ -144,7 +144,7 @@ func (v *Verifier) judge(p string, t int64) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		q := queueOf(children, markers...)
+		q := firstOf(children, 1, markers...)
 		if len(q) == 0 {
 			return "no one holds it now", nil
 		}
