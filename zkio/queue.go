@@ -417,21 +417,38 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 			continue
 		}
 		*waited = true
-		select {
-		case <-ch:
-			svc.metrics.Woken(svc.spec.kind, 1)
-		case ev := <-mine:
-			svc.metrics.Woken(svc.spec.kind, 1)
-			if ev.Type == zk.EventNodeDeleted {
-				return lostOwn(node)
+	waiting:
+		for {
+			select {
+			case <-ch:
+				svc.metrics.Woken(svc.spec.kind, 1)
+				break waiting
+			case ev := <-mine:
+				svc.metrics.Woken(svc.spec.kind, 1)
+				if ev.Type == zk.EventNodeDeleted {
+					return lostOwn(node)
+				}
+				mine = nil // changed, or no longer watched: look again
+				break waiting
+			case <-ownDue.C:
+				// The own watch, set here: what is ahead has not changed
+				// (its watch has not fired), so nothing needs listing.
+				watchOwn = true
+				r := <-svc.stat(node, true)
+				switch {
+				case r.err == nil:
+					o.r, o.got = r, true
+					mine = r.watch
+				case errors.Is(r.err, zk.ErrNoNode):
+					return lostOwn(node)
+				default:
+					break waiting // set again after a fresh look
+				}
+			case <-ctx.Done():
+				return fail(ctx.Err())
+			case <-svc.stop:
+				return fail(svc.stopped())
 			}
-			mine = nil // changed, or no longer watched: look again
-		case <-ownDue.C:
-			watchOwn = true // and look again
-		case <-ctx.Done():
-			return fail(ctx.Err())
-		case <-svc.stop:
-			return fail(svc.stopped())
 		}
 	}
 }
