@@ -30,7 +30,7 @@ const (
 	fleetCandidates = 1000
 	fleetSessions   = 100
 	fleetSmall      = 8 // candidates, one per session
-	fleetRounds     = 20
+	fleetRounds     = 100
 )
 
 // fleetCfg is a fleet scenario's size (zero: the constants above).
