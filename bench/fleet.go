@@ -110,7 +110,7 @@ var zkFleet = fleetLib{name: "disco-zk", store: onZK, session: func(e *env, mt *
 		},
 		func() { _ = s.Close() }, nil
 }, queued: func(e *env, prefix string) (func(context.Context) (int, error), func(), error) {
-	conn, _, err := zk.Connect([]string{e.zkAddr}, zkTimeout, zk.WithLogger(zkQuiet{}))
+	conn, err := zkConnect([]string{e.zkAddr}, nil)
 	if err != nil {
 		return nil, nil, err
 	}

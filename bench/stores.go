@@ -307,17 +307,50 @@ var zkioSemLib = semLib{name: "disco-zk", store: onZK, open: func(a at) (permitt
 // watch events are counted by its connection's event callback. Its Lock
 // takes no context: a waiting owner stops only once it got its turn.
 var zkLockLib = lockLib{name: "zk-lock", store: onZK, counted: true, open: func(a at) (locker, error) {
-	conn, _, err := zk.Connect(a.mt.zkServers(), zkTimeout, zk.WithLogInfo(false), zk.WithLogger(zkQuiet{}),
-		zk.WithEventCallback(func(ev zk.Event) {
-			if ev.Type != zk.EventSession && ev.Type != zk.EventNotWatching {
-				a.mt.events.Add(1)
-			}
-		}))
+	conn, err := zkConnect(a.mt.zkServers(), func(ev zk.Event) {
+		if ev.Type != zk.EventSession && ev.Type != zk.EventNotWatching {
+			a.mt.events.Add(1)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
 	return &zkLock{conn: conn, l: zk.NewLock(conn, a.prefix, zk.WorldACL(zk.PermAll))}, nil
 }}
+
+// zkConnect connects go-zookeeper to servers and returns once the
+// connection has its session: go-zookeeper connects in the background and
+// fails the requests queued meanwhile if an attempt fails ("could not
+// connect to a server"), which 128 connections opened at once against a
+// busy server can meet. cb, if not nil, is told of every event.
+func zkConnect(servers []string, cb zk.EventCallback) (*zk.Conn, error) {
+	conn, events, err := zk.Connect(servers, zkTimeout, zk.WithLogInfo(false), zk.WithLogger(zkQuiet{}), zk.WithEventCallback(cb))
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.After(zkConnectWithin)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				go drain(events)
+				return conn, nil
+			}
+		case <-deadline:
+			conn.Close()
+			return nil, fmt.Errorf("zookeeper at %v: no session within %v", servers, zkConnectWithin)
+		}
+	}
+}
+
+// zkConnectWithin bounds zkConnect.
+const zkConnectWithin = 30 * time.Second
+
+// drain reads a connection's session events until it closes the channel.
+func drain(events <-chan zk.Event) {
+	for range events {
+	}
+}
 
 var zkLockCount atomic.Int64
 
