@@ -118,7 +118,7 @@ func TestElectionFailoverWakesTheNextAlone(t *testing.T) {
 		}
 	}
 	for i, s := range sessions {
-		if n, err := etcdio.FollowsLeaders(s); err != nil || n != 1 {
+		if n, err := etcdio.FullMirrors(s); err != nil || n != 1 {
 			t.Fatalf("session %d, with a subscriber: %d watches of who leads (%v), want 1", i, n, err)
 		}
 	}
@@ -127,7 +127,7 @@ func TestElectionFailoverWakesTheNextAlone(t *testing.T) {
 	// then a failover wakes the next candidate alone again.
 	testkit.Eventually(t, 10*time.Second, "no session follows who leads", func() bool {
 		for _, s := range sessions {
-			if n, err := etcdio.FollowsLeaders(s); err != nil || n > 0 {
+			if n, err := etcdio.FullMirrors(s); err != nil || n > 0 {
 				return false
 			}
 		}

@@ -6,9 +6,10 @@ import (
 	"github.com/ahrtr/disco/actor"
 )
 
-// FollowsLeaders reports how many full mirrors (watches of a prefix that
-// follow who leads an election) s keeps open.
-func FollowsLeaders(s *Session) (int, error) {
+// FullMirrors reports how many full mirrors (watches of a prefix that
+// carry its keys' values) s keeps open. Only elections open them, to follow
+// who leads while someone listens.
+func FullMirrors(s *Session) (int, error) {
 	return call(context.Background(), s, func(r actor.Reply[int]) {
 		n := 0
 		for id := range s.mirrors {
