@@ -33,7 +33,7 @@ const recordStale = 3
 // every third of the TTL).
 func (s *Session) recordRenewal() time.Duration { return s.ttl / 2 }
 
-// newRecord returns the record name for this candidate, renewed at now.
+// newRecord returns this candidate's record, named name, renewed at now.
 func (v *service) newRecord(name string, now time.Time) *coordinationv1.Lease {
 	dur, at := int32(v.s.ttl/time.Second), metav1.NewMicroTime(now)
 	return &coordinationv1.Lease{
