@@ -63,8 +63,8 @@ func isMember(name string, markers ...string) bool {
 	return ok
 }
 
-// before reports whether a comes before b in the queue.
-func (a member) before(b member) bool { return a.seq < b.seq }
+// inQueueOrder compares a and b by their place in the queue.
+func inQueueOrder(a, b member) int { return strings.Compare(a.seq, b.seq) }
 
 // queueOf returns the children that are members of a queue whose znodes
 // carry one of markers, in queue order.
@@ -75,7 +75,7 @@ func queueOf(children []string, markers ...string) []member {
 			q = append(q, m)
 		}
 	}
-	slices.SortFunc(q, func(a, b member) int { return strings.Compare(a.seq, b.seq) })
+	slices.SortFunc(q, inQueueOrder)
 	return q
 }
 
@@ -86,13 +86,13 @@ func firstOf(children []string, n int, markers ...string) []member {
 	q := make([]member, 0, n)
 	for _, c := range children {
 		m, ok := memberOf(c, markers...)
-		if !ok || (len(q) == n && !m.before(q[n-1])) {
+		if !ok || (len(q) == n && inQueueOrder(m, q[n-1]) >= 0) {
 			continue
 		}
 		if len(q) == n {
 			q = q[:n-1]
 		}
-		i, _ := slices.BinarySearchFunc(q, m, func(a, b member) int { return strings.Compare(a.seq, b.seq) })
+		i, _ := slices.BinarySearchFunc(q, m, inQueueOrder)
 		q = slices.Insert(q, i, m)
 	}
 	return q
@@ -116,10 +116,10 @@ func standing(children []string, own string, markers ...string) (in bool, ahead 
 			continue
 		}
 		m, isMember := memberOf(c, markers...)
-		if !isMember || !m.before(me) || (me.marker == readMarker && m.marker == readMarker) {
+		if !isMember || inQueueOrder(m, me) >= 0 || (me.marker == readMarker && m.marker == readMarker) {
 			continue
 		}
-		if !ok || ahead.before(m) {
+		if !ok || inQueueOrder(ahead, m) < 0 {
 			ahead, ok = m, true
 		}
 	}
@@ -368,87 +368,97 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 	ownDue := time.NewTimer(driver.WaitWatchAfter(svc.s.TTL()))
 	defer ownDue.Stop()
 	watchOwn := false
-	for {
+	// look: list the queue again and watch the member now ahead; a wake
+	// by the own watch's timer alone needs no listing, since what is
+	// ahead has not changed while its watch has not fired.
+	var ahead <-chan zk.Event
+	for look := true; ; {
 		if err := svc.live(ctx); err != nil {
 			return fail(err)
 		}
-		children, _, err := conn.Children(dir)
-		if err != nil {
-			if retryable(err) && svc.pauseRetry(ctx) {
-				continue
+		if look {
+			children, _, err := conn.Children(dir)
+			if err != nil {
+				if retryable(err) && svc.pauseRetry(ctx) {
+					continue
+				}
+				return fail(fmt.Errorf("zkio: list %s: %w", dir, errors.Join(err, svc.cause(ctx))))
 			}
-			return fail(fmt.Errorf("zkio: list %s: %w", dir, errors.Join(err, svc.cause(ctx))))
-		}
-		in, blocking, waits := standing(children, base, markers...)
-		switch {
-		case !in:
-			return lostOwn(node)
-		case !waits:
-			return nil
-		case try:
-			return fail(svc.spec.taken)
-		}
-		if mine == nil && watchOwn {
-			// A watch on its own znode, whose answer also serves created.
-			r := <-svc.stat(node, true)
-			if r.err == nil {
-				o.r, o.got = r, true
-			}
+			in, blocking, waits := standing(children, base, markers...)
 			switch {
-			case r.err == nil:
-				mine = r.watch
-			case errors.Is(r.err, zk.ErrNoNode):
+			case !in:
 				return lostOwn(node)
-			case retryable(r.err) && svc.pauseRetry(ctx):
-				continue
-			default:
-				return fail(fmt.Errorf("zkio: watch %s: %w", node, errors.Join(r.err, svc.cause(ctx))))
+			case !waits:
+				return nil
+			case try:
+				return fail(svc.spec.taken)
 			}
-		}
-		ahead := dir + "/" + blocking.name
-		exists, _, ch, err := conn.ExistsW(ahead)
-		if err != nil {
-			if retryable(err) && svc.pauseRetry(ctx) {
-				continue
-			}
-			return fail(fmt.Errorf("zkio: watch %s: %w", ahead, errors.Join(err, svc.cause(ctx))))
-		}
-		if !exists {
-			continue
-		}
-		*waited = true
-	waiting:
-		for {
-			select {
-			case <-ch:
-				svc.metrics.Woken(svc.spec.kind, 1)
-				break waiting
-			case ev := <-mine:
-				svc.metrics.Woken(svc.spec.kind, 1)
-				if ev.Type == zk.EventNodeDeleted {
-					return lostOwn(node)
-				}
-				mine = nil // changed, or no longer watched: look again
-				break waiting
-			case <-ownDue.C:
-				// The own watch, set here: what is ahead has not changed
-				// (its watch has not fired), so nothing needs listing.
-				watchOwn = true
-				r := <-svc.stat(node, true)
+			if mine == nil && watchOwn {
+				ch, err := svc.watchOwn(o)
 				switch {
-				case r.err == nil:
-					o.r, o.got = r, true
-					mine = r.watch
-				case errors.Is(r.err, zk.ErrNoNode):
-					return lostOwn(node)
+				case err == nil:
+					mine = ch
+				case errors.Is(err, primitives.ErrLost):
+					return err
+				case retryable(err) && svc.pauseRetry(ctx):
+					continue
 				default:
-					break waiting // set again after a fresh look
+					return fail(fmt.Errorf("zkio: watch %s: %w", node, errors.Join(err, svc.cause(ctx))))
 				}
-			case <-ctx.Done():
-				return fail(ctx.Err())
-			case <-svc.stop:
-				return fail(svc.stopped())
 			}
+			path := dir + "/" + blocking.name
+			exists, _, ch, err := conn.ExistsW(path)
+			if err != nil {
+				if retryable(err) && svc.pauseRetry(ctx) {
+					continue
+				}
+				return fail(fmt.Errorf("zkio: watch %s: %w", path, errors.Join(err, svc.cause(ctx))))
+			}
+			if !exists {
+				continue
+			}
+			ahead, look = ch, false
+			*waited = true
+		}
+		select {
+		case <-ahead:
+			svc.metrics.Woken(svc.spec.kind, 1)
+			look = true
+		case ev := <-mine:
+			svc.metrics.Woken(svc.spec.kind, 1)
+			if ev.Type == zk.EventNodeDeleted {
+				return lostOwn(node)
+			}
+			mine, look = nil, true // changed, or no longer watched
+		case <-ownDue.C:
+			watchOwn = true
+			ch, err := svc.watchOwn(o)
+			switch {
+			case err == nil:
+				mine = ch
+			case errors.Is(err, primitives.ErrLost):
+				return err
+			default:
+				look = true // and set it again after the listing
+			}
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-svc.stop:
+			return fail(svc.stopped())
 		}
 	}
+}
+
+// watchOwn sets a watch on the acquisition's own znode and returns it; its
+// answer also serves created. An error wraps ErrLost if the znode is gone.
+func (svc *service) watchOwn(o *own) (<-chan zk.Event, error) {
+	r := <-svc.stat(o.node, true)
+	switch {
+	case r.err == nil:
+		o.r, o.got = r, true
+		return r.watch, nil
+	case errors.Is(r.err, zk.ErrNoNode):
+		return nil, lostOwn(o.node)
+	}
+	return nil, r.err
 }
