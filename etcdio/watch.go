@@ -2,6 +2,7 @@ package etcdio
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -67,7 +68,8 @@ func (s *Session) silence() time.Duration {
 // jitter spreads the spells so that one watch asks first, and claimProbe
 // keeps the others from asking again while the answer is on its way.
 func (s *Session) quietSpell() time.Duration {
-	return ctxtime.Jitter(s.silence()*3/2, 1.0/3)
+	d := s.silence()
+	return d + rand.N(d/2)
 }
 
 func (s *Session) watchOnce(ctx context.Context, f follower) {
