@@ -134,7 +134,7 @@ type campaign struct {
 	wakeAt    time.Time     // when to try next
 	tried     fencing.Token // the token of the last take whose outcome is unknown
 	record    string        // the candidate's record ("": none yet)
-	renewed   time.Time     // the record's last renewTime written
+	renewed   time.Time     // the renewTime of the record's last renewal sent
 	endRecord context.CancelFunc
 }
 

@@ -44,25 +44,31 @@ func (v *service) newRecord(name string, now time.Time) *coordinationv1.Lease {
 	}
 }
 
-// renewRecord moves the waiting Campaign's record's renewTime to sent, if
-// its last renewal is recordRenewal old. A failure is not the session's:
-// the next round tries again, and a record deleted meanwhile ends the
-// Campaign through its watch. Loop only.
-func (v *service) renewRecord(ctx context.Context, sent time.Time) {
+// renewRecord has a helper move the waiting Campaign's record's renewTime
+// to sent, if its last renewal was sent recordRenewal ago or more. The
+// request runs off the loop and does not count in the session's round: a
+// failure is the record's alone (the next renewal comes recordRenewal
+// later, well within recordStale durations), and a record deleted
+// meanwhile ends the Campaign through its watch. Loop only.
+func (v *service) renewRecord(sent time.Time) {
 	c := v.camp
 	if c == nil || c.record == "" || sent.Sub(c.renewed) < v.s.recordRenewal() {
 		return
 	}
+	c.renewed = sent
+	name := c.record
 	at, err := json.Marshal(metav1.NewMicroTime(sent))
 	if err != nil {
 		return
 	}
 	patch := []byte(`{"spec":{"renewTime":` + string(at) + `}}`)
-	if _, err := v.leases.Patch(ctx, c.record, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		v.s.log.Debug("k8sio: renew candidate record", zap.String("record", c.record), zap.Error(err))
-		return
-	}
-	c.renewed = sent
+	v.s.goHelper(func() {
+		ctx, cancel := context.WithTimeout(v.s.ctx, opTimeout)
+		defer cancel()
+		if _, err := v.leases.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			v.s.log.Debug("k8sio: renew candidate record", zap.String("record", name), zap.Error(err))
+		}
+	})
 }
 
 // sweep deletes, on a helper, the records of the election's candidates

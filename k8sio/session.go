@@ -370,7 +370,7 @@ func (s *Session) renew() {
 		}
 	}
 	for v := range s.services {
-		v.renewRecord(ctx, sent)
+		v.renewRecord(sent)
 	}
 	if !held {
 		// Nothing to renew: the server's answer alone confirms the session.
