@@ -16,19 +16,28 @@ import (
 )
 
 // records lists the waiting candidates' records of identity id.
-func records(t *testing.T, id string) []string {
+func records(t *testing.T, id string) []coordinationv1.Lease {
 	t.Helper()
 	list, err := admin().CoordinationV1().Leases(namespace).List(background(t), metav1.ListOptions{LabelSelector: k8sio.LabelCandidate + "=true"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	var mine []coordinationv1.Lease
 	for _, l := range list.Items {
 		if h := l.Spec.HolderIdentity; h != nil && *h == id {
-			names = append(names, l.Name)
+			mine = append(mine, l)
 		}
 	}
-	return names
+	return mine
+}
+
+// recordOf returns the record of the waiting candidate id (nil: none).
+func recordOf(t *testing.T, id string) *coordinationv1.Lease {
+	t.Helper()
+	if rs := records(t, id); len(rs) > 0 {
+		return &rs[0]
+	}
+	return nil
 }
 
 // A waiting candidate shows its record while it waits; once its Campaign
@@ -103,21 +112,6 @@ func TestSessionOneCandidatePerElection(t *testing.T) {
 	if err := b.Err(); !errors.Is(err, primitives.ErrClosed) {
 		t.Fatalf("an election on a closed session: %v, want ErrClosed", err)
 	}
-}
-
-// recordOf returns the record of the waiting candidate id (nil: none).
-func recordOf(t *testing.T, id string) *coordinationv1.Lease {
-	t.Helper()
-	list, err := admin().CoordinationV1().Leases(namespace).List(background(t), metav1.ListOptions{LabelSelector: k8sio.LabelCandidate + "=true"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, l := range list.Items {
-		if h := l.Spec.HolderIdentity; h != nil && *h == id {
-			return &list.Items[i]
-		}
-	}
-	return nil
 }
 
 // A waiting candidate renews its record (renewTime, with its TTL as the
