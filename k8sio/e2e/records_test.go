@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,4 +227,61 @@ func TestCrashedCandidateRecordSwept(t *testing.T) {
 	leader.Close()
 	a.Close()
 	b.Close()
+}
+
+// stallRecordPatches is a RoundTripper that holds every PATCH of a
+// candidate's record until the request's context ends, as an API server
+// that does not answer those would.
+type stallRecordPatches struct{ next http.RoundTripper }
+
+func (s stallRecordPatches) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPatch && strings.Contains(r.URL.Path, ".disco-candidate-") {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	return s.next.RoundTrip(r)
+}
+
+// A record renewal the API server does not answer is the record's
+// trouble, not the session's: a candidate that only waits keeps its
+// session (and its Campaign) through many TTLs of stalled renewals. When
+// the renewals shared the session's round, the stalled PATCH used up the
+// round's deadline, the round's version check failed, and the session was
+// lost within a few TTLs.
+func TestStalledRecordRenewalKeepsTheSession(t *testing.T) {
+	defer noneLeft(t)
+	lease := leaseName(t.Name())
+	ctx := background(t)
+	leader := newDisco(t, lease, "stalled-leader")
+	if err := leader.Campaign(ctx, "l"); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := srv.Client(func(rt http.RoundTripper) http.RoundTripper { return stallRecordPatches{rt} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := k8sio.NewElection(cs, namespace, lease, k8sio.WithTTL(interopTTL), k8sio.WithIdentity("stalled-waiter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	won := make(chan error, 1)
+	go func() { won <- waiter.Campaign(ctx, "w") }()
+	testkit.Eventually(t, 10*time.Second, "the waiter's record", func() bool { return recordOf(t, "stalled-waiter") != nil })
+	// Four TTLs: renewals due every half TTL, each stalled.
+	select {
+	case err := <-won:
+		t.Fatalf("the waiting Campaign ended while its record renewals stalled: %v", err)
+	case <-waiter.Done():
+		t.Fatalf("the waiter's session ended while its record renewals stalled: %v", waiter.Err())
+	case <-time.After(4 * interopTTL): // the span the session must outlive, not synchronisation
+	}
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil {
+		t.Fatalf("the waiter's Campaign once the leader resigned: %v", err)
+	}
+	leader.Close()
+	waiter.Close()
 }
