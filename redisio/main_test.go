@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/metrics"
@@ -19,6 +20,21 @@ func newClient(t testing.TB, r *testserver.Redis) *redis.Client {
 	cli := redis.NewClient(&redis.Options{Addr: r.Addr, PoolSize: 4})
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// proxied returns a fault proxy in front of r and a client through it
+// with opts (Addr set here); both are closed when t ends.
+func proxied(t testing.TB, r *testserver.Redis, opts redis.Options) (*faultproxy.Proxy, *redis.Client) {
+	t.Helper()
+	px, err := faultproxy.Listen("127.0.0.1:0", r.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	opts.Addr = px.Addr()
+	cli := redis.NewClient(&opts)
+	t.Cleanup(func() { cli.Close() })
+	return px, cli
 }
 
 // metered starts a Redis server for t, checks that t leaves no goroutine

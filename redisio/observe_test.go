@@ -7,7 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives/election"
@@ -22,11 +21,6 @@ import (
 func TestObserveUnreadDeliversNothing(t *testing.T) {
 	t.Parallel()
 	r := testserver.StartRedis(t)
-	px, err := faultproxy.Listen("127.0.0.1:0", r.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const name = "observe/unread"
@@ -35,8 +29,7 @@ func TestObserveUnreadDeliversNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	term, _ := leader.Term()
-	cli := redis.NewClient(&redis.Options{Addr: px.Addr(), ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
-	defer cli.Close()
+	px, cli := proxied(t, r, redis.Options{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
 	observer := testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, name, redisio.WithTTL(30*time.Second)))
 
 	px.BlackholeTx()

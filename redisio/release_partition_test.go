@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
@@ -20,14 +19,7 @@ import (
 // returns once the session is lost, not when its context ends.
 func TestReleaseEndsWithTheSession(t *testing.T) {
 	t.Parallel()
-	r := testserver.StartRedis(t)
-	px, err := faultproxy.Listen("127.0.0.1:0", r.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	cli := redis.NewClient(&redis.Options{Addr: px.Addr()})
-	defer cli.Close()
+	px, cli := proxied(t, testserver.StartRedis(t), redis.Options{})
 	const ttl = 2 * time.Second
 	l := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(cli, "release/partition", redisio.WithTTL(ttl)))
 	ctx := context.Background()
@@ -40,7 +32,7 @@ func TestReleaseEndsWithTheSession(t *testing.T) {
 	start := time.Now()
 	uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err = l.Unlock(uctx)
+	err := l.Unlock(uctx)
 	took := time.Since(start)
 	if !errors.Is(err, primitives.ErrLost) && !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("Unlock cut off from Redis: %v after %v, want ErrLost", err, took)
