@@ -86,7 +86,8 @@
 // primitives.ErrLost). The record is deleted when the Campaign ends. The
 // API server expires nothing, so a record carries a lease of its own: its
 // leaseDurationSeconds is the candidate's TTL, and the candidate moves its
-// renewTime on at least every half TTL while it waits. The candidate that
+// renewTime on every other renewal round (about every two thirds of the
+// TTL) while it waits. The candidate that
 // next takes the election's Lease deletes the election's records not
 // renewed for three of their lease durations by its own clock: those of
 // processes that crashed while waiting (clocks that disagree by more than

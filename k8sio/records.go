@@ -15,8 +15,8 @@ import (
 // A waiting candidate's record is a Lease of its own (see the package
 // doc). The API server expires nothing, so the record carries a lease of
 // the Lease kind: leaseDurationSeconds is its session's TTL, and the
-// session's renewal rounds move its renewTime on at least every
-// recordRenewal while the candidate waits. The candidate that takes the
+// session's renewal rounds move its renewTime on every other round while
+// the candidate waits. The candidate that takes the
 // election's Lease (sweep) deletes the election's records not renewed for
 // recordStale of their lease durations, by its own clock: those of
 // candidates that crashed while waiting. The margin covers clocks that
@@ -28,9 +28,10 @@ import (
 // a renewal before a sweep deletes it.
 const recordStale = 3
 
-// recordRenewal is the longest a waiting candidate's record goes without
-// a renewal, in parts of its TTL: at most every other round (a round
-// every third of the TTL).
+// recordRenewal is the least time between two renewals of a waiting
+// candidate's record: with a round every third of the TTL, the record is
+// renewed every other round, about every two thirds of the TTL (a failed
+// renewal is not retried sooner).
 func (s *Session) recordRenewal() time.Duration { return s.ttl / 2 }
 
 // newRecord returns this candidate's record, named name, renewed at now.

@@ -268,7 +268,7 @@ func TestStalledRecordRenewalKeepsTheSession(t *testing.T) {
 	won := make(chan error, 1)
 	go func() { won <- waiter.Campaign(ctx, "w") }()
 	testkit.Eventually(t, 10*time.Second, "the waiter's record", func() bool { return recordOf(t, "stalled-waiter") != nil })
-	// Four TTLs: renewals due every half TTL, each stalled.
+	// Four TTLs: a renewal due every other round, each stalled.
 	select {
 	case err := <-won:
 		t.Fatalf("the waiting Campaign ended while its record renewals stalled: %v", err)
