@@ -129,7 +129,8 @@ func (e *env) backend() string {
 }
 
 // startZK starts the run's ZooKeeper (one server, forceSync=no: it does not
-// fsync, unlike etcd and Redis here) unless it runs.
+// fsync, unlike etcd and Redis here; on a ServerJVM, as deployed) unless it
+// runs.
 func (e *env) startZK() error {
 	if e.zkAddr != "" {
 		return nil
@@ -138,7 +139,7 @@ func (e *env) startZK() error {
 	if err != nil {
 		return err
 	}
-	zks, err := testserver.LaunchZooKeeper(dir, 1)
+	zks, err := testserver.LaunchZooKeeperOn(dir, 1, testserver.ServerJVM)
 	if err != nil {
 		return fmt.Errorf("starting ZooKeeper: %w", err)
 	}

@@ -104,7 +104,7 @@ func guardVerify(ctx context.Context, r *runner) (*result, error) {
 		defer rg.close()
 		backends = append(backends, rg)
 	}
-	switch zks, err := testserver.LaunchZooKeeper(dir, 1); {
+	switch zks, err := testserver.LaunchZooKeeperOn(dir, 1, testserver.ServerJVM); {
 	case errors.Is(err, testserver.ErrNotInstalled):
 		r.logf("  %s: ZooKeeper is not installed (%s): no ZooKeeper row", name, testserver.ZooKeeperInstall)
 	case err != nil:

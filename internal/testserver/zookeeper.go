@@ -43,6 +43,7 @@ type ZooKeeper struct {
 
 	dir    string
 	cfg    string
+	jvm    ZooKeeperJVM
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -84,11 +85,31 @@ func StartZooKeeperEnsemble(t testing.TB, n int) []*ZooKeeper {
 // missing.
 var ErrNotInstalled = errors.New("testserver: not installed")
 
+// ZooKeeperJVM is how the servers' Java virtual machine runs.
+type ZooKeeperJVM int
+
+const (
+	// QuickJVM starts fast and stays small, for tests: the JIT's first
+	// tier only, the serial collector, at most 256 MiB of heap.
+	QuickJVM ZooKeeperJVM = iota
+	// ServerJVM runs as Debian's zkServer.sh starts a server, with the
+	// JVM's own defaults (both JIT tiers, its own collector and heap): a
+	// few seconds slower to warm up, then faster at serving. For
+	// benchmarks, whose figures must be a deployed server's.
+	ServerJVM
+)
+
 // LaunchZooKeeper starts n ZooKeeper servers forming one ensemble with
 // their data under root, for a TestMain that shares them between tests; the
-// caller stops them. It returns an error wrapping ErrNotInstalled if
-// ZooKeeper or Java is missing (a test then calls Missing).
+// caller stops them. Their JVMs are QuickJVMs. It returns an error wrapping
+// ErrNotInstalled if ZooKeeper or Java is missing (a test then calls
+// Missing).
 func LaunchZooKeeper(root string, n int) ([]*ZooKeeper, error) {
+	return LaunchZooKeeperOn(root, n, QuickJVM)
+}
+
+// LaunchZooKeeperOn is LaunchZooKeeper with servers on jvm.
+func LaunchZooKeeperOn(root string, n int, jvm ZooKeeperJVM) ([]*ZooKeeper, error) {
 	java := LookPath("java")
 	cp := ZooKeeperClasspath()
 	if java == "" || cp == "" {
@@ -100,14 +121,14 @@ func LaunchZooKeeper(root string, n int) ([]*ZooKeeper, error) {
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
 		var zks []*ZooKeeper
-		if zks, err = launchZooKeeper(filepath.Join(root, fmt.Sprint("try", attempt)), n, java, cp); err == nil {
+		if zks, err = launchZooKeeper(filepath.Join(root, fmt.Sprint("try", attempt)), n, java, cp, jvm); err == nil {
 			return zks, nil
 		}
 	}
 	return nil, err
 }
 
-func launchZooKeeper(root string, n int, java, cp string) ([]*ZooKeeper, error) {
+func launchZooKeeper(root string, n int, java, cp string, jvm ZooKeeperJVM) ([]*ZooKeeper, error) {
 	type ports struct{ client, peer, election int }
 	ps := make([]ports, n)
 	free, err := FreePorts(3 * n)
@@ -145,7 +166,7 @@ func launchZooKeeper(root string, n int, java, cp string) ([]*ZooKeeper, error) 
 		if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
 			return nil, err
 		}
-		zks[i] = &ZooKeeper{Addr: fmt.Sprintf("127.0.0.1:%d", ps[i].client), dir: dir, cfg: path}
+		zks[i] = &ZooKeeper{Addr: fmt.Sprintf("127.0.0.1:%d", ps[i].client), dir: dir, cfg: path, jvm: jvm}
 	}
 	stopAll := func() {
 		for _, zk := range zks {
@@ -171,8 +192,12 @@ func (z *ZooKeeper) start(java, cp string) error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	main := "org.apache.zookeeper.server.quorum.QuorumPeerMain"
-	cmd := exec.Command(java, "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-		"-Dzookeeper.jmx.log4j.disable=true", "-cp", cp, main, z.cfg)
+	var args []string
+	if z.jvm == QuickJVM {
+		args = []string{"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
+	}
+	args = append(args, "-Dzookeeper.jmx.log4j.disable=true", "-cp", cp, main, z.cfg)
+	cmd := exec.Command(java, args...)
 	z.stderr = &limitedWriter{left: 64 << 10}
 	cmd.Stdout = io.Discard
 	cmd.Stderr = z.stderr

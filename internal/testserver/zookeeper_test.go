@@ -1,6 +1,7 @@
 package testserver_test
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -18,6 +19,22 @@ func TestZooKeeperStartsAndStops(t *testing.T) {
 	zk.Stop()
 	if _, err := testserver.FourLetter(zk.Addr, "ruok"); err == nil {
 		t.Fatal("server answers after Stop")
+	}
+}
+
+// bench runs its ZooKeeper on a ServerJVM, which takes no flags of
+// QuickJVM's: it must start and serve all the same.
+func TestZooKeeperOnAServerJVM(t *testing.T) {
+	zks, err := testserver.LaunchZooKeeperOn(t.TempDir(), 1, testserver.ServerJVM)
+	if errors.Is(err, testserver.ErrNotInstalled) {
+		testserver.Missing(t, "ZooKeeper (with a Java runtime)", testserver.ZooKeeperInstall)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zks[0].Stop()
+	if out, err := testserver.FourLetter(zks[0].Addr, "ruok"); err != nil || out != "imok" {
+		t.Fatalf("ruok = %q, %v", out, err)
 	}
 }
 
