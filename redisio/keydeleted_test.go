@@ -22,8 +22,13 @@ func TestTryAfterKeyDeletedLoss(t *testing.T) {
 	r := testserver.StartRedis(t)
 	testkit.NoLeaks(t)
 	admin := newClient(t, r)
-	const rounds = 25
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	const rounds = 10 // the old code failed within a few
+	// The session must outlive every round: with appendfsync always, one
+	// refresh can wait on a disk that CI's other packages keep busy, and a
+	// TTL of 1 s was lost that way. A deleted key's Lost comes with the
+	// next refresh, a third of the TTL later.
+	const ttl = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 2*rounds*ttl)
 	defer cancel()
 	type try func(context.Context) (key string, err error)
 	for _, c := range []struct {
@@ -31,14 +36,14 @@ func TestTryAfterKeyDeletedLoss(t *testing.T) {
 		make func(t *testing.T, name string) (try, func() <-chan primitives.Event)
 	}{
 		{"lock", func(t *testing.T, name string) (try, func() <-chan primitives.Event) {
-			l := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(newClient(t, r), name, redisio.WithTTL(time.Second)))
+			l := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(newClient(t, r), name, redisio.WithTTL(ttl)))
 			return func(ctx context.Context) (string, error) {
 				g, err := l.TryLock(ctx)
 				return g.Key, err
 			}, func() <-chan primitives.Event { return l.Subscribe(ctx) }
 		}},
 		{"rwlock", func(t *testing.T, name string) (try, func() <-chan primitives.Event) {
-			l := testkit.ClosedAtEnd[rwlock.Service](t)(redisio.NewRWLock(newClient(t, r), name, redisio.WithTTL(time.Second)))
+			l := testkit.ClosedAtEnd[rwlock.Service](t)(redisio.NewRWLock(newClient(t, r), name, redisio.WithTTL(ttl)))
 			n := 0
 			return func(ctx context.Context) (string, error) {
 				acq := l.TryLock
