@@ -205,7 +205,9 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 		select {
 		case <-wake:
 		case <-t.C:
-			v.rechecked(first)
+			if !first { // the first look, at once, is no re-check
+				v.rechecked()
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-v.Done():

@@ -103,10 +103,7 @@ func (v *service) wakeLoop(w chan struct{}) {
 	}
 }
 
-// rechecked counts a look taken on the re-check timer, not the first
-// look, which every wait takes at once. Any goroutine.
-func (v *service) rechecked(first bool) {
-	if !first {
-		v.Spec().Metrics.Rechecked(v.Spec().Kind)
-	}
+// rechecked counts a look taken on the re-check timer. Any goroutine.
+func (v *service) rechecked() {
+	v.Spec().Metrics.Rechecked(v.Spec().Kind)
 }

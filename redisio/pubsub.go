@@ -3,6 +3,7 @@ package redisio
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -66,7 +67,8 @@ func (s *Session) woken(ch, head string) {
 
 // wokenOwn wakes the waiter of the hold key on the session's own channel,
 // counted as a wake message of its service's kind (of a service on the
-// hold's name if the waiter is gone). Loop only.
+// hold's name if there is no waiter: gone, or not registered yet, in which
+// case the key is kept for it in early). Loop only.
 func (s *Session) wokenOwn(key string) {
 	name := key[:max(strings.LastIndexByte(key, '/'), 0)]
 	var on *service
@@ -83,4 +85,24 @@ func (s *Session) wokenOwn(key string) {
 	if on != nil {
 		on.Spec().Metrics.WakeMessage(on.Spec().Kind)
 	}
+	if len(s.early) == earlyWakes {
+		s.early = slices.Delete(s.early, 0, 1)
+	}
+	s.early = append(s.early, key)
+}
+
+// earlyWakes bounds the wake messages a session keeps for waiters not yet
+// registered. One that falls out (or never finds its waiter: the caller
+// gave up) costs at most a re-check interval.
+const earlyWakes = 16
+
+// takeEarlyWake reports whether a wake message for the hold key came
+// before its waiter registered, and forgets it. Loop only.
+func (s *Session) takeEarlyWake(key string) bool {
+	i := slices.Index(s.early, key)
+	if i < 0 {
+		return false
+	}
+	s.early = slices.Delete(s.early, i, i+1)
+	return true
 }

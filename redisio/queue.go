@@ -100,6 +100,9 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 	if h.Token != 0 {
 		return v.grant(h, began)
 	}
+	if v.s.beforeWait != nil {
+		v.s.beforeWait(h.Key)
+	}
 	return v.wait(ctx, h, began)
 }
 
@@ -134,7 +137,9 @@ func (v *service) grant(h driver.Hold, began time.Time) (driver.Hold, error) {
 }
 
 // wait parks the caller until its hold heads the queue: woken by the
-// session's pub/sub when it becomes the head, or by the recheck timer.
+// session's pub/sub when it becomes the head (a wake that came before the
+// waiter registered included), or by the recheck timer. It makes no
+// request before either.
 func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time) (driver.Hold, error) {
 	wake := make(chan struct{}, 1)
 	if _, err := loopCall(v.s, context.Background(), func() (struct{}, error) {
@@ -142,18 +147,21 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time) (dri
 			return struct{}{}, v.Err()
 		}
 		v.waiting[h.Key] = wake
+		if v.s.takeEarlyWake(h.Key) {
+			v.wakeLoop(wake)
+		}
 		return struct{}{}, nil
 	}); err != nil {
 		v.withdraw(h.Key)
 		return driver.Hold{}, err
 	}
-	t := time.NewTimer(0) // look once at once: a wake may have come before the loop knew the key
+	t := time.NewTimer(v.nextLook())
 	defer t.Stop()
-	for first := true; ; first = false {
+	for {
 		select {
 		case <-wake:
 		case <-t.C:
-			v.rechecked(first)
+			v.rechecked()
 		case <-ctx.Done():
 			v.withdraw(h.Key)
 			return driver.Hold{}, ctx.Err()

@@ -68,9 +68,19 @@ type Session struct {
 	leaderWatches map[string]*leaderWatch
 	clock         driver.Clock // the deadline, from the send times of acknowledged refreshes
 	ended         bool
+	// early holds the keys of the wake messages on the session's own
+	// channel that found no waiter registered, the latest last (at most
+	// earlyWakes): a release can grant a hold and wake it before its
+	// enqueue's reply has reached its waiter, which takes its wake from
+	// here when it registers.
+	early []string
 	// afterCleanup, if set (by a test), runs on the helper that takes a
 	// hold whose key was deleted out of the queue, after its script.
 	afterCleanup func()
+	// beforeWait, if set (by a test, before the session's first
+	// acquisition), runs on the caller's goroutine between an enqueue that
+	// left its hold waiting and the waiter's registration on the loop.
+	beforeWait func(key string)
 }
 
 // NewSession creates a session on cli: a new id and its key, with the TTL
