@@ -233,7 +233,12 @@
 // waiter: a handoff sends one message, to one session, whatever the number
 // of contenders (TestLockHandoffSendsOneWakeMessage). An rwlock reader
 // that is granted wakes the hold behind it, so that readers queued
-// together follow each other in.
+// together follow each other in. A message can reach the session before
+// the waiter it names is registered there (the release ran between the
+// waiter's enqueue and its registration): the session keeps the last
+// such messages, and the waiter takes its own when it registers
+// (TestWakeBeforeTheWaiterRegisters). A waiter makes no request before a
+// message or its timed look.
 //
 // Each such message is also published on the name's channel, name/wake,
 // as is an election's every change of who leads or of the leader's value,
