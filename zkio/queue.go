@@ -41,17 +41,23 @@ type member struct {
 
 // memberOf returns child as a member of a queue whose znodes carry one of
 // markers; false if it is not one.
+//
+// The sequence is the name's trailing digits, and the marker what comes
+// just before them: every marker ends in a non-digit. This looks at the
+// name's tail alone, since a woken waiter runs it on every child of a
+// queue that may be thousands long.
 func memberOf(child string, markers ...string) (member, bool) {
+	i := len(child)
+	for i > 0 && '0' <= child[i-1] && child[i-1] <= '9' {
+		i--
+	}
+	if i == len(child) {
+		return member{}, false
+	}
 	for _, marker := range markers {
-		i := strings.LastIndex(child, marker)
-		if i < 0 {
-			continue
+		if strings.HasSuffix(child[:i], marker) {
+			return member{name: child, marker: marker, seq: child[i:]}, true
 		}
-		seq := child[i+len(marker):]
-		if seq == "" || strings.Trim(seq, "0123456789") != "" {
-			continue
-		}
-		return member{name: child, marker: marker, seq: seq}, true
 	}
 	return member{}, false
 }

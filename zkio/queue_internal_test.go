@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -89,6 +90,58 @@ func TestStandingAndFirstOfAgreeWithTheSortedQueue(t *testing.T) {
 			if got := firstOf(children, n, markers...); !slices.Equal(got, want) {
 				t.Fatalf("round %d: firstOf(%d) = %v, want %v", round, n, got, want)
 			}
+		}
+	}
+}
+
+// memberOf reads the layout's rule: the sequence is all that follows the
+// name's last marker, digits only and at least one. It reads the name's
+// tail alone; on names built of the layout's pieces in any order it
+// answers as a reading of that rule does.
+func TestMemberOfReadsTheLayout(t *testing.T) {
+	markers := []string{lockMarker, latchMarker, readMarker, writeMarker}
+	byRule := func(child string) (member, bool) {
+		best := -1
+		var m member
+		for _, marker := range markers {
+			i := strings.LastIndex(child, marker)
+			if i < 0 || i <= best {
+				continue
+			}
+			seq := child[i+len(marker):]
+			if seq == "" || strings.Trim(seq, "0123456789") != "" {
+				continue
+			}
+			best, m = i, member{name: child, marker: marker, seq: seq}
+		}
+		return m, best >= 0
+	}
+	pieces := append([]string{"_c_", "0f3a-", "7", "0000000012", "-", "x", ""}, markers...)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		var b strings.Builder
+		for range rng.IntN(6) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		child := b.String()
+		want, wantOK := byRule(child)
+		if got, ok := memberOf(child, markers...); ok != wantOK || got != want {
+			t.Fatalf("memberOf(%q) = %+v, %v; the rule reads %+v, %v", child, got, ok, want, wantOK)
+		}
+	}
+}
+
+// BenchmarkStanding: a woken candidate's pass over a listing of 1,000
+// children in LeaderLatch's layout.
+func BenchmarkStanding(b *testing.B) {
+	children := make([]string, 1000)
+	for i := range children {
+		children[i] = fmt.Sprintf("_c_%08x-0000-4000-8000-%012x-%s%010d", i, i, latchMarker, 1000-i)
+	}
+	own := children[0]
+	for b.Loop() {
+		if in, _, waits := standing(children, own, latchMarker); !in || !waits {
+			b.Fatal("own not waiting")
 		}
 	}
 }
