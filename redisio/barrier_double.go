@@ -213,7 +213,7 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 		case <-v.Done():
 			return v.Err()
 		}
-		t.Reset(v.nextLook())
+		t.Reset(v.nextLook(0))
 		lctx, cancel := context.WithTimeout(ctx, opTimeout)
 		done, err := look(lctx)
 		cancel()

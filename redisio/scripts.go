@@ -168,7 +168,8 @@ return {c, 0}
 // Created.
 // KEYS: seq, queue, held, session key, hold key. ARGV: lock (1/0), wake
 // channel.
-// Returns {-1} no session, {-3} hold gone, {0} still waiting, {1, token}.
+// Returns {-1} no session, {-3} hold gone, {0, place} still waiting (place:
+// the hold's index in the queue), {1, token}.
 var checkScript = redis.NewScript(luaLayout + luaCheck)
 
 // luaCheck is checkScript's own part.
@@ -180,7 +181,7 @@ local h, removed = head(KEYS[2], KEYS[3])
 if not h then return {-3} end
 if h ~= KEYS[5] then
   if removed then wake(ARGV[2], h) end
-  return {0}
+  return {0, redis.call('ZRANK', KEYS[2], KEYS[5])}
 end
 local t = redis.call('HGET', KEYS[5], 't')
 if not t then
@@ -416,7 +417,7 @@ else
   blocked, removed = writerAhead(KEYS[2], KEYS[5], KEYS[3])
 end
 if removed then wake(ARGV[1], firstWaiting(KEYS[2])) end
-if blocked then return {0} end
+if blocked then return {0, redis.call('ZRANK', KEYS[2], KEYS[5])} end
 local t = redis.call('HGET', KEYS[5], 't')
 if not t then
   t = grantToken(KEYS[1], KEYS[6], mode, nil, KEYS[3])
@@ -623,8 +624,8 @@ return {c, t, slot}
 
 // semCheckScript is checkScript for a semaphore.
 // KEYS: seq, queue, held, session key, hold key. ARGV: n, wake channel.
-// Returns {-1} no session, {-3} hold gone, {0} still waiting, {1, token,
-// slot}.
+// Returns {-1} no session, {-3} hold gone, {0, place} still waiting, {1,
+// token, slot}.
 var semCheckScript = redis.NewScript(luaLayout + luaFirstWaiting + luaSem + `
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1} end
 if redis.call('EXISTS', KEYS[5]) == 0 or redis.call('HEXISTS', KEYS[5], 'g') == 1 then return {-3} end
@@ -634,7 +635,7 @@ if t then return {1, tonumber(t), tonumber(redis.call('HGET', KEYS[5], 'v'))} en
 local n = tonumber(ARGV[1])
 local ok, live, removed = semTurn(KEYS[2], KEYS[3], KEYS[5], n)
 if removed then wake(ARGV[2], firstWaiting(KEYS[2])) end
-if not ok then return {0} end
+if not ok then return {0, redis.call('ZRANK', KEYS[2], KEYS[5])} end
 local slot
 t, slot = semGrant(KEYS[1], KEYS[2], KEYS[3], KEYS[5], live, n, ARGV[2])
 return {1, t, slot}

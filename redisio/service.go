@@ -204,13 +204,25 @@ func (v *service) recheck() time.Duration {
 	return min(max(v.s.ttl/4, 50*time.Millisecond), time.Second)
 }
 
-// nextLook returns the wait before a waiter's next timed look: a random
-// half to all of the re-check interval, drawn afresh each time, so that
-// waiters queued together (a fleet's candidates, started at once) do not
-// all look again in the same instant, every interval, and none waits
-// longer than the interval.
-func (v *service) nextLook() time.Duration {
-	return ctxtime.Jitter(v.recheck(), 0.5)
+// nextLook returns the wait before a waiter's next timed look, place its
+// hold's index in the queue at its last look (0 if unknown): a random half
+// to all of the re-check interval times lookSpread(place), drawn afresh
+// each time, so that waiters queued together (a fleet's candidates,
+// started at once) do not all look again in the same instant.
+func (v *service) nextLook(place int64) time.Duration {
+	return ctxtime.Jitter(v.recheck()*time.Duration(lookSpread(place)), 0.5)
+}
+
+// lookSpread is how many re-check intervals a waiter at place in its
+// queue waits between timed looks: one within the first 8 places (the
+// waiters a release or an expiry is about to reach), up to 4 further
+// back. A handoff wakes the next waiter alone, so the looks of waiters
+// far back only bound a missed wake message; spread out, a queue of a
+// thousand waiters makes a quarter of the looks, and a waiter that was
+// far back at its last look and missed its wake message holds within up
+// to four intervals.
+func lookSpread(place int64) int64 {
+	return min(1+max(place, 0)/8, 4)
 }
 
 // Close ends the service at once (Released for its hold, its waiters
