@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -25,22 +23,9 @@ func TestWakeBeforeTheWaiterRegisters(t *testing.T) {
 	reg, m := testkit.NewMetrics(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	client := func() *redis.Client {
-		cli := redis.NewClient(&redis.Options{Addr: r.Addr})
-		t.Cleanup(func() { cli.Close() })
-		return cli
-	}
 	const name = "early-wake"
-	a, err := newService(client(), name, kindLock, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := newService(client(), name, kindLock, []Option{WithMetrics(m)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a := lockOn(t, r, name)
+	b := lockOn(t, r, name, WithMetrics(m))
 	ha, err := a.acquire(ctx, false, "", rwlock.Write)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/rwlock"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestLostBeforeSuccessor: when a holder's key is deleted, the holder is
@@ -22,23 +21,10 @@ func TestLostBeforeSuccessor(t *testing.T) {
 	r := testserver.StartRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	client := func() *redis.Client {
-		cli := redis.NewClient(&redis.Options{Addr: r.Addr})
-		t.Cleanup(func() { cli.Close() })
-		return cli
-	}
-	admin := client()
+	admin := clientOf(t, r)
 	const name = "lost-first"
-	a, err := newService(client(), name, kindLock, []Option{WithTTL(time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := newService(client(), name, kindLock, []Option{WithTTL(time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a := lockOn(t, r, name, WithTTL(time.Second))
+	b := lockOn(t, r, name, WithTTL(time.Second))
 	ha, err := a.acquire(ctx, false, "", rwlock.Write)
 	if err != nil {
 		t.Fatal(err)

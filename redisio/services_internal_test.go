@@ -1,0 +1,28 @@
+package redisio
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ahrtr/disco/internal/testserver"
+)
+
+// clientOf returns a client of r, closed when t ends.
+func clientOf(t *testing.T, r *testserver.Redis) *redis.Client {
+	cli := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// lockOn opens a lock service on name, on a client and a session of its
+// own, closed when t ends.
+func lockOn(t *testing.T, r *testserver.Redis, name string, opts ...Option) *service {
+	t.Helper()
+	v, err := newService(clientOf(t, r), name, kindLock, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close() })
+	return v
+}
