@@ -89,12 +89,13 @@ var ErrNotInstalled = errors.New("testserver: not installed")
 type ZooKeeperJVM int
 
 const (
-	// QuickJVM starts fast and stays small, for tests: the JIT's first
-	// tier only, the serial collector, at most 256 MiB of heap.
+	// QuickJVM stays small, for tests: the JIT's first tier only (no CPU
+	// spent on optimizing compiles while the tests run), the serial
+	// collector, at most 256 MiB of heap.
 	QuickJVM ZooKeeperJVM = iota
 	// ServerJVM runs as Debian's zkServer.sh starts a server, with the
-	// JVM's own defaults (both JIT tiers, its own collector and heap): a
-	// few seconds slower to warm up, then faster at serving. For
+	// JVM's own defaults (both JIT tiers, its own collector and heap): it
+	// spends CPU on optimizing compiles at first, then serves faster. For
 	// benchmarks, whose figures must be a deployed server's.
 	ServerJVM
 )
