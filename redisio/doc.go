@@ -257,11 +257,11 @@
 // Because a session that expires publishes nothing, and a message can be
 // missed around a reconnect, each waiter also looks again on its own: the
 // re-check interval is TTL/4 (at least 50 ms, at most 1 s), and a waiter
-// among the first 8 of its queue at its last look looks again after a
-// random half to all of it, drawn afresh each time, so that waiters
+// with fewer than 8 holds ahead of it at its last look looks again after
+// a random half to all of it, drawn afresh each time, so that waiters
 // queued together (a thousand candidates started at once) do not all
 // look in the same instant. Further back the wait grows to two, three,
-// then at most four intervals (from the 8th, 16th and 24th place): only
+// then at most four intervals (with 8, 16 and 24 holds ahead): only
 // the waiters a release or an expiry is about to reach need a prompt
 // look, and a thousand waiters make about a quarter of the looks a
 // thousand prompt ones would. A waiter that was far back at its last look

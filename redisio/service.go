@@ -214,9 +214,9 @@ func (v *service) nextLook(place int64) time.Duration {
 }
 
 // lookSpread is how many re-check intervals a waiter at place in its
-// queue waits between timed looks: one within the first 8 places (the
-// waiters a release or an expiry is about to reach), up to 4 further
-// back. A handoff wakes the next waiter alone, so the looks of waiters
+// queue (the holds ahead of it) waits between timed looks: one with fewer
+// than 8 ahead (the waiters a release or an expiry is about to reach), up
+// to 4 further back. A handoff wakes the next waiter alone, so the looks of waiters
 // far back only bound a missed wake message; spread out, a queue of a
 // thousand waiters makes a quarter of the looks, and a waiter that was
 // far back at its last look and missed its wake message holds within up
