@@ -155,7 +155,8 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time) (dri
 		v.withdraw(h.Key)
 		return driver.Hold{}, err
 	}
-	t := time.NewTimer(v.nextLook(0))
+	var place int64 // the hold's place at the last look, once one said
+	t := time.NewTimer(v.nextLook(place))
 	defer t.Stop()
 	for {
 		select {
@@ -169,14 +170,15 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time) (dri
 			v.withdraw(h.Key)
 			return driver.Hold{}, v.Err()
 		}
+		// The next timed look counts from this one's start, as a slow
+		// answer must not stretch the bound on a missed message.
+		t.Reset(v.nextLook(place))
 		cctx, cancel := context.WithTimeout(ctx, opTimeout)
 		res, err := v.check(cctx, h.Key)
 		cancel()
-		var place int64 // where the look found the hold, if it says
 		if err == nil && res[0] == 0 && len(res) > 1 {
 			place = res[1]
 		}
-		t.Reset(v.nextLook(place))
 		if err != nil {
 			v.s.log.Debug("redisio: check", zap.String("key", h.Key), zap.Error(err))
 			continue
