@@ -374,13 +374,27 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 	ownDue := time.NewTimer(driver.WaitWatchAfter(svc.s.TTL()))
 	defer ownDue.Stop()
 	watchOwn := false
-	// look: list the queue again and watch the member now ahead; a wake
-	// by the own watch's timer alone needs no listing, since what is
-	// ahead has not changed while its watch has not fired.
+	// look: list the queue again and watch the member now ahead. The own
+	// watch, once due, is set (again, after it fired) before anything
+	// else; its timer alone needs no listing, since what is ahead has not
+	// changed while its watch has not fired.
 	var ahead <-chan zk.Event
 	for look := true; ; {
 		if err := svc.live(ctx); err != nil {
 			return fail(err)
+		}
+		if watchOwn && mine == nil {
+			ch, err := svc.watchOwn(o)
+			switch {
+			case err == nil:
+				mine = ch
+			case errors.Is(err, primitives.ErrLost):
+				return err
+			case retryable(err) && svc.pauseRetry(ctx):
+				continue
+			default:
+				return fail(fmt.Errorf("zkio: watch %s: %w", node, errors.Join(err, svc.cause(ctx))))
+			}
 		}
 		if look {
 			children, _, err := conn.Children(dir)
@@ -398,19 +412,6 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 				return nil
 			case try:
 				return fail(svc.spec.taken)
-			}
-			if mine == nil && watchOwn {
-				ch, err := svc.watchOwn(o)
-				switch {
-				case err == nil:
-					mine = ch
-				case errors.Is(err, primitives.ErrLost):
-					return err
-				case retryable(err) && svc.pauseRetry(ctx):
-					continue
-				default:
-					return fail(fmt.Errorf("zkio: watch %s: %w", node, errors.Join(err, svc.cause(ctx))))
-				}
 			}
 			path := dir + "/" + blocking.name
 			exists, _, ch, err := conn.ExistsW(path)
@@ -437,16 +438,7 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 			}
 			mine, look = nil, true // changed, or no longer watched
 		case <-ownDue.C:
-			watchOwn = true
-			ch, err := svc.watchOwn(o)
-			switch {
-			case err == nil:
-				mine = ch
-			case errors.Is(err, primitives.ErrLost):
-				return err
-			default:
-				look = true // and set it again after the listing
-			}
+			watchOwn = true // set at the loop's top, with no listing
 		case <-ctx.Done():
 			return fail(ctx.Err())
 		case <-svc.stop:
