@@ -21,7 +21,7 @@ func TestLostBeforeSuccessor(t *testing.T) {
 	r := testserver.StartRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	admin := clientOf(t, r)
+	admin := newClient(t, r)
 	const name = "lost-first"
 	a := lockOn(t, r, name, WithTTL(time.Second))
 	b := lockOn(t, r, name, WithTTL(time.Second))

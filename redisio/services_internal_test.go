@@ -8,8 +8,9 @@ import (
 	"github.com/ahrtr/disco/internal/testserver"
 )
 
-// clientOf returns a client of r, closed when t ends.
-func clientOf(t *testing.T, r *testserver.Redis) *redis.Client {
+// newClient returns a client of r, closed when t ends (as the external
+// tests' newClient does).
+func newClient(t testing.TB, r *testserver.Redis) *redis.Client {
 	cli := redis.NewClient(&redis.Options{Addr: r.Addr})
 	t.Cleanup(func() { cli.Close() })
 	return cli
@@ -19,7 +20,7 @@ func clientOf(t *testing.T, r *testserver.Redis) *redis.Client {
 // own, closed when t ends.
 func lockOn(t *testing.T, r *testserver.Redis, name string, opts ...Option) *service {
 	t.Helper()
-	v, err := newService(clientOf(t, r), name, kindLock, opts)
+	v, err := newService(newClient(t, r), name, kindLock, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
