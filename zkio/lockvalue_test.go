@@ -3,9 +3,11 @@ package zkio_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,11 +103,16 @@ func TestInteropCuratorMutexValue(t *testing.T) {
 // A value over the session's limit, or WithValue on another constructor
 // than NewLock, is refused with an error wrapping
 // primitives.ErrInvalidArgument before anything is written.
+var refusedRuns atomic.Int64
+
 func TestLockValueRefused(t *testing.T) {
 	t.Parallel()
 	servers := startZooKeeper(t)
 	admin := adminConn(t, servers)
-	const p = "/values/refused"
+	// A path of this run's own: the tests share one server, and a run
+	// before this one in the same process (-count) leaves its lock's
+	// parent znode.
+	p := fmt.Sprintf("/values/refused-%d", refusedRuns.Add(1))
 	s, err := zkio.NewSession(servers, zkio.WithMaxDataSize(10))
 	if err != nil {
 		t.Fatal(err)
