@@ -100,11 +100,12 @@ func TestInteropCuratorMutexValue(t *testing.T) {
 	cur.expect(t, "RELEASED")
 }
 
+// refusedRuns numbers TestLockValueRefused's runs in this process.
+var refusedRuns atomic.Int64
+
 // A value over the session's limit, or WithValue on another constructor
 // than NewLock, is refused with an error wrapping
 // primitives.ErrInvalidArgument before anything is written.
-var refusedRuns atomic.Int64
-
 func TestLockValueRefused(t *testing.T) {
 	t.Parallel()
 	servers := startZooKeeper(t)
