@@ -34,7 +34,7 @@ func (s *Session) deleteKey(key string, rev int64) error {
 func (s *Session) deleteUnknown(key string) {
 	_ = s.deleteKey(key, 0)
 	s.goHelper(func(ctx context.Context) {
-		if ctxtime.Sleep(ctx, 2*requestTimeout) {
+		if ctxtime.Sleep(ctx, 2*s.bound.get()) {
 			_ = s.deleteKey(key, 0)
 		}
 	})
@@ -57,18 +57,19 @@ func (s *Session) deleteLater(key string, rev int64) {
 	})
 }
 
-// deleteOnce makes one attempt, bounded by requestTimeout. With a known rev
-// it deletes only that incarnation of the key, never a newer one of the same
-// name.
-func (s *Session) deleteOnce(ctx context.Context, key string, rev int64) error {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+// deleteOnce makes one attempt (see attempt). With a known rev it deletes
+// only that incarnation of the key, never a newer one of the same name.
+func (s *Session) deleteOnce(ctx context.Context, key string, rev int64) (err error) {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.cli.Ctx(), cancel)()
+	ctx, done := s.attempt(ctx)
+	defer func() { done(err) }()
 	if rev == 0 {
-		_, err := s.cli.Delete(ctx, key)
+		_, err = s.cli.Delete(ctx, key)
 		return err
 	}
-	_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+	_, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key)).Commit()
 	return err
 }

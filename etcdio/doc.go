@@ -31,8 +31,10 @@
 //     that never block either, so a caller that gave up (its context ended)
 //     costs the loop nothing; the caller withdraws and deletes its key.
 //   - Who may block: callers (on their reply, until their context ends) and
-//     helpers (on etcd, each request bounded by a per-attempt timeout).
-//     Never the loop.
+//     helpers (on etcd, each attempt of a request bounded: 2 s at first,
+//     doubling up to 8 s while the store answers slower than that, so that a
+//     member that stopped answering is left for another while a slow store
+//     is still waited for). Never the loop.
 //   - A waiting Lock or Campaign is its caller's goroutine, parked on its
 //     reply; the loop keeps a record. A waiting lock or candidate also has
 //     one helper goroutine watching the key ahead (plus the goroutine etcd's

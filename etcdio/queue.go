@@ -153,7 +153,7 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, er
 // old CreateRevision. If the outcome is unknown (the request failed), the
 // name is retired and the key deleted whether or not it was written; while
 // the caller's ctx lives, a request that failed on its own (a broken
-// connection, a member that did not answer within requestTimeout) is
+// connection, a member that did not answer within an attempt's bound) is
 // repeated under a new name, since the failed one may still land later,
 // with a backoff growing to a second, until the caller's ctx ends.
 func (svc *service) create(ctx context.Context, keys, value string, conds []clientv3.Cmp, first clientv3.Op) (*waiter, *clientv3.TxnResponse, error) {
@@ -219,8 +219,8 @@ type txnOutcome struct {
 }
 
 // commitKey commits txn, which may write key, on a context that the end of
-// the caller's ctx does not cancel (it is bounded by requestTimeout and the
-// session's life instead): the caller's deadline never reaches etcd, whose
+// the caller's ctx does not cancel (it is one attempt, bounded as every
+// attempt is, and by the session's life): the caller's deadline never reaches etcd, whose
 // own timeout could otherwise answer first, and the outcome is known. If
 // ctx ends first, commitKey returns false once a session helper has settled
 // the outcome (or after settleGrace, leaving the helper to it): a key the
@@ -230,10 +230,12 @@ func (svc *service) commitKey(ctx context.Context, key string, txn func(context.
 	out := make(chan txnOutcome)
 	left, settled := make(chan struct{}), make(chan struct{})
 	started := svc.s.goHelper(func(sctx context.Context) {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+		base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancel()
 		defer context.AfterFunc(sctx, cancel)()
+		tctx, done := svc.s.attempt(base)
 		resp, err := txn(tctx)
+		done(err)
 		select {
 		case out <- txnOutcome{resp, err}:
 		case <-left:
@@ -327,9 +329,9 @@ func (svc *service) enqueued(w *waiter, pred *mvccpb.KeyValue, r actor.Reply[dri
 func (svc *service) lookPast(w *waiter, pred *mvccpb.KeyValue) {
 	w.ahead = pred
 	svc.s.goHelper(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
+		ctx, done := svc.s.attempt(ctx)
 		next, rev, err := svc.lookPastNested(ctx, w)
+		done(err)
 		svc.s.post(func() {
 			if err != nil && !lostErr(err) {
 				if svc.waiter == w && w.ahead == pred {
@@ -437,9 +439,9 @@ func (svc *service) checkAhead(w *waiter) {
 	w.stopWatch = cancel
 	svc.s.goHelper(func(context.Context) {
 		for ctx.Err() == nil {
-			rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
+			rctx, done := svc.s.attempt(ctx)
 			next, rev, err := svc.look(rctx, w, after, pred)
-			rcancel()
+			done(err)
 			if err == nil || lostErr(err) {
 				svc.s.post(func() { svc.aheadLooked(w, pred, next, after, rev, err) })
 				return

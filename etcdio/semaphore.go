@@ -37,10 +37,10 @@ import (
 // watchHold): if someone else deletes one of them while its lease lives, it
 // is told Lost as soon as its watch delivers the deletion and a lease check
 // confirms the lease (normally milliseconds; at most follow's check of a
-// silent watch, 3 s, plus requestTimeout), and then deletes the other key,
-// which frees the slot for the next claimant, with a higher token. A lost
-// lease takes both keys. An Acquire that ends without a grant deletes its
-// queue key and any claim it made; Close on a shared session deletes the
+// silent watch, 3 s, plus one attempt's bound), and then deletes the other
+// key, which frees the slot for the next claimant, with a higher token. A
+// lost lease takes both keys. An Acquire that ends without a grant deletes
+// its queue key and any claim it made; Close on a shared session deletes the
 // claim of the hold it ends.
 //
 // Older disco: the keys and their values are the same, and an older disco

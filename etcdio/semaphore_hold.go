@@ -96,7 +96,7 @@ func (st *semState) stopWatchOf(created int64) bool {
 // grant with Lost and deletes the other key. So a holder learns of its
 // claim's deletion as soon as the watch delivers it: one watch event, a
 // read of both keys and one lease check, bounded by follow's check of a
-// silent watch (a quiet spell, at most 3 s) plus requestTimeout. The
+// silent watch (a quiet spell, at most 3 s) plus one attempt's bound. The
 // watches end with the first deletion of either key, with the session,
 // and as a release starts (Release ends them before its delete, so that
 // its own deletions send this holder no event).
@@ -129,9 +129,9 @@ func (st *semState) watchHold(svc *service, h slotHold) {
 			cancel() // released, or the lease ended: the session tells
 			return nil
 		}
-		tctx, tcancel := context.WithTimeout(rctx, requestTimeout)
+		tctx, done := s.attempt(rctx)
 		ttl, err := s.cli.TimeToLive(tctx, s.lease)
-		tcancel()
+		done(err)
 		switch {
 		case told.Load():
 		case err == nil && ttl.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -233,14 +233,16 @@ func (m semService) dropClaim(w *waiter) {
 	})
 }
 
-// persist runs f once now (bounded by requestTimeout) and, if it fails, again
-// in the background with backoff until it succeeds or the session or client
-// ends.
+// persist runs f once now (one attempt, see attempt) and, if it fails,
+// again in the background with backoff until it succeeds or the session or
+// client ends.
 func persist(s *Session, what string, f func(ctx context.Context) error) {
-	once := func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	once := func(ctx context.Context) (err error) {
+		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(s.cli.Ctx(), cancel)()
+		ctx, done := s.attempt(ctx)
+		defer func() { done(err) }()
 		return f(ctx)
 	}
 	if once(s.ctx) == nil || s.ctx.Err() != nil || s.cli.Ctx().Err() != nil {

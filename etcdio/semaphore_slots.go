@@ -170,9 +170,9 @@ func (st *semState) patience(ctx context.Context, svc *service, sn snapshot) tim
 		if _, ok := st.claimOwner(kv, live); ok || kv.Lease == 0 {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		rctx, done := svc.s.attempt(ctx)
 		resp, err := svc.s.cli.TimeToLive(rctx, clientv3.LeaseID(kv.Lease))
-		cancel()
+		done(err)
 		if err == nil {
 			d = max(d, time.Duration(resp.GrantedTTL)*time.Second)
 		}

@@ -25,7 +25,7 @@ import (
 const (
 	grantTimeout   = 10 * time.Second // the lease driver.Hold, without WithContext
 	revokeTimeout  = 5 * time.Second  // Close's lease revoke
-	requestTimeout = 2 * time.Second  // one attempt of a helper's read or delete
+	requestTimeout = 2 * time.Second  // the first bound of one attempt (see attempt)
 )
 
 // ErrClientClosed is wrapped by the errors of calls that need the etcd client
@@ -65,6 +65,8 @@ type Session struct {
 	// ackWait is how long the keepalive helper waits for an acknowledgement
 	// (see keepalive). Owned by the keepalive helper.
 	ackWait time.Duration
+	// bound is the bound of the session's next attempt (see attempt).
+	bound attemptBound
 
 	closeOnce sync.Once
 	closeErr  error
@@ -344,9 +346,9 @@ func (s *Session) checkLease() {
 	}
 	s.checking = true
 	s.goHelper(func(ctx context.Context) {
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
+		rctx, done := s.attempt(ctx)
 		resp, err := s.cli.TimeToLive(rctx, s.lease)
+		done(err)
 		s.post(func() { s.leaseChecked(resp, err) })
 	})
 }

@@ -92,9 +92,10 @@ func (s *Session) watchOnce(ctx context.Context, f follower) {
 	defer quiet.Stop()
 	probed, synced := false, false
 	read := func(run func(context.Context) error) bool {
-		rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
-		defer rcancel()
-		if err := run(rctx); err != nil {
+		rctx, done := s.attempt(ctx)
+		err := run(rctx)
+		done(err)
+		if err != nil {
 			s.log.Debug("watch read failed", zap.String("key", f.key), zap.Error(err))
 			return false
 		}

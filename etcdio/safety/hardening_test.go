@@ -271,3 +271,35 @@ func TestLockThroughASlowMember(t *testing.T) {
 		t.Fatalf("keys left under %s", prefix)
 	}
 }
+
+// A Lock whose every member is slower than one request's bound (the
+// client's one member holds its bytes 1.1 s each way, so each round trip
+// takes over 2.2 s) still gets its lock while the caller's context allows,
+// Unlock still releases it, and no key is left behind: a store that is slow
+// but answering is waited for, not given up on and written again forever.
+func TestLockThroughASlowStore(t *testing.T) {
+	c := cluster(t)
+	defer restoreCluster(t, c)
+	prefix := "/safety/hardening/" + t.Name()
+	cli := newClientOf(t, c.Member(0).NewClient) // this member only
+	l, err := etcdio.NewLock(cli, prefix, etcdio.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c.Member(0).Delay(1100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 2 {
+		if _, err := l.Lock(ctx); err != nil {
+			t.Fatalf("Lock %d with every member slow: %v", i, err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock %d with every member slow: %v", i, err)
+		}
+	}
+	c.Member(0).Undelay()
+	if !eventually(30*time.Second, func() bool { return countUnder(t, observer(1), prefix+"/") == 0 }) {
+		t.Fatalf("keys left under %s", prefix)
+	}
+}
