@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ahrtr/disco/internal/testserver"
 )
 
 // The test binary starts one embedded etcd on first use (or uses
@@ -227,6 +229,22 @@ func TestScenariosSmoke(t *testing.T) {
 			if strings.HasPrefix(s.name, "lock-contended-") {
 				checkFloor(t, row, tinyPairs.pairs, e.fsync)
 				checkSplit(t, s.name, row.Disco)
+			}
+		}
+	}
+	// Every mark store has its raise row: PostgreSQL's too wherever it is
+	// installed, on a server the run starts.
+	raises := []string{"file", "sqlite", "etcd"}
+	if testserver.PostgresInstalled() || os.Getenv("DATABASE_URL") != "" {
+		raises = append(raises, "postgres")
+	}
+	for _, res := range results {
+		if res.Scenario != "keyed-guard-store" {
+			continue
+		}
+		for _, st := range raises {
+			if !slices.ContainsFunc(res.Rows, func(rw *row) bool { return rw.Scenario == res.Scenario+"/raise-"+st }) {
+				t.Errorf("%s: no raise row for the %s store", res.Scenario, st)
 			}
 		}
 	}

@@ -29,12 +29,13 @@ type env struct {
 	root       string            // key prefix unique to this run
 	seq        atomic.Int64
 
-	// The ZooKeeper and Redis servers of the zk- and redis- scenarios,
-	// started by the first that needs them (startZK, startRedis) and
-	// stopped by close; "" until then.
-	zkAddr, redisAddr string
-	stops             []func()
-	serversDir        string
+	// The ZooKeeper and Redis servers of the zk- and redis- scenarios, and
+	// the PostgreSQL of the mark-store scenarios, started by the first that
+	// needs them (startZK, startRedis, startPostgres) and stopped by close;
+	// "" until then.
+	zkAddr, redisAddr, pgURL string
+	stops                    []func()
+	serversDir               string
 }
 
 // quietGRPC silences gRPC's process-wide logger, which otherwise prints
@@ -165,6 +166,25 @@ func (e *env) startRedis() error {
 	return nil
 }
 
+// startPostgres returns the URL of the run's PostgreSQL: DATABASE_URL if
+// set, otherwise a server it starts (fsync off, as the tests run it) unless
+// one runs.
+func (e *env) startPostgres() (string, error) {
+	if e.pgURL != "" {
+		return e.pgURL, nil
+	}
+	if url := os.Getenv("DATABASE_URL"); url != "" {
+		e.pgURL = url
+		return url, nil
+	}
+	srv, err := testserver.LaunchPostgres()
+	if err != nil {
+		return "", fmt.Errorf("starting PostgreSQL: %w", err)
+	}
+	e.pgURL, e.stops = srv.URL, append(e.stops, srv.Stop)
+	return e.pgURL, nil
+}
+
 // dir is the servers' directory, removed by close.
 func (e *env) dir() (string, error) {
 	if e.serversDir == "" {
@@ -178,8 +198,8 @@ func (e *env) dir() (string, error) {
 }
 
 // close removes the run's keys from an external cluster (rwlocks leave
-// their epoch keys) and stops an embedded one, and the ZooKeeper and Redis
-// servers.
+// their epoch keys) and stops an embedded one, and the ZooKeeper, Redis and
+// PostgreSQL servers.
 func (e *env) close() error {
 	for _, stop := range e.stops {
 		stop()

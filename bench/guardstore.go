@@ -16,6 +16,7 @@ import (
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/fencing/guard/markstore"
+	"github.com/ahrtr/disco/internal/testserver"
 )
 
 // guardStoreGoroutines is how many goroutines present the same token to a
@@ -30,7 +31,7 @@ const storedGuardGoal = 2.0
 // (WithExclusiveStore) against an in-memory Keyed guard, 64 goroutines
 // admitting the token equal to the mark (the steady state: no store
 // access); (2) the cost of one mark raise for each store: file, SQLite,
-// etcd, and PostgreSQL when DATABASE_URL is set.
+// etcd, and PostgreSQL (see markStores).
 func keyedGuardStore(ctx context.Context, r *runner) (*result, error) {
 	const name = "keyed-guard-store"
 	dir, err := os.MkdirTemp("", "disco-bench-marks-")
@@ -94,7 +95,8 @@ type markStore struct {
 }
 
 // markStores are the stores the guard scenarios measure: file and SQLite
-// (in dir), etcd, and PostgreSQL when DATABASE_URL is set. Each open gives
+// (in dir), etcd, and PostgreSQL (DATABASE_URL's, else a server the run
+// starts) when DATABASE_URL is set or PostgreSQL is installed. Each open gives
 // a store of its own (its own File value, client or connection) over the
 // same marks, as each replica of a resource has.
 func markStores(r *runner, dir string) []markStore {
@@ -119,8 +121,14 @@ func markStores(r *runner, dir string) []markStore {
 			return s, func() { cli.Close() }, nil
 		}},
 	}
-	if url := os.Getenv("DATABASE_URL"); url != "" {
-		stores = append(stores, markStore{"postgres", func() (guard.MarkStore, func(), error) { return openSQLStore("pgx", url) }})
+	if os.Getenv("DATABASE_URL") != "" || testserver.PostgresInstalled() {
+		stores = append(stores, markStore{"postgres", func() (guard.MarkStore, func(), error) {
+			url, err := r.env.startPostgres()
+			if err != nil {
+				return nil, nil, err
+			}
+			return openSQLStore("pgx", url)
+		}})
 	}
 	return stores
 }

@@ -65,58 +65,102 @@ func postgresBin() string {
 // skipped (or failed, see Missing).
 func Postgres(t testing.TB) string {
 	t.Helper()
-	bin := postgresBin()
-	if bin == "" {
+	if postgresBin() == "" {
 		Missing(t, "PostgreSQL (initdb and postgres under /usr/lib/postgresql/*/bin)", PostgresInstall)
 	}
-	dir, data, cred := initPostgres(t, bin)
+	srv, err := LaunchPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv.URL
+}
+
+// PostgresInstalled reports whether PostgreSQL's server binaries are
+// installed (see PostgresInstall).
+func PostgresInstalled() bool { return postgresBin() != "" }
+
+// PostgresServer is a PostgreSQL server started by LaunchPostgres.
+type PostgresServer struct {
+	URL  string // as Postgres returns
+	stop func()
+}
+
+// Stop stops the server (a fast shutdown, killed after 15 s) and removes its
+// directory; calling it again is harmless.
+func (p *PostgresServer) Stop() {
+	if p.stop != nil {
+		p.stop()
+		p.stop = nil
+	}
+}
+
+// LaunchPostgres is Postgres for programs (bench): it starts a server in a
+// new temporary directory and returns it; the caller stops it.
+func LaunchPostgres() (*PostgresServer, error) {
+	bin := postgresBin()
+	if bin == "" {
+		return nil, fmt.Errorf("PostgreSQL is not installed; install it with: %s", PostgresInstall)
+	}
+	dir, data, cred, err := initPostgres(bin)
+	if err != nil {
+		return nil, err
+	}
 	// A port free when picked may be taken by another process (tests of
 	// other packages run at the same time) before the server binds it: try
 	// again with a fresh one.
 	for attempt := 1; ; attempt++ {
 		port, err := FreePort()
 		if err != nil {
-			t.Fatal(err)
+			_ = os.RemoveAll(dir)
+			return nil, err
 		}
-		addr, err := startPostgres(t, bin, dir, data, port, cred)
+		addr, stop, err := startPostgres(bin, dir, data, port, cred)
 		if err == nil {
-			return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr)
+			return &PostgresServer{
+				URL:  fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr),
+				stop: func() { stop(); _ = os.RemoveAll(dir) },
+			}, nil
 		}
 		if !errors.Is(err, errPortTaken) || attempt == 3 {
-			t.Fatal(err)
+			_ = os.RemoveAll(dir)
+			return nil, err
 		}
 	}
 }
 
-// initPostgres makes a data directory for a new server in a temporary
-// directory removed when t ends, owned by the user the server runs as.
-func initPostgres(t testing.TB, bin string) (dir, data string, cred *syscall.Credential) {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "disco-pg-")
+// initPostgres makes a data directory for a new server in a new temporary
+// directory, dir, owned by the user the server runs as; the caller removes
+// dir.
+func initPostgres(bin string) (dir, data string, cred *syscall.Credential, err error) {
+	// Under the system's temporary directory, not a test's: the server's
+	// socket path must stay short, and user nobody must reach it.
+	dir, err = os.MkdirTemp("", "disco-pg-")
 	if err != nil {
-		t.Fatal(err)
+		return "", "", nil, err
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	cred, err = pgCredential(dir)
 	if err != nil {
-		t.Fatalf("postgres: %v", err)
+		_ = os.RemoveAll(dir)
+		return "", "", nil, fmt.Errorf("postgres: %w", err)
 	}
 	data = filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	initdb.Dir = dir
 	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("postgres: initdb: %v\n%s", err, out)
+		_ = os.RemoveAll(dir)
+		return "", "", nil, fmt.Errorf("postgres: initdb: %w\n%s", err, out)
 	}
-	return dir, data, cred
+	return dir, data, cred, nil
 }
 
 // errPortTaken says the server could not bind its port.
 var errPortTaken = errors.New("port taken")
 
-// startPostgres starts the server of data on port, stopped when t ends, and
-// waits until it accepts sessions.
-func startPostgres(t testing.TB, bin, dir, data string, port int, cred *syscall.Credential) (string, error) {
+// startPostgres starts the server of data on port and waits until it
+// accepts sessions; stop stops it. On an error the server is stopped.
+func startPostgres(bin, dir, data string, port int, cred *syscall.Credential) (addr string, stop func(), err error) {
 	var logs lockedBuffer // written by exec's copying goroutines while we wait
 	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
 		"-h", "127.0.0.1", "-k", dir, "-c", "fsync=off", "-c", "full_page_writes=off")
@@ -124,11 +168,11 @@ func startPostgres(t testing.TB, bin, dir, data string, port int, cred *syscall.
 	srv.Dir = dir
 	srv.Stdout, srv.Stderr = &logs, &logs
 	if err := srv.Start(); err != nil {
-		return "", fmt.Errorf("postgres: %w", err)
+		return "", nil, fmt.Errorf("postgres: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = srv.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	stop = func() {
 		_ = srv.Process.Signal(syscall.SIGINT) // fast shutdown
 		select {
 		case <-exited:
@@ -136,8 +180,8 @@ func startPostgres(t testing.TB, bin, dir, data string, port int, cred *syscall.
 			_ = srv.Process.Kill()
 			<-exited
 		}
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
@@ -147,17 +191,18 @@ func startPostgres(t testing.TB, bin, dir, data string, port int, cred *syscall.
 		if err == nil {
 			c.Close()
 			if pgReady(bin, port, cred) {
-				return addr, nil
+				return addr, stop, nil
 			}
 		}
 		select {
 		case <-exited:
 			if strings.Contains(logs.String(), "could not bind") {
-				return "", fmt.Errorf("postgres: %s: %w:\n%s", addr, errPortTaken, logs.String())
+				return "", nil, fmt.Errorf("postgres: %s: %w:\n%s", addr, errPortTaken, logs.String())
 			}
-			return "", fmt.Errorf("postgres exited at start:\n%s", logs.String())
+			return "", nil, fmt.Errorf("postgres exited at start:\n%s", logs.String())
 		case <-ctx.Done():
-			return "", fmt.Errorf("postgres not ready within 30s:\n%s", logs.String())
+			stop()
+			return "", nil, fmt.Errorf("postgres not ready within 30s:\n%s", logs.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

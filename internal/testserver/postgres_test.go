@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 )
@@ -15,13 +16,20 @@ func TestPostgresReportsATakenPort(t *testing.T) {
 	if bin == "" {
 		Missing(t, "PostgreSQL (initdb and postgres under /usr/lib/postgresql/*/bin)", PostgresInstall)
 	}
-	dir, data, cred := initPostgres(t, bin)
+	dir, data, cred, err := initPostgres(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	_, err = startPostgres(t, bin, dir, data, ln.Addr().(*net.TCPAddr).Port, cred)
+	_, stop, err := startPostgres(bin, dir, data, ln.Addr().(*net.TCPAddr).Port, cred)
+	if err == nil {
+		stop()
+	}
 	if !errors.Is(err, errPortTaken) {
 		t.Fatalf("start on a taken port: %v, want errPortTaken", err)
 	}
@@ -37,4 +45,31 @@ func TestPostgresServes(t *testing.T) {
 		t.Fatalf("the server at %s: %v", u, err)
 	}
 	c.Close()
+}
+
+// A server a program launched serves until Stop, which ends it (a second
+// Stop does nothing).
+func TestLaunchPostgresStops(t *testing.T) {
+	if !PostgresInstalled() {
+		Missing(t, "PostgreSQL (initdb and postgres under /usr/lib/postgresql/*/bin)", PostgresInstall)
+	}
+	srv, err := LaunchPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the server at %s: %v", u, err)
+	}
+	c.Close()
+	srv.Stop()
+	srv.Stop()
+	if c, err := net.DialTimeout("tcp", u.Host, 5*time.Second); err == nil {
+		c.Close()
+		t.Fatalf("the server at %s still accepts connections after Stop", u)
+	}
 }
