@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -36,15 +37,9 @@ func TestPostgresReportsATakenPort(t *testing.T) {
 }
 
 func TestPostgresServes(t *testing.T) {
-	u, err := url.Parse(Postgres(t))
-	if err != nil {
+	if err := dialURL(Postgres(t)); err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
-	if err != nil {
-		t.Fatalf("the server at %s: %v", u, err)
-	}
-	c.Close()
 }
 
 // A server a program launched serves until Stop, which ends it (a second
@@ -57,19 +52,26 @@ func TestLaunchPostgresStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(srv.URL)
-	if err != nil {
+	if err := dialURL(srv.URL); err != nil {
+		srv.Stop()
 		t.Fatal(err)
+	}
+	srv.Stop()
+	srv.Stop()
+	if dialURL(srv.URL) == nil {
+		t.Fatalf("the server at %s still accepts connections after Stop", srv.URL)
+	}
+}
+
+// dialURL connects to the host of a server's URL, and hangs up.
+func dialURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
 	}
 	c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
 	if err != nil {
-		t.Fatalf("the server at %s: %v", u, err)
+		return fmt.Errorf("the server at %s: %w", u, err)
 	}
-	c.Close()
-	srv.Stop()
-	srv.Stop()
-	if c, err := net.DialTimeout("tcp", u.Host, 5*time.Second); err == nil {
-		c.Close()
-		t.Fatalf("the server at %s still accepts connections after Stop", u)
-	}
+	return c.Close()
 }
