@@ -19,25 +19,55 @@ import (
 // deleteKey deletes key, created at rev (0: unknown, for a name never to be
 // used again), trying once now; if that fails it keeps trying in the
 // background and returns the first attempt's error.
+// An unsure key (see markUnsure) is deleted once more later, by name.
 func (s *Session) deleteKey(key string, rev int64) error {
 	err := s.deleteOnce(s.ctx, key, rev)
 	if err != nil && s.ctx.Err() == nil && s.cli.Ctx().Err() == nil {
 		s.deleteLater(key, rev)
 	}
+	if s.takeUnsure(key) {
+		s.deleteAgainLater(key)
+	}
 	return err
 }
 
 // deleteUnknown deletes key, a retired name whose write's outcome is
-// unknown: now, and once more when a write still in flight somewhere in
-// etcd has surely been applied or dropped. (No later key takes a retired
-// name, so deleting by name is safe.)
+// unknown: now, and once more later (see deleteAgainLater).
 func (s *Session) deleteUnknown(key string) {
 	_ = s.deleteKey(key, 0)
+	s.deleteAgainLater(key)
+}
+
+// deleteAgainLater deletes key, a retired name, once more when a write of it
+// still in flight somewhere in etcd has surely been applied or dropped. (No
+// later key takes a retired name, so deleting by name is safe.)
+func (s *Session) deleteAgainLater(key string) {
 	s.goHelper(func(ctx context.Context) {
 		if ctxtime.Sleep(ctx, 2*s.bound.get()) {
 			_ = s.deleteKey(key, 0)
 		}
 	})
+}
+
+// markUnsure records that key, a retired name this session holds, had a
+// write attempt whose outcome stayed unknown: that attempt may still land
+// after the key is deleted, so its deletion is repeated later.
+func (s *Session) markUnsure(key string) {
+	s.unsureMu.Lock()
+	defer s.unsureMu.Unlock()
+	if s.unsure == nil {
+		s.unsure = make(map[string]struct{})
+	}
+	s.unsure[key] = struct{}{}
+}
+
+// takeUnsure reports whether key was marked unsure, and unmarks it.
+func (s *Session) takeUnsure(key string) bool {
+	s.unsureMu.Lock()
+	defer s.unsureMu.Unlock()
+	_, ok := s.unsure[key]
+	delete(s.unsure, key)
+	return ok
 }
 
 // deleteLater deletes key, created at rev (0: unknown), in the background,

@@ -76,7 +76,7 @@ func (svc *service) acquire(ctx context.Context, q queue, try bool) (driver.Hold
 // enqueue writes the key and waits for the grant.
 func (svc *service) enqueue(ctx context.Context, q queue, try bool) (driver.Hold, error) {
 	var conds []clientv3.Cmp
-	var ahead clientv3.Op
+	var ahead func(...clientv3.OpOption) clientv3.Op
 	if try {
 		conds = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(q.blockers), "=", 0).WithPrefix()}
 	} else {
@@ -85,21 +85,21 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (driver.Hold
 		// Keys only: etcd serves it from its index, without reading the
 		// queue's values inside the transaction's apply, which every
 		// write waits for.
-		ahead = clientv3.OpGet(q.blockers, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
+		ahead = func(opts ...clientv3.OpOption) clientv3.Op {
+			return clientv3.OpGet(q.blockers, append(append(clientv3.WithLastCreate(), clientv3.WithKeysOnly()), opts...)...)
+		}
 	}
-	w, resp, err := svc.create(ctx, q.keys, q.value, conds, ahead)
+	w, read, err := svc.create(ctx, q.keys, q.value, conds, ahead)
 	if err != nil {
 		return driver.Hold{}, err
 	}
-	if resp == nil {
+	if w == nil {
 		return svc.tryPastNested(ctx, q)
 	}
 	w.mode, w.blockers = q.mode, q.blockers
 	var pred *mvccpb.KeyValue
-	if !try {
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			pred = kvs[0]
-		}
+	if kvs := read.GetResponseRange().GetKvs(); len(kvs) > 0 {
+		pred = kvs[0]
 	}
 	return svc.park(ctx, w, func(r actor.Reply[driver.Hold]) { svc.enqueued(w, pred, r) })
 }
@@ -122,7 +122,7 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, er
 			return driver.Hold{}, taken
 		}
 	}
-	w, _, err := svc.create(ctx, q.keys, q.value, nil, clientv3.Op{})
+	w, _, err := svc.create(ctx, q.keys, q.value, nil, nil)
 	if err != nil {
 		return driver.Hold{}, err
 	}
@@ -146,32 +146,61 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, er
 }
 
 // create writes a new key under keys with value, if conds hold, in one
-// transaction with first (if set) running before the put. It returns the
-// waiter for the key, and the response; a nil response means conds failed.
+// transaction whose first operation, if first is set, is the read first()
+// running before the put. It returns the waiter for the key and the read's
+// response; a nil waiter and nil error mean conds failed.
+//
 // A key of the same name left behind earlier (a reply lost, a cleanup that
 // failed) is deleted first, never overwritten: overwriting would keep its
-// old CreateRevision. If the outcome is unknown (the request failed), the
-// name is retired and the key deleted whether or not it was written; while
-// the caller's ctx lives, a request that failed on its own (a broken
-// connection, a member that did not answer within an attempt's bound) is
-// repeated under a new name, since the failed one may still land later,
-// with a backoff growing to a second, until the caller's ctx ends.
-func (svc *service) create(ctx context.Context, keys, value string, conds []clientv3.Cmp, first clientv3.Op) (*waiter, *clientv3.TxnResponse, error) {
+// old CreateRevision. A request that failed on its own while the caller's
+// ctx lives (a broken connection, a member that did not answer within an
+// attempt's bound, etcd's own request timeout) may still have landed, or
+// land later: the same transaction is sent again under the same name, with a
+// backoff growing to a second, until the caller's ctx ends. The name's
+// compare makes the repeat harmless: if an earlier attempt landed, the
+// repeat finds the key and adopts it (its create revision is above every
+// key this service wrote before: no leftover), reading first() at the
+// revision just before it, as the landed transaction did. A timeout thus
+// adds no write but the repeat. The name is never used again, and once the
+// key is deleted it is deleted once more later (see markUnsure), in case an
+// attempt still in flight lands after it. Past the caller's ctx, or on
+// another error, the name is retired and the key deleted whether or not it
+// was written.
+func (svc *service) create(ctx context.Context, keys, value string, conds []clientv3.Cmp, first func(...clientv3.OpOption) clientv3.Op) (*waiter, *etcdserverpb.ResponseOp, error) {
 	start := time.Now()
 	backoff := 50 * time.Millisecond
-	for attempt := 0; ; attempt++ {
-		key := svc.nextKey(keys)
-		then := []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(svc.s.lease))}
-		if first.KeyBytes() != nil {
-			then = append([]clientv3.Op{first}, then...)
+	key := svc.nextKey(keys)
+	unsure := false  // an attempt failed: it may have landed, or land later
+	cleared := false // a leftover of the name was deleted
+	// retire gives the name up for good: every attempt of it is settled by
+	// deleting the key, now if the caller is still here, and again later.
+	retire := func(now bool) {
+		svc.retired += 2
+		if now {
+			svc.s.deleteUnknown(key)
+		} else {
+			svc.s.goHelper(func(context.Context) { svc.s.deleteUnknown(key) })
 		}
+	}
+	for {
 		free := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		put := clientv3.OpPut(key, value, clientv3.WithLease(svc.s.lease))
+		then := []clientv3.Op{put}
+		if first != nil {
+			then = []clientv3.Op{first(), put}
+		}
 		o, settled := svc.commitKey(ctx, key, func(tctx context.Context) (*clientv3.TxnResponse, error) {
 			return svc.s.cli.Txn(tctx).If(append([]clientv3.Cmp{free}, conds...)...).Then(then...).
 				Else(clientv3.OpGet(key)).Commit()
 		})
 		if !settled {
-			svc.retired += 2 // a helper settles the key's fate
+			// A helper settles this attempt's key; an earlier one may
+			// still land.
+			if unsure {
+				retire(false)
+			} else {
+				svc.retired += 2
+			}
 			return nil, nil, ctx.Err()
 		}
 		resp, err := o.resp, o.err
@@ -183,32 +212,92 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
 		}
 		if err != nil {
-			svc.retired += 2
-			svc.s.deleteUnknown(key)
 			if ctx.Err() == nil && svc.s.ctx.Err() == nil && retriable(err) {
 				// The client's balancer takes the next member; the caller's
 				// ctx and the session's life bound the tries.
-				attempt--
+				unsure = true
 				ctxtime.Sleep(ctx, backoff)
 				backoff = min(2*backoff, time.Second)
 				continue
 			}
+			retire(true)
 			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
 		}
 		if resp.Succeeded {
-			return &waiter{key: key, created: resp.Header.Revision, value: value, start: start}, resp, nil
+			w := svc.written(key, resp.Header.Revision, value, start, unsure)
+			if first == nil {
+				return w, nil, nil
+			}
+			return w, resp.Responses[0], nil
 		}
 		old := resp.Responses[0].GetResponseRange().Kvs
 		if len(old) == 0 {
+			if unsure {
+				retire(true) // an earlier attempt may still land
+			}
 			return nil, nil, nil // conds failed
 		}
-		if attempt > 0 {
+		if unsure && old[0].CreateRevision > svc.lastCreated && old[0].Lease == int64(svc.s.lease) {
+			// An earlier attempt of this call landed.
+			w := svc.written(key, old[0].CreateRevision, value, start, true)
+			if first == nil {
+				return w, nil, nil
+			}
+			read, err := svc.readBefore(ctx, w.created, first)
+			if err == nil {
+				return w, read, nil
+			}
+			_ = svc.s.deleteKey(key, w.created)
+			if !errors.Is(err, rpctypes.ErrCompacted) {
+				return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
+			}
+			// etcd no longer has the revision the write read: write
+			// again, under a new name.
+			key, unsure, cleared = svc.nextKey(keys), false, false
+			continue
+		}
+		if cleared {
 			return nil, nil, fmt.Errorf("%s: key %s keeps existing: %w", svc.name, key, primitives.ErrLost)
 		}
 		if err := svc.s.deleteOnce(ctx, key, old[0].CreateRevision); err != nil {
+			if unsure {
+				retire(true)
+			}
 			return nil, nil, svc.callErr(ctx, fmt.Errorf("%s: delete leftover key %s: %w", svc.name, key, err))
 		}
-		svc.keys-- // write the same name again, now that it is free
+		cleared = true // write the same name again, now that it is free
+	}
+}
+
+// written records the key this service wrote at created and returns its
+// waiter. An unsure key (an attempt of its write failed) retires its name
+// and is deleted once more after its deletion. The caller is in sem.
+func (svc *service) written(key string, created int64, value string, start time.Time, unsure bool) *waiter {
+	svc.lastCreated = max(svc.lastCreated, created)
+	if unsure {
+		svc.retired += 2
+		svc.s.markUnsure(key)
+	}
+	return &waiter{key: key, created: created, value: value, start: start}
+}
+
+// readBefore reads first() as of the revision just before created, which is
+// what the transaction that wrote the key at created read before its put.
+// Each attempt is bounded; a failed one is repeated while ctx lives.
+func (svc *service) readBefore(ctx context.Context, created int64, first func(...clientv3.OpOption) clientv3.Op) (*etcdserverpb.ResponseOp, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		actx, done := svc.s.attempt(ctx)
+		resp, err := svc.s.cli.Txn(actx).Then(first(clientv3.WithRev(created - 1))).Commit()
+		done(err)
+		if err == nil {
+			return resp.Responses[0], nil
+		}
+		if ctx.Err() != nil || svc.s.ctx.Err() != nil || !retriable(err) {
+			return nil, err
+		}
+		ctxtime.Sleep(ctx, backoff)
+		backoff = min(2*backoff, time.Second)
 	}
 }
 

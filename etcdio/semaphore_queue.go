@@ -38,15 +38,15 @@ func (m semService) acquireSem(ctx context.Context, try bool) (driver.Hold, erro
 // its caller gave up on is settled by create.
 func (m semService) enqueueSem(ctx context.Context, try bool) (driver.Hold, error) {
 	agrees := clientv3.Compare(clientv3.Value(m.cfgKey), "=", strconv.Itoa(m.n))
-	w, resp, err := m.create(ctx, m.queueDir, "", []clientv3.Cmp{agrees}, m.readOp())
+	w, read, err := m.create(ctx, m.queueDir, "", []clientv3.Cmp{agrees}, m.readOp)
 	if err != nil {
 		return driver.Hold{}, err
 	}
-	if resp == nil {
+	if w == nil {
 		return driver.Hold{}, fmt.Errorf("%s: %s no longer says %d permits (changed or retired): %w",
 			m.name, m.cfgKey, m.n, semaphore.ErrPermitMismatch)
 	}
-	sn := m.snapshotOf(w.created, w.created, resp.Responses[0])
+	sn := m.snapshotOf(w.created, w.created, read)
 	count := len(sn.queue)
 	if try && count >= m.n {
 		_ = m.s.deleteKey(w.key, w.created)

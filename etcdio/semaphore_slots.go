@@ -27,9 +27,9 @@ type snapshot struct {
 }
 
 // readOp reads a snapshot: every key under the prefix, the queue's (whose
-// values are empty) and the slots'.
-func (st *semState) readOp() clientv3.Op {
-	return clientv3.OpGet(st.nameArg+"/", clientv3.WithPrefix())
+// values are empty) and the slots', with opts (a revision) added.
+func (st *semState) readOp(opts ...clientv3.OpOption) clientv3.Op {
+	return clientv3.OpGet(st.nameArg+"/", append([]clientv3.OpOption{clientv3.WithPrefix()}, opts...)...)
 }
 
 func (st *semState) snapshotOf(created, rev int64, r *etcdserverpb.ResponseOp) snapshot {

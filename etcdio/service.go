@@ -72,6 +72,10 @@ type service struct {
 	// keys counts the service's key names and retired skips names whose
 	// keys' fate is unknown; only callers in the shell (Enter) touch them.
 	keys, retired uint64
+	// lastCreated is the highest create revision of a key the service
+	// wrote: a key of its names created later is one of create's own
+	// attempts, not a leftover. Same rule as keys.
+	lastCreated int64
 
 	closeOnce sync.Once
 

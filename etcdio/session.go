@@ -67,6 +67,10 @@ type Session struct {
 	ackWait time.Duration
 	// bound is the bound of the session's next attempt (see attempt).
 	bound attemptBound
+	// unsure holds the keys to delete once more after their deletion (see
+	// markUnsure).
+	unsureMu sync.Mutex
+	unsure   map[string]struct{}
 
 	closeOnce sync.Once
 	closeErr  error

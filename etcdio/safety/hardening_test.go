@@ -2,6 +2,7 @@ package safety
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -272,11 +273,47 @@ func TestLockThroughASlowMember(t *testing.T) {
 	}
 }
 
+// writesUntil counts the puts and deletes of keys under prefix+"/" from
+// revision from on, until now: it writes a key of its own beside them and
+// reads the history through cli up to that write.
+func writesUntil(t *testing.T, cli *clientv3.Client, prefix string, from int64) (puts, deletes int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mark := prefix + "-mark"
+	resp, err := cli.Put(ctx, mark, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Delete(ctx, mark)
+	for wr := range cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		if err := wr.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range wr.Events {
+			switch {
+			case ev.Kv.ModRevision >= resp.Header.Revision:
+				return puts, deletes
+			case !strings.HasPrefix(string(ev.Kv.Key), prefix+"/"):
+			case ev.Type == clientv3.EventTypePut:
+				puts++
+			default:
+				deletes++
+			}
+		}
+	}
+	t.Fatalf("the history of %s ended before revision %d: %v", prefix, resp.Header.Revision, ctx.Err())
+	return 0, 0
+}
+
 // A Lock whose every member is slower than one request's bound (the
 // client's one member holds its bytes 1.1 s each way, so each round trip
 // takes over 2.2 s) still gets its lock while the caller's context allows,
 // Unlock still releases it, and no key is left behind: a store that is slow
 // but answering is waited for, not given up on and written again forever.
+// The first Lock's write runs out of its attempt's bound after it landed:
+// its repeat finds the key and keeps it, so the Lock writes one key and
+// deletes none.
 func TestLockThroughASlowStore(t *testing.T) {
 	c := cluster(t)
 	defer restoreCluster(t, c)
@@ -287,6 +324,10 @@ func TestLockThroughASlowStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	before, err := observer(1).Get(context.Background(), "health")
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.Member(0).Delay(1100 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -294,11 +335,62 @@ func TestLockThroughASlowStore(t *testing.T) {
 		if _, err := l.Lock(ctx); err != nil {
 			t.Fatalf("Lock %d with every member slow: %v", i, err)
 		}
+		if i == 0 {
+			puts, deletes := writesUntil(t, observer(1), prefix, before.Header.Revision+1)
+			if puts != 1 || deletes != 0 {
+				t.Errorf("the first Lock wrote %d keys and deleted %d, want 1 and 0", puts, deletes)
+			}
+		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatalf("Unlock %d with every member slow: %v", i, err)
 		}
 	}
 	c.Member(0).Undelay()
+	if !eventually(30*time.Second, func() bool { return countUnder(t, observer(1), prefix+"/") == 0 }) {
+		t.Fatalf("keys left under %s", prefix)
+	}
+}
+
+// A semaphore's Acquire through the same slow store writes what it writes
+// on a fast one: its first write, which ran out of its attempt's bound
+// after it landed, is kept by its repeat, which reads the queue as of the
+// revision before it (what the landed transaction read) to find its place.
+func TestAcquireThroughASlowStore(t *testing.T) {
+	c := cluster(t)
+	defer restoreCluster(t, c)
+	prefix := "/safety/hardening/" + t.Name()
+	cli := newClientOf(t, c.Member(0).NewClient) // this member only
+	s, err := etcdio.NewSemaphore(cli, prefix, 2, etcdio.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	acquire := func(what string) (puts, deletes int) {
+		t.Helper()
+		before, err := observer(1).Get(ctx, "health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := s.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("Acquire %s: %v", what, err)
+		}
+		puts, deletes = writesUntil(t, observer(1), prefix, before.Header.Revision+1)
+		if err := s.Release(ctx, g); err != nil {
+			t.Fatalf("Release %s: %v", what, err)
+		}
+		return puts, deletes
+	}
+	fastPuts, fastDeletes := acquire("on a fast store")
+	c.Member(0).Delay(1100 * time.Millisecond)
+	slowPuts, slowDeletes := acquire("with every member slow")
+	c.Member(0).Undelay()
+	if slowPuts != fastPuts || slowDeletes != fastDeletes {
+		t.Errorf("Acquire wrote %d keys and deleted %d through a slow store, want %d and %d as on a fast one",
+			slowPuts, slowDeletes, fastPuts, fastDeletes)
+	}
 	if !eventually(30*time.Second, func() bool { return countUnder(t, observer(1), prefix+"/") == 0 }) {
 		t.Fatalf("keys left under %s", prefix)
 	}
