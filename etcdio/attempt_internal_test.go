@@ -3,8 +3,13 @@ package etcdio
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The bound of an attempt doubles each time an attempt runs out of it, up
@@ -66,5 +71,33 @@ func TestAttemptCountsOnlyItsOwnTimeout(t *testing.T) {
 	done(ctx.Err())
 	if got := s.bound.get(); got != 20*time.Millisecond {
 		t.Fatalf("bound %v after an attempt ran out of 10ms, want 20ms", got)
+	}
+}
+
+// A request etcd itself gave up on (its own request timeout, a leader
+// change, no leader: Unavailable, as the client returns them) is tried
+// again, as is one the connection or the attempt's bound ended; a refusal
+// that another attempt would meet again is not.
+func TestRetriable(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{rpctypes.ErrTimeout, true},
+		{rpctypes.ErrTimeoutDueToLeaderFail, true},
+		{rpctypes.ErrTimeoutDueToConnectionLost, true},
+		{rpctypes.ErrLeaderChanged, true},
+		{rpctypes.ErrNoLeader, true},
+		{fmt.Errorf("txn: %w", rpctypes.ErrTimeout), true},
+		{status.Error(codes.Unavailable, "connection refused"), true},
+		{context.DeadlineExceeded, true},
+		{rpctypes.ErrCompacted, false},
+		{rpctypes.ErrLeaseNotFound, false},
+		{rpctypes.ErrNoSpace, false},
+		{errors.New("other"), false},
+	} {
+		if got := retriable(c.err); got != c.want {
+			t.Errorf("retriable(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

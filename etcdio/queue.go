@@ -752,10 +752,16 @@ func (svc *service) stopWaiter(err error) []keyRev {
 func lostErr(err error) bool { return errors.Is(err, primitives.ErrLost) }
 
 // retriable reports whether err is a failure of one request that another
-// attempt may not meet: the connection broke (Unavailable), or the member
-// did not answer within the request's own bound (its deadline, not the
-// caller's: the caller checks its own ctx first).
+// attempt may not meet: the connection broke, or etcd gave the request up
+// for now (its own request timeout, a leader change, no leader: all
+// Unavailable, which the client returns as an rpctypes.EtcdError), or the
+// member did not answer within the request's own bound (its deadline, not
+// the caller's: the caller checks its own ctx first).
 func retriable(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
 	return status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded ||
 		errors.Is(err, context.DeadlineExceeded)
 }
