@@ -157,6 +157,20 @@ type fleet struct {
 	leader   fleetTerm
 	stop     func()       // ends the campaigns and the observers, and waits for the observers
 	observed atomic.Int64 // deliveries to the observers
+	// Campaigns that returned an error before the fleet was stopped, and
+	// the first such error: said beside a wait that then runs out.
+	failed      atomic.Int64
+	firstFailed atomic.Pointer[error]
+}
+
+// failures says how many Campaigns failed and the first error, or "" if
+// none did.
+func (f *fleet) failures() string {
+	p := f.firstFailed.Load()
+	if p == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%d Campaigns failed, the first: %v)", f.failed.Load(), *p)
 }
 
 // fleetTerm is a Campaign's return: the candidate, when, and how long its
@@ -232,9 +246,14 @@ func openFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, 
 	f.campaign = func(i int) {
 		go func() {
 			called := time.Now()
-			if err := f.cands[i].Campaign(cctx, fmt.Sprintf("candidate-%d", i)); err == nil {
+			err := f.cands[i].Campaign(cctx, fmt.Sprintf("candidate-%d", i))
+			switch {
+			case err == nil:
 				now := time.Now()
 				f.won <- fleetTerm{i, now, now.Sub(called)}
+			case cctx.Err() == nil:
+				f.failed.Add(1)
+				f.firstFailed.CompareAndSwap(nil, &err)
 			}
 		}()
 	}
@@ -244,12 +263,12 @@ func openFleet(ctx context.Context, e *env, lib fleetLib, candidates, sessions, 
 	select {
 	case f.leader = <-f.won:
 	case <-time.After(time.Minute):
-		return nil, errors.New("no leader within a minute of the campaigns")
+		return nil, fmt.Errorf("no leader within a minute of the campaigns%s", f.failures())
 	}
 	// Let every campaign land, and the sessions take in what it set off,
 	// before measuring memory and failovers.
 	if err := waitQueued(ctx, lib, e, prefix, candidates); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w%s", err, f.failures())
 	}
 	if err := settleWakeups(ctx, f.mt); err != nil {
 		return nil, err
@@ -301,7 +320,7 @@ func (f *fleet) slice(ctx context.Context, _ runCfg) (*side, error) {
 			waits = append(waits, next.waited)
 			f.leader = next
 		case <-time.After(time.Minute):
-			return nil, errors.New("no new leader within a minute of a Resign")
+			return nil, fmt.Errorf("no new leader within a minute of a Resign%s", f.failures())
 		}
 	}
 	snapAfter, err := f.mt.scrape(ctx)
