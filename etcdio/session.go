@@ -176,9 +176,12 @@ func (s *Session) Err() error {
 }
 
 // Close ends the session and revokes its lease, so that everything held under
-// it is released in etcd at once rather than after the TTL. A session already
-// lost has no lease to revoke: Close then only stops the helpers. It never
-// closes the etcd client. A second Close returns an error wrapping ErrClosed.
+// it is released in etcd at once rather than after the TTL. A session lost on
+// this side (no keepalive acknowledged in time) may still have its lease in
+// etcd, renewed by keepalives that were on their way: Close tries to revoke
+// it too, within one request's bound, and returns nil whatever the answer
+// (a lease etcd still has then expires within its TTL). It never closes the
+// etcd client. A second Close returns an error wrapping ErrClosed.
 func (s *Session) Close() error {
 	first := false
 	s.closeOnce.Do(func() {
@@ -189,16 +192,25 @@ func (s *Session) Close() error {
 		s.helpersDone = true // no Add may race with the Wait
 		s.helpersMu.Unlock()
 		s.wg.Wait()
-		if !errors.Is(s.Err(), primitives.ErrClosed) {
-			return // lost: the lease is gone
-		}
+		lost := !errors.Is(s.Err(), primitives.ErrClosed)
 		if s.cli.Ctx().Err() != nil {
-			s.closeErr = fmt.Errorf("etcdio: close session: revoke lease %x: %w", int64(s.lease), ErrClientClosed)
+			if !lost {
+				s.closeErr = fmt.Errorf("etcdio: close session: revoke lease %x: %w", int64(s.lease), ErrClientClosed)
+			}
 			return
 		}
-		ctx, cancel := context.WithTimeout(s.cli.Ctx(), revokeTimeout)
+		timeout := revokeTimeout
+		if lost {
+			timeout = s.bound.get()
+		}
+		ctx, cancel := context.WithTimeout(s.cli.Ctx(), timeout)
 		defer cancel()
-		if _, err := s.cli.Revoke(ctx, s.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		_, err := s.cli.Revoke(ctx, s.lease)
+		switch {
+		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
+		case lost:
+			s.log.Debug("lost session: lease not revoked; it expires within its TTL", zap.Error(err))
+		default:
 			if s.cli.Ctx().Err() != nil {
 				err = ErrClientClosed
 			}

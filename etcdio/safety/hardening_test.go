@@ -395,3 +395,44 @@ func TestAcquireThroughASlowStore(t *testing.T) {
 		t.Fatalf("keys left under %s", prefix)
 	}
 }
+
+// A session that gives its lease up on its side (no keepalive acknowledged
+// within the TTL: its member holds bytes 1.5 s each way, past a 2 s TTL)
+// may leave the lease alive in etcd, renewed by the keepalives still on
+// their way. Close revokes it anyway, so that its keys go when Close
+// returns, not when etcd expires the lease up to a TTL later.
+func TestCloseOfALostSessionRevokesItsLease(t *testing.T) {
+	c := cluster(t)
+	defer restoreCluster(t, c)
+	prefix := "/safety/hardening/" + t.Name()
+	cli := newClientOf(t, c.Member(0).NewClient) // this member only
+	s, err := etcdio.NewSession(cli, etcdio.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := etcdio.NewLock(cli, prefix, etcdio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Member(0).Delay(1500 * time.Millisecond)
+	select {
+	case <-s.Done():
+	case <-ctx.Done():
+		t.Fatal("the session outlived a minute of unacknowledged keepalives")
+	}
+	c.Member(0).Undelay()
+	if err := l.Close(); err != nil {
+		t.Logf("lock Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close of the lost session: %v", err)
+	}
+	if n := countUnder(t, observer(1), prefix+"/"); n != 0 {
+		t.Fatalf("%d keys under %s after Close returned (the lease was left to expire)", n, prefix)
+	}
+}
