@@ -74,15 +74,14 @@ func (s *Session) takeUnsure(key string) bool {
 // retrying with backoff until it succeeds or the session or client ends.
 func (s *Session) deleteLater(key string, rev int64) {
 	s.goHelper(func(ctx context.Context) {
-		backoff := 100 * time.Millisecond
+		backoff := ctxtime.NewBackoff(100*time.Millisecond, 2*time.Second)
 		for ctx.Err() == nil && s.cli.Ctx().Err() == nil {
 			err := s.deleteOnce(ctx, key, rev)
 			if err == nil {
 				return
 			}
 			s.log.Debug("could not delete an abandoned key; retrying", zap.String("key", key), zap.Error(err))
-			ctxtime.Sleep(ctx, backoff)
-			backoff = min(2*backoff, 2*time.Second)
+			backoff.Wait(ctx)
 		}
 	})
 }

@@ -168,7 +168,7 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, er
 // was written.
 func (svc *service) create(ctx context.Context, keys, value string, conds []clientv3.Cmp, first func(...clientv3.OpOption) clientv3.Op) (*waiter, *etcdserverpb.ResponseOp, error) {
 	start := time.Now()
-	backoff := 50 * time.Millisecond
+	backoff := ctxtime.NewBackoff(50*time.Millisecond, time.Second)
 	key := svc.nextKey(keys)
 	unsure := false  // an attempt failed: it may have landed, or land later
 	cleared := false // a leftover of the name was deleted
@@ -216,8 +216,7 @@ func (svc *service) create(ctx context.Context, keys, value string, conds []clie
 				// The client's balancer takes the next member; the caller's
 				// ctx and the session's life bound the tries.
 				unsure = true
-				ctxtime.Sleep(ctx, backoff)
-				backoff = min(2*backoff, time.Second)
+				backoff.Wait(ctx)
 				continue
 			}
 			retire(true)
@@ -285,7 +284,7 @@ func (svc *service) written(key string, created int64, value string, start time.
 // what the transaction that wrote the key at created read before its put.
 // Each attempt is bounded; a failed one is repeated while ctx lives.
 func (svc *service) readBefore(ctx context.Context, created int64, first func(...clientv3.OpOption) clientv3.Op) (*etcdserverpb.ResponseOp, error) {
-	backoff := 50 * time.Millisecond
+	backoff := ctxtime.NewBackoff(50*time.Millisecond, time.Second)
 	for {
 		actx, done := svc.s.attempt(ctx)
 		resp, err := svc.s.cli.Txn(actx).Then(first(clientv3.WithRev(created - 1))).Commit()
@@ -296,8 +295,7 @@ func (svc *service) readBefore(ctx context.Context, created int64, first func(..
 		if ctx.Err() != nil || svc.s.ctx.Err() != nil || !retriable(err) {
 			return nil, err
 		}
-		ctxtime.Sleep(ctx, backoff)
-		backoff = min(2*backoff, time.Second)
+		backoff.Wait(ctx)
 	}
 }
 

@@ -249,15 +249,14 @@ func persist(s *Session, what string, f func(ctx context.Context) error) {
 		return
 	}
 	s.goHelper(func(ctx context.Context) {
-		backoff := 100 * time.Millisecond
+		backoff := ctxtime.NewBackoff(100*time.Millisecond, 2*time.Second)
 		for ctx.Err() == nil && s.cli.Ctx().Err() == nil {
 			err := once(ctx)
 			if err == nil {
 				return
 			}
 			s.log.Debug("could not delete an abandoned "+what+"; retrying", zap.Error(err))
-			ctxtime.Sleep(ctx, backoff)
-			backoff = min(2*backoff, 2*time.Second)
+			backoff.Wait(ctx)
 		}
 	})
 }

@@ -28,6 +28,23 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// Backoff is the growing wait between the tries of a request repeated
+// until it succeeds: each Wait sleeps the current delay, which then doubles
+// up to a cap. Not safe for concurrent use.
+type Backoff struct{ next, max time.Duration }
+
+// NewBackoff returns a Backoff whose first wait is first and whose waits
+// grow no longer than max.
+func NewBackoff(first, max time.Duration) *Backoff { return &Backoff{next: first, max: max} }
+
+// Wait sleeps the current delay or until ctx ends, reports whether it slept
+// the whole delay, and doubles the next one, up to the cap.
+func (b *Backoff) Wait(ctx context.Context) bool {
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	return Sleep(ctx, d)
+}
+
 // Ended returns ctx's error if ctx has ended or its deadline has passed
 // (its timer may not have fired yet), and nil otherwise. A call whose
 // request failed answers Ended's error, when there is one, in place of the

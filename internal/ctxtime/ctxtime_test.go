@@ -72,3 +72,22 @@ func TestJitter(t *testing.T) {
 		t.Errorf("Jitter(%v, 1) = %v, want within [0, %v]", d, w, d)
 	}
 }
+
+// A Backoff's waits double from the first up to the cap, and a Wait ends
+// early, reporting it, once ctx ends.
+func TestBackoff(t *testing.T) {
+	b := NewBackoff(time.Millisecond, 3*time.Millisecond)
+	for i, want := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond, 3 * time.Millisecond} {
+		if b.next != want {
+			t.Fatalf("wait %d: %v, want %v", i, b.next, want)
+		}
+		if !b.Wait(context.Background()) {
+			t.Fatalf("wait %d ended early on a live context", i)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if NewBackoff(time.Hour, time.Hour).Wait(ctx) {
+		t.Fatal("a wait on an ended context reported a whole sleep")
+	}
+}
