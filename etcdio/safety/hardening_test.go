@@ -31,6 +31,24 @@ func countUnder(t *testing.T, cli *clientv3.Client, prefix string) int64 {
 	return resp.Count
 }
 
+// throughMember0 returns the shared cluster (restored when t ends), a
+// prefix of t's own, and a client that reaches member 0 only.
+func throughMember0(t *testing.T) (*embedded.Cluster, string, *clientv3.Client) {
+	t.Helper()
+	c := cluster(t)
+	t.Cleanup(func() { restoreCluster(t, c) })
+	return c, "/safety/hardening/" + t.Name(), newClientOf(t, c.Member(0).NewClient)
+}
+
+// keysGone fails t unless the keys under prefix+"/" are all gone within
+// 30 s, read through a member no test fault touches.
+func keysGone(t *testing.T, prefix string) {
+	t.Helper()
+	if !eventually(30*time.Second, func() bool { return countUnder(t, observer(1), prefix+"/") == 0 }) {
+		t.Fatalf("keys left under %s", prefix)
+	}
+}
+
 // newKeepaliveClient is a client of the cluster configured as etcdio's doc
 // advises for production: gRPC keepalives drop a connection whose peer went
 // silent, which a blackhole can leave hung even after it ends (bytes it
@@ -268,9 +286,7 @@ func TestLockThroughASlowMember(t *testing.T) {
 		}
 	}
 	c.Member(0).Undelay()
-	if !eventually(30*time.Second, func() bool { return countUnder(t, observer(1), prefix+"/") == 0 }) {
-		t.Fatalf("keys left under %s", prefix)
-	}
+	keysGone(t, prefix)
 }
 
 // writesUntil counts the puts and deletes of keys under prefix+"/" from
@@ -315,10 +331,7 @@ func writesUntil(t *testing.T, cli *clientv3.Client, prefix string, from int64) 
 // its repeat finds the key and keeps it, so the Lock writes one key and
 // deletes none.
 func TestLockThroughASlowStore(t *testing.T) {
-	c := cluster(t)
-	defer restoreCluster(t, c)
-	prefix := "/safety/hardening/" + t.Name()
-	cli := newClientOf(t, c.Member(0).NewClient) // this member only
+	c, prefix, cli := throughMember0(t)
 	l, err := etcdio.NewLock(cli, prefix, etcdio.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -346,9 +359,7 @@ func TestLockThroughASlowStore(t *testing.T) {
 		}
 	}
 	c.Member(0).Undelay()
-	if !eventually(30*time.Second, func() bool { return countUnder(t, observer(1), prefix+"/") == 0 }) {
-		t.Fatalf("keys left under %s", prefix)
-	}
+	keysGone(t, prefix)
 }
 
 // A semaphore's Acquire through the same slow store writes what it writes
@@ -356,10 +367,7 @@ func TestLockThroughASlowStore(t *testing.T) {
 // after it landed, is kept by its repeat, which reads the queue as of the
 // revision before it (what the landed transaction read) to find its place.
 func TestAcquireThroughASlowStore(t *testing.T) {
-	c := cluster(t)
-	defer restoreCluster(t, c)
-	prefix := "/safety/hardening/" + t.Name()
-	cli := newClientOf(t, c.Member(0).NewClient) // this member only
+	c, prefix, cli := throughMember0(t)
 	s, err := etcdio.NewSemaphore(cli, prefix, 2, etcdio.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -391,9 +399,7 @@ func TestAcquireThroughASlowStore(t *testing.T) {
 		t.Errorf("Acquire wrote %d keys and deleted %d through a slow store, want %d and %d as on a fast one",
 			slowPuts, slowDeletes, fastPuts, fastDeletes)
 	}
-	if !eventually(30*time.Second, func() bool { return countUnder(t, observer(1), prefix+"/") == 0 }) {
-		t.Fatalf("keys left under %s", prefix)
-	}
+	keysGone(t, prefix)
 }
 
 // A session that gives its lease up on its side (no keepalive acknowledged
@@ -402,10 +408,7 @@ func TestAcquireThroughASlowStore(t *testing.T) {
 // their way. Close revokes it anyway, so that its keys go when Close
 // returns, not when etcd expires the lease up to a TTL later.
 func TestCloseOfALostSessionRevokesItsLease(t *testing.T) {
-	c := cluster(t)
-	defer restoreCluster(t, c)
-	prefix := "/safety/hardening/" + t.Name()
-	cli := newClientOf(t, c.Member(0).NewClient) // this member only
+	c, prefix, cli := throughMember0(t)
 	s, err := etcdio.NewSession(cli, etcdio.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
