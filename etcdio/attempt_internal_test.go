@@ -88,6 +88,8 @@ func TestRetriable(t *testing.T) {
 		{rpctypes.ErrTimeoutDueToConnectionLost, true},
 		{rpctypes.ErrLeaderChanged, true},
 		{rpctypes.ErrNoLeader, true},
+		{rpctypes.ErrTooManyRequests, true},
+		{fmt.Errorf("txn: %w", rpctypes.ErrTooManyRequests), true},
 		{fmt.Errorf("txn: %w", rpctypes.ErrTimeout), true},
 		{status.Error(codes.Unavailable, "connection refused"), true},
 		{context.DeadlineExceeded, true},

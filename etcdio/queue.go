@@ -752,10 +752,16 @@ func lostErr(err error) bool { return errors.Is(err, primitives.ErrLost) }
 // retriable reports whether err is a failure of one request that another
 // attempt may not meet: the connection broke, or etcd gave the request up
 // for now (its own request timeout, a leader change, no leader: all
-// Unavailable, which the client returns as an rpctypes.EtcdError), or the
-// member did not answer within the request's own bound (its deadline, not
-// the caller's: the caller checks its own ctx first).
+// Unavailable, which the client returns as an rpctypes.EtcdError; or "too
+// many requests", shed because applying lags committing), or the member did
+// not answer within the request's own bound (its deadline, not the
+// caller's: the caller checks its own ctx first). "Database space
+// exceeded", which shares the shed answer's code, needs an operator and is
+// not retried.
 func retriable(err error) bool {
+	if errors.Is(err, rpctypes.ErrTooManyRequests) {
+		return true
+	}
 	var ee rpctypes.EtcdError
 	if errors.As(err, &ee) {
 		return ee.Code() == codes.Unavailable
