@@ -5,6 +5,13 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ahrtr/disco/internal/ctxtime"
 )
 
 // Every request a session makes on its own behalf (a key's write, a look,
@@ -62,4 +69,44 @@ func (s *Session) attempt(parent context.Context) (context.Context, func(error))
 		}
 		cancel()
 	}
+}
+
+// inAttempts makes the request req in attempts (see attempt) until one is
+// answered: after an attempt that failed in a way another may not meet (see
+// retriable) it makes another, after a growing pause, while ctx and the
+// session live. req must be safe to repeat, since an attempt given up may
+// still land; repeated reports that one was given up before the answer.
+func (s *Session) inAttempts(ctx context.Context, req func(context.Context) (*clientv3.TxnResponse, error)) (resp *clientv3.TxnResponse, repeated bool, err error) {
+	backoff := ctxtime.NewBackoff(50*time.Millisecond, time.Second)
+	for {
+		actx, done := s.attempt(ctx)
+		resp, err = req(actx)
+		done(err)
+		if err == nil || ctx.Err() != nil || s.ctx.Err() != nil || !retriable(err) {
+			return resp, repeated, err
+		}
+		repeated = true
+		backoff.Wait(ctx)
+	}
+}
+
+// retriable reports whether err is a failure of one request that another
+// attempt may not meet: the connection broke, or etcd gave the request up
+// for now (its own request timeout, a leader change, no leader: all
+// Unavailable, which the client returns as an rpctypes.EtcdError; or "too
+// many requests", shed because applying lags committing), or the member did
+// not answer within the request's own bound (its deadline, not the
+// caller's: the caller checks its own ctx first). "Database space
+// exceeded", which shares the shed answer's code, needs an operator and is
+// not retried.
+func retriable(err error) bool {
+	if errors.Is(err, rpctypes.ErrTooManyRequests) {
+		return true
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	return status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded ||
+		errors.Is(err, context.DeadlineExceeded)
 }

@@ -217,11 +217,13 @@ func (svc *service) release(ctx context.Context, match driver.Match) error {
 	// takes the key, and the caller learns the loss now, not at ctx's end.
 	dctx, cancel := ctxtime.WithDone(ctx, svc.s.done)
 	defer cancel()
-	resp, terr := svc.s.cli.Txn(dctx).
-		If(clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)).
-		Then(clientv3.OpDelete(g.Key)).Commit()
+	resp, repeated, terr := svc.s.inAttempts(dctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+		return svc.s.cli.Txn(actx).
+			If(clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)).
+			Then(clientv3.OpDelete(g.Key)).Commit()
+	})
 	_, err = call(context.WithoutCancel(ctx), svc.s, func(r actor.Reply[struct{}]) {
-		r.Answer(struct{}{}, svc.released(g, resp, terr))
+		r.Answer(struct{}{}, svc.released(g, resp, repeated, terr))
 	})
 	return err
 }
@@ -241,10 +243,13 @@ func (svc *service) beginRelease(ctx context.Context, match driver.Match) (drive
 	return g, nil
 }
 
-// released settles a release's delete. Loop only.
-func (svc *service) released(g driver.Hold, resp *clientv3.TxnResponse, terr error) error {
+// released settles a release's delete, made in attempts (repeated: more than
+// one). Loop only.
+func (svc *service) released(g driver.Hold, resp *clientv3.TxnResponse, repeated bool, terr error) error {
 	switch {
-	case terr == nil && resp.Succeeded:
+	case terr == nil && (resp.Succeeded || repeated):
+		// A repeat that finds the key gone follows an attempt that was
+		// given up, and may have deleted it: gone either way.
 		svc.seen = max(svc.seen, resp.Header.Revision)
 		return svc.SettleRelease(g, driver.Deleted, nil)
 	case terr != nil && svc.gone(g.Key, g.Created):

@@ -11,8 +11,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
@@ -282,21 +280,14 @@ func (svc *service) written(key string, created int64, value string, start time.
 
 // readBefore reads first() as of the revision just before created, which is
 // what the transaction that wrote the key at created read before its put.
-// Each attempt is bounded; a failed one is repeated while ctx lives.
 func (svc *service) readBefore(ctx context.Context, created int64, first func(...clientv3.OpOption) clientv3.Op) (*etcdserverpb.ResponseOp, error) {
-	backoff := ctxtime.NewBackoff(50*time.Millisecond, time.Second)
-	for {
-		actx, done := svc.s.attempt(ctx)
-		resp, err := svc.s.cli.Txn(actx).Then(first(clientv3.WithRev(created - 1))).Commit()
-		done(err)
-		if err == nil {
-			return resp.Responses[0], nil
-		}
-		if ctx.Err() != nil || svc.s.ctx.Err() != nil || !retriable(err) {
-			return nil, err
-		}
-		backoff.Wait(ctx)
+	resp, _, err := svc.s.inAttempts(ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+		return svc.s.cli.Txn(actx).Then(first(clientv3.WithRev(created - 1))).Commit()
+	})
+	if err != nil {
+		return nil, err
 	}
+	return resp.Responses[0], nil
 }
 
 // txnOutcome is a transaction's response or error.
@@ -748,24 +739,3 @@ func (svc *service) stopWaiter(err error) []keyRev {
 }
 
 func lostErr(err error) bool { return errors.Is(err, primitives.ErrLost) }
-
-// retriable reports whether err is a failure of one request that another
-// attempt may not meet: the connection broke, or etcd gave the request up
-// for now (its own request timeout, a leader change, no leader: all
-// Unavailable, which the client returns as an rpctypes.EtcdError; or "too
-// many requests", shed because applying lags committing), or the member did
-// not answer within the request's own bound (its deadline, not the
-// caller's: the caller checks its own ctx first). "Database space
-// exceeded", which shares the shed answer's code, needs an operator and is
-// not retried.
-func retriable(err error) bool {
-	if errors.Is(err, rpctypes.ErrTooManyRequests) {
-		return true
-	}
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		return ee.Code() == codes.Unavailable
-	}
-	return status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded ||
-		errors.Is(err, context.DeadlineExceeded)
-}

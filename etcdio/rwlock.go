@@ -71,13 +71,22 @@ func (l rwlockService) queue(m rwlock.Mode) queue {
 func epochKey(svc *service) string { return svc.prefix[:len(svc.prefix)-1] + EpochSuffix }
 
 // rwlockToken issues the fencing token of a driver.Hold, as rwlockService's doc
-// describes. It runs on a session helper before the grant is recorded.
+// describes. It runs on a session helper before the grant is recorded. Each
+// request is made in attempts; a repeat is harmless: a writer's repeat
+// opens a later write epoch (the lock is its alone), and a reader's repeat
+// of an epoch's opening that landed finds the read epoch open and joins it.
 func rwlockToken(ctx context.Context, svc *service, g driver.Hold) (int64, error) {
 	cli := svc.s.cli
 	mine := clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)
 	epoch := epochKey(svc)
+	txn := func(cmps []clientv3.Cmp, op clientv3.Op) (*clientv3.TxnResponse, error) {
+		resp, _, err := svc.s.inAttempts(ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+			return cli.Txn(actx).If(cmps...).Then(op).Commit()
+		})
+		return resp, err
+	}
 	if g.Mode == rwlock.Write {
-		resp, err := cli.Txn(ctx).If(mine).Then(clientv3.OpPut(epoch, writeEpoch)).Commit()
+		resp, err := txn([]clientv3.Cmp{mine}, clientv3.OpPut(epoch, writeEpoch))
 		if err != nil {
 			return 0, err
 		}
@@ -87,7 +96,7 @@ func rwlockToken(ctx context.Context, svc *service, g driver.Hold) (int64, error
 		return resp.Header.Revision, nil
 	}
 	for {
-		resp, err := cli.Txn(ctx).If(mine).Then(clientv3.OpGet(epoch)).Commit()
+		resp, err := txn([]clientv3.Cmp{mine}, clientv3.OpGet(epoch))
 		if err != nil {
 			return 0, err
 		}
@@ -101,9 +110,8 @@ func rwlockToken(ctx context.Context, svc *service, g driver.Hold) (int64, error
 			}
 			seen = kvs[0].ModRevision
 		}
-		resp, err = cli.Txn(ctx).
-			If(mine, clientv3.Compare(clientv3.ModRevision(epoch), "=", seen)).
-			Then(clientv3.OpPut(epoch, readEpoch)).Commit()
+		resp, err = txn([]clientv3.Cmp{mine, clientv3.Compare(clientv3.ModRevision(epoch), "=", seen)},
+			clientv3.OpPut(epoch, readEpoch))
 		if err != nil {
 			return 0, err
 		}

@@ -209,11 +209,13 @@ func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 	watched := m.stopWatchOf(cur.Created)
 	freeSlot := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(slotKey), "=", h.token)},
 		[]clientv3.Op{clientv3.OpDelete(slotKey)}, nil)
-	resp, terr := m.s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(cur.Key), "=", cur.Created)).
-		Then(clientv3.OpDelete(cur.Key), freeSlot).Commit()
+	resp, repeated, terr := m.s.inAttempts(ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+		return m.s.cli.Txn(actx).
+			If(clientv3.Compare(clientv3.CreateRevision(cur.Key), "=", cur.Created)).
+			Then(clientv3.OpDelete(cur.Key), freeSlot).Commit()
+	})
 	_, err = call(context.WithoutCancel(ctx), m.s, func(r actor.Reply[struct{}]) {
-		r.Answer(struct{}{}, m.released(cur, resp, terr))
+		r.Answer(struct{}{}, m.released(cur, resp, repeated, terr))
 	})
 	if now, held := m.Current(); watched && held && now.Created == cur.Created {
 		// The delete failed and the hold stands: watch it again (the

@@ -98,7 +98,9 @@ func (st *semState) claim(ctx context.Context, svc *service, g driver.Hold) (int
 	mine := clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)
 	owner := g.Key + "@" + strconv.FormatInt(g.Created, 10)
 	read := func() (snapshot, error) {
-		resp, err := cli.Txn(ctx).If(mine).Then(st.readOp()).Commit()
+		resp, _, err := svc.s.inAttempts(ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+			return cli.Txn(actx).If(mine).Then(st.readOp()).Commit()
+		})
 		if err != nil {
 			return snapshot{}, err
 		}
@@ -118,8 +120,15 @@ func (st *semState) claim(ctx context.Context, svc *service, g driver.Hold) (int
 	for {
 		slot, rev := sn.hint, int64(0) // a hinted slot's key was deleted
 		if !sn.hinted {
-			if !sn.has(g.Key, g.Created) {
+			kv := sn.find(g.Key)
+			if kv == nil || kv.CreateRevision != g.Created {
 				return 0, fmt.Errorf("key %s is gone: %w", g.Key, primitives.ErrLost)
+			}
+			if slot := st.slotNamed(kv); slot >= 0 {
+				// An attempt of this claim that was given up landed: the
+				// claim wrote the slot's number into g's key, at the
+				// claim's revision.
+				return st.claimed(svc, g, slot, kv.ModRevision), nil
 			}
 			var ok bool
 			stale := !leftovers.IsZero() && !time.Now().Before(leftovers)
@@ -138,22 +147,29 @@ func (st *semState) claim(ctx context.Context, svc *service, g driver.Hold) (int
 			}
 		}
 		key := st.slotDir + strconv.Itoa(slot)
-		resp, err := cli.Txn(ctx).If(mine, clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, owner, clientv3.WithLease(svc.s.lease)),
-				clientv3.OpPut(g.Key, strconv.Itoa(slot), clientv3.WithIgnoreLease())).
-			Else(st.readOp()).Commit()
+		resp, _, err := svc.s.inAttempts(ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+			return cli.Txn(actx).If(mine, clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+				Then(clientv3.OpPut(key, owner, clientv3.WithLease(svc.s.lease)),
+					clientv3.OpPut(g.Key, strconv.Itoa(slot), clientv3.WithIgnoreLease())).
+				Else(st.readOp()).Commit()
+		})
 		if err != nil {
 			return 0, err
 		}
 		if resp.Succeeded {
-			tok := resp.Header.Revision
-			st.setHeld(claimed{created: g.Created, slot: slot})
-			st.watchHold(svc, slotHold{key: g.Key, created: g.Created, slotKey: key, token: tok})
-			return tok, nil
+			return st.claimed(svc, g, slot, resp.Header.Revision), nil
 		}
-		// Another holder took the slot first, or g's key is gone.
+		// Another holder took the slot first, g's key is gone, or an
+		// attempt given up landed: the snapshot tells.
 		sn = st.snapshotOf(g.Created, resp.Header.Revision, resp.Responses[0])
 	}
+}
+
+// claimed records g's claim of slot, made at revision tok, and returns tok.
+func (st *semState) claimed(svc *service, g driver.Hold, slot int, tok int64) int64 {
+	st.setHeld(claimed{created: g.Created, slot: slot})
+	st.watchHold(svc, slotHold{key: g.Key, created: g.Created, slotKey: st.slotDir + strconv.Itoa(slot), token: tok})
+	return tok
 }
 
 // patience is how long a claimant without a free slot waits before it takes
@@ -198,14 +214,14 @@ func (st *semState) awaitDelete(ctx context.Context, cli *clientv3.Client, rev i
 	return ctx.Err()
 }
 
-// has reports whether sn's queue holds key, created at created.
-func (sn snapshot) has(key string, created int64) bool {
+// find returns sn's queue key named key, or nil.
+func (sn snapshot) find(key string) *mvccpb.KeyValue {
 	for _, kv := range sn.queue {
 		if string(kv.Key) == key {
-			return kv.CreateRevision == created
+			return kv
 		}
 	}
-	return false
+	return nil
 }
 
 // free returns the lowest free slot and the ModRevision of its slot key (0:

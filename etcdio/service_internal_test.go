@@ -83,7 +83,7 @@ func TestObserveAfterResignFindsKeyGone(t *testing.T) {
 			r.Answer(struct{}{}, err)
 			return
 		}
-		r.Answer(struct{}{}, e.released(g, failed, nil))
+		r.Answer(struct{}{}, e.released(g, failed, false, nil))
 	})
 	if !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("release finding the key gone: %v, want ErrNotLeader", err)

@@ -2,6 +2,7 @@ package safety
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
 // These tests pin defects found in review: a key left under a live lease by
@@ -400,6 +402,100 @@ func TestAcquireThroughASlowStore(t *testing.T) {
 			slowPuts, slowDeletes, fastPuts, fastDeletes)
 	}
 	keysGone(t, prefix)
+}
+
+// Each primitive through a client of all three members, one of which
+// stopped answering while its connection stays up (so the client's balancer
+// keeps choosing it in turn): every request of a take and a give-back (a
+// semaphore's slot claim, a release's delete) is given up at its attempt's
+// bound and made again through another member, rather than waiting for the
+// caller's deadline.
+func TestThroughASilentMember(t *testing.T) {
+	type cycle struct {
+		take, give func(context.Context) error
+		close      func() error
+	}
+	primitives := []struct {
+		name string
+		open func(cli *clientv3.Client, prefix string) (cycle, error)
+	}{
+		{"lock", func(cli *clientv3.Client, prefix string) (cycle, error) {
+			l, err := etcdio.NewLock(cli, prefix, etcdio.WithTTL(30*time.Second))
+			if err != nil {
+				return cycle{}, err
+			}
+			take := func(ctx context.Context) error { _, err := l.Lock(ctx); return err }
+			return cycle{take, l.Unlock, l.Close}, nil
+		}},
+		{"rwlock", func(cli *clientv3.Client, prefix string) (cycle, error) {
+			l, err := etcdio.NewRWLock(cli, prefix, etcdio.WithTTL(30*time.Second))
+			if err != nil {
+				return cycle{}, err
+			}
+			take := func(ctx context.Context) error { _, err := l.RLock(ctx); return err }
+			return cycle{take, l.RUnlock, l.Close}, nil
+		}},
+		{"semaphore", func(cli *clientv3.Client, prefix string) (cycle, error) {
+			m, err := etcdio.NewSemaphore(cli, prefix, 2, etcdio.WithTTL(30*time.Second))
+			if err != nil {
+				return cycle{}, err
+			}
+			var g semaphore.Grant
+			take := func(ctx context.Context) (err error) { g, err = m.Acquire(ctx); return err }
+			give := func(ctx context.Context) error { return m.Release(ctx, g) }
+			return cycle{take, give, m.Close}, nil
+		}},
+		{"election", func(cli *clientv3.Client, prefix string) (cycle, error) {
+			e, err := etcdio.NewElection(cli, prefix, etcdio.WithTTL(30*time.Second))
+			if err != nil {
+				return cycle{}, err
+			}
+			take := func(ctx context.Context) error { return e.Campaign(ctx, "v") }
+			return cycle{take, e.Resign, e.Close}, nil
+		}},
+	}
+	cl := cluster(t)
+	t.Cleanup(func() { restoreCluster(t, cl) })
+	prefix := "/safety/hardening/" + t.Name() + "/"
+	cycles := make([]cycle, len(primitives))
+	for i, c := range primitives {
+		// Connected before the silence, so the balancer counts the member
+		// in.
+		cli := newClientOf(t, cl.NewClient) // no gRPC keepalive: the silence stays unnoticed
+		p, err := c.open(cli, prefix+c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.close()
+		cycles[i] = p
+	}
+	silent := cl.Member(0)
+	silent.Blackhole()
+	t.Run("group", func(t *testing.T) {
+		for i, c := range primitives {
+			p := cycles[i]
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				for i := range 3 { // the balancer takes each member in turn
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					err := p.take(ctx)
+					if err == nil {
+						if err = p.give(ctx); err != nil {
+							err = fmt.Errorf("give back: %w", err)
+						}
+					}
+					cancel()
+					if err != nil {
+						t.Fatalf("cycle %d with member %s silent: %v", i, silent.Name(), err)
+					}
+				}
+			})
+		}
+	})
+	silent.Unblackhole()
+	for _, c := range primitives {
+		keysGone(t, prefix+c.name)
+	}
 }
 
 // A session that gives its lease up on its side (no keepalive acknowledged
