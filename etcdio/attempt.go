@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -73,10 +72,10 @@ func (s *Session) attempt(parent context.Context) (context.Context, func(error))
 
 // inAttempts makes the request req in attempts (see attempt) until one is
 // answered: after an attempt that failed in a way another may not meet (see
-// retriable) it makes another, after a growing pause, while ctx and the
-// session live. req must be safe to repeat, since an attempt given up may
-// still land; repeated reports that one was given up before the answer.
-func (s *Session) inAttempts(ctx context.Context, req func(context.Context) (*clientv3.TxnResponse, error)) (resp *clientv3.TxnResponse, repeated bool, err error) {
+// retriable) it makes another, after a growing pause, while ctx and s
+// live. req must be safe to repeat, since an attempt given up may still
+// land; repeated reports that one was given up before the answer.
+func inAttempts[R any](s *Session, ctx context.Context, req func(context.Context) (R, error)) (resp R, repeated bool, err error) {
 	backoff := ctxtime.NewBackoff(50*time.Millisecond, time.Second)
 	for {
 		actx, done := s.attempt(ctx)

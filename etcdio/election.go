@@ -122,9 +122,12 @@ func (e electionService) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
-	resp, err := e.s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(c.Key), "=", c.Created)).
-		Then(clientv3.OpPut(c.Key, value, clientv3.WithLease(e.s.lease))).Commit()
+	// A repeat of a put that landed puts the same value again.
+	resp, _, err := inAttempts(e.s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+		return e.s.cli.Txn(actx).
+			If(clientv3.Compare(clientv3.CreateRevision(c.Key), "=", c.Created)).
+			Then(clientv3.OpPut(c.Key, value, clientv3.WithLease(e.s.lease))).Commit()
+	})
 	if err != nil {
 		return e.callErr(ctx, fmt.Errorf("%s: proclaim: %w", e.name, err))
 	}
@@ -159,10 +162,16 @@ func (e electionService) Leader(ctx context.Context) (election.Leadership, error
 	if err := e.Usable(ctx); err != nil {
 		return election.Leadership{}, err
 	}
-	resp, err := e.s.cli.Get(ctx, e.prefix, clientv3.WithFirstCreate()...)
+	get := func(opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+		resp, _, err := inAttempts(e.s, ctx, func(actx context.Context) (*clientv3.GetResponse, error) {
+			return e.s.cli.Get(actx, e.prefix, opts...)
+		})
+		return resp, err
+	}
+	resp, err := get(clientv3.WithFirstCreate()...)
 	if err == nil && len(resp.Kvs) > 0 && !e.ours(resp.Kvs[0]) {
 		// A nested name's key is first: look past every such key.
-		resp, err = e.s.cli.Get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		resp, err = get(clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	}
 	if err != nil {
 		return election.Leadership{}, e.callErr(ctx, fmt.Errorf("%s: leader: %w", e.name, err))

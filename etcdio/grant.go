@@ -217,7 +217,7 @@ func (svc *service) release(ctx context.Context, match driver.Match) error {
 	// takes the key, and the caller learns the loss now, not at ctx's end.
 	dctx, cancel := ctxtime.WithDone(ctx, svc.s.done)
 	defer cancel()
-	resp, repeated, terr := svc.s.inAttempts(dctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+	resp, repeated, terr := inAttempts(svc.s, dctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
 		return svc.s.cli.Txn(actx).
 			If(clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)).
 			Then(clientv3.OpDelete(g.Key)).Commit()

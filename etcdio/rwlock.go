@@ -80,7 +80,7 @@ func rwlockToken(ctx context.Context, svc *service, g driver.Hold) (int64, error
 	mine := clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)
 	epoch := epochKey(svc)
 	txn := func(cmps []clientv3.Cmp, op clientv3.Op) (*clientv3.TxnResponse, error) {
-		resp, _, err := svc.s.inAttempts(ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+		resp, _, err := inAttempts(svc.s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
 			return cli.Txn(actx).If(cmps...).Then(op).Commit()
 		})
 		return resp, err

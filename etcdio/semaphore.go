@@ -209,7 +209,7 @@ func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 	watched := m.stopWatchOf(cur.Created)
 	freeSlot := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(slotKey), "=", h.token)},
 		[]clientv3.Op{clientv3.OpDelete(slotKey)}, nil)
-	resp, repeated, terr := m.s.inAttempts(ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+	resp, repeated, terr := inAttempts(m.s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
 		return m.s.cli.Txn(actx).
 			If(clientv3.Compare(clientv3.CreateRevision(cur.Key), "=", cur.Created)).
 			Then(clientv3.OpDelete(cur.Key), freeSlot).Commit()

@@ -407,9 +407,9 @@ func TestAcquireThroughASlowStore(t *testing.T) {
 // Each primitive through a client of all three members, one of which
 // stopped answering while its connection stays up (so the client's balancer
 // keeps choosing it in turn): every request of a take and a give-back (a
-// semaphore's slot claim, a release's delete) is given up at its attempt's
-// bound and made again through another member, rather than waiting for the
-// caller's deadline.
+// semaphore's slot claim, a release's delete, a leader's Proclaim, a
+// Leader) is given up at its attempt's bound and made again through
+// another member, rather than waiting for the caller's deadline.
 func TestThroughASilentMember(t *testing.T) {
 	type cycle struct {
 		take, give func(context.Context) error
@@ -450,7 +450,18 @@ func TestThroughASilentMember(t *testing.T) {
 			if err != nil {
 				return cycle{}, err
 			}
-			take := func(ctx context.Context) error { return e.Campaign(ctx, "v") }
+			take := func(ctx context.Context) error {
+				if err := e.Campaign(ctx, "v"); err != nil {
+					return err
+				}
+				if err := e.Proclaim(ctx, "w"); err != nil {
+					return fmt.Errorf("proclaim: %w", err)
+				}
+				if _, err := e.Leader(ctx); err != nil {
+					return fmt.Errorf("leader: %w", err)
+				}
+				return nil
+			}
 			return cycle{take, e.Resign, e.Close}, nil
 		}},
 	}
