@@ -197,7 +197,10 @@ func (e electionService) Observe(ctx context.Context) <-chan election.Leadership
 	// The first state Observe gives is no older than the call: the loop
 	// answers once its mirror has reached the revision etcd is at now.
 	var now int64
-	if resp, err := e.s.cli.Get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
+	resp, _, err := inAttempts(e.s, ctx, func(actx context.Context) (*clientv3.GetResponse, error) {
+		return e.s.cli.Get(actx, e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	})
+	if err == nil {
 		now = resp.Header.Revision
 	}
 	ch, err := call(ctx, e.s, func(r actor.Reply[<-chan election.Leadership]) { e.observe(ctx, now, r) })

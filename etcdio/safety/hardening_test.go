@@ -408,7 +408,7 @@ func TestAcquireThroughASlowStore(t *testing.T) {
 // stopped answering while its connection stays up (so the client's balancer
 // keeps choosing it in turn): every request of a take and a give-back (a
 // semaphore's slot claim, a release's delete, a leader's Proclaim, a
-// Leader) is given up at its attempt's bound and made again through
+// Leader, an Observe's first read) is given up at its attempt's bound and made again through
 // another member, rather than waiting for the caller's deadline.
 func TestThroughASilentMember(t *testing.T) {
 	type cycle struct {
@@ -460,6 +460,11 @@ func TestThroughASilentMember(t *testing.T) {
 				if _, err := e.Leader(ctx); err != nil {
 					return fmt.Errorf("leader: %w", err)
 				}
+				octx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				if _, ok := <-e.Observe(octx); !ok {
+					return fmt.Errorf("observe: closed before the first leader: %w", ctx.Err())
+				}
 				return nil
 			}
 			return cycle{take, e.Resign, e.Close}, nil
@@ -488,7 +493,9 @@ func TestThroughASilentMember(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
 				for i := range 3 { // the balancer takes each member in turn
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					// A cycle's requests take 2 s to 8 s each time one meets
+					// the silent member.
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 					err := p.take(ctx)
 					if err == nil {
 						if err = p.give(ctx); err != nil {
