@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -408,8 +409,9 @@ func TestAcquireThroughASlowStore(t *testing.T) {
 // stopped answering while its connection stays up (so the client's balancer
 // keeps choosing it in turn): every request of a take and a give-back (a
 // semaphore's slot claim, a release's delete, a leader's Proclaim, a
-// Leader, an Observe's first read) is given up at its attempt's bound and made again through
-// another member, rather than waiting for the caller's deadline.
+// Leader, an Observe's first read, a double barrier's counts) is given up
+// at its attempt's bound and made again through another member, rather
+// than waiting for the caller's deadline.
 func TestThroughASilentMember(t *testing.T) {
 	type cycle struct {
 		take, give func(context.Context) error
@@ -469,6 +471,13 @@ func TestThroughASilentMember(t *testing.T) {
 			}
 			return cycle{take, e.Resign, e.Close}, nil
 		}},
+		{"double-barrier", func(cli *clientv3.Client, prefix string) (cycle, error) {
+			d, err := etcdio.NewDoubleBarrier(cli, prefix, 1, etcdio.WithTTL(30*time.Second))
+			if err != nil {
+				return cycle{}, err
+			}
+			return cycle{d.Enter, d.Leave, d.Close}, nil
+		}},
 	}
 	cl := cluster(t)
 	t.Cleanup(func() { restoreCluster(t, cl) })
@@ -487,29 +496,29 @@ func TestThroughASilentMember(t *testing.T) {
 	}
 	silent := cl.Member(0)
 	silent.Blackhole()
-	t.Run("group", func(t *testing.T) {
-		for i, c := range primitives {
-			p := cycles[i]
-			t.Run(c.name, func(t *testing.T) {
-				t.Parallel()
-				for i := range 3 { // the balancer takes each member in turn
-					// A cycle's requests take 2 s to 8 s each time one meets
-					// the silent member.
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-					err := p.take(ctx)
-					if err == nil {
-						if err = p.give(ctx); err != nil {
-							err = fmt.Errorf("give back: %w", err)
-						}
-					}
-					cancel()
-					if err != nil {
-						t.Fatalf("cycle %d with member %s silent: %v", i, silent.Name(), err)
+	// Concurrently (parallel subtests would run GOMAXPROCS at a time).
+	var wg sync.WaitGroup
+	for i, c := range primitives {
+		wg.Go(func() {
+			for j := range 3 { // the balancer takes each member in turn
+				// A cycle's requests take 2 s to 8 s each time one meets
+				// the silent member.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				err := cycles[i].take(ctx)
+				if err == nil {
+					if err = cycles[i].give(ctx); err != nil {
+						err = fmt.Errorf("give back: %w", err)
 					}
 				}
-			})
-		}
-	})
+				cancel()
+				if err != nil {
+					t.Errorf("%s: cycle %d with member %s silent: %v", c.name, j, silent.Name(), err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 	silent.Unblackhole()
 	for _, c := range primitives {
 		keysGone(t, prefix+c.name)
