@@ -1,0 +1,191 @@
+package etcdio
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/etcdio/etcdtest"
+)
+
+// A request whose answer is lost (etcd applied it, the client heard "request
+// timed out") is made again, and the repeat finds what the first attempt
+// did and keeps it: a take gets one slot or epoch and the token of the
+// write that landed, a give-back reports success, and nothing is left.
+func TestRepeatAfterALostAnswer(t *testing.T) {
+	type run struct {
+		ctx    context.Context
+		cli    *clientv3.Client // answers lost as the case says
+		clean  *clientv3.Client // every answer heard
+		prefix string
+	}
+	for _, c := range []struct {
+		name string
+		// lose picks the transaction whose answer is lost: the first whose
+		// Then puts (put) or deletes a key containing part.
+		put  bool
+		part string
+		use  func(t *testing.T, r run)
+	}{
+		{"semaphore claim", true, "/slot/", func(t *testing.T, r run) {
+			m, err := NewSemaphore(r.cli, r.prefix, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			g, err := m.Acquire(r.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slots, err := r.clean.Get(r.ctx, r.prefix+"/slot/", clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(slots.Kvs) != 1 || slots.Kvs[0].ModRevision != int64(g.FencingToken) {
+				t.Fatalf("claims %v after an Acquire with token %d, want one, written at the token", slots.Kvs, g.FencingToken)
+			}
+			if err := m.Release(r.ctx, g); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"semaphore release", false, "/q/", func(t *testing.T, r run) {
+			m, err := NewSemaphore(r.cli, r.prefix, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			g, err := m.Acquire(r.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Release(r.ctx, g); err != nil {
+				t.Fatalf("Release whose first answer was lost: %v", err)
+			}
+		}},
+		{"unlock", false, "/", func(t *testing.T, r run) {
+			l, err := NewLock(r.cli, r.prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if _, err := l.Lock(r.ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(r.ctx); err != nil {
+				t.Fatalf("Unlock whose first answer was lost: %v", err)
+			}
+		}},
+		{"read epoch", true, EpochSuffix, func(t *testing.T, r run) {
+			l, err := NewRWLock(r.cli, r.prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			g, err := l.RLock(r.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			epoch, err := r.clean.Get(r.ctx, r.prefix+EpochSuffix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(epoch.Kvs) != 1 || epoch.Kvs[0].ModRevision != int64(g.FencingToken) || string(epoch.Kvs[0].Value) != readEpoch {
+				t.Fatalf("epoch %v after an RLock with token %d, want the read epoch opened at the token", epoch.Kvs, g.FencingToken)
+			}
+			if err := l.RUnlock(r.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"double barrier enter", true, "/waiters/", func(t *testing.T, r run) {
+			d, err := NewDoubleBarrier(r.cli, r.prefix, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if err := d.Enter(r.ctx); err != nil {
+				t.Fatalf("Enter whose first put's answer was lost: %v", err)
+			}
+			if err := d.Leave(r.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			prefix := "/test/repeat/" + t.Name()
+			cli := etcdtest.NewClient(t)
+			lossy := &losingKV{KV: cli.KV, lose: func(ops []clientv3.Op) bool {
+				for _, op := range ops {
+					if (c.put && op.IsPut() || !c.put && op.IsDelete()) && strings.Contains(string(op.KeyBytes()), c.part) &&
+						strings.HasPrefix(string(op.KeyBytes()), prefix) {
+						return true
+					}
+				}
+				return false
+			}}
+			cli.KV = lossy
+			clean := etcdtest.NewClient(t)
+			// What an earlier run left beside the prefix: a read-write
+			// lock's epoch, a semaphore's permits.
+			if _, err := clean.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+				t.Fatal(err)
+			}
+			c.use(t, run{ctx: ctx, cli: cli, clean: clean, prefix: prefix})
+			if lossy.lost.Load() != 1 {
+				t.Fatalf("%d answers lost, want 1", lossy.lost.Load())
+			}
+			left, err := clean.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(left.Kvs) != 0 {
+				t.Fatalf("%d keys left under %s", len(left.Kvs), prefix)
+			}
+		})
+	}
+}
+
+// losingKV commits each transaction, but answers the first whose Then ops
+// lose picks with etcd's "request timed out", as a member would whose
+// answer was lost after it applied the transaction.
+type losingKV struct {
+	clientv3.KV
+	lose func([]clientv3.Op) bool
+	lost atomic.Int32
+}
+
+func (k *losingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &losingTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+type losingTxn struct {
+	clientv3.Txn
+	kv   *losingKV
+	then []clientv3.Op
+}
+
+func (t *losingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *losingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *losingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.then = append(t.then, ops...)
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *losingTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil && t.kv.lose(t.then) && t.kv.lost.CompareAndSwap(0, 1) {
+		return nil, rpctypes.ErrTimeout
+	}
+	return resp, err
+}
