@@ -67,6 +67,34 @@ func TestRepeatAfterALostAnswer(t *testing.T) {
 				t.Fatalf("Release whose first answer was lost: %v", err)
 			}
 		}},
+		{"lock", true, "/", func(t *testing.T, r run) {
+			l, err := NewLock(r.cli, r.prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			before, err := r.clean.Get(r.ctx, r.prefix+"/", clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := l.Lock(r.ctx)
+			if err != nil {
+				t.Fatalf("Lock whose first write's answer was lost: %v", err)
+			}
+			if n := writesSince(t, r.ctx, r.clean, r.prefix+"/", before.Header.Revision); n != 1 {
+				t.Fatalf("Lock wrote %d times under the prefix, want once (its key, kept by the repeat)", n)
+			}
+			keys, err := r.clean.Get(r.ctx, r.prefix+"/", clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys.Kvs) != 1 || keys.Kvs[0].CreateRevision != int64(g.FencingToken) {
+				t.Fatalf("keys %v after a Lock with token %d, want one, created at the token", keys.Kvs, g.FencingToken)
+			}
+			if err := l.Unlock(r.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"unlock", false, "/", func(t *testing.T, r run) {
 			l, err := NewLock(r.cli, r.prefix)
 			if err != nil {
@@ -188,4 +216,32 @@ func (t *losingTxn) Commit() (*clientv3.TxnResponse, error) {
 		return nil, rpctypes.ErrTimeout
 	}
 	return resp, err
+}
+
+// writesSince counts the puts and deletes under prefix after revision rev,
+// up to a mark key written now beside the prefix.
+func writesSince(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix string, rev int64) int {
+	t.Helper()
+	mark := strings.TrimSuffix(prefix, "/") + "-mark"
+	put, err := cli.Put(ctx, mark, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Delete(context.WithoutCancel(ctx), mark)
+	n := 0
+	for wr := range cli.Watch(ctx, strings.TrimSuffix(prefix, "/"), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		if err := wr.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Kv.ModRevision >= put.Header.Revision {
+				return n
+			}
+			if strings.HasPrefix(string(ev.Kv.Key), prefix) {
+				n++
+			}
+		}
+	}
+	t.Fatal(ctx.Err())
+	return 0
 }
