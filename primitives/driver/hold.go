@@ -34,6 +34,9 @@ type Hold struct {
 	Since time.Time
 
 	releasing int // releases in flight (see Shell.BeginRelease)
+	// releaseFailed: a release failed, and may have deleted the key all
+	// the same (see Shell.SettleRelease).
+	releaseFailed bool
 }
 
 // Acquired is the event that announces the grant.

@@ -236,9 +236,16 @@ func (sh *Shell) Release() {
 }
 
 // Lose ends the current grant with Lost for err (which wraps
-// primitives.ErrLost); cause is a metrics.Cause constant. Loop only.
+// primitives.ErrLost); cause is a metrics.Cause constant. A key deleted
+// (metrics.CauseKeyDeleted) after a release of the grant failed ends it
+// with Released instead: that release may have deleted it, its answer
+// lost. Loop only.
 func (sh *Shell) Lose(err error, cause string) {
-	if h := sh.hold; h != nil {
+	switch h := sh.hold; {
+	case h == nil:
+	case cause == metrics.CauseKeyDeleted && h.releaseFailed:
+		sh.Release()
+	default:
 		sh.End(h.Lost(err), cause)
 	}
 }
@@ -335,7 +342,8 @@ type Outcome int
 const (
 	// Deleted: the key was the grant's and is deleted.
 	Deleted Outcome = iota
-	// Gone: the key was already gone, deleted by someone else.
+	// Gone: the key was already gone, deleted by someone else (or by an
+	// earlier release of the grant that failed, see SettleRelease).
 	Gone
 	// Failed: the request failed; the grant stands and the release may be
 	// retried.
@@ -344,8 +352,9 @@ const (
 
 // SettleRelease ends the release begun by BeginRelease of h: Deleted ends
 // the grant with Released; Gone ends it with Lost and returns an error
-// wrapping Spec.NotHeld; Failed keeps it and returns err wrapped. Loop
-// only.
+// wrapping Spec.NotHeld, unless a release of the grant failed before (its
+// deletion may have landed, its answer lost): then Gone ends it with
+// Released too. Failed keeps the grant and returns err wrapped. Loop only.
 func (sh *Shell) SettleRelease(h Hold, out Outcome, err error) error {
 	cur := sh.hold
 	if cur == nil || cur.Created != h.Created {
@@ -361,9 +370,14 @@ func (sh *Shell) SettleRelease(h Hold, out Outcome, err error) error {
 		sh.Release()
 		return nil
 	case Gone:
+		if cur.releaseFailed {
+			sh.Release()
+			return nil
+		}
 		sh.Lose(sh.KeyDeleted(cur.Key), metrics.CauseKeyDeleted)
 		return fmt.Errorf("%s: key %s was already gone: %w", sh.spec.Name, h.Key, sh.spec.NotHeld)
 	default:
+		cur.releaseFailed = true
 		return fmt.Errorf("%s: release %s: %w", sh.spec.Name, h.Key, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -84,6 +85,44 @@ func TestShellGrantAndRelease(t *testing.T) {
 	if _, ok := <-events; ok {
 		t.Fatal("subscription open after Finish")
 	}
+}
+
+// A release that failed may still have deleted the key (its answer was
+// lost, or its caller gave up with the request on its way): the next
+// release that finds the key gone, or the key's deletion seen before it,
+// ends the grant as Released, not Lost.
+func TestShellRetriedReleaseFindsTheKeyGone(t *testing.T) {
+	sh := newShell()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := sh.Subscribe(ctx)
+	_ = sh.Enter(ctx, false)
+	sh.Grant(driver.Hold{Key: "k", Created: 7, Token: 9}, time.Now(), func(driver.Hold) bool { return true })
+	sh.Leave()
+	next(t, events) // Acquired
+	g, _ := sh.BeginRelease(driver.Any)
+	if err := sh.SettleRelease(g, driver.Failed, context.DeadlineExceeded); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("failed release: %v", err)
+	}
+	g, _ = sh.BeginRelease(driver.Any)
+	if err := sh.SettleRelease(g, driver.Gone, nil); err != nil {
+		t.Fatalf("retried release finding the key gone: %v, want nil", err)
+	}
+	if ev := next(t, events); ev != (primitives.Released{Key: "k", Token: 9, Created: 7}) {
+		t.Fatalf("event %#v, want Released of 7", ev)
+	}
+	// The same when the key's deletion is seen before the retry.
+	_ = sh.Enter(ctx, false)
+	sh.Grant(driver.Hold{Key: "k", Created: 8, Token: 10}, time.Now(), func(driver.Hold) bool { return true })
+	sh.Leave()
+	next(t, events) // Acquired
+	g, _ = sh.BeginRelease(driver.Any)
+	_ = sh.SettleRelease(g, driver.Failed, context.DeadlineExceeded)
+	sh.Lose(sh.KeyDeleted("k"), metrics.CauseKeyDeleted)
+	if ev := next(t, events); ev != (primitives.Released{Key: "k", Token: 10, Created: 8}) {
+		t.Fatalf("event %#v after the key's deletion was seen, want Released of 8", ev)
+	}
+	sh.Finish(primitives.ErrClosed)
 }
 
 // A grant whose caller gave up is undone and never announced; the caller

@@ -41,7 +41,10 @@ type Service interface {
 	// TryLock acquires the lock only if nobody holds it or waits for it;
 	// otherwise it returns ErrLockTaken at once.
 	TryLock(ctx context.Context) (Grant, error)
-	// Unlock releases the current hold; ErrNotHeld if there is none.
+	// Unlock releases the current hold; ErrNotHeld if there is none. If it
+	// fails (ctx ended, the store did not answer) the hold stands and
+	// Unlock may be called again: the retry succeeds, with Released, even if
+	// the failed call's delete landed.
 	Unlock(ctx context.Context) error
 	// Release releases exactly grant g, so a retried Release never frees a
 	// later hold; ErrNotHeld if g is no longer held.
