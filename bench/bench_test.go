@@ -489,6 +489,15 @@ func TestFigure(t *testing.T) {
 	if g := judgeFigure("g", over, false, 1, "", ""); g.Status != "MISSED" {
 		t.Errorf("events over the threshold by more than the resolution: %+v", g)
 	}
+	// A count's verdict is readable off its figures: three decimals and
+	// the resolution, where two decimals would print "1.00 [1.00..1.00]"
+	// beside "inconclusive".
+	edge := figureOf([]float64{1.0, 1.001, 1.002, 1.006, 1.007})
+	edge.Resolution = 0.003
+	g := judgeFigure("g", edge, false, 1, "", "")
+	if want := "1.002 [1.001..1.006] (median [IQR] of 5 pairs; counted to within 0.003)"; g.Status != statusInconclusive || g.Detail != want {
+		t.Errorf("count at its threshold: %+v, want inconclusive, %q", g, want)
+	}
 }
 
 // TestPoolSides: a side pooled from slices adds their counts and windows,

@@ -220,6 +220,12 @@ func fmtFigure(f *figure, unit string) string {
 	return fmt.Sprintf("%.2f%s [%.2f..%.2f]", f.Median, unit, f.Q1, f.Q3)
 }
 
+// fmtCount prints f, a count per acquisition judged within its resolution,
+// with the three decimals its verdict turns on: "1.002 [1.001..1.006]".
+func fmtCount(f *figure) string {
+	return fmt.Sprintf("%.3f [%.3f..%.3f]", f.Median, f.Q1, f.Q3)
+}
+
 // Goal statuses besides met, MISSED and n/a.
 const statusInconclusive = "inconclusive"
 
@@ -232,7 +238,11 @@ func judgeFigure(name string, f *figure, atLeast bool, threshold float64, unit, 
 	if f == nil {
 		return goal{Name: name, Status: "n/a", Detail: "no pair measured both sides" + detail}
 	}
-	d := fmtFigure(f, unit) + " " + describe(f) + detail
+	shown := fmtFigure(f, unit)
+	if f.Resolution > 0 {
+		shown = fmtCount(f)
+	}
+	d := shown + " " + describe(f) + detail
 	lo, hi := f.Q1, f.Q3
 	if !atLeast {
 		lo, hi, threshold = -hi, -lo, -threshold
@@ -247,5 +257,10 @@ func judgeFigure(name string, f *figure, atLeast bool, threshold float64, unit, 
 	}
 }
 
-// describe says what fmtFigure's numbers are.
-func describe(f *figure) string { return fmt.Sprintf("(median [IQR] of %d pairs)", len(f.PerPair)) }
+// describe says what fmtFigure's (or fmtCount's) numbers are.
+func describe(f *figure) string {
+	if f.Resolution > 0 {
+		return fmt.Sprintf("(median [IQR] of %d pairs; counted to within %.3f)", len(f.PerPair), f.Resolution)
+	}
+	return fmt.Sprintf("(median [IQR] of %d pairs)", len(f.PerPair))
+}
