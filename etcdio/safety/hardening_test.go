@@ -417,7 +417,7 @@ func TestThroughASilentMember(t *testing.T) {
 		take, give func(context.Context) error
 		close      func() error
 	}
-	primitives := []struct {
+	kinds := []struct {
 		name string
 		open func(cli *clientv3.Client, prefix string) (cycle, error)
 	}{
@@ -482,8 +482,8 @@ func TestThroughASilentMember(t *testing.T) {
 	cl := cluster(t)
 	t.Cleanup(func() { restoreCluster(t, cl) })
 	prefix := "/safety/hardening/" + t.Name() + "/"
-	cycles := make([]cycle, len(primitives))
-	for i, c := range primitives {
+	cycles := make([]cycle, len(kinds))
+	for i, c := range kinds {
 		// Connected before the silence, so the balancer counts the member
 		// in.
 		cli := newClientOf(t, cl.NewClient) // no gRPC keepalive: the silence stays unnoticed
@@ -498,7 +498,7 @@ func TestThroughASilentMember(t *testing.T) {
 	silent.Blackhole()
 	// Concurrently (parallel subtests would run GOMAXPROCS at a time).
 	var wg sync.WaitGroup
-	for i, c := range primitives {
+	for i, c := range kinds {
 		wg.Go(func() {
 			for j := range 3 { // the balancer takes each member in turn
 				// A cycle's requests take 2 s to 8 s each time one meets
@@ -520,7 +520,7 @@ func TestThroughASilentMember(t *testing.T) {
 	}
 	wg.Wait()
 	silent.Unblackhole()
-	for _, c := range primitives {
+	for _, c := range kinds {
 		keysGone(t, prefix+c.name)
 	}
 }
