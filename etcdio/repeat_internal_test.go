@@ -81,8 +81,8 @@ func TestRepeatAfterALostAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Lock whose first write's answer was lost: %v", err)
 			}
-			if n := writesSince(t, r.ctx, r.clean, r.prefix+"/", before.Header.Revision); n != 1 {
-				t.Fatalf("Lock wrote %d times under the prefix, want once (its key, kept by the repeat)", n)
+			if puts, deletes := etcdtest.Writes(t, r.clean, r.prefix, before.Header.Revision+1); puts != 1 || deletes != 0 {
+				t.Fatalf("Lock wrote %d keys and deleted %d, want 1 and 0 (its key, kept by the repeat)", puts, deletes)
 			}
 			keys, err := r.clean.Get(r.ctx, r.prefix+"/", clientv3.WithPrefix())
 			if err != nil {
@@ -216,32 +216,4 @@ func (t *losingTxn) Commit() (*clientv3.TxnResponse, error) {
 		return nil, rpctypes.ErrTimeout
 	}
 	return resp, err
-}
-
-// writesSince counts the puts and deletes under prefix after revision rev,
-// up to a mark key written now beside the prefix.
-func writesSince(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix string, rev int64) int {
-	t.Helper()
-	mark := strings.TrimSuffix(prefix, "/") + "-mark"
-	put, err := cli.Put(ctx, mark, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Delete(context.WithoutCancel(ctx), mark)
-	n := 0
-	for wr := range cli.Watch(ctx, strings.TrimSuffix(prefix, "/"), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-		if err := wr.Err(); err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range wr.Events {
-			if ev.Kv.ModRevision >= put.Header.Revision {
-				return n
-			}
-			if strings.HasPrefix(string(ev.Kv.Key), prefix) {
-				n++
-			}
-		}
-	}
-	t.Fatal(ctx.Err())
-	return 0
 }

@@ -3,7 +3,6 @@ package safety
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/etcdio/etcdtest"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
@@ -292,39 +292,6 @@ func TestLockThroughASlowMember(t *testing.T) {
 	keysGone(t, prefix)
 }
 
-// writesUntil counts the puts and deletes of keys under prefix+"/" from
-// revision from on, until now: it writes a key of its own beside them and
-// reads the history through cli up to that write.
-func writesUntil(t *testing.T, cli *clientv3.Client, prefix string, from int64) (puts, deletes int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	mark := prefix + "-mark"
-	resp, err := cli.Put(ctx, mark, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Delete(ctx, mark)
-	for wr := range cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
-		if err := wr.Err(); err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range wr.Events {
-			switch {
-			case ev.Kv.ModRevision >= resp.Header.Revision:
-				return puts, deletes
-			case !strings.HasPrefix(string(ev.Kv.Key), prefix+"/"):
-			case ev.Type == clientv3.EventTypePut:
-				puts++
-			default:
-				deletes++
-			}
-		}
-	}
-	t.Fatalf("the history of %s ended before revision %d: %v", prefix, resp.Header.Revision, ctx.Err())
-	return 0, 0
-}
-
 // A Lock whose every member is slower than one request's bound (the
 // client's one member holds its bytes 1.1 s each way, so each round trip
 // takes over 2.2 s) still gets its lock while the caller's context allows,
@@ -352,7 +319,7 @@ func TestLockThroughASlowStore(t *testing.T) {
 			t.Fatalf("Lock %d with every member slow: %v", i, err)
 		}
 		if i == 0 {
-			puts, deletes := writesUntil(t, observer(1), prefix, before.Header.Revision+1)
+			puts, deletes := etcdtest.Writes(t, observer(1), prefix, before.Header.Revision+1)
 			if puts != 1 || deletes != 0 {
 				t.Errorf("the first Lock wrote %d keys and deleted %d, want 1 and 0", puts, deletes)
 			}
@@ -388,7 +355,7 @@ func TestAcquireThroughASlowStore(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Acquire %s: %v", what, err)
 		}
-		puts, deletes = writesUntil(t, observer(1), prefix, before.Header.Revision+1)
+		puts, deletes = etcdtest.Writes(t, observer(1), prefix, before.Header.Revision+1)
 		if err := s.Release(ctx, g); err != nil {
 			t.Fatalf("Release %s: %v", what, err)
 		}
