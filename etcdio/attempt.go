@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -87,6 +88,22 @@ func inAttempts[R any](s *Session, ctx context.Context, req func(context.Context
 		repeated = true
 		backoff.Wait(ctx)
 	}
+}
+
+// txn commits If(cmps).Then(then).Else(els) in attempts (see inAttempts);
+// repeated says an earlier attempt was given up.
+func (s *Session) txn(ctx context.Context, cmps []clientv3.Cmp, then []clientv3.Op, els ...clientv3.Op) (resp *clientv3.TxnResponse, repeated bool, err error) {
+	return inAttempts(s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
+		return s.cli.Txn(actx).If(cmps...).Then(then...).Else(els...).Commit()
+	})
+}
+
+// get reads key with opts in attempts (see inAttempts).
+func (s *Session) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, _, err := inAttempts(s, ctx, func(actx context.Context) (*clientv3.GetResponse, error) {
+		return s.cli.Get(actx, key, opts...)
+	})
+	return resp, err
 }
 
 // retriable reports whether err is a failure of one request that another

@@ -38,7 +38,7 @@ import (
 // the next round, once entered, keeps its ready).
 //
 // Enter and Leave make their requests on the caller's goroutine, each in
-// bounded attempts (inAttempts), but each of their waits is a watch kept by
+// bounded attempts (Session.txn, Session.get), but each of their waits is a watch kept by
 // a helper of the session (await), with follow's liveness check; the
 // caller waits for the outcome.
 type doubleBarrier struct {
@@ -143,22 +143,6 @@ func (d *doubleBarrier) fail(ctx context.Context, err error) error {
 	return fmt.Errorf("etcdio: %s: %w", d.name, err)
 }
 
-// get reads key with opts, in attempts (see inAttempts).
-func (d *doubleBarrier) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	resp, _, err := inAttempts(d.s, ctx, func(actx context.Context) (*clientv3.GetResponse, error) {
-		return d.s.cli.Get(actx, key, opts...)
-	})
-	return resp, err
-}
-
-// txn commits If(cmps).Then(then).Else(els) in attempts (see
-// inAttempts); repeated says an earlier attempt was given up.
-func (d *doubleBarrier) txn(ctx context.Context, cmps []clientv3.Cmp, then []clientv3.Op, els ...clientv3.Op) (*clientv3.TxnResponse, bool, error) {
-	return inAttempts(d.s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
-		return d.s.cli.Txn(actx).If(cmps...).Then(then...).Else(els...).Commit()
-	})
-}
-
 // deleted records that this party's key is deleted; if a write of it was
 // unsure, it is deleted once more later (see Session.markUnsure).
 func (d *doubleBarrier) deleted() {
@@ -183,7 +167,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 	if d.entered {
 		return fmt.Errorf("etcdio: %s: %w", d.name, barrier.ErrEntered)
 	}
-	before, err := d.get(wctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	before, err := d.s.get(wctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return d.fail(ctx, err)
 	}
@@ -192,7 +176,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 	}
 	d.seq++
 	key := d.s.ownPrefix(d.waiters()) + strconv.FormatUint(d.id, 10) + "." + strconv.FormatUint(d.seq, 10)
-	put, repeated, err := d.txn(wctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+	put, repeated, err := d.s.txn(wctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
 		[]clientv3.Op{clientv3.OpPut(key, "", clientv3.WithLease(d.s.lease))}, clientv3.OpGet(key))
 	if err != nil {
 		d.s.deleteUnknown(key) // the put's outcome is unknown
@@ -227,7 +211,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 // enter counts the parties after this one's key was written at rev, and
 // waits for ready unless this party completes the count.
 func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) error {
-	all, err := d.get(ctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+	all, err := d.s.get(ctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return err
@@ -237,7 +221,7 @@ func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) error 
 		case rev > last:
 			return fmt.Errorf("etcdio: %s: %d parties entered first: %w", d.name, d.count, barrier.ErrFull)
 		case rev == last:
-			_, _, err := d.txn(ctx, nil, []clientv3.Op{clientv3.OpPut(d.ready(), "")})
+			_, _, err := d.s.txn(ctx, nil, []clientv3.Op{clientv3.OpPut(d.ready(), "")})
 			return err
 		}
 	}
@@ -380,7 +364,7 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 		return fmt.Errorf("etcdio: %s: %w", d.name, barrier.ErrNotEntered)
 	}
 	for {
-		resp, err := d.get(wctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := d.s.get(wctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			return d.fail(ctx, err)
 		}
@@ -389,7 +373,7 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 			// before it could clear ready: clear it, unless a party of
 			// the next round entered meanwhile.
 			none := clientv3.Compare(clientv3.CreateRevision(d.waiters()), "=", 0).WithPrefix()
-			if _, _, err := d.txn(wctx, []clientv3.Cmp{none}, []clientv3.Op{clientv3.OpDelete(d.ready())}); err != nil {
+			if _, _, err := d.s.txn(wctx, []clientv3.Cmp{none}, []clientv3.Op{clientv3.OpDelete(d.ready())}); err != nil {
 				return d.fail(ctx, err)
 			}
 			d.entered, d.mine = false, keyRev{}
@@ -419,7 +403,7 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 		switch {
 		case isLowest && len(resp.Kvs) == 1:
 			// The last to leave clears the barrier for its next use.
-			if _, _, err := d.txn(wctx, nil, []clientv3.Op{clientv3.OpDelete(d.ready()), clientv3.OpDelete(d.mine.key)}); err != nil {
+			if _, _, err := d.s.txn(wctx, nil, []clientv3.Op{clientv3.OpDelete(d.ready()), clientv3.OpDelete(d.mine.key)}); err != nil {
 				return d.fail(ctx, err)
 			}
 			d.deleted()
@@ -429,7 +413,7 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 			wait = highest
 		case d.mine.key != "":
 			mine := clientv3.Compare(clientv3.CreateRevision(d.mine.key), "=", d.mine.rev)
-			if _, _, err := d.txn(wctx, []clientv3.Cmp{mine}, []clientv3.Op{clientv3.OpDelete(d.mine.key)}); err != nil {
+			if _, _, err := d.s.txn(wctx, []clientv3.Cmp{mine}, []clientv3.Op{clientv3.OpDelete(d.mine.key)}); err != nil {
 				return d.fail(ctx, err)
 			}
 			d.deleted()

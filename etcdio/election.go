@@ -123,11 +123,8 @@ func (e electionService) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	// A repeat of a put that landed puts the same value again.
-	resp, _, err := inAttempts(e.s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
-		return e.s.cli.Txn(actx).
-			If(clientv3.Compare(clientv3.CreateRevision(c.Key), "=", c.Created)).
-			Then(clientv3.OpPut(c.Key, value, clientv3.WithLease(e.s.lease))).Commit()
-	})
+	resp, _, err := e.s.txn(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.Key), "=", c.Created)},
+		[]clientv3.Op{clientv3.OpPut(c.Key, value, clientv3.WithLease(e.s.lease))})
 	if err != nil {
 		return e.callErr(ctx, fmt.Errorf("%s: proclaim: %w", e.name, err))
 	}
@@ -162,16 +159,10 @@ func (e electionService) Leader(ctx context.Context) (election.Leadership, error
 	if err := e.Usable(ctx); err != nil {
 		return election.Leadership{}, err
 	}
-	get := func(opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-		resp, _, err := inAttempts(e.s, ctx, func(actx context.Context) (*clientv3.GetResponse, error) {
-			return e.s.cli.Get(actx, e.prefix, opts...)
-		})
-		return resp, err
-	}
-	resp, err := get(clientv3.WithFirstCreate()...)
+	resp, err := e.s.get(ctx, e.prefix, clientv3.WithFirstCreate()...)
 	if err == nil && len(resp.Kvs) > 0 && !e.ours(resp.Kvs[0]) {
 		// A nested name's key is first: look past every such key.
-		resp, err = get(clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		resp, err = e.s.get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	}
 	if err != nil {
 		return election.Leadership{}, e.callErr(ctx, fmt.Errorf("%s: leader: %w", e.name, err))
@@ -197,9 +188,7 @@ func (e electionService) Observe(ctx context.Context) <-chan election.Leadership
 	// The first state Observe gives is no older than the call: the loop
 	// answers once its mirror has reached the revision etcd is at now.
 	var now int64
-	resp, _, err := inAttempts(e.s, ctx, func(actx context.Context) (*clientv3.GetResponse, error) {
-		return e.s.cli.Get(actx, e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	})
+	resp, err := e.s.get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err == nil {
 		now = resp.Header.Revision
 	}

@@ -213,16 +213,20 @@ func (svc *service) release(ctx context.Context, match driver.Match) error {
 	if err != nil {
 		return err
 	}
-	// The delete ends with the session too: once it is lost, the lease
-	// takes the key, and the caller learns the loss now, not at ctx's end.
+	return svc.deleteHeld(ctx, g)
+}
+
+// deleteHeld deletes g's key, being released, only if it is still g's,
+// with extra in the same transaction, in attempts, and settles the release
+// (see released). The delete ends with the session too: once it is lost,
+// the lease takes the key, and the caller learns the loss now, not at
+// ctx's end.
+func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clientv3.Op) error {
 	dctx, cancel := ctxtime.WithDone(ctx, svc.s.done)
 	defer cancel()
-	resp, repeated, terr := inAttempts(svc.s, dctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
-		return svc.s.cli.Txn(actx).
-			If(clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)).
-			Then(clientv3.OpDelete(g.Key)).Commit()
-	})
-	_, err = call(context.WithoutCancel(ctx), svc.s, func(r actor.Reply[struct{}]) {
+	resp, repeated, terr := svc.s.txn(dctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)},
+		append([]clientv3.Op{clientv3.OpDelete(g.Key)}, extra...))
+	_, err := call(context.WithoutCancel(ctx), svc.s, func(r actor.Reply[struct{}]) {
 		r.Answer(struct{}{}, svc.released(g, resp, repeated, terr))
 	})
 	return err

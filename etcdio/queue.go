@@ -281,9 +281,7 @@ func (svc *service) written(key string, created int64, value string, start time.
 // readBefore reads first() as of the revision just before created, which is
 // what the transaction that wrote the key at created read before its put.
 func (svc *service) readBefore(ctx context.Context, created int64, first func(...clientv3.OpOption) clientv3.Op) (*etcdserverpb.ResponseOp, error) {
-	resp, _, err := inAttempts(svc.s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
-		return svc.s.cli.Txn(actx).Then(first(clientv3.WithRev(created - 1))).Commit()
-	})
+	resp, _, err := svc.s.txn(ctx, nil, []clientv3.Op{first(clientv3.WithRev(created - 1))})
 	if err != nil {
 		return nil, err
 	}

@@ -76,13 +76,10 @@ func epochKey(svc *service) string { return svc.prefix[:len(svc.prefix)-1] + Epo
 // opens a later write epoch (the lock is its alone), and a reader's repeat
 // of an epoch's opening that landed finds the read epoch open and joins it.
 func rwlockToken(ctx context.Context, svc *service, g driver.Hold) (int64, error) {
-	cli := svc.s.cli
 	mine := clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)
 	epoch := epochKey(svc)
 	txn := func(cmps []clientv3.Cmp, op clientv3.Op) (*clientv3.TxnResponse, error) {
-		resp, _, err := inAttempts(svc.s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
-			return cli.Txn(actx).If(cmps...).Then(op).Commit()
-		})
+		resp, _, err := svc.s.txn(ctx, cmps, []clientv3.Op{op})
 		return resp, err
 	}
 	if g.Mode == rwlock.Write {

@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
@@ -209,14 +208,7 @@ func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 	watched := m.stopWatchOf(cur.Created)
 	freeSlot := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(slotKey), "=", h.token)},
 		[]clientv3.Op{clientv3.OpDelete(slotKey)}, nil)
-	resp, repeated, terr := inAttempts(m.s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
-		return m.s.cli.Txn(actx).
-			If(clientv3.Compare(clientv3.CreateRevision(cur.Key), "=", cur.Created)).
-			Then(clientv3.OpDelete(cur.Key), freeSlot).Commit()
-	})
-	_, err = call(context.WithoutCancel(ctx), m.s, func(r actor.Reply[struct{}]) {
-		r.Answer(struct{}{}, m.released(cur, resp, repeated, terr))
-	})
+	err = m.deleteHeld(ctx, cur, freeSlot)
 	if now, held := m.Current(); watched && held && now.Created == cur.Created {
 		// The delete failed and the hold stands: watch it again (the
 		// watches' first read catches up with what happened meanwhile).

@@ -98,9 +98,7 @@ func (st *semState) claim(ctx context.Context, svc *service, g driver.Hold) (int
 	mine := clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)
 	owner := g.Key + "@" + strconv.FormatInt(g.Created, 10)
 	read := func() (snapshot, error) {
-		resp, _, err := inAttempts(svc.s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
-			return cli.Txn(actx).If(mine).Then(st.readOp()).Commit()
-		})
+		resp, _, err := svc.s.txn(ctx, []clientv3.Cmp{mine}, []clientv3.Op{st.readOp()})
 		if err != nil {
 			return snapshot{}, err
 		}
@@ -147,12 +145,10 @@ func (st *semState) claim(ctx context.Context, svc *service, g driver.Hold) (int
 			}
 		}
 		key := st.slotDir + strconv.Itoa(slot)
-		resp, _, err := inAttempts(svc.s, ctx, func(actx context.Context) (*clientv3.TxnResponse, error) {
-			return cli.Txn(actx).If(mine, clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-				Then(clientv3.OpPut(key, owner, clientv3.WithLease(svc.s.lease)),
-					clientv3.OpPut(g.Key, strconv.Itoa(slot), clientv3.WithIgnoreLease())).
-				Else(st.readOp()).Commit()
-		})
+		resp, _, err := svc.s.txn(ctx, []clientv3.Cmp{mine, clientv3.Compare(clientv3.ModRevision(key), "=", rev)},
+			[]clientv3.Op{clientv3.OpPut(key, owner, clientv3.WithLease(svc.s.lease)),
+				clientv3.OpPut(g.Key, strconv.Itoa(slot), clientv3.WithIgnoreLease())},
+			st.readOp())
 		if err != nil {
 			return 0, err
 		}
