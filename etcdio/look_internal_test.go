@@ -3,6 +3,7 @@ package etcdio
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestLookNeverAnswersFromBeforeTheDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.lag.served.Load() == 0 {
+	if f.served.Load() == 0 {
 		t.Fatal("the look made no serializable read (the simulated lag was never met)")
 	}
 	if rev < f.after || next != nil {
@@ -61,7 +62,7 @@ func TestStillAheadNeverAnswersFromBeforeTheDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.lag.served.Load() == 0 {
+	if f.served.Load() == 0 {
 		t.Fatal("the check made no serializable read (the simulated lag was never met)")
 	}
 	if rev < f.after || next != nil {
@@ -77,7 +78,9 @@ type lagFixture struct {
 	w     *waiter
 	ahead *mvccpb.KeyValue
 	after int64
-	lag   *laggingKV
+	// served counts the serializable reads answered as the lagging
+	// member would.
+	served atomic.Int32
 }
 
 func newLagFixture(t *testing.T, lagged func(after int64, ahead *mvccpb.KeyValue) func(*clientv3.TxnResponse)) *lagFixture {
@@ -103,57 +106,22 @@ func newLagFixture(t *testing.T, lagged func(after int64, ahead *mvccpb.KeyValue
 	f := &lagFixture{ctx: ctx, after: del.Header.Revision,
 		ahead: &mvccpb.KeyValue{Key: []byte(prefix + "/blocker"), CreateRevision: blocker.Header.Revision,
 			ModRevision: blocker.Header.Revision, Version: 1}}
-	f.lag = &laggingKV{KV: cli.KV, answer: lagged(f.after, f.ahead)}
-	cli.KV = f.lag
+	// Every serializable read is answered as a lagging member would: run,
+	// then rewritten.
+	answer := lagged(f.after, f.ahead)
+	cli.KV = &hookedKV{KV: cli.KV, commit: func(then []clientv3.Op, resp *clientv3.TxnResponse, err error) (*clientv3.TxnResponse, error) {
+		if err == nil && slices.ContainsFunc(then, func(op clientv3.Op) bool { return op.IsGet() && op.IsSerializable() }) {
+			f.served.Add(1)
+			answer(resp)
+		}
+		return resp, err
+	}}
 	if f.svc, err = newService(lockSpec, cli, prefix, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.svc.Close() })
 	f.w = &waiter{key: prefix + "/mine", created: mine.Header.Revision, blockers: prefix + "/blocker"}
 	return f
-}
-
-// laggingKV answers every serializable transaction as a lagging member
-// would: it runs it, then rewrites the response with answer.
-type laggingKV struct {
-	clientv3.KV
-	answer func(*clientv3.TxnResponse)
-	served atomic.Int32
-}
-
-func (k *laggingKV) Txn(ctx context.Context) clientv3.Txn {
-	return &laggingTxn{Txn: k.KV.Txn(ctx), kv: k}
-}
-
-type laggingTxn struct {
-	clientv3.Txn
-	kv           *laggingKV
-	serializable bool
-}
-
-func (t *laggingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-func (t *laggingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Else(ops...)
-	return t
-}
-
-func (t *laggingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		if op.IsGet() && op.IsSerializable() {
-			t.serializable = true
-		}
-	}
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *laggingTxn) Commit() (*clientv3.TxnResponse, error) {
-	resp, err := t.Txn.Commit()
-	if err == nil && t.serializable {
-		t.kv.served.Add(1)
-		t.kv.answer(resp)
-	}
-	return resp, err
 }
 
 // look given the blocker a waiter waited behind: that blocker while it is

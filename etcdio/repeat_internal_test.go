@@ -2,6 +2,7 @@ package etcdio
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
 // A request whose answer is lost (etcd applied it, the client heard "request
@@ -24,6 +26,27 @@ func TestRepeatAfterALostAnswer(t *testing.T) {
 		clean  *clientv3.Client // every answer heard
 		prefix string
 	}
+	// semaphoreCycle acquires and releases a permit, checking the grant
+	// with check (if any) in between.
+	semaphoreCycle := func(check func(*testing.T, run, semaphore.Grant)) func(*testing.T, run) {
+		return func(t *testing.T, r run) {
+			m, err := NewSemaphore(r.cli, r.prefix, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			g, err := m.Acquire(r.ctx)
+			if err != nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+			if check != nil {
+				check(t, r, g)
+			}
+			if err := m.Release(r.ctx, g); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		}
+	}
 	for _, c := range []struct {
 		name string
 		// lose picks the transaction whose answer is lost: the first whose
@@ -32,16 +55,7 @@ func TestRepeatAfterALostAnswer(t *testing.T) {
 		part string
 		use  func(t *testing.T, r run)
 	}{
-		{"semaphore claim", true, "/slot/", func(t *testing.T, r run) {
-			m, err := NewSemaphore(r.cli, r.prefix, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			g, err := m.Acquire(r.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+		{"semaphore claim", true, "/slot/", semaphoreCycle(func(t *testing.T, r run, g semaphore.Grant) {
 			slots, err := r.clean.Get(r.ctx, r.prefix+"/slot/", clientv3.WithPrefix())
 			if err != nil {
 				t.Fatal(err)
@@ -49,24 +63,8 @@ func TestRepeatAfterALostAnswer(t *testing.T) {
 			if len(slots.Kvs) != 1 || slots.Kvs[0].ModRevision != int64(g.FencingToken) {
 				t.Fatalf("claims %v after an Acquire with token %d, want one, written at the token", slots.Kvs, g.FencingToken)
 			}
-			if err := m.Release(r.ctx, g); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"semaphore release", false, "/q/", func(t *testing.T, r run) {
-			m, err := NewSemaphore(r.cli, r.prefix, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			g, err := m.Acquire(r.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Release(r.ctx, g); err != nil {
-				t.Fatalf("Release whose first answer was lost: %v", err)
-			}
-		}},
+		})},
+		{"semaphore release", false, "/q/", semaphoreCycle(nil)},
 		{"lock", true, "/", func(t *testing.T, r run) {
 			l, err := NewLock(r.cli, r.prefix)
 			if err != nil {
@@ -148,16 +146,21 @@ func TestRepeatAfterALostAnswer(t *testing.T) {
 			defer cancel()
 			prefix := "/test/repeat/" + t.Name()
 			cli := etcdtest.NewClient(t)
-			lossy := &losingKV{KV: cli.KV, lose: func(ops []clientv3.Op) bool {
-				for _, op := range ops {
-					if (c.put && op.IsPut() || !c.put && op.IsDelete()) && strings.Contains(string(op.KeyBytes()), c.part) &&
-						strings.HasPrefix(string(op.KeyBytes()), prefix) {
-						return true
-					}
+			// The first transaction the case picks is applied, and its
+			// answer lost: etcd's "request timed out" comes back instead.
+			lose := func(ops []clientv3.Op) bool {
+				return slices.ContainsFunc(ops, func(op clientv3.Op) bool {
+					key := string(op.KeyBytes())
+					return (c.put && op.IsPut() || !c.put && op.IsDelete()) && strings.Contains(key, c.part) && strings.HasPrefix(key, prefix)
+				})
+			}
+			var lost atomic.Int32
+			cli.KV = &hookedKV{KV: cli.KV, commit: func(then []clientv3.Op, resp *clientv3.TxnResponse, err error) (*clientv3.TxnResponse, error) {
+				if err == nil && lose(then) && lost.CompareAndSwap(0, 1) {
+					return nil, rpctypes.ErrTimeout
 				}
-				return false
+				return resp, err
 			}}
-			cli.KV = lossy
 			clean := etcdtest.NewClient(t)
 			// What an earlier run left beside the prefix: a read-write
 			// lock's epoch, a semaphore's permits.
@@ -165,8 +168,8 @@ func TestRepeatAfterALostAnswer(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.use(t, run{ctx: ctx, cli: cli, clean: clean, prefix: prefix})
-			if lossy.lost.Load() != 1 {
-				t.Fatalf("%d answers lost, want 1", lossy.lost.Load())
+			if lost.Load() != 1 {
+				t.Fatalf("%d answers lost, want 1", lost.Load())
 			}
 			left, err := clean.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 			if err != nil {
@@ -177,43 +180,4 @@ func TestRepeatAfterALostAnswer(t *testing.T) {
 			}
 		})
 	}
-}
-
-// losingKV commits each transaction, but answers the first whose Then ops
-// lose picks with etcd's "request timed out", as a member would whose
-// answer was lost after it applied the transaction.
-type losingKV struct {
-	clientv3.KV
-	lose func([]clientv3.Op) bool
-	lost atomic.Int32
-}
-
-func (k *losingKV) Txn(ctx context.Context) clientv3.Txn {
-	return &losingTxn{Txn: k.KV.Txn(ctx), kv: k}
-}
-
-type losingTxn struct {
-	clientv3.Txn
-	kv   *losingKV
-	then []clientv3.Op
-}
-
-func (t *losingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-func (t *losingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Else(ops...)
-	return t
-}
-
-func (t *losingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.then = append(t.then, ops...)
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *losingTxn) Commit() (*clientv3.TxnResponse, error) {
-	resp, err := t.Txn.Commit()
-	if err == nil && t.kv.lose(t.then) && t.kv.lost.CompareAndSwap(0, 1) {
-		return nil, rpctypes.ErrTimeout
-	}
-	return resp, err
 }
