@@ -18,13 +18,10 @@ import (
 
 // deleteKey deletes key, created at rev (0: unknown, for a name never to be
 // used again), trying once now; if that fails it keeps trying in the
-// background and returns the first attempt's error.
+// background and returns the first attempt's error (see persist).
 // An unsure key (see markUnsure) is deleted once more later, by name.
 func (s *Session) deleteKey(key string, rev int64) error {
-	err := s.deleteOnce(s.ctx, key, rev)
-	if err != nil && s.ctx.Err() == nil && s.cli.Ctx().Err() == nil {
-		s.deleteLater(key, rev)
-	}
+	err := s.persist("key "+key, func(ctx context.Context) error { return s.deleteRequest(ctx, key, rev) })
 	if s.takeUnsure(key) {
 		s.deleteAgainLater(key)
 	}
@@ -70,35 +67,53 @@ func (s *Session) takeUnsure(key string) bool {
 	return ok
 }
 
-// deleteLater deletes key, created at rev (0: unknown), in the background,
-// retrying with backoff until it succeeds or the session or client ends.
-func (s *Session) deleteLater(key string, rev int64) {
+// persist makes f's request once now, in one attempt (see once), and if
+// that fails, again in the background with backoff until it succeeds or
+// the session or client ends. It returns the first attempt's error. what
+// names the abandoned thing f deletes, for the log.
+func (s *Session) persist(what string, f func(ctx context.Context) error) error {
+	err := s.once(s.ctx, f)
+	if err == nil || s.ctx.Err() != nil || s.cli.Ctx().Err() != nil {
+		return err
+	}
 	s.goHelper(func(ctx context.Context) {
 		backoff := ctxtime.NewBackoff(100*time.Millisecond, 2*time.Second)
 		for ctx.Err() == nil && s.cli.Ctx().Err() == nil {
-			err := s.deleteOnce(ctx, key, rev)
+			err := s.once(ctx, f)
 			if err == nil {
 				return
 			}
-			s.log.Debug("could not delete an abandoned key; retrying", zap.String("key", key), zap.Error(err))
+			s.log.Debug("could not delete an abandoned "+what+"; retrying", zap.Error(err))
 			backoff.Wait(ctx)
 		}
 	})
+	return err
 }
 
-// deleteOnce makes one attempt (see attempt). With a known rev it deletes
-// only that incarnation of the key, never a newer one of the same name.
-func (s *Session) deleteOnce(ctx context.Context, key string, rev int64) (err error) {
+// once makes f's request in one attempt (see attempt), which also ends if
+// the client is closed.
+func (s *Session) once(ctx context.Context, f func(ctx context.Context) error) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.cli.Ctx(), cancel)()
 	ctx, done := s.attempt(ctx)
 	defer func() { done(err) }()
+	return f(ctx)
+}
+
+// deleteOnce deletes key, created at rev (0: unknown), in one attempt.
+func (s *Session) deleteOnce(ctx context.Context, key string, rev int64) error {
+	return s.once(ctx, func(ctx context.Context) error { return s.deleteRequest(ctx, key, rev) })
+}
+
+// deleteRequest deletes key: with a known rev only that incarnation of it,
+// never a newer one of the same name.
+func (s *Session) deleteRequest(ctx context.Context, key string, rev int64) error {
 	if rev == 0 {
-		_, err = s.cli.Delete(ctx, key)
+		_, err := s.cli.Delete(ctx, key)
 		return err
 	}
-	_, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+	_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key)).Commit()
 	return err
 }

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -192,7 +189,7 @@ func (st *semState) partLost(svc *service, h slotHold, part string) {
 // dropHold deletes what is left of h, in one transaction, retrying in the
 // background until it succeeds or the session ends.
 func (st *semState) dropHold(s *Session, h slotHold) {
-	persist(s, "hold "+h.key, func(ctx context.Context) error {
+	_ = s.persist("hold "+h.key, func(ctx context.Context) error {
 		_, err := s.cli.Txn(ctx).Then(
 			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.created)}, []clientv3.Op{clientv3.OpDelete(h.key)}, nil),
 			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(h.slotKey), "=", h.token)}, []clientv3.Op{clientv3.OpDelete(h.slotKey)}, nil),
@@ -214,7 +211,7 @@ func (m semService) dropClaim(w *waiter) {
 	s := m.s
 	owner := w.key + "@" + fmt.Sprint(w.created)
 	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
-	persist(s, "claim of "+w.key, func(ctx context.Context) error {
+	_ = s.persist("claim of "+w.key, func(ctx context.Context) error {
 		resp, err := s.cli.Txn(ctx).Then(clientv3.OpTxn([]clientv3.Cmp{mine}, []clientv3.Op{clientv3.OpDelete(w.key)}, nil),
 			clientv3.OpGet(m.slotDir, clientv3.WithPrefix())).Commit()
 		if err != nil {
@@ -230,34 +227,6 @@ func (m semService) dropClaim(w *waiter) {
 			}
 		}
 		return nil
-	})
-}
-
-// persist runs f once now (one attempt, see attempt) and, if it fails,
-// again in the background with backoff until it succeeds or the session or
-// client ends.
-func persist(s *Session, what string, f func(ctx context.Context) error) {
-	once := func(ctx context.Context) (err error) {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(s.cli.Ctx(), cancel)()
-		ctx, done := s.attempt(ctx)
-		defer func() { done(err) }()
-		return f(ctx)
-	}
-	if once(s.ctx) == nil || s.ctx.Err() != nil || s.cli.Ctx().Err() != nil {
-		return
-	}
-	s.goHelper(func(ctx context.Context) {
-		backoff := ctxtime.NewBackoff(100*time.Millisecond, 2*time.Second)
-		for ctx.Err() == nil && s.cli.Ctx().Err() == nil {
-			err := once(ctx)
-			if err == nil {
-				return
-			}
-			s.log.Debug("could not delete an abandoned "+what+"; retrying", zap.Error(err))
-			backoff.Wait(ctx)
-		}
 	})
 }
 
