@@ -233,7 +233,7 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 func (d *doubleBarrier) withdraw(key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if _, err := d.v.s.release(ctx, d.v.ref(key)); err != nil {
+	if _, err := d.v.s.release(ctx, nil, d.v.ref(key)); err != nil {
 		d.v.s.log.Debug("redisio: double barrier withdraw", zap.String("key", key), zap.Error(err))
 	}
 	d.forget(key)

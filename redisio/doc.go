@@ -127,16 +127,19 @@
 //   - maxmemory-policy noeviction: an evicted counter starts tokens again;
 //     an evicted session or hold key ends a hold early.
 //   - One server (or one primary): not Redis Cluster (see Keys).
-//   - Client retries: go-redis sends a command again when the connection
-//     drops before the reply (MaxRetries, 3 by default), so a script may
-//     run twice. That never breaks exclusion: a second enqueue leaves a hold
-//     that no caller waits for, which blocks the name until its key expires
-//     (two TTLs at most: its key, then its tombstone, see Deleted keys), and
-//     a second release finds its hold gone, so Unlock reports ErrNotHeld
-//     (and Lost) for a hold it did release. Set MaxRetries: -1 on the
-//     client to rule both out. An enqueue whose reply is lost (a read
-//     timeout) is looked up by its nonce and withdrawn; one the look-up
-//     misses blocks the name as a second enqueue does.
+//   - Client retries: go-redis sends a command again when its reply does
+//     not come (MaxRetries, 3 by default). redisio sends the scripts that
+//     queue or release a hold at most once each and repeats them itself,
+//     while the caller's context and the session live: a repeated enqueue
+//     first looks for the hold the attempt whose reply was lost queued (by
+//     the attempt's nonce) and keeps it; a repeated release that finds its
+//     hold gone counts it released (it cannot tell its own lost attempt's
+//     delete from the key's expiry, so such an Unlock returns nil where
+//     the hold may have been lost just before). A failed enqueue's hold is
+//     withdrawn by its nonce; one the search misses (its script ran after
+//     the search) is refreshed by nobody and blocks the name until its key
+//     expires. The other scripts do nothing twice and keep go-redis's
+//     resends.
 //
 // # Keys
 //

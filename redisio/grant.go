@@ -62,7 +62,7 @@ func (v *service) checkHeldLoop(gone map[string]bool) {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
-		if _, err := s.release(ctx, ref); err != nil {
+		if _, err := s.release(ctx, nil, ref); err != nil {
 			s.log.Debug("redisio: remove a deleted hold", zap.String("key", g.Key), zap.Error(err))
 		}
 		if hook != nil {

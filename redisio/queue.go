@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -53,30 +54,25 @@ func wireMode(m rwlock.Mode) string {
 
 // enqueue creates the hold in Redis and waits for its turn.
 func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlock.Mode, began time.Time) (driver.Hold, error) {
-	tryArg := "0"
-	if try {
-		tryArg = "1"
-	}
-	// The script's outcome must be known to withdraw, so it is not cut
-	// short by ctx. An unknown outcome (no reply) is withdrawn by the
-	// hold's nonce; a hold the search misses (the script ran after it) is
-	// refreshed by nobody and dies with the session's current expiry.
-	nonce := strconv.FormatUint(v.s.enqueues.Add(1), 10)
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	var res []int64
-	var err error
-	switch v.kind {
-	case kindRWLock:
-		res, err = rwEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, v.rtok},
-			v.name, tryArg, wireMode(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
-	case kindSemaphore:
-		res, err = semEnqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key},
-			v.name, tryArg, v.permits, v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
-	default:
-		res, err = enqueueScript.Run(opCtx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key},
-			v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
-	}
-	cancel()
+	// An attempt's outcome must be known to withdraw, so it is not cut
+	// short by ctx. An attempt whose reply was lost (see inAttempts) may
+	// have queued its hold: the next one looks for it by that attempt's
+	// nonce and keeps it, and enqueues anew only if it finds none. A
+	// failed enqueue's hold is withdrawn by its nonce; one the search
+	// misses (the script ran after it) is refreshed by nobody and dies
+	// with the session's current expiry.
+	var nonce, found string
+	res, _, err := inAttempts(ctx, v.s.done, func() ([]int64, error) {
+		if nonce != "" { // the last attempt's reply was lost
+			key, err := v.findNonce(nonce)
+			if err != nil || key != "" {
+				found = key
+				return nil, err
+			}
+		}
+		nonce = strconv.FormatUint(v.s.enqueues.Add(1), 10)
+		return v.enqueueOnce(ctx, try, value, mode, nonce)
+	})
 	if err != nil {
 		v.withdrawNonce(nonce)
 		if cerr := ctx.Err(); cerr != nil {
@@ -84,7 +80,18 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 			// answer, whatever the request met.
 			return driver.Hold{}, v.errf("enqueue: %w (%v)", cerr, err)
 		}
+		if serr := v.s.Err(); serr != nil {
+			return driver.Hold{}, v.errf("enqueue: %w (%v)", serr, err)
+		}
 		return driver.Hold{}, v.errf("enqueue: %w", err)
+	}
+	if found != "" {
+		created, err := strconv.ParseInt(found[strings.LastIndexByte(found, '/')+1:], 10, 64)
+		if err != nil {
+			return driver.Hold{}, v.errf("enqueue: hold key %q: %w", found, err)
+		}
+		h := driver.Hold{Key: found, Created: created, Mode: mode, Value: value, LeaseID: v.s.id}
+		return v.wait(ctx, h, began, true)
 	}
 	switch res[0] {
 	case -1:
@@ -103,7 +110,30 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 	if v.s.beforeWait != nil {
 		v.s.beforeWait(h.Key)
 	}
-	return v.wait(ctx, h, began)
+	return v.wait(ctx, h, began, false)
+}
+
+// enqueueOnce runs the service's enqueue script once (see onceScripter),
+// bounded by opTimeout and not by ctx.
+func (v *service) enqueueOnce(ctx context.Context, try bool, value string, mode rwlock.Mode, nonce string) ([]int64, error) {
+	tryArg := "0"
+	if try {
+		tryArg = "1"
+	}
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	once := onceScripter{v.s.cli}
+	switch v.kind {
+	case kindRWLock:
+		return rwEnqueueScript.Run(opCtx, once, []string{v.seq, v.queue, v.granted, v.s.key, v.rtok},
+			v.name, tryArg, wireMode(mode), v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
+	case kindSemaphore:
+		return semEnqueueScript.Run(opCtx, once, []string{v.seq, v.queue, v.granted, v.s.key},
+			v.name, tryArg, v.permits, v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
+	default:
+		return enqueueScript.Run(opCtx, once, []string{v.seq, v.queue, v.granted, v.s.key},
+			v.name, tryArg, value, v.s.ttl.Milliseconds(), v.wake, v.s.id, nonce).Int64Slice()
+	}
 }
 
 // sessionGone tells the loop that Redis no longer has the session's key.
@@ -139,8 +169,9 @@ func (v *service) grant(h driver.Hold, began time.Time) (driver.Hold, error) {
 // wait parks the caller until its hold heads the queue: woken by the
 // session's pub/sub when it becomes the head (a wake that came before the
 // waiter registered included), or by the recheck timer. It makes no
-// request before either.
-func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time) (driver.Hold, error) {
+// request before either, unless look says to look at once (a hold an
+// earlier attempt of its enqueue queued: it may be granted already).
+func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time, look bool) (driver.Hold, error) {
 	wake := make(chan struct{}, 1)
 	if _, err := loopCall(v.s, context.Background(), func() (struct{}, error) {
 		if v.Ended() {
@@ -149,6 +180,8 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time) (dri
 		v.waiting[h.Key] = wake
 		if v.s.takeEarlyWake(h.Key) {
 			v.wakeLoop(wake)
+		} else if look {
+			wake <- struct{}{}
 		}
 		return struct{}{}, nil
 	}); err != nil {
@@ -217,12 +250,18 @@ func (v *service) check(ctx context.Context, key string) ([]int64, error) {
 	}
 }
 
-// withdrawNonce withdraws the hold that an enqueue with nonce created, if
-// it did: its reply was lost.
-func (v *service) withdrawNonce(nonce string) {
+// findNonce returns the key of the hold that an enqueue with nonce
+// queued, or "" if none is queued.
+func (v *service) findNonce(nonce string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	key, err := findScript.Run(ctx, v.s.cli, []string{v.queue, v.s.key}, nonce).Text()
+	return findScript.Run(ctx, v.s.cli, []string{v.queue, v.s.key}, nonce).Text()
+}
+
+// withdrawNonce withdraws the hold that an enqueue with nonce queued, if
+// it did: its reply was lost.
+func (v *service) withdrawNonce(nonce string) {
+	key, err := v.findNonce(nonce)
 	if err != nil {
 		v.s.log.Debug("redisio: find an enqueue without reply", zap.String("nonce", nonce), zap.Error(err))
 		return
@@ -237,7 +276,7 @@ func (v *service) withdraw(key string) {
 	v.s.mb.Post(func() { delete(v.waiting, key) })
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if _, err := v.s.release(ctx, v.ref(key)); err != nil {
+	if _, err := v.s.release(ctx, nil, v.ref(key)); err != nil {
 		v.s.log.Debug("redisio: withdraw", zap.String("key", key), zap.Error(err))
 	}
 }

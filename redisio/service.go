@@ -238,7 +238,7 @@ func (v *service) Close() error {
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		for _, r := range refs {
-			if _, err := v.s.release(ctx, r); err != nil {
+			if _, err := v.s.release(ctx, nil, r); err != nil {
 				v.s.log.Debug("redisio: release at Close", zap.String("key", r.key), zap.Error(err))
 			}
 		}

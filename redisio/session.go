@@ -214,12 +214,23 @@ type holdRef struct {
 }
 
 // release runs releaseScript for ref on behalf of the session s
-// (dbLeaveScript for a party's key).
-func (s *Session) release(ctx context.Context, ref holdRef) (int64, error) {
+// (dbLeaveScript, which may run twice, for a party's key), in attempts
+// (see inAttempts) until ctx ends or stop is closed. It returns 1 if the
+// hold's key was the session's and is deleted now, 0 if it was gone. A
+// repeat that finds the key gone after an attempt whose reply was lost
+// counts it deleted: that attempt may have deleted it.
+func (s *Session) release(ctx context.Context, stop <-chan struct{}, ref holdRef) (int64, error) {
 	if ref.party {
 		return dbLeaveScript.Run(ctx, s.cli, []string{ref.granted, ref.queue, ref.key}, "", ref.wake).Int64()
 	}
-	return releaseScript.Run(ctx, s.cli, []string{ref.seq, ref.queue, ref.granted, s.key, ref.key}, ref.wake, ref.handoff).Int64()
+	n, repeated, err := inAttempts(ctx, stop, func() (int64, error) {
+		return releaseScript.Run(ctx, onceScripter{s.cli}, []string{ref.seq, ref.queue, ref.granted, s.key, ref.key},
+			ref.wake, ref.handoff).Int64()
+	})
+	if err == nil && repeated && n == 0 {
+		n = 1
+	}
+	return n, err
 }
 
 // releaseBounded is release, ended early, its outcome unknown, when ctx
@@ -235,7 +246,7 @@ func (s *Session) releaseBounded(ctx context.Context, ref holdRef) (int64, error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		n, err := s.release(ctx, ref)
+		n, err := s.release(ctx, s.done, ref)
 		ch <- result{n, err}
 	}()
 	select {
@@ -254,7 +265,7 @@ func (s *Session) cleanup(keys []holdRef) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	for _, k := range keys {
-		if _, err := s.release(ctx, k); err != nil {
+		if _, err := s.release(ctx, nil, k); err != nil {
 			s.log.Debug("redisio: release at session end", zap.String("key", k.key), zap.Error(err))
 		}
 	}
