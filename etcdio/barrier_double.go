@@ -146,9 +146,7 @@ func (d *doubleBarrier) fail(ctx context.Context, err error) error {
 // deleted records that this party's key is deleted; if a write of it was
 // unsure, it is deleted once more later (see Session.markUnsure).
 func (d *doubleBarrier) deleted() {
-	if d.s.takeUnsure(d.mine.key) {
-		d.s.deleteAgainLater(d.mine.key)
-	}
+	d.s.deletedOnce(d.mine.key)
 	d.mine = keyRev{}
 }
 

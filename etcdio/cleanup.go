@@ -22,10 +22,17 @@ import (
 // An unsure key (see markUnsure) is deleted once more later, by name.
 func (s *Session) deleteKey(key string, rev int64) error {
 	err := s.persist("key "+key, func(ctx context.Context) error { return s.deleteRequest(ctx, key, rev) })
+	s.deletedOnce(key)
+	return err
+}
+
+// deletedOnce is told that key was deleted, or is being deleted in the
+// background: if a write of it was unsure (see markUnsure), it is deleted
+// once more later. Every delete of a key the session wrote says so.
+func (s *Session) deletedOnce(key string) {
 	if s.takeUnsure(key) {
 		s.deleteAgainLater(key)
 	}
-	return err
 }
 
 // deleteUnknown deletes key, a retired name whose write's outcome is

@@ -226,6 +226,9 @@ func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clie
 	defer cancel()
 	resp, repeated, terr := svc.s.txn(dctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)},
 		append([]clientv3.Op{clientv3.OpDelete(g.Key)}, extra...))
+	if terr == nil {
+		svc.s.deletedOnce(g.Key)
+	}
 	_, err := call(context.WithoutCancel(ctx), svc.s, func(r actor.Reply[struct{}]) {
 		r.Answer(struct{}{}, svc.released(g, resp, repeated, terr))
 	})

@@ -181,3 +181,88 @@ func TestRepeatAfterALostAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestLateWriteDeletedAgain: an enqueue whose first attempt etcd has not
+// applied when the client gives it up (it hears "request timed out") is
+// repeated under the same name and lands. If that first attempt lands only
+// after the release deleted the key (its compare passes then), the key it
+// writes, under the live session's lease, is deleted once more by the
+// session: otherwise everyone queued behind it would wait until the
+// session ends. Before, only a key deleted by a withdrawal or Close was
+// deleted again, not one deleted by its release.
+func TestLateWriteDeletedAgain(t *testing.T) {
+	type closer interface{ Close() error }
+	for _, c := range []struct {
+		name, part string // the write held back: the first put of a key under the prefix containing part
+		// cycle takes and gives back the primitive, and leaves it open.
+		cycle func(ctx context.Context, cli *clientv3.Client, prefix string) (closer, error)
+	}{
+		{"lock", "/", func(ctx context.Context, cli *clientv3.Client, prefix string) (closer, error) {
+			l, err := NewLock(cli, prefix)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := l.Lock(ctx); err != nil {
+				return l, err
+			}
+			return l, l.Unlock(ctx)
+		}},
+		{"semaphore", "/q/", func(ctx context.Context, cli *clientv3.Client, prefix string) (closer, error) {
+			m, err := NewSemaphore(cli, prefix, 2)
+			if err != nil {
+				return nil, err
+			}
+			g, err := m.Acquire(ctx)
+			if err != nil {
+				return m, err
+			}
+			return m, m.Release(ctx, g)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			prefix := "/test/late/" + t.Name()
+			cli := etcdtest.NewClient(t)
+			var held atomic.Int32
+			kv := &hookedKV{KV: cli.KV, hold: func(then []clientv3.Op) bool {
+				return slices.ContainsFunc(then, func(op clientv3.Op) bool {
+					key := string(op.KeyBytes())
+					return op.IsPut() && strings.HasPrefix(key, prefix+"/") && strings.Contains(key[len(prefix):], c.part)
+				}) && held.CompareAndSwap(0, 1)
+			}}
+			cli.KV = kv
+			clean := etcdtest.NewClient(t)
+			p, err := c.cycle(ctx, cli, prefix)
+			if p != nil {
+				defer p.Close() // the session lives until the end
+			}
+			if err != nil {
+				t.Fatalf("a cycle whose first write was given up: %v", err)
+			}
+			late := kv.takeHeld()
+			if len(late) != 1 {
+				t.Fatalf("%d writes held back, want 1", len(late))
+			}
+			put := late[0].then[slices.IndexFunc(late[0].then, clientv3.Op.IsPut)]
+			key := string(put.KeyBytes())
+			resp, err := late[0].send(ctx, clean)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !resp.Succeeded {
+				t.Fatalf("the late write of %s found its key: it did not land", key)
+			}
+			for {
+				got, err := clean.Get(ctx, key)
+				if err != nil {
+					t.Fatalf("%s, written late under the session's lease, still there (%v): it blocks the name until the session ends", key, err)
+				}
+				if len(got.Kvs) == 0 {
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+}

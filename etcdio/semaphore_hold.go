@@ -189,6 +189,7 @@ func (st *semState) partLost(svc *service, h slotHold, part string) {
 // dropHold deletes what is left of h, in one transaction, retrying in the
 // background until it succeeds or the session ends.
 func (st *semState) dropHold(s *Session, h slotHold) {
+	defer s.deletedOnce(h.key)
 	_ = s.persist("hold "+h.key, func(ctx context.Context) error {
 		_, err := s.cli.Txn(ctx).Then(
 			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.created)}, []clientv3.Op{clientv3.OpDelete(h.key)}, nil),
@@ -211,6 +212,7 @@ func (m semService) dropClaim(w *waiter) {
 	s := m.s
 	owner := w.key + "@" + fmt.Sprint(w.created)
 	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
+	defer s.deletedOnce(w.key)
 	_ = s.persist("claim of "+w.key, func(ctx context.Context) error {
 		resp, err := s.cli.Txn(ctx).Then(clientv3.OpTxn([]clientv3.Cmp{mine}, []clientv3.Op{clientv3.OpDelete(w.key)}, nil),
 			clientv3.OpGet(m.slotDir, clientv3.WithPrefix())).Commit()
