@@ -653,6 +653,9 @@ func TestElectionFleet(t *testing.T) {
 	if f := rw.VsBasePaired; f == nil || len(f.PerPair) != tinyPairs.pairs {
 		t.Errorf("failovers/s per pair: %+v", f)
 	}
+	if f := rw.P50VsBasePaired; f == nil || len(f.PerPair) != tinyPairs.pairs {
+		t.Errorf("failover p50 ratio per pair, for the JSON: %+v", f)
+	}
 	if g := rw.Goals[2]; !strings.Contains(g.Detail, fmt.Sprintf("(median [IQR] of %d pairs)", tinyPairs.pairs)) {
 		t.Errorf("p50 goal not judged on %d pairs: %+v", tinyPairs.pairs, g)
 	}

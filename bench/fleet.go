@@ -429,7 +429,7 @@ func fleetScenario(lib fleetLib) func(ctx context.Context, r *runner) (*result, 
 			return a.Handoff.P50 / b.Handoff.P50, a.Handoff.N > 0 && b.Handoff.N > 0 && b.Handoff.P50 > 0
 		}))
 		rw := &row{Scenario: name, Contenders: fc.candidates, Baseline: b.Lib, Unit: "failovers/s", Latency: "failover", Disco: d, Base: b,
-			VsBasePaired: figureOf(iv.perPair(discoSide, baseSide, rateRatio))}
+			VsBasePaired: figureOf(iv.perPair(discoSide, baseSide, rateRatio)), P50VsBasePaired: p50s}
 		wake := func(s *side) float64 {
 			if s.Load == nil || s.Load.Wakeups == nil {
 				return 0

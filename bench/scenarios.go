@@ -93,7 +93,10 @@ type row struct {
 	// Per pair, Disco's rate over Base's, measured interleaved: disco at
 	// two contention levels (lock-flatness), disco and etcd's Mutex (the
 	// lock scenarios on etcd).
-	VsBasePaired      *figure `json:"vs_base_paired,omitempty"`
+	VsBasePaired *figure `json:"vs_base_paired,omitempty"`
+	// Per pair, Disco's latency p50 over Base's (the election fleets:
+	// failover p50 at 1,000 candidates over at 8).
+	P50VsBasePaired   *figure `json:"p50_vs_base_paired,omitempty"`
 	VsFloor           *figure `json:"vs_floor,omitempty"`
 	P99VsFloor        *figure `json:"p99_vs_floor,omitempty"`
 	RequestsPerAcq    *figure `json:"requests_per_acq,omitempty"`
