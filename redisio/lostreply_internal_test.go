@@ -12,7 +12,9 @@ import (
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
@@ -77,9 +79,10 @@ func (c *losingConn) Read(b []byte) (int, error) {
 
 // TestLostReplies: an enqueue or a release whose reply was lost (the
 // client's read timed out after Redis ran the script) is neither sent again
-// blindly, as go-redis would on another connection, nor given up: Lock and
-// Acquire keep the one hold their script queued, Unlock and Release report
-// the release their script made, and no hold is left in Redis. With
+// blindly, as go-redis would on another connection, nor given up: Lock,
+// RLock, Campaign and Acquire keep the one hold their script queued, the
+// releases report the release their script made, and no hold is left in
+// Redis. With
 // go-redis's resend, Lock's second script queued a second hold behind the
 // first (granted to nobody) and Unlock's found its hold gone and reported
 // it lost; without a repeat, both failed.
@@ -89,7 +92,7 @@ func TestLostReplies(t *testing.T) {
 	admin := newClient(t, r)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, sc := range []*redis.Script{enqueueScript, semEnqueueScript, releaseScript} {
+	for _, sc := range []*redis.Script{enqueueScript, semEnqueueScript, rwEnqueueScript, releaseScript} {
 		if err := sc.Load(ctx, admin).Err(); err != nil { // so that the call whose reply is lost runs it
 			t.Fatal(err)
 		}
@@ -124,6 +127,21 @@ func TestLostReplies(t *testing.T) {
 		checkQueue(t, ctx, admin, "lost/lock/queue", 1)
 		lost(t, "Unlock", releaseScript, func() error { return l.Unlock(ctx) })
 		checkQueue(t, ctx, admin, "lost/lock/queue", 0)
+	})
+	t.Run("rwlock", func(t *testing.T) {
+		l := testkit.ClosedAtEnd[rwlock.Service](t)(NewRWLock(cli, "lost/rw", WithTTL(10*time.Second)))
+		lost(t, "RLock", rwEnqueueScript, func() error { _, err := l.RLock(ctx); return err })
+		checkQueue(t, ctx, admin, "lost/rw/queue", 1)
+		lost(t, "RUnlock", releaseScript, func() error { return l.RUnlock(ctx) })
+		checkQueue(t, ctx, admin, "lost/rw/queue", 0)
+	})
+	t.Run("election", func(t *testing.T) {
+		e := testkit.ClosedAtEnd[election.Service](t)(NewElection(cli, "lost/election", WithTTL(10*time.Second)))
+		lost(t, "Campaign", enqueueScript, func() error { return e.Campaign(ctx, "v") })
+		counted(t, "lost/election", 1)
+		checkQueue(t, ctx, admin, "lost/election/queue", 1)
+		lost(t, "Resign", releaseScript, func() error { return e.Resign(ctx) })
+		checkQueue(t, ctx, admin, "lost/election/queue", 0)
 	})
 	t.Run("semaphore", func(t *testing.T) {
 		s := testkit.ClosedAtEnd[semaphore.Service](t)(NewSemaphore(cli, "lost/sem", 2, WithTTL(10*time.Second)))
