@@ -18,8 +18,8 @@ import (
 // the attempt whose reply it lost may have done: a repeated enqueue first
 // looks for the hold an earlier attempt queued (by its nonce) and keeps
 // it; a repeated release that finds the hold gone counts it released.
-// Scripts that only read, or that do nothing twice (a waiter's check), keep
-// go-redis's own resends.
+// Scripts that are harmless run twice (a waiter's check, a refresh, a
+// read) keep go-redis's own resends.
 
 // onceCmd is a command go-redis sends at most once.
 type onceCmd struct{ *redis.Cmd }

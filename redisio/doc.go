@@ -138,8 +138,8 @@
 //     the hold may have been lost just before). A failed enqueue's hold is
 //     withdrawn by its nonce; one the search misses (its script ran after
 //     the search) is refreshed by nobody and blocks the name until its key
-//     expires. The other scripts do nothing twice and keep go-redis's
-//     resends.
+//     expires. The other scripts are harmless run twice (a check, a
+//     refresh, a read) and keep go-redis's resends.
 //
 // # Keys
 //
