@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
@@ -264,5 +265,69 @@ func TestLateWriteDeletedAgain(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestRepeatAfterCompaction: a Lock whose write landed but whose answer was
+// lost keeps the key its repeat finds only if it can read what the landed
+// write read (the key ahead, at the revision before its own). If etcd has
+// compacted that revision meanwhile, the key is deleted and written anew
+// under a new name: Lock succeeds, with the token of the key it keeps, and
+// nothing else is left. (Its own etcd: the compaction would cut other
+// tests' history reads.)
+func TestRepeatAfterCompaction(t *testing.T) {
+	c, err := embedded.StartCluster(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	newClient := func() *clientv3.Client {
+		cli, err := c.NewClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	cli, clean := newClient(), newClient()
+	const prefix = "/test/compacted"
+	var lostKey atomic.Value
+	cli.KV = &hookedKV{KV: cli.KV, commit: func(then []clientv3.Op, resp *clientv3.TxnResponse, err error) (*clientv3.TxnResponse, error) {
+		i := slices.IndexFunc(then, func(op clientv3.Op) bool { return op.IsPut() && strings.HasPrefix(string(op.KeyBytes()), prefix+"/") })
+		if err != nil || i < 0 || !lostKey.CompareAndSwap(nil, string(then[i].KeyBytes())) {
+			return resp, err
+		}
+		if _, err := clean.Compact(ctx, resp.Header.Revision); err != nil {
+			t.Errorf("compact: %v", err)
+		}
+		return nil, rpctypes.ErrTimeout
+	}}
+	l, err := NewLock(cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	g, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock whose landed write's read was compacted: %v", err)
+	}
+	first, _ := lostKey.Load().(string)
+	if first == "" {
+		t.Fatal("no answer lost")
+	}
+	keys, err := clean.Get(ctx, prefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys.Kvs) != 1 || string(keys.Kvs[0].Key) == first || keys.Kvs[0].CreateRevision != int64(g.FencingToken) {
+		t.Fatalf("keys %v after a Lock with token %d, want one, not %s, created at the token", keys.Kvs, g.FencingToken, first)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := clean.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || left.Count != 0 {
+		t.Fatalf("%v keys left (%v)", left, err)
 	}
 }
