@@ -18,8 +18,10 @@ import (
 // the attempt whose reply it lost may have done: a repeated enqueue first
 // looks for the hold an earlier attempt queued (by its nonce) and keeps
 // it; a repeated release that finds the hold gone counts it released.
-// Scripts that are harmless run twice (a waiter's check, a refresh, a
-// read) keep go-redis's own resends.
+// A barrier's Release is sent once and repeated the same way. Scripts
+// that answer a second run as they did the first (a waiter's check, a
+// refresh, a barrier's Hold, a double barrier's Enter) keep go-redis's own
+// resends.
 
 // onceCmd is a command go-redis sends at most once.
 type onceCmd struct{ *redis.Cmd }

@@ -2,6 +2,7 @@ package redisio
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"time"
 
@@ -72,24 +73,29 @@ func (b *redisBarrier) fail(ctx context.Context, what string, err error) error {
 // Hold creates the barrier's key if it does not exist; barrier.ErrHeld if
 // it does.
 func (b *redisBarrier) Hold(ctx context.Context) error {
-	ok, err := b.cli.SetNX(ctx, b.key, "1", 0).Result()
+	n, err := barrierHoldScript.Run(ctx, b.cli, []string{b.key}, rand.Text()).Int64()
 	if err != nil {
 		return b.fail(ctx, "hold", err)
 	}
-	if !ok {
+	if n == 0 {
 		return fmt.Errorf("%s: %w", b.name, barrier.ErrHeld)
 	}
 	return nil
 }
 
 // Release deletes the barrier's key and wakes every Wait;
-// barrier.ErrNotHeld if there was no key.
+// barrier.ErrNotHeld if there was no key. Its script is sent once and
+// repeated by Release while ctx lives (see inAttempts): a repeat that
+// finds no key follows one whose reply was lost, which may have deleted
+// it, and counts as released.
 func (b *redisBarrier) Release(ctx context.Context) error {
-	n, err := barrierReleaseScript.Run(ctx, b.cli, []string{b.key}, b.wake).Int64()
+	n, repeated, err := inAttempts(ctx, nil, func() (int64, error) {
+		return barrierReleaseScript.Run(ctx, onceScripter{b.cli}, []string{b.key}, b.wake).Int64()
+	})
 	if err != nil {
 		return b.fail(ctx, "release", err)
 	}
-	if n == 0 {
+	if n == 0 && !repeated {
 		return fmt.Errorf("%s: %w", b.name, barrier.ErrNotHeld)
 	}
 	return nil

@@ -138,8 +138,11 @@
 //     the hold may have been lost just before). A failed enqueue's hold is
 //     withdrawn by its nonce; one the search misses (its script ran after
 //     the search) is refreshed by nobody and blocks the name until its key
-//     expires. The other scripts are harmless run twice (a check, a
-//     refresh, a read) and keep go-redis's resends.
+//     expires. A barrier's Release is sent once and repeated the same way.
+//     The other scripts answer a second run as they did the first (a
+//     waiter's check, a refresh, a barrier's Hold, which finds the key
+//     holding its own id, a double barrier's Enter, which finds its party
+//     counted) and keep go-redis's resends.
 //
 // # Keys
 //

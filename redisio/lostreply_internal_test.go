@@ -12,6 +12,7 @@ import (
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives/barrier"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
@@ -29,10 +30,13 @@ type replyLoser struct {
 }
 
 // arm makes the next call of sc lose its reply.
-func (l *replyLoser) arm(sc *redis.Script) {
+func (l *replyLoser) arm(sc *redis.Script) { l.armBytes(sc.Hash()) }
+
+// armBytes makes the next command whose bytes contain b lose its reply.
+func (l *replyLoser) armBytes(b string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.armed = []byte(sc.Hash())
+	l.armed = []byte(b)
 }
 
 // losses returns how many replies were lost.
@@ -77,6 +81,27 @@ func (c *losingConn) Read(b []byte) (int, error) {
 	}
 }
 
+// lossyRedis starts a Redis server for t with scripts loaded (so that a
+// call whose reply is lost runs its script) and returns a context that
+// ends with t, a client that hears every reply, and one whose replies
+// loser loses when armed (its reads time out after 250ms).
+func lossyRedis(t *testing.T, scripts ...*redis.Script) (context.Context, *redis.Client, *redis.Client, *replyLoser) {
+	t.Helper()
+	r := testserver.StartRedis(t)
+	admin := newClient(t, r)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	for _, sc := range scripts {
+		if err := sc.Load(ctx, admin).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loser := new(replyLoser)
+	cli := redis.NewClient(&redis.Options{Addr: r.Addr, ReadTimeout: 250 * time.Millisecond, Dialer: loser.dial})
+	t.Cleanup(func() { cli.Close() })
+	return ctx, admin, cli, loser
+}
+
 // TestLostReplies: an enqueue or a release whose reply was lost (the
 // client's read timed out after Redis ran the script) is neither sent again
 // blindly, as go-redis would on another connection, nor given up: Lock,
@@ -88,18 +113,7 @@ func (c *losingConn) Read(b []byte) (int, error) {
 // it lost; without a repeat, both failed.
 func TestLostReplies(t *testing.T) {
 	t.Parallel()
-	r := testserver.StartRedis(t)
-	admin := newClient(t, r)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for _, sc := range []*redis.Script{enqueueScript, semEnqueueScript, rwEnqueueScript, releaseScript} {
-		if err := sc.Load(ctx, admin).Err(); err != nil { // so that the call whose reply is lost runs it
-			t.Fatal(err)
-		}
-	}
-	var loser replyLoser
-	cli := redis.NewClient(&redis.Options{Addr: r.Addr, ReadTimeout: 250 * time.Millisecond, Dialer: loser.dial})
-	t.Cleanup(func() { cli.Close() })
+	ctx, admin, cli, loser := lossyRedis(t, enqueueScript, semEnqueueScript, rwEnqueueScript, releaseScript)
 	// lost runs f with the next call of sc losing its reply.
 	lost := func(t *testing.T, what string, sc *redis.Script, f func() error) {
 		t.Helper()
@@ -169,4 +183,107 @@ func checkQueue(t *testing.T, ctx context.Context, admin *redis.Client, queue st
 			t.Fatalf("hold %s queued without its key (%v)", k, err)
 		}
 	}
+}
+
+// scriptDone is a client hook that reports each call of its script that
+// was answered, after go-redis's own resends, on its channel.
+type scriptDone struct {
+	hash string
+	done chan struct{}
+}
+
+func (scriptDone) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (scriptDone) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h scriptDone) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); err == nil && len(args) > 1 && args[1] == h.hash {
+			select {
+			case h.done <- struct{}{}:
+			default:
+			}
+		}
+		return err
+	}
+}
+
+// TestLostRepliesBarriers: a barrier's Hold, Release and a double
+// barrier's Enter whose replies were lost (after Redis ran them) answer as
+// their first run did, whether go-redis sent them again or redisio did. A
+// second run of Enter counted its party twice and filled a round of three
+// with two parties; a second SETNX of Hold answered ErrHeld and left the
+// barrier up with nobody to release it; a second Release answered
+// ErrNotHeld.
+func TestLostRepliesBarriers(t *testing.T) {
+	t.Parallel()
+	ctx, admin, cli, loser := lossyRedis(t, dbEnterScript, barrierHoldScript, barrierReleaseScript)
+
+	t.Run("double barrier enter", func(t *testing.T) {
+		entered := scriptDone{dbEnterScript.Hash(), make(chan struct{}, 4)}
+		cli.AddHook(entered)
+		const name = "lost/dbarrier"
+		parties := make([]barrier.DoubleBarrier, 3)
+		for i := range parties {
+			c := admin
+			if i == 1 {
+				c = cli // the party whose Enter's reply is lost
+			}
+			parties[i] = testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(NewDoubleBarrier(c, name, 3, WithTTL(10*time.Second)))
+		}
+		enter := func(d barrier.DoubleBarrier) chan error {
+			ch := make(chan error, 1)
+			go func() { ch <- d.Enter(ctx) }()
+			return ch
+		}
+		first := enter(parties[0])
+		loser.arm(dbEnterScript)
+		second := enter(parties[1])
+		select {
+		case <-entered.done: // its Enter was answered: go-redis's resend ran
+		case err := <-second:
+			t.Fatalf("Enter of the second of three parties returned %v", err)
+		case <-ctx.Done():
+			t.Fatal("the second party's Enter was never answered")
+		}
+		if loser.losses() != 1 {
+			t.Fatal("no reply lost")
+		}
+		if n, err := admin.ZCard(ctx, name+"/dbarrier.parties").Result(); err != nil || n != 2 {
+			t.Fatalf("%d parties in the round (%v), want 2", n, err)
+		}
+		if full, err := admin.HGet(ctx, name+"/dbarrier", "r").Result(); err != redis.Nil {
+			t.Fatalf("round full (%q, %v) with two parties of three in", full, err)
+		}
+		third := enter(parties[2])
+		for _, ch := range []chan error{first, second, third} {
+			if err := <-ch; err != nil {
+				t.Fatalf("Enter: %v", err)
+			}
+		}
+		for _, d := range parties {
+			go func() { _ = d.Leave(ctx) }()
+		}
+	})
+
+	t.Run("barrier", func(t *testing.T) {
+		b, err := NewBarrier(cli, "lost/barrier")
+		if err != nil {
+			t.Fatal(err)
+		}
+		loser.armBytes("lost/barrier/barrier") // Hold's one command
+		if err := b.Hold(ctx); err != nil {
+			t.Fatalf("Hold with its reply lost: %v", err)
+		}
+		loser.arm(barrierReleaseScript)
+		if err := b.Release(ctx); err != nil {
+			t.Fatalf("Release with its reply lost: %v", err)
+		}
+		if n, err := admin.Exists(ctx, "lost/barrier/barrier").Result(); err != nil || n != 0 {
+			t.Fatalf("barrier key left (%d, %v)", n, err)
+		}
+	})
 }

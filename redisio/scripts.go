@@ -437,10 +437,23 @@ return {1, tonumber(t)}
 // released. barrierReleaseScript deletes it and wakes the waiters in one
 // step.
 // KEYS: the barrier key. ARGV: wake channel. Returns 1 if it was held.
+// Sent once (see onceScripter): a second run would find the key gone.
 var barrierReleaseScript = redis.NewScript(`
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
 redis.call('PUBLISH', ARGV[1], '')
 return 1
+`)
+
+// barrierHoldScript creates the barrier's key, its value the holder's
+// id, if it does not exist. A run again of the same Hold (go-redis sends a
+// command again when its reply is lost) finds its own id and answers as
+// the first run did.
+// KEYS: the barrier key. ARGV: the Hold's id. Returns 1 if the key is this
+// Hold's, 0 if it was held already.
+var barrierHoldScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0
 `)
 
 // A double barrier on name keeps:
@@ -480,10 +493,18 @@ end
 // KEYS: hash, parties, session key, party key. ARGV: count, round id, ttl
 // ms, wake channel.
 // Returns {"-1"} no session, {"-2"} full, {"-4", count} another count, or
-// {"0" or "1" (full now), round id}.
+// {"0" or "1" (full now), round id}; run again for a party it counted in,
+// {"0" or "1" (full), round id}.
 var dbEnterScript = redis.NewScript(luaParties + `
 if redis.call('EXISTS', KEYS[3]) == 0 then return {'-1'} end
 local n = prune(KEYS[2])
+if redis.call('ZSCORE', KEYS[2], KEYS[4]) then
+  -- A run again of an Enter that counted this party (its reply was lost
+  -- and go-redis sent it again): answer as that run did.
+  local full = '0'
+  if redis.call('HGET', KEYS[1], 'r') == '1' then full = '1' end
+  return {full, redis.call('HGET', KEYS[1], 'g')}
+end
 if n == 0 then
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'c', ARGV[1], 'g', ARGV[2])
