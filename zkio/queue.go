@@ -161,41 +161,66 @@ func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 	return false
 }
 
+// queueConn is what a queue's create asks of the connection.
+type queueConn interface {
+	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	Children(path string) ([]string, *zk.Stat, error)
+}
+
 // create writes a new ephemeral sequential znode carrying marker in the
 // queue, creating the path's missing parents, and returns its path. A create
 // whose outcome is unknown (the connection broke) is looked up by its uuid
-// once the client reconnects, so no znode is left behind unknown.
+// once the client reconnects, as often as the lookup fails, before anything
+// is created again; if the caller gives up first, a session helper deletes
+// whatever znode carries the uuid. So no znode is left behind unknown.
 func (svc *service) create(ctx context.Context, dir, marker string, data []byte) (string, error) {
-	conn := svc.s.conn
+	conn := svc.s.creates
 	guid := uuid.NewString()
 	prefix := dir + "/" + protectedPrefix + guid + "-" + marker
-	var node string
-	for node == "" {
+	unknown := false // an attempt's outcome is unknown: its znode may exist
+	giveUp := func(err error) (string, error) {
+		if unknown {
+			svc.s.forget(dir, guid)
+		}
+		return "", err
+	}
+	for {
 		if err := svc.live(ctx); err != nil {
-			return "", err
+			return giveUp(err)
+		}
+		if unknown {
+			found, err := svc.findGUID(dir, guid)
+			switch {
+			case err == nil && found != "":
+				return found, nil
+			case err == nil:
+				unknown = false // it was not made: make it now
+			case retryable(err):
+				if !svc.pauseRetry(ctx) {
+					return giveUp(svc.cause(ctx))
+				}
+				continue
+			default:
+				return giveUp(fmt.Errorf("zkio: look up a create in %s: %w", dir, err))
+			}
 		}
 		p, err := conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
 		switch {
 		case err == nil:
-			node = p
+			return p, nil
 		case errors.Is(err, zk.ErrNoNode):
 			if err := svc.createParents(ctx, dir); err != nil {
-				return "", err
+				return giveUp(err)
 			}
 		case retryable(err):
+			unknown = true
 			if !svc.pauseRetry(ctx) {
-				svc.s.forget(dir, guid)
-				return "", svc.cause(ctx)
-			}
-			found, ferr := svc.findGUID(dir, guid)
-			if ferr == nil && found != "" {
-				node = found
+				return giveUp(svc.cause(ctx))
 			}
 		default:
-			return "", fmt.Errorf("zkio: create in %s: %w", dir, err)
+			return giveUp(fmt.Errorf("zkio: create in %s: %w", dir, err))
 		}
 	}
-	return node, nil
 }
 
 // stat asks for the znode's creation zxid, and if watched sets a watch on
@@ -276,7 +301,7 @@ func (svc *service) created(ctx context.Context, o *own) (int64, error) {
 // findGUID returns the znode of the queue in dir whose name carries guid,
 // or "".
 func (svc *service) findGUID(dir, guid string) (string, error) {
-	children, _, err := svc.s.conn.Children(dir)
+	children, _, err := svc.s.creates.Children(dir)
 	if err != nil {
 		return "", err
 	}

@@ -29,6 +29,7 @@ import (
 // server answered, so never after the server's own expiry), or on Close.
 type Session struct {
 	conn    *zk.Conn
+	creates queueConn // conn, for a queue's creates and their lookups (a test may lose a reply)
 	zkev    <-chan zk.Event
 	wire    *wire
 	log     *zap.Logger
@@ -125,7 +126,7 @@ func newSession(servers []string, o options) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zkio: connect: %w", reach.Failed(ctx, "ZooKeeper", servers, began, "", err))
 	}
-	s.conn, s.zkev = conn, events
+	s.conn, s.creates, s.zkev = conn, conn, events
 	// The session is there once the client says so and the timeout it
 	// was granted is known (the client logs it just after).
 	for connected, learnt := false, s.learnt; !connected || learnt != nil; {
