@@ -142,6 +142,51 @@ func TestLostReplies(t *testing.T) {
 		lost(t, "Unlock", releaseScript, func() error { return l.Unlock(ctx) })
 		checkQueue(t, ctx, admin, "lost/lock/queue", 0)
 	})
+	t.Run("lock, waiting", func(t *testing.T) {
+		// The hold the lost reply's script queued waits behind another:
+		// the repeat keeps it, and it is granted at its turn.
+		other := testkit.ClosedAtEnd[lock.Service](t)(NewLock(admin, "lost/wait", WithTTL(10*time.Second)))
+		og, err := other.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := scriptDone{findScript.Hash(), make(chan struct{}, 1)}
+		cli.AddHook(found)
+		l := testkit.ClosedAtEnd[lock.Service](t)(NewLock(cli, "lost/wait", WithTTL(10*time.Second)))
+		loser.arm(enqueueScript)
+		before := loser.losses()
+		got := make(chan error, 1)
+		var g lock.Grant
+		go func() {
+			var err error
+			g, err = l.Lock(ctx)
+			got <- err
+		}()
+		select {
+		case <-found.done: // the repeat found the queued hold, which waits
+		case err := <-got:
+			t.Fatalf("Lock returned (%v) while another held", err)
+		case <-ctx.Done():
+			t.Fatal("the lost enqueue was never looked up")
+		}
+		if loser.losses() != before+1 {
+			t.Fatal("no reply lost")
+		}
+		if err := other.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("Lock whose reply was lost, queued behind another: %v", err)
+		}
+		if g.FencingToken <= og.FencingToken {
+			t.Fatalf("token %d, not above the previous holder's %d", g.FencingToken, og.FencingToken)
+		}
+		checkQueue(t, ctx, admin, "lost/wait/queue", 1)
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkQueue(t, ctx, admin, "lost/wait/queue", 0)
+	})
 	t.Run("rwlock", func(t *testing.T) {
 		l := testkit.ClosedAtEnd[rwlock.Service](t)(NewRWLock(cli, "lost/rw", WithTTL(10*time.Second)))
 		lost(t, "RLock", rwEnqueueScript, func() error { _, err := l.RLock(ctx); return err })
