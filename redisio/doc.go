@@ -136,8 +136,9 @@
 //     hold gone counts it released (it cannot tell its own lost attempt's
 //     delete from the key's expiry, so such an Unlock returns nil where
 //     the hold may have been lost just before). A failed enqueue's hold is
-//     withdrawn by its nonce; one the search misses (its script ran after
-//     the search) is refreshed by nobody and blocks the name until its key
+//     withdrawn by its nonce, the search repeated on a session helper
+//     until Redis answers; one the search misses (its script ran after the
+//     search) is refreshed by nobody and blocks the name until its key
 //     expires. A barrier's Release is sent once and repeated the same way.
 //     The other scripts answer a second run as they did the first (a
 //     waiter's check, a refresh, a barrier's Hold, which finds the key

@@ -26,17 +26,19 @@ import (
 type replyLoser struct {
 	mu    sync.Mutex
 	armed []byte
+	times int // replies still to lose
 	lost  int
 }
 
 // arm makes the next call of sc lose its reply.
-func (l *replyLoser) arm(sc *redis.Script) { l.armBytes(sc.Hash()) }
+func (l *replyLoser) arm(sc *redis.Script) { l.armBytes(sc.Hash(), 1) }
 
-// armBytes makes the next command whose bytes contain b lose its reply.
-func (l *replyLoser) armBytes(b string) {
+// armBytes makes the next n commands whose bytes contain b lose their
+// replies.
+func (l *replyLoser) armBytes(b string, n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.armed = []byte(b)
+	l.armed, l.times = []byte(b), n
 }
 
 // losses returns how many replies were lost.
@@ -63,8 +65,9 @@ type losingConn struct {
 
 func (c *losingConn) Write(b []byte) (int, error) {
 	c.l.mu.Lock()
-	if c.l.armed != nil && bytes.Contains(b, c.l.armed) {
-		c.l.armed, c.muted = nil, true
+	if c.l.times > 0 && bytes.Contains(b, c.l.armed) {
+		c.l.times--
+		c.muted = true
 		c.l.lost++
 	}
 	c.l.mu.Unlock()
@@ -186,6 +189,37 @@ func TestLostReplies(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkQueue(t, ctx, admin, "lost/wait/queue", 0)
+	})
+	t.Run("lock, given up", func(t *testing.T) {
+		// The enqueue's reply is lost and so are those of the lookups of
+		// its hold until the caller gives up: the hold, granted in Redis
+		// to nobody, is withdrawn once Redis answers again, not left to
+		// block the name until it expires (a TTL, then its tombstone's).
+		l := testkit.ClosedAtEnd[lock.Service](t)(NewLock(cli, "lost/gaveup", WithTTL(10*time.Second)))
+		before := loser.losses()
+		loser.arm(enqueueScript)
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		go func() {
+			// Then every lookup's, until well after the caller gave up:
+			// past go-redis's resends of the lookup that withdraws.
+			for loser.losses() == before && lctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			loser.armBytes(findScript.Hash(), 1000)
+			<-lctx.Done()
+			time.Sleep(2 * time.Second)
+			loser.armBytes("", 0)
+		}()
+		if _, err := l.Lock(lctx); err == nil {
+			t.Fatal("Lock succeeded with every lookup's reply lost")
+		}
+		other := testkit.ClosedAtEnd[lock.Service](t)(NewLock(admin, "lost/gaveup", WithTTL(10*time.Second)))
+		tctx, tcancel := context.WithTimeout(ctx, 6*time.Second)
+		defer tcancel()
+		if _, err := other.Lock(tctx); err != nil {
+			t.Fatalf("the name is still blocked by the abandoned hold: %v", err)
+		}
 	})
 	t.Run("rwlock", func(t *testing.T) {
 		l := testkit.ClosedAtEnd[rwlock.Service](t)(NewRWLock(cli, "lost/rw", WithTTL(10*time.Second)))
@@ -319,7 +353,7 @@ func TestLostRepliesBarriers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		loser.armBytes("lost/barrier/barrier") // Hold's one command
+		loser.armBytes("lost/barrier/barrier", 1) // Hold's one command
 		if err := b.Hold(ctx); err != nil {
 			t.Fatalf("Hold with its reply lost: %v", err)
 		}

@@ -259,16 +259,52 @@ func (v *service) findNonce(nonce string) (string, error) {
 }
 
 // withdrawNonce withdraws the hold that an enqueue with nonce queued, if
-// it did: its reply was lost.
+// it did (its reply was lost): now, and if the lookup fails, again on a
+// session helper until one answers or the session ends. Until then the
+// hold, refreshed by nobody, blocks the name (at most until it expires,
+// and its tombstone if it was granted).
 func (v *service) withdrawNonce(nonce string) {
+	if v.tryWithdrawNonce(nonce) == nil {
+		return
+	}
+	s := v.s
+	s.mb.Post(func() { // on the loop, so that the session's helpers are still counted
+		s.helpers.Add(1)
+		go func() {
+			defer s.helpers.Done()
+			pause := 100 * time.Millisecond
+			for {
+				t := time.NewTimer(pause)
+				select {
+				case <-t.C:
+				case <-s.quit:
+					t.Stop()
+					return
+				case <-s.done:
+					t.Stop()
+					return
+				}
+				if v.tryWithdrawNonce(nonce) == nil {
+					return
+				}
+				pause = min(2*pause, 2*time.Second)
+			}
+		}()
+	})
+}
+
+// tryWithdrawNonce looks the hold of nonce up once and withdraws it if
+// there is one.
+func (v *service) tryWithdrawNonce(nonce string) error {
 	key, err := v.findNonce(nonce)
 	if err != nil {
 		v.s.log.Debug("redisio: find an enqueue without reply", zap.String("nonce", nonce), zap.Error(err))
-		return
+		return err
 	}
 	if key != "" {
 		v.withdraw(key)
 	}
+	return nil
 }
 
 // withdraw forgets a waiting key and deletes it in Redis.
