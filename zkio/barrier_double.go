@@ -210,13 +210,40 @@ func (d *zkDoubleBarrier) Enter(ctx context.Context) error {
 
 // join creates the party's znode, in one transaction with a write of
 // path's data at the version its listing had: so no two disco parties both
-// take the last place.
+// take the last place. A transaction whose answer was lost is looked up
+// (does the znode exist?) as often as the lookup fails, before the round
+// is listed again, since the listing would count the znode; if the caller
+// gives up first, a session helper deletes the znode.
 func (d *zkDoubleBarrier) join(ctx context.Context) error {
-	conn := d.s.conn
+	conn := d.s.creates
 	node := d.path + "/" + uuid.NewString()
+	unknown := false // a transaction's outcome is unknown: node may exist
+	giveUp := func(err error) error {
+		if unknown {
+			d.s.forgetNode(node)
+		}
+		return err
+	}
 	for {
 		if err := d.live(ctx); err != nil {
-			return err
+			return giveUp(err)
+		}
+		if unknown {
+			ok, _, err := conn.Exists(node)
+			switch {
+			case err == nil && ok:
+				d.node, d.left = node, false
+				return nil
+			case err == nil:
+				unknown = false // not made: list and try again
+			case retryable(err):
+				if !d.pause(ctx) {
+					return giveUp(d.gaveUp(ctx))
+				}
+				continue
+			default:
+				return giveUp(err)
+			}
 		}
 		kids, ready, version, err := d.members()
 		switch {
@@ -228,7 +255,7 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 		case err != nil:
 			return err
 		case version == -2:
-			if err := makePath(conn, d.path, func() bool { return d.pause(ctx) }, func() error { return d.gaveUp(ctx) }); err != nil {
+			if err := makePath(d.s.conn, d.path, func() bool { return d.pause(ctx) }, func() error { return d.gaveUp(ctx) }); err != nil {
 				return err
 			}
 			continue
@@ -248,14 +275,9 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 			d.node, d.left = node, false
 			return nil
 		case retryable(err):
-			// The outcome is unknown: the listing says.
+			unknown = true
 			if !d.pause(ctx) {
-				d.s.forgetNode(node)
-				return d.gaveUp(ctx)
-			}
-			if ok, _, err := conn.Exists(node); err == nil && ok {
-				d.node, d.left = node, false
-				return nil
+				return giveUp(d.gaveUp(ctx))
 			}
 		case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
 			// Another party came or went, or path went: look again.

@@ -6,35 +6,50 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// losingCreates passes creates and listings to the connection, except
-// that it loses the reply to the first create (the znode is made, the
-// caller hears the connection closed) and fails the first listing after
-// it (the connection is still down).
+// losingCreates passes creates and lookups to the connection, except that
+// it loses the reply to the first create or transaction (it is applied,
+// the caller hears the connection closed) and fails the first lookup after
+// it, a listing or an exists (the connection is still down).
 type losingCreates struct {
-	queueConn
+	createConn
 	createLost, listingFailed atomic.Bool
 }
 
 func (c *losingCreates) Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
-	p, err := c.queueConn.Create(path, data, flags, acl)
+	p, err := c.createConn.Create(path, data, flags, acl)
 	if err == nil && c.createLost.CompareAndSwap(false, true) {
 		return "", zk.ErrConnectionClosed
 	}
 	return p, err
 }
 
+func (c *losingCreates) Multi(ops ...any) ([]zk.MultiResponse, error) {
+	r, err := c.createConn.Multi(ops...)
+	if err == nil && c.createLost.CompareAndSwap(false, true) {
+		return nil, zk.ErrConnectionClosed
+	}
+	return r, err
+}
+
+func (c *losingCreates) Exists(path string) (bool, *zk.Stat, error) {
+	if c.createLost.Load() && c.listingFailed.CompareAndSwap(false, true) {
+		return false, nil, zk.ErrConnectionClosed
+	}
+	return c.createConn.Exists(path)
+}
+
 func (c *losingCreates) Children(path string) ([]string, *zk.Stat, error) {
 	if c.createLost.Load() && c.listingFailed.CompareAndSwap(false, true) {
 		return nil, nil, zk.ErrConnectionClosed
 	}
-	return c.queueConn.Children(path)
+	return c.createConn.Children(path)
 }
 
 // LoseFirstCreateReply makes s lose the reply to its next queue create and
 // fail the listing after it (see losingCreates), before s's first
 // acquisition; done reports that both happened.
 func LoseFirstCreateReply(s *Session) (done func() bool) {
-	lc := &losingCreates{queueConn: s.creates}
+	lc := &losingCreates{createConn: s.creates}
 	s.creates = lc
 	return func() bool { return lc.createLost.Load() && lc.listingFailed.Load() }
 }

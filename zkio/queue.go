@@ -161,10 +161,13 @@ func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 	return false
 }
 
-// queueConn is what a queue's create asks of the connection.
-type queueConn interface {
+// createConn is what a create of a queue's or a double barrier's znode,
+// and its lookup when the answer was lost, ask of the connection.
+type createConn interface {
 	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	Children(path string) ([]string, *zk.Stat, error)
+	Multi(ops ...any) ([]zk.MultiResponse, error)
+	Exists(path string) (bool, *zk.Stat, error)
 }
 
 // create writes a new ephemeral sequential znode carrying marker in the

@@ -29,7 +29,7 @@ import (
 // server answered, so never after the server's own expiry), or on Close.
 type Session struct {
 	conn    *zk.Conn
-	creates queueConn // conn, for a queue's creates and their lookups (a test may lose a reply)
+	creates createConn // conn, for the creates of znodes and their lookups (a test may lose a reply)
 	zkev    <-chan zk.Event
 	wire    *wire
 	log     *zap.Logger
