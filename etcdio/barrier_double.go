@@ -374,7 +374,8 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 			if _, _, err := d.s.txn(wctx, []clientv3.Cmp{none}, []clientv3.Op{clientv3.OpDelete(d.ready())}); err != nil {
 				return d.fail(ctx, err)
 			}
-			d.entered, d.mine = false, keyRev{}
+			d.entered = false
+			d.deleted()
 			return nil
 		}
 		lowest, highest := resp.Kvs[0], resp.Kvs[0]
@@ -393,7 +394,8 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 			// this party is out. Have the session check its lease now.
 			d.s.post(d.s.checkLease)
 			key := d.mine.key
-			d.entered, d.mine = false, keyRev{}
+			d.entered = false
+			d.deleted()
 			return fmt.Errorf("etcdio: %s: key %s is gone: %w", d.name, key, primitives.ErrLost)
 		}
 		isLowest := string(lowest.Key) == d.mine.key

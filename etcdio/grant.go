@@ -137,6 +137,7 @@ func (svc *service) checkGrant() {
 // someone else while the lease lives. Loop only.
 func (svc *service) vanishedConfirmed() {
 	if g := svc.Held(); g != nil && svc.vanished == g.Created && !g.Releasing() {
+		svc.s.deletedOnce(g.Key) // an unsure write of it may still land
 		svc.Lose(svc.KeyDeleted(g.Key), metrics.CauseKeyDeleted)
 	}
 }
@@ -217,7 +218,9 @@ func (svc *service) release(ctx context.Context, match driver.Match) error {
 }
 
 // deleteHeld deletes g's key, being released, only if it is still g's,
-// with extra in the same transaction, in attempts, and settles the release
+// with extra in the same transaction whether or not it is (extra's deletes
+// carry their own conditions: a semaphore's claim goes even if its queue
+// key was deleted by someone else), in attempts, and settles the release
 // (see released). The delete ends with the session too: once it is lost,
 // the lease takes the key, and the caller learns the loss now, not at
 // ctx's end.
@@ -225,11 +228,11 @@ func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clie
 	dctx, cancel := ctxtime.WithDone(ctx, svc.s.done)
 	defer cancel()
 	resp, repeated, terr := svc.s.txn(dctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)},
-		append([]clientv3.Op{clientv3.OpDelete(g.Key)}, extra...))
-	if terr == nil {
-		svc.s.deletedOnce(g.Key)
-	}
+		append([]clientv3.Op{clientv3.OpDelete(g.Key)}, extra...), extra...)
 	_, err := call(context.WithoutCancel(ctx), svc.s, func(r actor.Reply[struct{}]) {
+		if terr == nil || svc.gone(g.Key, g.Created) {
+			svc.s.deletedOnce(g.Key)
+		}
 		r.Answer(struct{}{}, svc.released(g, resp, repeated, terr))
 	})
 	return err

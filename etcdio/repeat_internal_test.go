@@ -2,6 +2,7 @@ package etcdio
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
@@ -207,6 +209,46 @@ func TestLateWriteDeletedAgain(t *testing.T) {
 				return l, err
 			}
 			return l, l.Unlock(ctx)
+		}},
+		{"lock, key deleted by another", "/", func(ctx context.Context, cli *clientv3.Client, prefix string) (closer, error) {
+			// The hold ends with Lost, its key deleted by someone else,
+			// not by a release.
+			l, err := NewLock(cli, prefix)
+			if err != nil {
+				return nil, err
+			}
+			events := l.Subscribe(ctx)
+			g, err := l.Lock(ctx)
+			if err != nil {
+				return l, err
+			}
+			if _, err := cli.KV.(*hookedKV).KV.Delete(ctx, g.Key); err != nil {
+				return l, err
+			}
+			for ev := range events {
+				if _, ok := ev.(primitives.Lost); ok {
+					return l, nil
+				}
+			}
+			return l, errors.New("no Lost after the key's deletion")
+		}},
+		{"double barrier, key deleted by another", "/waiters/", func(ctx context.Context, cli *clientv3.Client, prefix string) (closer, error) {
+			// The party's key is deleted by someone else; Leave finds it
+			// gone.
+			d, err := NewDoubleBarrier(cli, prefix, 1)
+			if err != nil {
+				return nil, err
+			}
+			if err := d.Enter(ctx); err != nil {
+				return d, err
+			}
+			if _, err := cli.KV.(*hookedKV).KV.Delete(ctx, prefix+"/waiters/", clientv3.WithPrefix()); err != nil {
+				return d, err
+			}
+			if err := d.Leave(ctx); err != nil && !errors.Is(err, primitives.ErrLost) {
+				return d, err
+			}
+			return d, nil
 		}},
 		{"semaphore", "/q/", func(ctx context.Context, cli *clientv3.Client, prefix string) (closer, error) {
 			m, err := NewSemaphore(cli, prefix, 2)

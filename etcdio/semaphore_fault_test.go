@@ -239,3 +239,28 @@ func TestSemaphoreShortDeadlinesLeaveNothing(t *testing.T) {
 		t.Errorf("key %s = %q left after every Acquire ended", kv.Key, kv.Value)
 	}
 }
+
+// A Release that finds its queue key deleted by someone else (before the
+// hold's watch told the holder) still frees its slot: its claim goes with
+// the release, so the next owner takes the slot at once. Before, the
+// release's delete of the claim was conditional on the queue key, and the
+// claim stayed under the live lease until its patience ran out (a TTL).
+func TestSemaphoreReleaseAfterQueueKeyDeleted(t *testing.T) {
+	testkit.NoLeaks(t)
+	ctx := testCtx(t, 20*time.Second)
+	prefix := semPrefix(t)
+	cli := newClient(t)
+	a := newSem(t, cli, prefix, 1)
+	ga := mustAcquire(t, a)
+	if _, err := cli.Delete(ctx, ga.Key); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Release(ctx, ga) // ErrNotHeld, or nil if the watch was first
+	deadline := time.Now().Add(3 * time.Second)
+	for countKeys(t, cli, prefix+"/slot") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot claim of %+v is still there 3 s after its Release", ga)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
