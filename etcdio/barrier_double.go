@@ -153,7 +153,10 @@ func (d *doubleBarrier) deleted() {
 func (d *doubleBarrier) waiters() string { return d.key + "/waiters/" }
 func (d *doubleBarrier) ready() string   { return d.key + "/ready" }
 
-// Enter writes this party's key and waits until count parties have.
+// Enter writes this party's key and waits until count parties have. Once
+// the round is complete (ready written, by this party or another) it
+// returns nil even if ctx ended meanwhile: the others pass the barrier
+// counting this party.
 func (d *doubleBarrier) Enter(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -220,10 +223,25 @@ func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) error 
 			return fmt.Errorf("etcdio: %s: %d parties entered first: %w", d.name, d.count, barrier.ErrFull)
 		case rev == last:
 			_, _, err := d.s.txn(ctx, nil, []clientv3.Op{clientv3.OpPut(d.ready(), "")})
+			if err != nil && d.readyAfter(ctx, rev) {
+				// The write landed, its answer lost or its caller gone
+				// meanwhile: the others pass the barrier, and this party
+				// is in the round with them.
+				return nil
+			}
 			return err
 		}
 	}
 	return d.awaitReady(ctx, key, rev)
+}
+
+// readyAfter reports whether ready exists, written after rev: read even if
+// ctx has ended, for at most one attempt's longest bound.
+func (d *doubleBarrier) readyAfter(ctx context.Context, rev int64) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxRequestTimeout)
+	defer cancel()
+	resp, err := d.s.get(rctx, d.ready())
+	return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].ModRevision > rev
 }
 
 // awaitReady waits for ready to be written after this party's key, created

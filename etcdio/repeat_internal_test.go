@@ -373,3 +373,57 @@ func TestRepeatAfterCompaction(t *testing.T) {
 		t.Fatalf("%v keys left (%v)", left, err)
 	}
 }
+
+// TestReadyLandedAfterTheCallerGaveUp: the party that completes a double
+// barrier's count writes ready; if that write lands but its caller gives
+// up before the answer (or the answer is lost), the others pass the
+// barrier, so this party has entered too: its Enter returns nil and it
+// stays counted. Before, it withdrew its key and returned its context's
+// error while the others went through.
+func TestReadyLandedAfterTheCallerGaveUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := "/test/ready/" + t.Name()
+	clean := etcdtest.NewClient(t)
+	cli := etcdtest.NewClient(t)
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	cli.KV = &hookedKV{KV: cli.KV, commit: func(then []clientv3.Op, resp *clientv3.TxnResponse, err error) (*clientv3.TxnResponse, error) {
+		if err == nil && slices.ContainsFunc(then, func(op clientv3.Op) bool { return op.IsPut() && string(op.KeyBytes()) == prefix+"/ready" }) {
+			bcancel() // the caller gives up as the write lands
+			return nil, rpctypes.ErrTimeout
+		}
+		return resp, err
+	}}
+	a, err := NewDoubleBarrier(clean, prefix, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := NewDoubleBarrier(cli, prefix, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	aIn := make(chan error, 1)
+	go func() { aIn <- a.Enter(ctx) }()
+	for {
+		resp, err := clean.Get(ctx, prefix+"/waiters/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := b.Enter(bctx); err != nil {
+		t.Fatalf("Enter whose ready landed as its caller gave up: %v", err)
+	}
+	if err := <-aIn; err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []interface{ Leave(context.Context) error }{a, b} {
+		go func() { _ = d.Leave(ctx) }()
+	}
+}
