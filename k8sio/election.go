@@ -339,7 +339,23 @@ func (v *service) grant(tok fencing.Token) {
 func (v *service) endCampaign(err error) {
 	if c := v.camp; c != nil {
 		v.dropCampaign()
+		v.resignTried(c)
 		c.reply.Answer(driver.Hold{}, err)
+	}
+}
+
+// resignTried lets go of the term of c's last take if the Lease shows it:
+// a take whose answer was lost may have gone through, and nobody holds
+// that term once the Campaign has ended. Loop only.
+func (v *service) resignTried(c *campaign) {
+	if c.tried == 0 {
+		return
+	}
+	h := driver.Hold{Key: v.key, Created: int64(c.tried), Token: c.tried}
+	ctx, cancel := v.s.reqCtx()
+	defer cancel()
+	if err := v.writeRelease(ctx, &h); err != nil && !errors.Is(err, errGone) {
+		v.s.log.Debug("k8sio: resign the term of a take whose answer was lost", zap.String("lease", v.key), zap.Error(err))
 	}
 }
 
@@ -458,7 +474,9 @@ func (v *service) Campaign(ctx context.Context, value string) error {
 	defer cancel()
 	dropped, _ := loopCall(v.s, wctx, func() (<-chan struct{}, error) {
 		if c := v.camp; c != nil && c.reply == r {
-			return v.dropCampaign(), nil
+			dropped := v.dropCampaign()
+			v.resignTried(c)
+			return dropped, nil
 		}
 		// The loop ended the Campaign itself (one at a time per service).
 		return v.dropped, nil
