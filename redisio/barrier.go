@@ -85,11 +85,14 @@ func (b *redisBarrier) Hold(ctx context.Context) error {
 
 // Release deletes the barrier's key and wakes every Wait;
 // barrier.ErrNotHeld if there was no key. Its script is sent once and
-// repeated by Release while ctx lives (see inAttempts): a repeat that
-// finds no key follows one whose reply was lost, which may have deleted
-// it, and counts as released.
+// repeated by Release (see inAttempts) while ctx lives, for at most
+// opTimeout after the first attempt (a barrier has no session to end the
+// repeats): a repeat that finds no key follows one whose reply was lost,
+// which may have deleted it, and counts as released.
 func (b *redisBarrier) Release(ctx context.Context) error {
-	n, repeated, err := inAttempts(ctx, nil, func() (int64, error) {
+	repeats, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	n, repeated, err := inAttempts(repeats, nil, func() (int64, error) {
 		return barrierReleaseScript.Run(ctx, onceScripter{b.cli}, []string{b.key}, b.wake).Int64()
 	})
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
@@ -176,5 +178,31 @@ func TestBarriersAcrossRestartWithAOF(t *testing.T) {
 	}
 	if err := <-entered; err != nil {
 		t.Fatalf("the first party's Enter across the restart: %v", err)
+	}
+}
+
+// A Release on a Redis that no longer answers returns an error, even on a
+// context that never ends: its repeats are bounded (a barrier has no
+// session to end them).
+func TestBarrierReleaseGivesUp(t *testing.T) {
+	t.Parallel()
+	px, cli := proxied(t, testserver.StartRedis(t), redis.Options{MaxRetries: -1})
+	b, err := redisio.NewBarrier(cli, "barrier/gives-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Hold(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	px.Close()
+	done := make(chan error, 1)
+	go func() { done <- b.Release(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Release succeeded with Redis gone")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Release still repeating 30 s after Redis went away")
 	}
 }
