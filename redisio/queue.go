@@ -272,23 +272,10 @@ func (v *service) withdrawNonce(nonce string) {
 		s.helpers.Add(1)
 		go func() {
 			defer s.helpers.Done()
-			pause := 100 * time.Millisecond
-			for {
-				t := time.NewTimer(pause)
-				select {
-				case <-t.C:
-				case <-s.quit:
-					t.Stop()
-					return
-				case <-s.done:
-					t.Stop()
-					return
-				}
-				if v.tryWithdrawNonce(nonce) == nil {
-					return
-				}
-				pause = min(2*pause, 2*time.Second)
-			}
+			// s.done closes before Close waits for the helpers.
+			_, _, _ = inAttempts(context.Background(), s.done, func() (struct{}, error) {
+				return struct{}{}, v.tryWithdrawNonce(nonce)
+			})
 		}()
 	})
 }
