@@ -200,11 +200,15 @@ func TestLostReplies(t *testing.T) {
 		loser.arm(enqueueScript)
 		lctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
+		healed := make(chan struct{})
+		defer func() { <-healed }() // before the next case arms the loser
 		go func() {
+			defer close(healed)
 			// Then every lookup's, until well after the caller gave up:
-			// past go-redis's resends of the lookup that withdraws.
+			// past go-redis's resends of the lookup that withdraws (the
+			// fault's length, not a wait for something to happen).
 			for loser.losses() == before && lctx.Err() == nil {
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // polling, bounded by lctx
 			}
 			loser.armBytes(findScript.Hash(), 1000)
 			<-lctx.Done()
