@@ -6,12 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"reflect"
 	"syscall"
 	"time"
-	"unsafe"
-
-	"github.com/go-zookeeper/zk"
 
 	"github.com/ahrtr/disco/zkio"
 )
@@ -49,7 +45,8 @@ func expireSession(addr string, s *zkio.Session) error {
 // closeSession is one try of expireSession; gone reports that the server
 // did not take the session up (it has ended).
 func closeSession(addr string, s *zkio.Session) (gone bool, err error) {
-	id, passwd := s.SessionID(), sessionPassword(s)
+	id := s.SessionID()
+	passwd := sessionPassword(id)
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
 		return false, err
@@ -113,13 +110,25 @@ func readFrame(r io.Reader) ([]byte, error) {
 	return b, err
 }
 
-// sessionPassword reads the session's password from its ZooKeeper client,
-// which does not export it: the fields are those of
-// github.com/go-zookeeper/zk v1.0.4 (Conn.passwd) and of zkio.Session
-// (conn).
-func sessionPassword(s *zkio.Session) []byte {
-	f := reflect.ValueOf(s).Elem().FieldByName("conn")
-	conn := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*zk.Conn)
-	p := reflect.ValueOf(conn).Elem().FieldByName("passwd")
-	return append([]byte(nil), reflect.NewAt(p.Type(), unsafe.Pointer(p.UnsafeAddr())).Elem().Bytes()...)
+// sessionPassword returns the password the ensemble gave session id. A
+// ZooKeeper server derives it from the id alone (ZooKeeperServer's
+// generatePasswd: sixteen bytes of java.util.Random seeded with the id xor
+// 0xB3415C00) and checks a reconnection's password against the same
+// derivation. Deriving it here leaves the client's copy alone: the client
+// writes it on every reconnection, on its own goroutine, and a read of it
+// from the test would race with that write.
+func sessionPassword(id int64) []byte {
+	// java.util.Random: a 48-bit linear congruential generator; nextBytes
+	// takes each 32-bit output low byte first.
+	const mult, inc, mask = 0x5DEECE66D, 0xB, 1<<48 - 1
+	seed := (id ^ 0xB3415C00 ^ mult) & mask
+	p := make([]byte, 16)
+	for i := 0; i < len(p); {
+		seed = (seed*mult + inc) & mask
+		r := uint32(seed >> 16)
+		for n := min(len(p)-i, 4); n > 0; n-- {
+			p[i], r, i = byte(r), r>>8, i+1
+		}
+	}
+	return p
 }
