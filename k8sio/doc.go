@@ -83,7 +83,10 @@
 // AnnotationCandidateOf, holding its identity: it shows who waits
 // (kubectl get leases -l disco.ahrtr.github.io/candidate), and deleting it
 // withdraws that candidate (its Campaign fails with an error wrapping
-// primitives.ErrLost). The record is deleted when the Campaign ends. The
+// primitives.ErrLost). A Campaign keeps one record, under one name,
+// however many times its create is tried; the record is deleted when the
+// Campaign ends (a failed delete is tried again for a few seconds, and a
+// record still left is swept as a crashed candidate's is). The
 // API server expires nothing, so a record carries a lease of its own: its
 // leaseDurationSeconds is the candidate's TTL, and the candidate moves its
 // renewTime on every other renewal round (about every two thirds of the

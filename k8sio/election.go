@@ -133,9 +133,15 @@ type campaign struct {
 	waited    bool
 	wakeAt    time.Time     // when to try next
 	tried     fencing.Token // the token of the last take whose outcome is unknown
-	record    string        // the candidate's record ("": none yet)
+	record    string        // the candidate's record, once written ("": none yet)
 	renewed   time.Time     // the renewTime of the record's last renewal sent
 	endRecord context.CancelFunc
+	// recordName is the record's name, chosen at its first create and kept
+	// for the Campaign: a create whose answer was lost may have landed.
+	recordName string
+	// recordRetry is when a failed create of the record is tried again
+	// (zero: none due), however the Lease changes meanwhile.
+	recordRetry time.Time
 }
 
 // follow runs follow on a helper of the service; deliveries go to the loop.
@@ -193,6 +199,9 @@ func (v *service) observed(l *coordinationv1.Lease, rv string) {
 		c.wakeAt = time.Now()
 		if h := holderOf(l); h != "" && h != v.s.id {
 			c.wakeAt = v.seenAt.Add(time.Duration(v.rec.duration) * time.Second)
+		}
+		if !c.recordRetry.IsZero() && c.recordRetry.Before(c.wakeAt) {
+			c.wakeAt = c.recordRetry
 		}
 	}
 }
@@ -295,20 +304,34 @@ func (v *service) try() {
 }
 
 // wait makes the Campaign wait until the Lease changes or until; its
-// record is written first. Loop only.
+// record is written first (a failed write is tried again retryAfter
+// later). Loop only.
 func (v *service) wait(ctx context.Context, until time.Time) {
 	c := v.camp
 	c.waited, c.wakeAt = true, until
 	if c.record != "" {
 		return
 	}
-	name, now := v.name+candidateMark+randomHex(5), time.Now()
-	if _, err := v.leases.Create(ctx, v.newRecord(name, now), metav1.CreateOptions{}); err != nil {
+	if c.recordName == "" {
+		c.recordName = v.name + candidateMark + randomHex(5)
+	}
+	name, now := c.recordName, time.Now()
+	_, err := v.leases.Create(ctx, v.newRecord(name, now), metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		c.renewed = now
+	case apierrors.IsAlreadyExists(err):
+		// An earlier create whose answer was lost went through (the name
+		// is random, and this Campaign's alone). It carries that create's
+		// renewTime: the next round renews it.
+		c.renewed = time.Time{}
+	default:
 		v.s.log.Debug("k8sio: write candidate record", zap.String("lease", v.key), zap.Error(err))
-		c.wakeAt = time.Now().Add(v.retryAfter())
+		c.recordRetry = now.Add(v.retryAfter())
+		c.wakeAt = c.recordRetry
 		return
 	}
-	c.record, c.renewed = name, now
+	c.record, c.recordRetry = name, time.Time{}
 	fctx, cancel := context.WithCancel(v.s.ctx)
 	c.endRecord = cancel
 	v.follow(fctx, name, func(l *coordinationv1.Lease, _ string) {
@@ -366,23 +389,18 @@ func (v *service) dropCampaign() <-chan struct{} {
 	v.dropped = done
 	c := v.camp
 	v.camp = nil
-	if c == nil || c.endRecord == nil {
-		close(done)
-		return done
+	if c != nil && c.endRecord != nil {
+		c.endRecord()
 	}
-	c.endRecord()
-	name := c.record
-	if name == "" {
+	// The record's name, if a create was sent: written, or its outcome
+	// unknown.
+	if c == nil || c.recordName == "" {
 		close(done)
 		return done
 	}
 	v.s.goHelper(func() {
 		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
-		if err := v.leases.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			v.s.log.Debug("k8sio: delete candidate record", zap.String("record", name), zap.Error(err))
-		}
+		v.deleteRecord(c.recordName)
 	})
 	return done
 }

@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ahrtr/disco/internal/ctxtime"
 )
 
 // A waiting candidate's record is a Lease of its own (see the package
@@ -70,6 +72,25 @@ func (v *service) renewRecord(sent time.Time) {
 			v.s.log.Debug("k8sio: renew candidate record", zap.String("record", name), zap.Error(err))
 		}
 	})
+}
+
+// deleteRecord deletes the candidate record name, repeating a failed
+// delete until opTimeout has passed; a record still left waits for a
+// sweep.
+func (v *service) deleteRecord(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	pause := ctxtime.NewBackoff(v.retryAfter(), opTimeout/5)
+	for {
+		err := v.leases.Delete(ctx, name, metav1.DeleteOptions{})
+		if err == nil || apierrors.IsNotFound(err) {
+			return
+		}
+		if !pause.Wait(ctx) {
+			v.s.log.Debug("k8sio: delete candidate record", zap.String("record", name), zap.Error(err))
+			return
+		}
+	}
 }
 
 // sweep deletes, on a helper, the records of the election's candidates
