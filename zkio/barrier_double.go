@@ -215,7 +215,7 @@ func (d *zkDoubleBarrier) Enter(ctx context.Context) error {
 // is listed again, since the listing would count the znode; if the caller
 // gives up first, a session helper deletes the znode.
 func (d *zkDoubleBarrier) join(ctx context.Context) error {
-	conn := d.s.creates
+	conn := d.s.requests
 	node := d.path + "/" + uuid.NewString()
 	unknown := false // a transaction's outcome is unknown: node may exist
 	giveUp := func(err error) error {
@@ -533,9 +533,11 @@ func (d *zkDoubleBarrier) Close() error {
 	}
 	d.turn <- struct{}{} // Enter and Leave under way see closed and return
 	if d.node != "" && !d.left && d.s.Err() == nil {
-		if err := d.s.conn.Delete(d.node, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		if err := d.s.deleteNode(ctx, d.node, !d.own); err != nil && !d.own {
 			d.s.forgetNode(d.node)
 		}
+		cancel()
 	}
 	d.node = ""
 	<-d.turn

@@ -1,6 +1,7 @@
 package zkio
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"time"
@@ -23,6 +24,21 @@ func (s *Session) forgetNode(node string) {
 			}
 		}
 	})
+}
+
+// deleteNode deletes node and, if again is set, tries again while the
+// delete fails with the connection, until ctx or the session ends; nil
+// once node is gone.
+func (s *Session) deleteNode(ctx context.Context, node string, again bool) error {
+	for {
+		err := s.requests.Delete(node, -1)
+		if err == nil || errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if !again || !retryable(err) || !s.pause(ctx, nil) {
+			return err
+		}
+	}
 }
 
 // forget has a helper delete the znode named with guid under path, if a

@@ -241,4 +241,7 @@
 // Close deletes what the primitive holds and withdraws its waiting
 // acquisition before it returns, so others proceed at once rather than
 // after the session timeout; on its own session it also ends the session.
+// On a shared session, a delete that fails with the connection is tried
+// again for up to 10 seconds; a znode still left then is deleted once the
+// session reaches ZooKeeper again, or goes with the session.
 package zkio

@@ -161,13 +161,15 @@ func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 	return false
 }
 
-// createConn is what a create of a queue's or a double barrier's znode,
-// and its lookup when the answer was lost, ask of the connection.
-type createConn interface {
+// requestConn is what a create of a queue's or a double barrier's znode,
+// its lookup when the answer was lost, and a service's Close, which
+// deletes its hold's znode, ask of the connection.
+type requestConn interface {
 	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	Children(path string) ([]string, *zk.Stat, error)
 	Multi(ops ...any) ([]zk.MultiResponse, error)
 	Exists(path string) (bool, *zk.Stat, error)
+	Delete(path string, version int32) error
 }
 
 // create writes a new ephemeral sequential znode carrying marker in the
@@ -177,7 +179,7 @@ type createConn interface {
 // is created again; if the caller gives up first, a session helper deletes
 // whatever znode carries the uuid. So no znode is left behind unknown.
 func (svc *service) create(ctx context.Context, dir, marker string, data []byte) (string, error) {
-	conn := svc.s.creates
+	conn := svc.s.requests
 	guid := uuid.NewString()
 	prefix := dir + "/" + protectedPrefix + guid + "-" + marker
 	unknown := false // an attempt's outcome is unknown: its znode may exist
@@ -304,7 +306,7 @@ func (svc *service) created(ctx context.Context, o *own) (int64, error) {
 // findGUID returns the znode of the queue in dir whose name carries guid,
 // or "".
 func (svc *service) findGUID(dir, guid string) (string, error) {
-	children, _, err := svc.s.creates.Children(dir)
+	children, _, err := svc.s.requests.Children(dir)
 	if err != nil {
 		return "", err
 	}

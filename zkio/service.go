@@ -389,6 +389,9 @@ func (svc *service) end(err error, cause string) {
 	svc.leader.end()
 }
 
+// closeTimeout bounds a Close's wait for what it withdraws and deletes.
+const closeTimeout = 10 * time.Second
+
 // Close releases what the service holds and withdraws a waiting
 // acquisition, in ZooKeeper too, before it returns; then the service is
 // done with ErrClosed. On its own session it closes the session too.
@@ -397,7 +400,7 @@ func (svc *service) Close() error {
 		<-svc.Done()
 		return fmt.Errorf("zkio: %s: already closed: %w", svc.path, errors.Join(primitives.ErrClosed, svc.Err()))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	// The loop stops the service's acquisitions (they withdraw their
 	// znodes and leave the shell) and hands over its grant, which Close
@@ -425,10 +428,9 @@ func (svc *service) Close() error {
 	}
 	var derr error
 	if g.ok {
-		// The grant keeps the shell: no acquisition is under way.
-		if derr = svc.s.conn.Delete(g.h.Key, -1); errors.Is(derr, zk.ErrNoNode) {
-			derr = nil
-		}
+		// The grant keeps the shell: no acquisition is under way. On its
+		// own session one try will do: ending the session deletes it.
+		derr = svc.s.deleteNode(ctx, g.h.Key, !svc.own)
 	} else {
 		// Wait for an acquisition under way to withdraw its znode and
 		// leave, so that Close leaves nothing behind.

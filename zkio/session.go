@@ -28,17 +28,19 @@ import (
 // for its whole timeout (counted from the send time of the last request the
 // server answered, so never after the server's own expiry), or on Close.
 type Session struct {
-	conn    *zk.Conn
-	creates createConn // conn, for the creates of znodes and their lookups (a test may lose a reply)
-	zkev    <-chan zk.Event
-	wire    *wire
-	log     *zap.Logger
-	metrics *metrics.Metrics
-	asked   time.Duration
-	part    float64       // WithSuspendAfter's part of the timeout
-	granted atomic.Int64  // negotiated timeout, ns; 0 until known
-	learnt  chan struct{} // closed once granted is known
-	maxData int           // the largest value primitives take
+	conn *zk.Conn
+	// requests is conn, for the requests whose failures a test may stage:
+	// queue and double-barrier creates, their lookups, Close's delete.
+	requests requestConn
+	zkev     <-chan zk.Event
+	wire     *wire
+	log      *zap.Logger
+	metrics  *metrics.Metrics
+	asked    time.Duration
+	part     float64       // WithSuspendAfter's part of the timeout
+	granted  atomic.Int64  // negotiated timeout, ns; 0 until known
+	learnt   chan struct{} // closed once granted is known
+	maxData  int           // the largest value primitives take
 
 	mb            *actor.Mailbox[func()]
 	quit          chan struct{} // closed when the loop is told to stop
@@ -126,7 +128,7 @@ func newSession(servers []string, o options) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zkio: connect: %w", reach.Failed(ctx, "ZooKeeper", servers, began, "", err))
 	}
-	s.conn, s.creates, s.zkev = conn, conn, events
+	s.conn, s.requests, s.zkev = conn, conn, events
 	// The session is there once the client says so and the timeout it
 	// was granted is known (the client logs it just after).
 	for connected, learnt := false, s.learnt; !connected || learnt != nil; {
