@@ -13,11 +13,15 @@ import (
 // member that lags, or whose answers are lost, as a test needs one. A
 // transaction hold picks (if set) is not sent at all: the client hears
 // etcd's "request timed out", and the transaction waits in held until the
-// test sends it, late.
+// test sends it, late. A Get or transaction that silentGet or silentTxn
+// picks (if set) is not sent either, and not answered: it waits for its
+// context's end, as a request to a member that stopped answering does.
 type hookedKV struct {
 	clientv3.KV
-	commit func(then []clientv3.Op, resp *clientv3.TxnResponse, err error) (*clientv3.TxnResponse, error)
-	hold   func(then []clientv3.Op) bool
+	commit    func(then []clientv3.Op, resp *clientv3.TxnResponse, err error) (*clientv3.TxnResponse, error)
+	hold      func(then []clientv3.Op) bool
+	silentGet func(key string) bool
+	silentTxn func(then []clientv3.Op) bool
 
 	mu   sync.Mutex
 	held []heldTxn
@@ -43,13 +47,22 @@ func (k *hookedKV) takeHeld() []heldTxn {
 	return h
 }
 
+func (k *hookedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if k.silentGet != nil && k.silentGet(key) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return k.KV.Get(ctx, key, opts...)
+}
+
 func (k *hookedKV) Txn(ctx context.Context) clientv3.Txn {
-	return &hookedTxn{Txn: k.KV.Txn(ctx), kv: k}
+	return &hookedTxn{Txn: k.KV.Txn(ctx), kv: k, ctx: ctx}
 }
 
 type hookedTxn struct {
 	clientv3.Txn
 	kv  *hookedKV
+	ctx context.Context
 	txn heldTxn
 }
 
@@ -72,6 +85,10 @@ func (t *hookedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 }
 
 func (t *hookedTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.kv.silentTxn != nil && t.kv.silentTxn(t.txn.then) {
+		<-t.ctx.Done()
+		return nil, t.ctx.Err()
+	}
 	if t.kv.hold != nil && t.kv.hold(t.txn.then) {
 		t.kv.mu.Lock()
 		t.kv.held = append(t.kv.held, t.txn)

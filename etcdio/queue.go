@@ -106,12 +106,13 @@ func (svc *service) enqueue(ctx context.Context, q queue, try bool) (driver.Hold
 // every one is a nested name's (see ours), it writes the key, looks past
 // them and holds if nobody of its own layout is ahead; otherwise, or if
 // someone of the layout got ahead meanwhile, the lock is taken and no key
-// is left.
+// is left. Its reads are made in attempts (see inAttempts), so that a
+// member that stopped answering holds no Try until its caller's deadline.
 func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, error) {
 	taken := fmt.Errorf("%s: %w", svc.name, svc.spec.errTaken)
 	// Not keys only: etcd's keys-only ranges leave out the lease, which
 	// ours reads.
-	resp, err := svc.s.cli.Get(ctx, q.blockers, clientv3.WithPrefix())
+	resp, err := svc.s.get(ctx, q.blockers, clientv3.WithPrefix())
 	if err != nil {
 		return driver.Hold{}, svc.callErr(ctx, fmt.Errorf("%s: %w", svc.name, err))
 	}
@@ -634,12 +635,12 @@ func (svc *service) look(ctx context.Context, w *waiter, after int64, still *mvc
 // reads every key ahead (linearizably; with values, since a keys-only
 // range leaves out the lease that ours reads) and returns the one of w's layout
 // created last, if any, in a transaction that confirms w's key still
-// exists. Nested names are rare; the whole read is paid only where they
+// exists, made in attempts (see inAttempts). Nested names are rare; the whole read is paid only where they
 // are.
 func (svc *service) lookPastNested(ctx context.Context, w *waiter) (*mvccpb.KeyValue, int64, error) {
 	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
-	resp, err := svc.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(w.blockers, clientv3.WithPrefix(),
-		clientv3.WithMaxCreateRev(w.created-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))).Commit()
+	resp, _, err := svc.s.txn(ctx, []clientv3.Cmp{mine}, []clientv3.Op{clientv3.OpGet(w.blockers, clientv3.WithPrefix(),
+		clientv3.WithMaxCreateRev(w.created-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))})
 	if err != nil {
 		return nil, 0, err
 	}
