@@ -60,6 +60,21 @@ func (etcdCluster) Leftover(ctx context.Context, root string) ([]string, error) 
 	return keys, nil
 }
 
+// Owned: the keys under root with the lease.
+func (etcdCluster) Owned(ctx context.Context, root string, lease int64) ([]string, error) {
+	resp, err := shared.all.Get(ctx, root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		if kv.Lease == lease {
+			keys = append(keys, string(kv.Key))
+		}
+	}
+	return keys, nil
+}
+
 // Faults: a follower or the raft leader stopped and restarted (two members
 // keep a quorum), a member cut off from its clients until a holder's lease
 // expired, a member slowed down.
@@ -128,9 +143,10 @@ func (s etcdSession) NewElection(prefix string) (election.Service, error) {
 	return etcdio.NewElection(s.cli, prefix, etcdio.WithSession(s.s))
 }
 
-func (s etcdSession) Err() error   { return s.s.Err() }
-func (s etcdSession) Close() error { return s.s.Close() }
-func (s etcdSession) Hook() any    { return s.s }
+func (s etcdSession) Err() error     { return s.s.Err() }
+func (s etcdSession) Close() error   { return s.s.Close() }
+func (s etcdSession) Hook() any      { return s.s }
+func (s etcdSession) LeaseID() int64 { return int64(s.s.LeaseID()) }
 
 // restore undoes every fault: all members running, no blackhole, no delay,
 // and an agreed leader.

@@ -39,6 +39,17 @@ type Cluster interface {
 	Leftover(ctx context.Context, root string) ([]string, error)
 }
 
+// Owners is a Cluster that can tell the keys a session owns while it lives
+// (etcd: a key's lease; ZooKeeper: an ephemeral znode's owner). Owned
+// returns those of the session lease under root. For such a cluster, and
+// a Session with a LeaseID() int64 method, the suite checks that a
+// primitive's Close on a live session leaves none of the session's keys
+// behind: the session's own end, which would delete them, does not hide
+// what the Close forgot.
+type Owners interface {
+	Owned(ctx context.Context, root string, lease int64) ([]string, error)
+}
+
 // Client is one worker's connection to the cluster, through its site.
 type Client interface {
 	// NewSession returns a new session with the given TTL.

@@ -36,7 +36,10 @@
 //     least every token seen before, reads return the last accepted value;
 //  4. after healing, someone acquires again within the TTL plus a few
 //     seconds, and once every client is closed no key is left under the
-//     round's root (but those the backend documents as kept);
+//     round's root (but those the backend documents as kept); on a
+//     cluster that can tell a live session's keys (Owners: etcd,
+//     ZooKeeper), none of a session's keys is left once its primitive has
+//     closed, before the session's own end would delete them;
 //  5. a worker whose hold ended involuntarily had Done closed before its
 //     next call returned, that call failed, and its subscription saw Lost.
 //

@@ -163,11 +163,41 @@ func (r *round) acceptedWrites() int {
 
 func (r *round) closeIncarnation(inc *incarnation) {
 	err1 := inc.p.close()
+	if err1 == nil {
+		r.checkOwnedGone(inc)
+	}
 	err2 := inc.sess.Close()
 	inc.cancel()
 	<-inc.drained
 	if err1 != nil || err2 != nil {
 		r.count(func(s *stats) { s.closeErrors++ })
+	}
+}
+
+// checkOwnedGone fails the round if keys of inc's session, still live, are
+// left under the round's root once its primitive's Close has returned, for
+// the TTL and a margin (a Close cut off from the store may hand its delete
+// to the session's helpers, which repeat it while the session lives). See
+// Owners.
+func (r *round) checkOwnedGone(inc *incarnation) {
+	o, ok := r.c.(Owners)
+	l, ok2 := inc.sess.(interface{ LeaseID() int64 })
+	if !ok || !ok2 || inc.sess.Err() != nil {
+		return
+	}
+	lease := l.LeaseID()
+	owned := func() []string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		keys, err := o.Owned(ctx, r.root, lease)
+		if err != nil {
+			return nil // a listing that failed shows nothing left
+		}
+		return keys
+	}
+	wait := r.ttl + 3*time.Second
+	if !eventually(wait, func() bool { return inc.sess.Err() != nil || len(owned()) == 0 }) {
+		r.fail("keys of live session %#x left %v after its primitive's Close returned: %v", lease, wait, owned())
 	}
 }
 

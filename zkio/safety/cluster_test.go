@@ -160,6 +160,26 @@ func (e *ensemble) Leftover(_ context.Context, root string) ([]string, error) {
 	return left, walk(path.Join(root, "res"), false)
 }
 
+// Owned: the ephemeral znodes below the primitive's path that the session
+// lease owns.
+func (e *ensemble) Owned(ctx context.Context, root string, lease int64) ([]string, error) {
+	all, err := e.Leftover(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	var owned []string
+	for _, p := range all {
+		ok, st, err := e.obs.Exists(p)
+		if err != nil {
+			return nil, err
+		}
+		if ok && st.EphemeralOwner == lease {
+			owned = append(owned, p)
+		}
+	}
+	return owned, nil
+}
+
 // Faults: a follower or the leader killed and restarted (two servers keep
 // a quorum; sessions move to them), a holder's site cut off from every
 // server until the ensemble expired its session, a holder's session
@@ -256,6 +276,7 @@ func (s zkSession) NewElection(prefix string) (election.Service, error) {
 	return zkio.NewElection(nil, prefix, zkio.WithSession(s.s))
 }
 
-func (s zkSession) Err() error   { return s.s.Err() }
-func (s zkSession) Close() error { return s.s.Close() }
-func (s zkSession) Hook() any    { return s.s }
+func (s zkSession) Err() error     { return s.s.Err() }
+func (s zkSession) Close() error   { return s.s.Close() }
+func (s zkSession) Hook() any      { return s.s }
+func (s zkSession) LeaseID() int64 { return s.s.LeaseID() }
