@@ -40,7 +40,8 @@ type Cluster interface {
 }
 
 // Owners is a Cluster that can tell the keys a session owns while it lives
-// (etcd: a key's lease; ZooKeeper: an ephemeral znode's owner). Owned
+// (etcd: a key's lease; ZooKeeper: an ephemeral znode's owner; Redis: a
+// hold's session). Owned
 // returns those of the session lease under root. For such a cluster, and
 // a Session with a LeaseID() int64 method, the suite checks that a
 // primitive's Close on a live session leaves none of the session's keys

@@ -38,8 +38,8 @@
 //     seconds, and once every client is closed no key is left under the
 //     round's root (but those the backend documents as kept); on a
 //     cluster that can tell a live session's keys (Owners: etcd,
-//     ZooKeeper), none of a session's keys is left once its primitive has
-//     closed, before the session's own end would delete them;
+//     ZooKeeper, Redis), none of a session's keys is left once its
+//     primitive has closed, before the session's own end would delete them;
 //  5. a worker whose hold ended involuntarily had Done closed before its
 //     next call returned, that call failed, and its subscription saw Lost.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,33 @@ func (s *server) Leftover(ctx context.Context, root string) ([]string, error) {
 	return left, nil
 }
 
+// Owned: the holds under root (name/<Created>, hashes) whose field l names
+// the session lease.
+func (s *server) Owned(ctx context.Context, root string, lease int64) ([]string, error) {
+	keys, err := s.obs.Keys(ctx, root+"*").Result()
+	if err != nil {
+		return nil, err
+	}
+	var owned []string
+	want := strconv.FormatInt(lease, 10)
+	for _, k := range keys {
+		if t, err := s.obs.Type(ctx, k).Result(); err != nil || t != "hash" {
+			continue // gone meanwhile, or not a hold
+		}
+		l, err := s.obs.HGet(ctx, k, "l").Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if l == want {
+			owned = append(owned, k)
+		}
+	}
+	return owned, nil
+}
+
 // Faults: the server killed and restarted from its append-only file (no
 // one can write meanwhile), a holder's site cut off until its session's
 // key expired.
@@ -174,6 +202,7 @@ func (s redisSession) NewElection(prefix string) (election.Service, error) {
 	return redisio.NewElection(s.cli, prefix, redisio.WithSession(s.s))
 }
 
-func (s redisSession) Err() error   { return s.s.Err() }
-func (s redisSession) Close() error { return s.s.Close() }
-func (s redisSession) Hook() any    { return s.s }
+func (s redisSession) Err() error     { return s.s.Err() }
+func (s redisSession) Close() error   { return s.s.Close() }
+func (s redisSession) Hook() any      { return s.s }
+func (s redisSession) LeaseID() int64 { return s.s.LeaseID() }
