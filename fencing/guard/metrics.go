@@ -3,9 +3,11 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -76,7 +78,8 @@ type metricsConfig struct{ scopeLabels bool }
 
 // WithScopeLabels adds disco_guard_scope_mark, a gauge per scope. Its
 // cardinality is the number of scopes the guard sees: use it only where
-// scopes are few.
+// scopes are few. A scope that is not valid UTF-8 (Prometheus labels must
+// be) is labelled with each invalid byte sequence replaced by U+FFFD.
 func WithScopeLabels() MetricsOption {
 	return func(c *metricsConfig) { c.scopeLabels = true }
 }
@@ -181,7 +184,16 @@ func (m *Metrics) admit(s *state, scope string, t fencing.Token, wait time.Durat
 	}
 	if m.scopeMark != nil && int64(t) > s.reported.Load() {
 		s.reported.Store(int64(t))
-		m.scopeMark.WithLabelValues(scope).Set(float64(t))
+		m.scopeMark.WithLabelValues(scopeLabel(scope)).Set(float64(t))
 	}
 	m.mu.Unlock()
+}
+
+// scopeLabel is scope as a label value: Prometheus refuses (panics on) a
+// label value that is not valid UTF-8, and a scope is the client's bytes.
+func scopeLabel(scope string) string {
+	if utf8.ValidString(scope) {
+		return scope
+	}
+	return strings.ToValidUTF8(scope, "\uFFFD")
 }

@@ -139,10 +139,12 @@ func (c *config) newState() *state {
 // metrics.
 func (c *config) check(ctx context.Context, s *state, scope string, t fencing.Token) error {
 	if err := c.prepare(ctx, s, scope, t); err != nil {
+		s.forgetVerified(t)
 		c.metrics.reject(err)
 		return err
 	}
 	if err := s.check(t); err != nil {
+		s.forgetVerified(t)
 		c.metrics.reject(err)
 		return err
 	}
@@ -158,11 +160,13 @@ func (c *config) admit(ctx context.Context, s *state, scope string, t fencing.To
 		start = time.Now()
 	}
 	if err := c.prepare(ctx, s, scope, t); err != nil {
+		s.forgetVerified(t)
 		c.metrics.reject(err)
 		return nil, noop, err
 	}
 	actx, done, err := s.admit(ctx, t)
 	if err != nil {
+		s.forgetVerified(t)
 		c.metrics.reject(err)
 		return nil, noop, err
 	}

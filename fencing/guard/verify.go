@@ -43,7 +43,9 @@ func (c *config) verify(ctx context.Context, s *state, scope string, t fencing.T
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	cl, err := s.await(ctx, func() *call {
-		if cl := s.verifying[t]; cl != nil {
+		// A call every request gave up on is not joined: its answer, even
+		// a success that came after, is not trusted.
+		if cl := s.verifying[t]; cl != nil && !cl.abandoned {
 			return cl
 		}
 		cl := newCall(ctx)
@@ -59,11 +61,12 @@ func (c *config) verify(ctx context.Context, s *state, scope string, t fencing.T
 		c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
 			return 0, c.verifier.Verify(ctx, scope, t)
 		}, func() {
-			// A failure is forgotten at once (the next request asks
-			// again); a success stays until the mark reaches t, so that a
-			// request of t arriving while t's raise is under way does not
-			// ask again.
-			if cl.err != nil && s.verifying[t] == cl {
+			// A failure, or any answer to an abandoned call, is forgotten
+			// at once (the next request asks again); a success stays until
+			// the mark reaches t, so that a request of t arriving while
+			// t's raise is under way does not ask again, or until a
+			// request of t fails after it (see forgetVerified).
+			if (cl.err != nil || cl.abandoned) && s.verifying[t] == cl {
 				delete(s.verifying, t)
 			}
 		})
@@ -79,5 +82,24 @@ func (c *config) verify(ctx context.Context, s *state, scope string, t fencing.T
 		return fmt.Errorf("guard: token %d%s not accepted: %w", t, scopeNote(scope), err)
 	default:
 		return fmt.Errorf("guard: token %d%s not accepted: %w: %w", t, scopeNote(scope), ErrUnverified, err)
+	}
+}
+
+// forgetVerified forgets a success of the verifier for t kept for t's
+// raise, unless the mark has reached t: a request of t failed after it
+// (its raise in the store, say), and the grant may be over by the next
+// request of t, which asks again.
+func (s *state) forgetVerified(t fencing.Token) {
+	if int64(t) <= s.mark.Load() {
+		return
+	}
+	s.callMu.Lock()
+	defer s.callMu.Unlock()
+	if cl := s.verifying[t]; cl != nil {
+		select {
+		case <-cl.done:
+			delete(s.verifying, t)
+		default: // still asking: its waiters take its answer
+		}
 	}
 }
