@@ -14,8 +14,9 @@ const DefaultTable = "disco_fencing_marks"
 
 // SQL keeps marks in a table (scope TEXT PRIMARY KEY, mark BIGINT) of a
 // database/sql database that understands INSERT ... ON CONFLICT ... DO
-// UPDATE ... WHERE and $n placeholders: SQLite (3.24 or later, for example
-// modernc.org/sqlite) and PostgreSQL (for example pgx's stdlib driver).
+// UPDATE ... WHERE, RETURNING and $n placeholders: SQLite (3.35 or later,
+// for example modernc.org/sqlite) and PostgreSQL (for example pgx's stdlib
+// driver).
 //
 // Raise is one statement, a conditional upsert that writes only a higher
 // mark, so concurrent raises (from any number of processes sharing the
