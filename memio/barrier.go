@@ -159,6 +159,8 @@ func NewDoubleBarrier(st *Store, name string, count int, opts ...Option) (barrie
 	s, own := o.session, false
 	if s == nil {
 		s, own = newSession(st, o), true
+	} else if s.st != st {
+		return nil, fail(fmt.Errorf("WithSession: the session is of another Store: %w", ErrInvalidArgument))
 	}
 	p := &doubleParty{st: st, s: s, own: own, name: name, count: count, done: make(chan struct{})}
 	st.mu.Lock()

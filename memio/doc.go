@@ -5,8 +5,10 @@
 // do.
 //
 // A Store is one coordination service (one "cluster"): every session and
-// primitive made on it shares its keys, and its revision orders them, so
-// tokens are strictly increasing across the whole Store. Several services
+// primitive made on it shares its keys, and its revision orders them:
+// tokens are revisions, strictly increasing from grant to grant of one
+// name (an election's token is its candidate's creation revision, and the
+// readers of one read epoch share theirs, as on etcd). Several services
 // on one Store contend as several clients of one etcd do.
 //
 //	st := memio.NewStore(memio.WithClock(clock)) // clock: a *memio.FakeClock

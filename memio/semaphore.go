@@ -14,30 +14,31 @@ import (
 // permits. Every user of the name must agree on n: the first sets it, and a
 // user that disagrees gets an error wrapping semaphore.ErrPermitMismatch.
 // The first n waiters hold, each in the lowest free slot; a slot's token is
-// the revision of its grant, above every token issued before on the store.
+// the revision of its grant, above every token the name issued before.
 func NewSemaphore(st *Store, name string, n int, opts ...Option) (semaphore.Service, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("memio: new semaphore %s: %d permits: %w", quote(name), n, ErrInvalidArgument)
 	}
-	if st != nil {
-		st.mu.Lock()
-		have, set := st.permits[name]
-		if !set {
-			st.permits[name] = n
-		}
-		st.mu.Unlock()
-		if set && have != n {
-			return nil, fmt.Errorf("memio: new semaphore %s: the name has %d permits, this user %d: %w",
-				quote(name), have, n, semaphore.ErrPermitMismatch)
-		}
-	}
+	// The name's count is recorded once the user is made: a refused one
+	// leaves none.
 	svc, _, err := newService(st, kindSemaphore, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	st.mu.Lock()
-	svc.q.permits = n
+	have, set := st.permits[name]
+	if !set {
+		st.permits[name] = n
+	}
+	if !set || have == n {
+		svc.q.permits = n
+	}
 	st.mu.Unlock()
+	if set && have != n {
+		svc.Close()
+		return nil, fmt.Errorf("memio: new semaphore %s: the name has %d permits, this user %d: %w",
+			quote(name), have, n, semaphore.ErrPermitMismatch)
+	}
 	return semService{svc}, nil
 }
 

@@ -20,7 +20,8 @@ import (
 // Store is one in-memory coordination service, as one etcd cluster is:
 // every session, primitive and barrier made on it shares its keys, and its
 // revision, which every write raises, orders them. Tokens and Created are
-// revisions, so they are strictly increasing across the whole Store.
+// revisions: a name's tokens are strictly increasing from grant to grant
+// (see the package doc).
 //
 // A Store is safe for concurrent use. Its one mutex serialises everything
 // on it: it is the event loop of all its sessions (see primitives/driver).
@@ -245,7 +246,9 @@ func (st *Store) settle(q *queue) {
 	for again := true; again; {
 		again = false
 		for i, k := range q.keys {
-			if k.held || !q.holds(i) {
+			// A key of a session that is ending waits for its removal:
+			// nothing is granted on a session that is gone.
+			if k.held || k.svc.s.err != nil || !q.holds(i) {
 				continue
 			}
 			k.held = true
