@@ -132,3 +132,35 @@ func kindOf(e primitives.Event) string {
 	}
 	return "other"
 }
+
+// TestAcquireWaitOnAFakeClock: with a fake clock far from the wall clock,
+// a Lock's wait is measured as the time the call took, not as the
+// distance between the two clocks. Before, the wait's start came from the
+// Store's clock and its end from the wall clock: one uncontended Lock
+// recorded some 1.8e9 seconds.
+func TestAcquireWaitOnAFakeClock(t *testing.T) {
+	reg, m := testkit.NewMetrics(t)
+	st := memio.NewStore(memio.WithClock(memio.NewFakeClock(time.Unix(0, 0))))
+	l := testkit.ClosedAtEnd[lock.Service](t)(memio.NewLock(st, "/metrics/wait", memio.WithMetrics(m)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "disco_acquire_wait_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			if sum := mt.GetHistogram().GetSampleSum(); sum < 0 || sum > 10 {
+				t.Fatalf("one Lock waited %g s by the metric", sum)
+			}
+		}
+		return
+	}
+	t.Fatal("no disco_acquire_wait_seconds")
+}

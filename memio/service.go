@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/ahrtr/disco/actor"
@@ -137,7 +138,7 @@ func (svc *service) enqueue(ctx context.Context, mode rwlock.Mode, value string,
 		return driver.Hold{}, err
 	}
 	st := svc.st
-	began := st.clock.Now()
+	began := time.Now() // the wait's metric, on the wall clock as its end
 	var k *key
 	h, err := actor.Call(ctx, svc.Done(), func(r actor.Reply[driver.Hold]) bool {
 		st.mu.Lock()

@@ -95,7 +95,8 @@ func (st *Store) Value(name string) (string, bool) {
 // client of a real store could: a holder whose key it was is told Lost
 // (and stays usable), a waiter fails with an error wrapping
 // primitives.ErrLost, a barrier whose key it was is released. It reports
-// whether the key existed.
+// whether the key existed and was deleted: a double barrier's name/ready,
+// which Keys lists, is not deleted (false).
 func (st *Store) DeleteKey(name string) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
