@@ -502,18 +502,11 @@ func (d *zkDoubleBarrier) clear(version int32) {
 // remove deletes the party's own znode, retrying while the connection is
 // down.
 func (d *zkDoubleBarrier) remove(ctx context.Context, node string) error {
-	for {
-		err := d.s.conn.Delete(node, -1)
-		if err == nil || errors.Is(err, zk.ErrNoNode) {
-			return nil
-		}
-		if !retryable(err) {
-			return err
-		}
-		if !d.pause(ctx) {
-			return d.gaveUp(ctx)
-		}
+	err := d.s.deleteNode(ctx, d.closed, node, true)
+	if err != nil && retryable(err) {
+		return d.gaveUp(ctx) // the pause before another try was cut short
 	}
+	return err
 }
 
 // Close takes the party out of the barrier (it withdraws its znode, if it
@@ -534,7 +527,7 @@ func (d *zkDoubleBarrier) Close() error {
 	d.turn <- struct{}{} // Enter and Leave under way see closed and return
 	if d.node != "" && !d.left && d.s.Err() == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-		if err := d.s.deleteNode(ctx, d.node, !d.own); err != nil && !d.own {
+		if err := d.s.deleteNode(ctx, nil, d.node, !d.own); err != nil && !d.own {
 			d.s.forgetNode(d.node)
 		}
 		cancel()

@@ -13,29 +13,19 @@ import (
 // wants, retrying while the session lives: a delete that failed with the
 // connection never leaves a znode under a live session.
 func (s *Session) forgetNode(node string) {
-	s.helper(func() {
-		for {
-			err := s.conn.Delete(node, -1)
-			if err == nil || errors.Is(err, zk.ErrNoNode) || !retryable(err) {
-				return
-			}
-			if !s.sleep(retryPause) {
-				return
-			}
-		}
-	})
+	s.helper(func() { _ = s.deleteNode(context.Background(), nil, node, true) })
 }
 
 // deleteNode deletes node and, if again is set, tries again while the
-// delete fails with the connection, until ctx or the session ends; nil
-// once node is gone.
-func (s *Session) deleteNode(ctx context.Context, node string, again bool) error {
+// delete fails with the connection, until ctx, stop or the session ends;
+// nil once node is gone, else the last delete's error.
+func (s *Session) deleteNode(ctx context.Context, stop <-chan struct{}, node string, again bool) error {
 	for {
 		err := s.requests.Delete(node, -1)
 		if err == nil || errors.Is(err, zk.ErrNoNode) {
 			return nil
 		}
-		if !again || !retryable(err) || !s.pause(ctx, nil) {
+		if !again || !retryable(err) || !s.pause(ctx, stop) {
 			return err
 		}
 	}

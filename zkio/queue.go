@@ -162,8 +162,8 @@ func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 }
 
 // requestConn is what a create of a queue's or a double barrier's znode,
-// its lookup when the answer was lost, and a service's Close, which
-// deletes its hold's znode, ask of the connection.
+// its lookup when the answer was lost, and deleteNode ask of the
+// connection.
 type requestConn interface {
 	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	Children(path string) ([]string, *zk.Stat, error)

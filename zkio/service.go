@@ -430,7 +430,7 @@ func (svc *service) Close() error {
 	if g.ok {
 		// The grant keeps the shell: no acquisition is under way. On its
 		// own session one try will do: ending the session deletes it.
-		derr = svc.s.deleteNode(ctx, g.h.Key, !svc.own)
+		derr = svc.s.deleteNode(ctx, nil, g.h.Key, !svc.own)
 	} else {
 		// Wait for an acquisition under way to withdraw its znode and
 		// leave, so that Close leaves nothing behind.

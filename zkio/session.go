@@ -30,7 +30,8 @@ import (
 type Session struct {
 	conn *zk.Conn
 	// requests is conn, for the requests whose failures a test may stage:
-	// queue and double-barrier creates, their lookups, Close's delete.
+	// queue and double-barrier creates, their lookups, deletes by
+	// deleteNode.
 	requests requestConn
 	zkev     <-chan zk.Event
 	wire     *wire
