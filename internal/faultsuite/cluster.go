@@ -41,12 +41,10 @@ type Cluster interface {
 
 // Owners is a Cluster that can tell the keys a session owns while it lives
 // (etcd: a key's lease; ZooKeeper: an ephemeral znode's owner; Redis: a
-// hold's session). Owned
-// returns those of the session lease under root. For such a cluster, and
-// a Session with a LeaseID() int64 method, the suite checks that a
-// primitive's Close on a live session leaves none of the session's keys
-// behind: the session's own end, which would delete them, does not hide
-// what the Close forgot.
+// hold's session). Owned returns those of the session lease under root.
+// For such a cluster the suite checks that a primitive's Close on a live
+// session leaves none of the session's keys behind: the session's own
+// end, which would delete them, does not hide what the Close forgot.
 type Owners interface {
 	Owned(ctx context.Context, root string, lease int64) ([]string, error)
 }
@@ -69,6 +67,9 @@ type Session interface {
 	Close() error
 	// Hook is what testhook.PauseSession pauses: the backend's session.
 	Hook() any
+	// LeaseID is the session's lease (ZooKeeper: session) id, as grants
+	// carry it.
+	LeaseID() int64
 }
 
 // Fault is one thing the nemesis does in a round.

@@ -181,11 +181,10 @@ func (r *round) closeIncarnation(inc *incarnation) {
 // Owners.
 func (r *round) checkOwnedGone(inc *incarnation) {
 	o, ok := r.c.(Owners)
-	l, ok2 := inc.sess.(interface{ LeaseID() int64 })
-	if !ok || !ok2 || inc.sess.Err() != nil {
+	if !ok || inc.sess.Err() != nil {
 		return
 	}
-	lease := l.LeaseID()
+	lease := inc.sess.LeaseID()
 	owned := func() []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
