@@ -93,7 +93,7 @@ func (b *redisBarrier) Release(ctx context.Context) error {
 	repeats, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	n, repeated, err := inAttempts(repeats, nil, func() (int64, error) {
-		return barrierReleaseScript.Run(ctx, onceScripter{b.cli}, []string{b.key}, b.wake).Int64()
+		return barrierReleaseScript.Run(repeats, onceScripter{b.cli}, []string{b.key}, b.wake).Int64()
 	})
 	if err != nil {
 		return b.fail(ctx, "release", err)

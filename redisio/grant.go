@@ -55,9 +55,7 @@ func (v *service) checkHeldLoop(gone map[string]bool) {
 	v.cleaning.Store(&done) // before the Lost, which lets the owner try again
 	_ = v.SettleRelease(g, driver.Gone, nil)
 	s, ref, hook := v.s, v.ref(g.Key), v.s.afterCleanup
-	s.helpers.Add(1)
-	go func() {
-		defer s.helpers.Done()
+	s.goHelper(func() {
 		defer v.cleaning.CompareAndSwap(&done, nil)
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -68,7 +66,7 @@ func (v *service) checkHeldLoop(gone map[string]bool) {
 		if hook != nil {
 			hook()
 		}
-	}()
+	})
 }
 
 // appendKeys adds the service's hold keys, held and waiting. Loop only.

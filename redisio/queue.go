@@ -268,15 +268,13 @@ func (v *service) withdrawNonce(nonce string) {
 		return
 	}
 	s := v.s
-	s.mb.Post(func() { // on the loop, so that the session's helpers are still counted
-		s.helpers.Add(1)
-		go func() {
-			defer s.helpers.Done()
+	s.mb.Post(func() { // goHelper is loop only
+		s.goHelper(func() {
 			// s.done closes before Close waits for the helpers.
 			_, _, _ = inAttempts(context.Background(), s.done, func() (struct{}, error) {
 				return struct{}{}, v.tryWithdrawNonce(nonce)
 			})
-		}()
+		})
 	})
 }
 

@@ -192,6 +192,16 @@ func (s *Session) Close() error {
 	return nil
 }
 
+// goHelper runs f on a helper goroutine, which shutdown waits for. Loop
+// only: a helper started on the loop is counted before shutdown waits.
+func (s *Session) goHelper(f func()) {
+	s.helpers.Add(1)
+	go func() {
+		defer s.helpers.Done()
+		f()
+	}()
+}
+
 // shutdown stops the loop and every helper and waits for them.
 func (s *Session) shutdown() {
 	s.stop()
@@ -300,11 +310,7 @@ func (s *Session) lose(cause error, why string) {
 		refs = append(refs, v.endLoop(err, why)...)
 	}
 	s.end(err)
-	s.helpers.Add(1)
-	go func() {
-		defer s.helpers.Done()
-		s.cleanup(refs)
-	}()
+	s.goHelper(func() { s.cleanup(refs) })
 }
 
 // loseAsync asks the loop to end the session as lost; any goroutine.

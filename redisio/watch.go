@@ -107,8 +107,7 @@ func (s *Session) watchLeader(v *service) {
 		w = &leaderWatch{name: v.name, queue: v.queue, granted: v.granted, wake: v.wake, kind: v.Spec().Kind, recheck: v.recheck(),
 			kick: make(chan struct{}, 1), services: map[*service]struct{}{}, stop: stop}
 		s.leaderWatches[v.wake] = w
-		s.helpers.Add(1)
-		go s.followLeader(ctx, w)
+		s.goHelper(func() { s.followLeader(ctx, w) })
 	} else if _, ok := w.services[v]; ok {
 		return
 	} else {
@@ -175,7 +174,6 @@ func (w *leaderWatch) wokenLoop() {
 // kicked, and at the recheck interval, and posts each read to the watch's
 // services. When the watch stops it drops the subscription.
 func (s *Session) followLeader(ctx context.Context, w *leaderWatch) {
-	defer s.helpers.Done()
 	// The subscription comes before the first read, so that a change
 	// after that read sends a message the session hears (bar one lost
 	// around a reconnect, which the recheck finds).
