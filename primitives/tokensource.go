@@ -26,21 +26,35 @@ type GrantScoper interface {
 	GrantScope(a Acquired) (scope string, ok bool)
 }
 
-// GrantToken is the token of a primitive's current grant, kept up to date
-// from its events: from Acquired until the Released or Lost of that same
-// grant, then none. Its Token and Scoped methods are a fencing.TokenSource
-// and a fencing.ScopedTokenSource, so a client that stamps requests through
-// fencing.NewTransport (or the interceptors) stops sending them the moment
-// its primitive reports that the grant ended, with no hand-written
-// bookkeeping.
+// GrantHolder is implemented by a Subscriber that can tell at any moment,
+// without waiting, which grant it holds: from before the acquisition that
+// made the grant returns until before the service reports the grant's end
+// (a release returns, or Released or Lost is sent). A GrantToken following
+// a GrantHolder stamps a grant exactly over that span, rather than from its
+// Acquired event's arrival to its Released or Lost event's. The services of
+// disco's backends implement it; a backend author's should.
+type GrantHolder interface {
+	CurrentGrant() (a Acquired, ok bool)
+}
+
+// GrantToken is the token of a primitive's current grant: from the moment
+// the acquisition returns until the primitive reports that the grant
+// ended (its release returns, or Released or Lost is sent), then none. Its
+// Token and Scoped methods are a fencing.TokenSource and a
+// fencing.ScopedTokenSource, so a client that stamps requests through
+// fencing.NewTransport (or the interceptors) stamps the grant's token as
+// soon as Lock (Acquire, Campaign) returns and stops sending the moment its
+// primitive reports that the grant ended, with no hand-written bookkeeping.
+// (Following a Subscriber that is not a GrantHolder, it goes by the events
+// as they arrive, a little after the calls return.)
 //
-// It follows the events as they arrive: a grant that ended without the
-// service knowing yet (a paused process) is still stamped, which is what the
-// resource's guard is for. Suspended does not stop the stamping (the grant
-// may still be intact); Lost does.
+// A grant that ended without the service knowing yet (a paused process) is
+// still stamped, which is what the resource's guard is for. Suspended does
+// not stop the stamping (the grant may still be intact); Lost does.
 type GrantToken struct {
 	scope  string
 	scoper GrantScoper // nil: every grant's scope is scope
+	holder GrantHolder // nil: the events alone say the grant
 	cur    atomic.Pointer[heldGrant]
 	done   chan struct{}
 }
@@ -67,9 +81,22 @@ func FollowGrants(ctx context.Context, scope string, s Subscriber) *GrantToken {
 		return g
 	}
 	g.scoper, _ = s.(GrantScoper)
-	events := s.Subscribe(ctx)
+	g.holder, _ = s.(GrantHolder)
+	var events <-chan Event
+	if hs, ok := s.(holdsSubscriber); ok {
+		events = hs.SubscribeHolds(ctx)
+	} else {
+		events = s.Subscribe(ctx)
+	}
 	go g.follow(events)
 	return g
+}
+
+// holdsSubscriber is a Subscriber whose own grants' events can be had
+// without counting as a listener of the rest (driver.Shell.SubscribeHolds),
+// so that an election followed for its grants need not follow who leads.
+type holdsSubscriber interface {
+	SubscribeHolds(ctx context.Context) <-chan Event
 }
 
 func (g *GrantToken) follow(events <-chan Event) {
@@ -107,10 +134,38 @@ func (g *GrantToken) end(t fencing.Token, created int64) {
 	}
 }
 
+// now returns the grant to stamp, nil if none.
+func (g *GrantToken) now() *heldGrant {
+	cur := g.cur.Load()
+	if g.holder == nil {
+		return cur
+	}
+	select {
+	case <-g.done:
+		return nil
+	default:
+	}
+	a, ok := g.holder.CurrentGrant()
+	switch {
+	case !ok:
+		return nil
+	case cur != nil && cur.created == a.Created && cur.token == a.Token:
+		return cur
+	}
+	// The grant's Acquired is still on its way to follow.
+	h := &heldGrant{token: a.Token, created: a.Created, scope: g.scope}
+	if g.scoper != nil {
+		if h.scope, ok = g.scoper.GrantScope(a); !ok {
+			return nil
+		}
+	}
+	return h
+}
+
 // Token returns the current grant's token, or 0 when there is none. It is
 // a fencing.TokenSource.
 func (g *GrantToken) Token() fencing.Token {
-	if c := g.cur.Load(); c != nil {
+	if c := g.now(); c != nil {
 		return c.token
 	}
 	return 0
@@ -121,7 +176,7 @@ func (g *GrantToken) Token() fencing.Token {
 // GrantScoper, the current grant's (the given one when there is none). It
 // is a fencing.ScopedTokenSource.
 func (g *GrantToken) Scoped() (string, fencing.Token) {
-	if c := g.cur.Load(); c != nil {
+	if c := g.now(); c != nil {
 		return c.scope, c.token
 	}
 	return g.scope, 0

@@ -66,6 +66,8 @@ type face interface {
 	// grants alone (see driver.Shell.SubscribeHolds): election.Lead uses
 	// it, so that leading does not make an election follow who leads.
 	SubscribeHolds(ctx context.Context) <-chan primitives.Event
+	// CurrentGrant makes the primitive a primitives.GrantHolder.
+	CurrentGrant() (primitives.Acquired, bool)
 	Done() <-chan struct{}
 	Err() error
 	CancelOnSuspend() bool

@@ -54,6 +54,8 @@ import (
 //     ErrLost within half a TTL.
 //   - OversizedValue: a value over Backend.MaxValue is refused at once with
 //     ErrInvalidArgument; nothing is written.
+//   - GrantTokenNow: a primitives.GrantToken stamps the term's token as soon
+//     as Campaign returns and none once Resign returns.
 func TestElection(t *testing.T, b Backend) {
 	t.Helper()
 	b.checkElection(t)
@@ -76,6 +78,7 @@ func TestElection(t *testing.T, b Backend) {
 	law(t, "OversizedValue", func(t *testing.T) { electOversizedValue(t, b) })
 	law(t, "CancelledAtAnyMoment", func(t *testing.T) { electCancelledAnyMoment(t, b) })
 	law(t, "WaiterKeyDeleted", func(t *testing.T) { electWaiterKeyDeleted(t, b) })
+	law(t, "GrantTokenNow", func(t *testing.T) { electGrantTokenNow(t, b) })
 }
 
 // mustCampaign campaigns and returns the term, checked against Term.
@@ -640,5 +643,24 @@ func electResignTerm(t *testing.T, b Backend) {
 	ok(t, tr.ResignTerm(ctx, l2), "ResignTerm of the current term")
 	if _, leading := e.Term(); leading {
 		t.Fatal("still leading after ResignTerm")
+	}
+}
+
+// electGrantTokenNow: a GrantToken following an election stamps exactly
+// while the candidate leads as far as its calls tell: from Campaign's
+// return until Resign's.
+func electGrantTokenNow(t *testing.T, b Backend) {
+	e := b.NewElection(t, name(t))
+	ctx := b.ctx(t)
+	src := primitives.FollowGrants(ctx, name(t), e)
+	for i := range 10 {
+		l := mustCampaign(t, b, e, "v")
+		if tok := src.Token(); tok != l.FencingToken {
+			t.Fatalf("term %d: token %d right after Campaign returned the term's %d", i, tok, l.FencingToken)
+		}
+		ok(t, e.Resign(ctx), "Resign")
+		if tok := src.Token(); tok != 0 {
+			t.Fatalf("term %d: token %d right after Resign returned", i, tok)
+		}
 	}
 }

@@ -54,6 +54,9 @@ import (
 //     within half a TTL and blocks nobody.
 //   - CancelledAtAnyMoment: Locks whose contexts end at any step of their
 //     acquisition return an error wrapping the context's, and leave nothing.
+//   - GrantTokenNow: a primitives.GrantToken stamps the grant's token as
+//     soon as Lock returns and none once Unlock returns or Do's context
+//     ends for a loss.
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
 func TestLock(t *testing.T, b Backend) {
 	t.Helper()
@@ -77,6 +80,7 @@ func TestLock(t *testing.T, b Backend) {
 	law(t, "LayoutKeyDeleted", func(t *testing.T) { lockLayoutKeyDeleted(t, b) })
 	law(t, "WaiterKeyDeleted", func(t *testing.T) { lockWaiterKeyDeleted(t, b) })
 	law(t, "CancelledAtAnyMoment", func(t *testing.T) { lockCancelledAnyMoment(t, b) })
+	law(t, "GrantTokenNow", func(t *testing.T) { lockGrantTokenNow(t, b) })
 	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "lock") })
 }
 
@@ -459,4 +463,38 @@ func lockPause(t *testing.T, b Backend) {
 	wantEnded(t, b, h, primitives.ErrLost)
 	errIs(t, h.Unlock(ctx), primitives.ErrLost, "Unlock after the paused session expired")
 	ok(t, w.Unlock(ctx), "Unlock")
+}
+
+// lockGrantTokenNow: a GrantToken following a lock stamps exactly while
+// the caller may act on the grant: from Lock's return until Unlock's, and
+// not once lock.Do has ended fn's context for a loss. A client that stamps
+// through it sends its first request right after Lock, and none after.
+func lockGrantTokenNow(t *testing.T, b Backend) {
+	l := b.NewLock(t, name(t))
+	ctx := b.ctx(t)
+	src := primitives.FollowGrants(ctx, name(t), l)
+	for i := range 20 {
+		g := mustLock(t, b, l)
+		if tok := src.Token(); tok != g.Token() {
+			t.Fatalf("cycle %d: token %d right after Lock returned grant %d", i, tok, g.Token())
+		}
+		ok(t, l.Unlock(ctx), "Unlock")
+		if tok := src.Token(); tok != 0 {
+			t.Fatalf("cycle %d: token %d right after Unlock returned", i, tok)
+		}
+	}
+	stamped := make(chan fencing.Token, 1)
+	err := lock.Do(ctx, l, func(fctx context.Context, g lock.Grant) error {
+		if tok := src.Token(); tok != g.Token() {
+			t.Errorf("token %d inside Do, want the grant's %d", tok, g.Token())
+		}
+		b.KillSession(t, l)
+		<-fctx.Done()
+		stamped <- src.Token()
+		return nil
+	})
+	errIs(t, err, primitives.ErrLost, "Do whose session died")
+	if tok := <-stamped; tok != 0 {
+		t.Fatalf("token %d once Do's context ended for the loss", tok)
+	}
 }

@@ -42,6 +42,8 @@ type SemaphoreBackend struct {
 //     slot with a higher token, which the slot's guard then prefers.
 //   - DeleteKey: Lost; the Service stays usable; the waiter takes the lost
 //     holder's slot.
+//   - GrantTokenNow: a primitives.GrantToken stamps the grant's slot scope
+//     and token as soon as Acquire returns and none once Release returns.
 func TestSemaphore(t *testing.T, b SemaphoreBackend) {
 	t.Helper()
 	b.check(t)
@@ -57,6 +59,7 @@ func TestSemaphore(t *testing.T, b SemaphoreBackend) {
 	law(t, "CloseReleasesPromptly", func(t *testing.T) { semClose(t, b) })
 	law(t, "KillSession", func(t *testing.T) { semKillSession(t, b) })
 	law(t, "DeleteKey", func(t *testing.T) { semDeleteKey(t, b) })
+	law(t, "GrantTokenNow", func(t *testing.T) { semGrantTokenNow(t, b) })
 }
 
 func (b SemaphoreBackend) sem(t *testing.T, n int) semaphore.Service {
@@ -272,4 +275,23 @@ func semDeleteKey(t *testing.T, b SemaphoreBackend) {
 	g2, err := a.Acquire(ctx)
 	ok(t, err, "Acquire after the loss")
 	increasing(t, "tokens", gw.Token(), g2.Token())
+}
+
+// semGrantTokenNow: a GrantToken following a semaphore stamps the scope of
+// the grant's slot with its token from Acquire's return until Release's.
+func semGrantTokenNow(t *testing.T, b SemaphoreBackend) {
+	s := b.sem(t, 2)
+	ctx := b.ctx(t)
+	src := primitives.FollowGrants(ctx, name(t), s)
+	for i := range 10 {
+		g, err := s.Acquire(ctx)
+		ok(t, err, "Acquire")
+		if scope, tok := src.Scoped(); scope != g.Scope() || tok != g.Token() {
+			t.Fatalf("cycle %d: Scoped() = %q, %d right after Acquire returned %q, %d", i, scope, tok, g.Scope(), g.Token())
+		}
+		ok(t, s.Release(ctx, g), "Release")
+		if _, tok := src.Scoped(); tok != 0 {
+			t.Fatalf("cycle %d: token %d right after Release returned", i, tok)
+		}
+	}
 }

@@ -41,6 +41,10 @@ type Hold struct {
 
 // Acquired is the event that announces the grant.
 func (h Hold) Acquired() primitives.Event {
+	return h.acquired()
+}
+
+func (h Hold) acquired() primitives.Acquired {
 	return primitives.Acquired{Key: h.Key, Token: h.Token, Created: h.Created}
 }
 

@@ -60,3 +60,22 @@ func TestSubscribeHoldsDoesNotListen(t *testing.T) {
 		t.Fatal("no Acquired on SubscribeHolds")
 	}
 }
+
+// A GrantToken needs only its grants' events: following an election does
+// not make it follow who leads.
+func TestFollowGrantsDoesNotListen(t *testing.T) {
+	l := driver.NewListeners(func() {})
+	sh := driver.NewShell(driver.Spec{Kind: "election", Name: "test", Listeners: l})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := primitives.FollowGrants(ctx, "test", sh)
+	if l.Listening() {
+		t.Fatal("FollowGrants counted as a listener")
+	}
+	if !sh.Grant(driver.Hold{Key: "k", Created: 1, Token: 7}, time.Now(), func(driver.Hold) bool { return true }) {
+		t.Fatal("grant refused")
+	}
+	if tok := src.Token(); tok != 7 {
+		t.Fatalf("token %d once the grant is recorded, want 7", tok)
+	}
+}

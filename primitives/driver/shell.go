@@ -156,6 +156,17 @@ func (sh *Shell) Current() (h Hold, ok bool) {
 	return Hold{}, false
 }
 
+// CurrentGrant is Current as the grant's Acquired event, which makes every
+// service a primitives.GrantHolder: the grant is there before the call that
+// made it returns and gone before its end is told (End).
+func (sh *Shell) CurrentGrant() (primitives.Acquired, bool) {
+	h, ok := sh.Current()
+	if !ok {
+		return primitives.Acquired{}, false
+	}
+	return h.acquired(), true
+}
+
 // Held returns the grant the service holds, nil if none. Loop only.
 func (sh *Shell) Held() *Hold { return sh.hold }
 
