@@ -96,12 +96,15 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, &refusal{what: fmt.Sprintf("HTTP request %s %s", req.Method, redactedURL(req))}
 	}
 	out := req.Clone(req.Context())
-	out.Header.Set(HTTPHeader, t.String())
+	if out.Header == nil {
+		out.Header = make(http.Header)
+	}
+	setHeader(out.Header, HTTPHeader, t.String())
 	if tr.scoped {
 		if scope == "" {
-			out.Header.Del(ScopeHTTPHeader)
+			setHeader(out.Header, ScopeHTTPHeader, "")
 		} else {
-			out.Header.Set(ScopeHTTPHeader, EncodeScope(scope))
+			setHeader(out.Header, ScopeHTTPHeader, EncodeScope(scope))
 		}
 	}
 	return tr.base.RoundTrip(out)

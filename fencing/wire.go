@@ -15,15 +15,30 @@ import (
 // http.RoundTripper must not, and should use NewTransport instead.
 func InjectHTTP(req *http.Request, t Token) {
 	if t <= 0 {
-		if req.Header != nil {
-			req.Header.Del(HTTPHeader)
-		}
+		setHeader(req.Header, HTTPHeader, "")
 		return
 	}
 	if req.Header == nil {
 		req.Header = make(http.Header)
 	}
-	req.Header.Set(HTTPHeader, t.String())
+	setHeader(req.Header, HTTPHeader, t.String())
+}
+
+// setHeader sets h's key to the one value v, or removes it for v == "",
+// under every spelling of key h holds: a header map filled by hand (not
+// through Header.Set) may hold a lower-cased one, and a request must not
+// carry two tokens.
+func setHeader(h http.Header, key, v string) {
+	for k := range h {
+		if k != key && strings.EqualFold(k, key) {
+			delete(h, k)
+		}
+	}
+	if v == "" {
+		h.Del(key)
+		return
+	}
+	h.Set(key, v)
 }
 
 // FromHTTP returns the token carried by req's HTTPHeader. A missing header
@@ -54,7 +69,13 @@ func ToGRPCMetadata(t Token) metadata.MD {
 // wraps ErrNoToken only; several values, a comma-separated list or a value
 // ParseToken rejects wrap ErrMalformedToken.
 func FromGRPCMetadata(md metadata.MD) (Token, error) {
-	return fromValues(md.Get(GRPCMetadataKey), GRPCMetadataKey+" metadata")
+	vs := md.Get(GRPCMetadataKey) // the key as gRPC carries it, lower-case
+	for k, v := range md {
+		if k != GRPCMetadataKey && strings.EqualFold(k, GRPCMetadataKey) {
+			vs = append(vs[:len(vs):len(vs)], v...) // a hand-built MD's
+		}
+	}
+	return fromValues(vs, GRPCMetadataKey+" metadata")
 }
 
 // NewOutgoingContext returns a context whose outgoing gRPC metadata carries
