@@ -23,7 +23,10 @@ type HTTPAPI struct {
 	// The resource answers 2xx if it applied the write. Other statuses are
 	// refusals: 409 is a stale token (fencing.ErrTokenStale), 403 a token
 	// of another scope, 400 a malformed token, 428 a missing one, as
-	// guard's middleware answers; any other is ErrRefused.
+	// guard's middleware answers; 500, 502 and 504 leave the outcome
+	// unknown (a failing handler or a proxy may answer them after the
+	// write was applied); any other is ErrRefused (a guard answers 503
+	// before its handler runs).
 	Write func(scope, value string) *http.Request
 	// Read returns the request that reads scope. The resource answers 2xx
 	// with the value as the body, or 404 if nothing was written there.
@@ -70,7 +73,8 @@ func (s *handlerServer) restart(context.Context) error {
 // HTTPServer returns the Resource served at baseURL (for example
 // "http://127.0.0.1:8080"), reached through client. A nil client is one of
 // the kit's own that keeps no idle connections. Requests whose URL is a path
-// alone are sent to baseURL. To check restarts, set the Resource's Restart
+// alone are sent under baseURL (under its path too: "/orders/42" under
+// "http://127.0.0.1:8080/api" is "http://127.0.0.1:8080/api/orders/42"). To check restarts, set the Resource's Restart
 // to a function that restarts the server at the same address.
 func HTTPServer(baseURL string, client *http.Client, api HTTPAPI) Resource {
 	if client == nil {
@@ -82,7 +86,7 @@ func HTTPServer(baseURL string, client *http.Client, api HTTPAPI) Resource {
 			return 0, "", fmt.Errorf("fencetest: base URL %q: %w", baseURL, err)
 		}
 		out := req.Clone(ctx)
-		out.URL = base.ResolveReference(req.URL)
+		out.URL = underBase(base, req.URL)
 		out.Host = ""
 		out.RequestURI = "" // set by httptest.NewRequest; a client must not send it
 		resp, err := client.Do(out)
@@ -97,6 +101,17 @@ func HTTPServer(baseURL string, client *http.Client, api HTTPAPI) Resource {
 		return resp.StatusCode, string(body), nil
 	}
 	return httpResource(api, send)
+}
+
+// underBase returns u, or, for a u that is a path alone, u under base's
+// path: "/orders/42?a" under "http://h/api/" is "http://h/api/orders/42?a".
+func underBase(base, u *url.URL) *url.URL {
+	if u.IsAbs() || u.Host != "" {
+		return u
+	}
+	out := base.JoinPath(u.Path)
+	out.RawQuery, out.Fragment = u.RawQuery, ""
+	return out
 }
 
 // httpResource is the Resource of api whose requests send sends.
@@ -151,6 +166,9 @@ func httpRefusal(code int, body string) error {
 	}
 	reason := ErrRefused
 	switch code {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
+		// The write may or may not have been applied.
+		return fmt.Errorf("fencetest: write: HTTP %d: %s", code, strings.TrimSpace(body))
 	case http.StatusConflict:
 		reason = fencing.ErrTokenStale
 	case http.StatusForbidden:
