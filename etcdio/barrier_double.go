@@ -64,6 +64,9 @@ type doubleBarrier struct {
 func NewDoubleBarrier(cli *clientv3.Client, key string, count int, opts ...Option) (barrier.DoubleBarrier, error) {
 	fail := func(err error) error { return fmt.Errorf("etcdio: new double barrier %s: %w", quote(key), err) }
 	o, err := checkArgs(cli, key, opts)
+	if err == nil {
+		err = checkLockValue("double barrier", o)
+	}
 	if err != nil {
 		return nil, fail(err)
 	}

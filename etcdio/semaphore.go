@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ahrtr/disco/internal/reach"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
@@ -128,6 +130,9 @@ const maxPermits = 1 << 12
 func NewSemaphore(cli *clientv3.Client, prefix string, n int, opts ...Option) (semaphore.Service, error) {
 	fail := func(err error) error { return fmt.Errorf("etcdio: new semaphore %s: %w", quote(prefix), err) }
 	o, err := checkArgs(cli, prefix, opts)
+	if err == nil {
+		err = checkLockValue("semaphore", o) // before the record of n is written
+	}
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -135,7 +140,9 @@ func NewSemaphore(cli *clientv3.Client, prefix string, n int, opts ...Option) (s
 		return nil, fail(fmt.Errorf("%d permits, want 1 to %d: %w", n, maxPermits, ErrInvalidArgument))
 	}
 	st := &semState{n: n, nameArg: prefix, cfgKey: prefix + PermitsSuffix, queueDir: prefix + "/q/", slotDir: prefix + "/slot/"}
-	created, err := st.agree(o.Context, cli)
+	ctx, cancel := constructing(cli, o)
+	created, err := st.agree(ctx, cli)
+	cancel()
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -145,7 +152,9 @@ func NewSemaphore(cli *clientv3.Client, prefix string, n int, opts ...Option) (s
 	if err != nil {
 		if created {
 			// Undo the record of n, unless someone uses the name meanwhile.
-			_ = retireSemaphore(o.Context, cli, prefix)
+			ctx, cancel := constructing(cli, o)
+			_ = retireSemaphore(ctx, cli, prefix)
+			cancel()
 		}
 		return nil, err
 	}
@@ -156,10 +165,11 @@ func NewSemaphore(cli *clientv3.Client, prefix string, n int, opts ...Option) (s
 // reports whether it wrote the record.
 func (st *semState) agree(ctx context.Context, cli *clientv3.Client) (bool, error) {
 	want := strconv.Itoa(st.n)
+	sent := time.Now()
 	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(st.cfgKey), "=", 0)).
 		Then(clientv3.OpPut(st.cfgKey, want)).Else(clientv3.OpGet(st.cfgKey)).Commit()
 	if err != nil {
-		return false, fmt.Errorf("record %d permits: %w", st.n, err)
+		return false, fmt.Errorf("record %d permits: %w", st.n, reach.Failed(ctx, "etcd", cli.Endpoints(), sent, "", err))
 	}
 	if resp.Succeeded {
 		return true, nil

@@ -229,6 +229,7 @@ func (m semService) watchQueue(w *waiter) {
 			case ev.Type != clientv3.EventTypeDelete || ev.Kv.ModRevision <= read:
 			case ev.PrevKv == nil:
 				return look(rctx) // compacted away: count afresh
+			case !m.queued(ev.PrevKv): // no owner's: never counted
 			case ev.PrevKv.CreateRevision < w.created:
 				if left--; left >= m.n {
 					continue

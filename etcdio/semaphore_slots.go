@@ -36,13 +36,23 @@ func (st *semState) snapshotOf(created, rev int64, r *etcdserverpb.ResponseOp) s
 	sn := snapshot{created: created, rev: rev}
 	for _, kv := range r.GetResponseRange().Kvs {
 		switch {
-		case strings.HasPrefix(string(kv.Key), st.queueDir):
+		case st.queued(kv):
 			sn.queue = append(sn.queue, kv)
+		case strings.HasPrefix(string(kv.Key), st.queueDir):
+			// Not an owner's: written by hand, or a nested name's.
 		case strings.HasPrefix(string(kv.Key), st.slotDir):
 			sn.slot = append(sn.slot, kv)
 		}
 	}
 	return sn
+}
+
+// queued reports whether kv is an owner's key in the queue: directly in it
+// and bound to a lease, as the lock's are (service.ours). A key written
+// there by hand, or a key of a name nested in the queue, takes no permit.
+func (st *semState) queued(kv *mvccpb.KeyValue) bool {
+	rest, ok := strings.CutPrefix(string(kv.Key), st.queueDir)
+	return ok && rest != "" && !strings.Contains(rest, "/") && kv.Lease != 0
 }
 
 // keep stores sn for the claim of its key.

@@ -117,13 +117,20 @@ func checkClient(cli *clientv3.Client) error {
 	return nil
 }
 
+// constructing bounds a constructor's request as WithContext says: by
+// o.Context, by grantTimeout, and by the client's life.
+func constructing(cli *clientv3.Client, o options) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(o.Context, grantTimeout)
+	stop := context.AfterFunc(cli.Ctx(), cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
 func newSession(cli *clientv3.Client, o options) (*Session, error) {
 	if err := checkClient(cli); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(o.Context, grantTimeout)
+	ctx, cancel := constructing(cli, o)
 	defer cancel()
-	defer context.AfterFunc(cli.Ctx(), cancel)()
 	sent := time.Now()
 	resp, err := cli.Grant(ctx, int64(o.TTL/time.Second))
 	if err != nil {
