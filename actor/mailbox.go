@@ -49,6 +49,13 @@ func (m *Mailbox[M]) Drain(buf []M) []M {
 	return out
 }
 
+// Len returns how many messages are queued, waiting to be drained.
+func (m *Mailbox[M]) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.queue)
+}
+
 // Close makes later Posts fail. Messages already queued can still be drained.
 func (m *Mailbox[M]) Close() {
 	m.mu.Lock()

@@ -236,9 +236,9 @@ func (m semService) dropClaim(w *waiter) {
 // session, also deletes the slot key of the hold it ends, so that the slot
 // is free at once (with its own session, the lease takes it).
 func (m semService) Close() error {
-	g, held := m.Current()
 	m.stopWatch()
-	err := m.service.Close()
+	g, held, err := m.closeEnding()
+	m.stopWatch() // one a grant made meanwhile started
 	if held && !m.owned && m.s.Err() == nil {
 		if slot := m.slotOf(g.Created); slot >= 0 {
 			m.dropHold(m.s, slotHold{key: g.Key, created: g.Created, slotKey: m.slotDir + fmt.Sprint(slot), token: int64(g.Token)})

@@ -359,20 +359,30 @@ func (svc *service) finish(err error) {
 // the lease; on a shared session the keys are deleted, and a delete that
 // fails is retried in the background while the session lives.
 func (svc *service) Close() error {
+	_, _, err := svc.closeEnding()
+	return err
+}
+
+// closeEnding is Close, also returning the grant it ended, if any (held):
+// the one the loop held when Close's turn came, which may have been
+// granted after Close was called.
+func (svc *service) closeEnding() (ended driver.Hold, held bool, _ error) {
 	first := false
 	svc.closeOnce.Do(func() { first = true })
 	if !first {
-		return fmt.Errorf("etcdio: %s: already closed: %w", svc.name, primitives.ErrClosed)
+		return driver.Hold{}, false, fmt.Errorf("etcdio: %s: already closed: %w", svc.name, primitives.ErrClosed)
 	}
-	keys, err := call(context.Background(), svc.s, svc.closed)
+	c, err := call(context.Background(), svc.s, svc.closed)
+	ended, held = c.ended, c.held
+	keys := c.keys
 	if svc.owned {
 		if err := svc.s.Close(); err != nil && !errors.Is(err, primitives.ErrClosed) {
-			return fmt.Errorf("etcdio: %s: close: %w", svc.name, err)
+			return ended, held, fmt.Errorf("etcdio: %s: close: %w", svc.name, err)
 		}
-		return nil
+		return ended, held, nil
 	}
 	if err != nil {
-		return nil // the session ended: its lease took the keys
+		return ended, held, nil // the session ended: its lease took the keys
 	}
 	var errs []error
 	for _, k := range keys {
@@ -380,21 +390,30 @@ func (svc *service) Close() error {
 			errs = append(errs, fmt.Errorf("etcdio: %s: close: delete %s (retrying in the background): %w", svc.name, k.key, err))
 		}
 	}
-	return errors.Join(errs...)
+	return ended, held, errors.Join(errs...)
+}
+
+// closing is what closed did: the keys to delete, and the grant it ended.
+type closing struct {
+	keys  []keyRev
+	ended driver.Hold
+	held  bool
 }
 
 // closed ends the grant and the wait, detaches the service from the session
 // and answers with the keys to delete. Loop only.
-func (svc *service) closed(r actor.Reply[[]keyRev]) {
+func (svc *service) closed(r actor.Reply[closing]) {
 	if svc.Ended() {
-		r.Answer(nil, nil)
+		r.Answer(closing{}, nil)
 		return
 	}
 	err := fmt.Errorf("etcdio: %s: %w", svc.name, primitives.ErrClosed)
-	keys := append(svc.endGrantFor(err), svc.stopWaiter(err)...)
+	var c closing
+	c.ended, c.held = svc.Current()
+	c.keys = append(svc.endGrantFor(err), svc.stopWaiter(err)...)
 	svc.detach()
 	svc.finish(err)
-	r.Answer(keys, nil)
+	r.Answer(c, nil)
 }
 
 // keyRev names a key this session wrote, with its CreateRevision (0:
