@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,11 +28,17 @@ import (
 //     count-th created; every party in Enter waits for it.
 //
 // Enter counts the parties, writes this party's key and counts again: the
-// count-th key writes ready, a key created after it withdraws (ErrFull),
-// earlier ones wait for ready. Leave: the party whose key was written
-// first (lowest ModRevision) waits for every other key to go, then deletes
-// ready and its own key; every other party deletes its key and waits for
-// the lowest's. A party whose lease ends is gone from the barrier with its
+// count-th key writes ready, only if every key it counted is still there
+// (else it counts again), a key created after it withdraws (ErrFull),
+// earlier ones wait for ready. A party whose Enter gives up deletes its key
+// only if no ready was written since (else it is in the round): so no
+// party both gives up and is counted. (With more than guardedParties
+// parties, the count's write compares no keys, as etcd takes no more
+// comparisons in one transaction, and a party giving up just as the count
+// completes may be counted.) Leave: the party whose key was written first
+// (lowest ModRevision) waits for every other key of its round (created
+// before the round's ready) to go, then deletes ready and its own key;
+// every other party deletes its key and waits for the lowest's. A party whose lease ends is gone from the barrier with its
 // key, so nobody waits for it; if that was the lowest, ready stays until
 // the last party of the others to leave, finding no key under waiters,
 // deletes it in a transaction that checks that none exists (so a party of
@@ -56,7 +63,15 @@ type doubleBarrier struct {
 	seq     uint64
 	entered bool
 	mine    keyRev // this party's key, while it may exist
+	// readyRev is the revision of the ready that completed this party's
+	// round: the round's keys were all created before it.
+	readyRev int64
 }
+
+// guardedParties is the largest count whose completion is guarded (see
+// enter): its transaction compares the other parties' keys, and etcd takes
+// at most 128 comparisons in one (its --max-txn-ops default).
+const guardedParties = 129
 
 // NewDoubleBarrier returns one party of the double barrier on key for count
 // parties, interoperable with etcd's recipes.DoubleBarrier on the same key.
@@ -200,63 +215,121 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		// An attempt given up may land yet, after the key is deleted.
 		d.s.markUnsure(key)
 	}
-	err = d.enter(wctx, key, rev)
-	if err != nil {
+	readyRev, err := d.enter(wctx, key, rev)
+	switch {
+	case errors.Is(err, barrier.ErrFull):
 		_ = d.s.deleteKey(key, rev)
-		if errors.Is(err, barrier.ErrFull) {
-			return err
+		return err
+	case err != nil:
+		var in bool
+		if in, readyRev = d.withdraw(ctx, key, rev); !in {
+			return d.fail(ctx, err)
 		}
-		return d.fail(ctx, err)
+		// The round completed counting this party: it is in.
 	}
-	d.entered, d.mine = true, keyRev{key, rev}
+	d.entered, d.mine, d.readyRev = true, keyRev{key, rev}, readyRev
 	return nil
 }
 
-// enter counts the parties after this one's key was written at rev, and
-// waits for ready unless this party completes the count.
-func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) error {
-	all, err := d.s.get(ctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	if err != nil {
-		return err
-	}
-	if len(all.Kvs) >= d.count {
-		switch last := all.Kvs[d.count-1].CreateRevision; {
-		case rev > last:
-			return fmt.Errorf("etcdio: %s: %d parties entered first: %w", d.name, d.count, barrier.ErrFull)
-		case rev == last:
-			_, _, err := d.s.txn(ctx, nil, []clientv3.Op{clientv3.OpPut(d.ready(), "")})
-			if err != nil && d.readyAfter(ctx, rev) {
-				// The write landed, its answer lost or its caller gone
-				// meanwhile: the others pass the barrier, and this party
-				// is in the round with them.
-				return nil
-			}
-			return err
+// withdraw deletes this party's key, created at rev, as its Enter gives
+// up, unless ready was written after the key (the round is complete,
+// counting it): then in is true, with ready's revision. One transaction
+// deletes the key only if there is no ready since rev, and a party that
+// completes the count writes ready only if every key it counted is still
+// there (see enter): no party both gives up and is counted. It runs even
+// if ctx has ended, for at most one attempt's bound.
+func (d *doubleBarrier) withdraw(ctx context.Context, key string, rev int64) (in bool, readyRev int64) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxRequestTimeout)
+	defer cancel()
+	mine := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
+	notReady := clientv3.Compare(clientv3.ModRevision(d.ready()), "<", rev)
+	resp, _, err := d.s.txn(wctx, []clientv3.Cmp{mine, notReady},
+		[]clientv3.Op{clientv3.OpDelete(key)}, clientv3.OpGet(d.ready()))
+	switch {
+	case err != nil:
+		if r, ok := d.readyAfter(ctx, rev); ok {
+			return true, r
+		}
+	case resp.Succeeded:
+		d.s.deletedOnce(key)
+		return false, 0
+	default:
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && kvs[0].ModRevision > rev {
+			return true, kvs[0].ModRevision
 		}
 	}
-	return d.awaitReady(ctx, key, rev)
+	_ = d.s.deleteKey(key, rev)
+	return false, 0
 }
 
-// readyAfter reports whether ready exists, written after rev: read even if
-// ctx has ended, for at most one attempt's longest bound.
-func (d *doubleBarrier) readyAfter(ctx context.Context, rev int64) bool {
+// enter counts the parties after this one's key was written at rev, and
+// waits for ready unless this party completes the count. It returns the
+// revision of the ready that completed the round.
+func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) (int64, error) {
+	for {
+		all, err := d.s.get(ctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			return 0, err
+		}
+		parties := all.Kvs
+		if len(parties) >= d.count {
+			switch last := parties[d.count-1].CreateRevision; {
+			case rev > last:
+				return 0, fmt.Errorf("etcdio: %s: %d parties entered first: %w", d.name, d.count, barrier.ErrFull)
+			case rev == last:
+				// Only if every party counted is still there: none of
+				// them gave up since the read (see withdraw).
+				var counted []clientv3.Cmp
+				if d.count <= guardedParties {
+					for _, kv := range parties[:d.count-1] {
+						counted = append(counted, clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision))
+					}
+				}
+				resp, _, err := d.s.txn(ctx, counted, []clientv3.Op{clientv3.OpPut(d.ready(), "")})
+				switch {
+				case err != nil:
+					if r, ok := d.readyAfter(ctx, rev); ok {
+						// The write landed, its answer lost or its caller
+						// gone meanwhile: the others pass the barrier, and
+						// this party is in the round with them.
+						return r, nil
+					}
+					return 0, err
+				case resp.Succeeded:
+					return resp.Header.Revision, nil
+				}
+				continue // count again
+			}
+		}
+		return d.awaitReady(ctx, key, rev)
+	}
+}
+
+// readyAfter reports whether ready exists, written after rev, and its
+// revision: read even if ctx has ended, for at most one attempt's longest
+// bound.
+func (d *doubleBarrier) readyAfter(ctx context.Context, rev int64) (int64, bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxRequestTimeout)
 	defer cancel()
 	resp, err := d.s.get(rctx, d.ready())
-	return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].ModRevision > rev
+	if err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].ModRevision > rev {
+		return resp.Kvs[0].ModRevision, true
+	}
+	return 0, false
 }
 
 // awaitReady waits for ready to be written after this party's key, created
 // at rev, watching the whole barrier: the key's deletion (its lease gone,
 // or someone deleted it) ends the wait with an error wrapping
 // primitives.ErrLost, and has the session check its lease now.
-func (d *doubleBarrier) awaitReady(ctx context.Context, key string, rev int64) error {
+func (d *doubleBarrier) awaitReady(ctx context.Context, key string, rev int64) (int64, error) {
 	lost := func() (bool, error) {
 		d.s.post(d.s.checkLease)
 		return true, fmt.Errorf("key %s is gone: %w", key, primitives.ErrLost)
 	}
-	return d.await(ctx, waitFor{key: d.key + "/", opts: []clientv3.OpOption{clientv3.WithPrefix()},
+	var readyRev atomic.Int64 // set by the helper before it says the wait is over
+	err := d.await(ctx, waitFor{key: d.key + "/", opts: []clientv3.OpOption{clientv3.WithPrefix()},
 		settled: func(ctx context.Context) (bool, error) {
 			resp, err := d.s.cli.Txn(ctx).Then(clientv3.OpGet(d.ready()), clientv3.OpGet(key)).Commit()
 			if err != nil {
@@ -266,12 +339,19 @@ func (d *doubleBarrier) awaitReady(ctx context.Context, key string, rev int64) e
 				return lost()
 			}
 			kvs := resp.Responses[0].GetResponseRange().Kvs
-			return len(kvs) > 0 && kvs[0].ModRevision >= rev, nil
+			if len(kvs) > 0 && kvs[0].ModRevision >= rev {
+				readyRev.Store(kvs[0].ModRevision)
+				return true, nil
+			}
+			return false, nil
 		},
 		seen: func(ev *clientv3.Event) (bool, error) {
 			switch string(ev.Kv.Key) {
 			case d.ready():
-				return ev.Type == mvccpb.PUT && ev.Kv.ModRevision >= rev, nil
+				if ev.Type == mvccpb.PUT && ev.Kv.ModRevision >= rev {
+					readyRev.Store(ev.Kv.ModRevision)
+					return true, nil
+				}
 			case key:
 				if ev.Type == mvccpb.DELETE {
 					return lost()
@@ -280,6 +360,7 @@ func (d *doubleBarrier) awaitReady(ctx context.Context, key string, rev int64) e
 			return false, nil
 		},
 	})
+	return readyRev.Load(), err
 }
 
 // awaitGone waits until kv's key is gone: deleted, or another key of its
@@ -387,6 +468,11 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 		if err != nil {
 			return d.fail(ctx, err)
 		}
+		// The parties of this round: the next round's keys came after
+		// the ready that completed it.
+		resp.Kvs = slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool {
+			return d.readyRev > 0 && kv.CreateRevision > d.readyRev
+		})
 		if len(resp.Kvs) == 0 {
 			// Every party is gone, the lowest perhaps with its lease
 			// before it could clear ready: clear it, unless a party of

@@ -1,0 +1,111 @@
+package etcdio_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/internal/testkit"
+)
+
+// A party whose Leave gave up after its key was deleted may call Leave
+// again: it returns once the parties of its own round are gone, whoever of
+// the next round has entered meanwhile.
+func TestDoubleBarrierLeaveAgainAfterNextRoundEntered(t *testing.T) {
+	key := prefixOf(t)
+	cli := newClient(t)
+	a := newDoubleBarrier(t, newClient(t), key, 2)
+	b := newDoubleBarrier(t, newClient(t), key, 2)
+	ctx := testCtx(t, 30*time.Second)
+	entered := make(chan error, 1)
+	go func() { entered <- a.Enter(ctx) }()
+	testkit.Eventually(t, 10*time.Second, "a's key", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	if err := b.Enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, entered, "a's Enter"); err != nil {
+		t.Fatal(err)
+	}
+	// b is not the lowest: it deletes its key and waits for a's.
+	bctx, cancel := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() { left <- b.Leave(bctx) }()
+	testkit.Eventually(t, 10*time.Second, "b's key deleted", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	cancel()
+	if err := within(t, left, "b's first Leave"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("b's first Leave: %v, want context.Canceled", err)
+	}
+	if err := a.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := newDoubleBarrier(t, newClient(t), key, 2) // the next round
+	go func() { _ = c.Enter(ctx) }()
+	testkit.Eventually(t, 10*time.Second, "c's key", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer lcancel()
+	if err := b.Leave(lctx); err != nil {
+		t.Fatalf("b's second Leave, every party of its round gone: %v", err)
+	}
+}
+
+// gatedKV holds the caller of a chosen Get after etcd answered it, until
+// the test lets it go on: a party that read the count and has not yet
+// written ready.
+type gatedKV struct {
+	clientv3.KV
+	gate func(key string) (hold <-chan struct{}, ok bool)
+}
+
+func (k *gatedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, err := k.KV.Get(ctx, key, opts...)
+	if hold, ok := k.gate(key); ok {
+		<-hold
+	}
+	return resp, err
+}
+
+// A party whose Enter ends with its context's error is not counted: the
+// party completing the count read it waiting, then it gave up before ready
+// was written; the completing party must count again rather than pass the
+// barrier with it.
+func TestDoubleBarrierGivenUpPartyNotCounted(t *testing.T) {
+	key := prefixOf(t)
+	cli := newClient(t)
+	cliB := newClient(t)
+	read, proceed := make(chan struct{}), make(chan struct{})
+	var gets atomic.Int32
+	cliB.KV = &gatedKV{KV: cliB.KV, gate: func(k string) (<-chan struct{}, bool) {
+		// b's second read of the waiters: the count after its own key.
+		if k != key+"/waiters/" || gets.Add(1) != 2 {
+			return nil, false
+		}
+		close(read)
+		return proceed, true
+	}}
+	a := newDoubleBarrier(t, newClient(t), key, 2)
+	b := newDoubleBarrier(t, cliB, key, 2)
+	actx, acancel := context.WithCancel(context.Background())
+	defer acancel()
+	aerr := make(chan error, 1)
+	go func() { aerr <- a.Enter(actx) }()
+	testkit.Eventually(t, 10*time.Second, "a's key", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	bctx, bcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer bcancel()
+	berr := make(chan error, 1)
+	go func() { berr <- b.Enter(bctx) }()
+	<-read // b counted a and itself
+	acancel()
+	errA := within(t, aerr, "a's Enter")
+	close(proceed)
+	errB := within(t, berr, "b's Enter")
+	if errA != nil && errB == nil {
+		t.Fatalf("a's Enter returned %v, yet b passed the barrier counting it", errA)
+	}
+	if errA == nil && errB != nil {
+		t.Fatalf("a passed the barrier, b's Enter returned %v", errB)
+	}
+}
