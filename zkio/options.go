@@ -3,6 +3,7 @@ package zkio
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -24,6 +25,11 @@ const DefaultSessionTimeout = driver.DefaultTTL
 // servers, a bad path, a bad timeout, clashing options, an oversized value.
 // It wraps primitives.ErrInvalidArgument, so errors.Is matches either.
 var ErrInvalidArgument = fmt.Errorf("zkio: %w", primitives.ErrInvalidArgument)
+
+// maxSessionTimeout is the longest session timeout a session asks for: the
+// ZooKeeper client sends it as int32 milliseconds (a longer one would
+// overflow). The server grants at most its maxSessionTimeout anyway.
+const maxSessionTimeout = math.MaxInt32 * time.Millisecond
 
 // maxPath is the longest path a primitive accepts, in bytes.
 const maxPath = 1024
@@ -68,7 +74,8 @@ func WithValue(value string) Option {
 }
 
 // WithTTL sets the session timeout to ask for (default DefaultSessionTimeout,
-// 10s; whole milliseconds, at least 1s): ZooKeeper's name for a lease's TTL.
+// 10s; whole milliseconds, at least 1s and at most 2^31-1 ms, about 596h,
+// the client's limit): ZooKeeper's name for a lease's TTL.
 // After the owner stops talking to ZooKeeper (it crashed, paused or was cut
 // off) the server ends its session, and with it every hold, that long after
 // it last heard from it. The server may grant less or more; the session
@@ -80,7 +87,7 @@ func WithTTL(d time.Duration) Option {
 
 // WithSessionTimeout is WithTTL by its ZooKeeper name, and sets the same
 // timeout; it takes whole milliseconds from 100ms (the server grants at
-// least two of its ticks whatever is asked).
+// least two of its ticks whatever is asked) to 2^31-1 ms.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) { o.TTL, o.TTLSet, o.timeoutSet = d, false, true }
 }
@@ -165,6 +172,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if (o.timeoutSet || o.TTLSet) && o.TTL%time.Millisecond != 0 {
 		return o, fmt.Errorf("session timeout %v: must be whole milliseconds: %w", o.TTL, ErrInvalidArgument)
+	}
+	if (o.timeoutSet || o.TTLSet) && o.TTL > maxSessionTimeout {
+		return o, fmt.Errorf("session timeout %v: must be at most %v, the longest the ZooKeeper client can ask for: %w", o.TTL, maxSessionTimeout, ErrInvalidArgument)
 	}
 	if err := o.Check(o.session != nil, ErrInvalidArgument); err != nil {
 		return o, err
