@@ -214,7 +214,14 @@ func (g *globals) dialRedis(ctx context.Context, addr string) (backend, error) {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
 	defer cancel()
-	if err := cli.Ping(ctx).Err(); err != nil {
+	// The client heeds ctx's deadline in a read but not its cancellation
+	// (a signal): closing the client ends the ping then.
+	stopClose := context.AfterFunc(ctx, func() { cli.Close() })
+	err = cli.Ping(ctx).Err()
+	if !stopClose() && err == nil {
+		err = ctx.Err() // answered as ctx ended, and closed
+	}
+	if err != nil {
 		cli.Close()
 		return nil, g.unreachable(ctx, "Redis", []string{opt.Addr}, began, err)
 	}

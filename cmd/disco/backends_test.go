@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,5 +133,125 @@ func TestUnreachableStores(t *testing.T) {
 				t.Errorf("%s %v: took %v", c.ep, args, took)
 			}
 		}
+	}
+}
+
+// On every store, SIGHUP (the terminal or ssh session closed) is SIGTERM's
+// like: a waiter stops waiting (status 129) and CMD never runs; a holder
+// passes it on to CMD's group and releases once CMD exited, so the next
+// waiter runs at once, well within the TTL, and disco exits with CMD's status.
+func TestHangupOnEveryStore(t *testing.T) {
+	const ttl = 30 * time.Second
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			ep := st.start(t)
+			name := nameOf(t) + "-hup"
+			base := []string{"--endpoints", ep, "--ttl", ttl.String(), "-v", "lock", name, "--", "sh", "-c"}
+			holder := startDisco(t, append(base, `trap 'echo got HUP; exit 7' HUP; echo ready; while :; do sleep 0.05; done`)...)
+			holder.stdout.await(t, "ready", 15*time.Second)
+			waiter := startDisco(t, append(base, "echo ran")...)
+			waiter.stderr.await(t, "waiting", 15*time.Second)
+			quitter := startDisco(t, append(base, "echo ran")...)
+			quitter.stderr.await(t, "waiting", 15*time.Second)
+
+			quitter.signal(t, syscall.SIGHUP)
+			if code := quitter.wait(t, 5*time.Second); code != 128+int(syscall.SIGHUP) || quitter.stdout.String() != "" {
+				t.Errorf("waiter after SIGHUP: exit status %d, stdout %q; want %d and nothing; stderr:\n%s",
+					code, quitter.stdout, 128+int(syscall.SIGHUP), quitter.stderr)
+			}
+
+			start := time.Now()
+			holder.signal(t, syscall.SIGHUP)
+			if code := holder.wait(t, 5*time.Second); code != 7 {
+				t.Errorf("holder after SIGHUP: exit status %d, want CMD's 7; stderr:\n%s", code, holder.stderr)
+			}
+			waiter.stdout.await(t, "ran", 5*time.Second)
+			holder.stdout.await(t, "got HUP", time.Second)
+			if took := time.Since(start); took > ttl/3 {
+				t.Fatalf("the next waiter ran %v after SIGHUP to the holder", took)
+			}
+			if code := waiter.wait(t, 5*time.Second); code != 0 {
+				t.Fatalf("waiter: exit status %d; stderr:\n%s", code, waiter.stderr)
+			}
+		})
+	}
+}
+
+// A NAME a store refuses (its library's primitives.ErrInvalidArgument) is
+// bad usage, status 2 with the help to read, on every store and for every
+// command that takes a NAME, elect without CMD too.
+func TestRefusedNamesAreUsageOnEveryStore(t *testing.T) {
+	long := "/" + strings.Repeat("x", 1100)
+	refused := map[string][]string{
+		"etcd":      {long},
+		"zookeeper": {long, "/a//b", "/zookeeper/x", "/a/.."},
+		"redis":     {long},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			ep := st.start(t)
+			for _, name := range refused[st.name] {
+				for _, args := range [][]string{
+					{"lock", name, "--", "true"},
+					{"elect", name, "v", "--", "true"},
+					{"elect", name, "v"},
+					{"observe", name},
+				} {
+					code, stdout, stderr := runDisco(t, 20*time.Second, append([]string{"--endpoints", ep}, args...)...)
+					lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+					help := "Run 'disco " + args[0] + " --help' for usage."
+					if code != exitUsage || stdout != "" || len(lines) != 2 || !strings.HasPrefix(lines[0], "disco: ") ||
+						!strings.Contains(lines[0], "invalid argument") || lines[1] != help {
+						t.Errorf("%.40q %v: exit status %d, stdout %q, stderr %.300q; want %d, a line saying invalid argument and %q",
+							name, slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == name }), code, stdout, stderr, exitUsage, help)
+					}
+				}
+			}
+		})
+	}
+}
+
+// status --json of a NAME without keys says the same on every store: an
+// empty queue ([], not null), the kind told by the (empty) layout.
+func TestStatusJSONWithoutKeysOnEveryStore(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			ep := st.start(t)
+			name := nameOf(t) + "-empty"
+			code, out, errOut := runDisco(t, 15*time.Second, "--endpoints", ep, "--json", "status", name)
+			if code != 0 {
+				t.Fatalf("exit status %d: %s", code, errOut)
+			}
+			var r map[string]any
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("%q: %v", out, err)
+			}
+			if q, ok := r["queue"].([]any); !ok || len(q) != 0 || r["kind_from"] != "layout" || r["kind"] != "" {
+				t.Errorf("printed %s; want \"queue\":[], \"kind\":\"\" and \"kind_from\":\"layout\"", out)
+			}
+			// With --kind, the kind is the flag's.
+			_, out, _ = runDisco(t, 15*time.Second, "--endpoints", ep, "--json", "status", "--kind", "election", name)
+			if !strings.Contains(out, `"kind":"election","kind_from":"flag"`) || !strings.Contains(out, `"queue":[]`) {
+				t.Errorf("--kind election: printed %s", out)
+			}
+		})
+	}
+}
+
+// A --ttl over what the ZooKeeper client can ask for (a session timeout in
+// int32 milliseconds, just under 596h32m) is bad usage, said as such, not
+// a ZooKeeper that did not answer; one within it works.
+func TestZooKeeperTTLOverClientLimit(t *testing.T) {
+	ep := "zk://" + testserver.StartZooKeeper(t).Addr
+	name := nameOf(t)
+	for _, args := range [][]string{{"lock", name, "--", "true"}, {"elect", name, "v"}, {"observe", name}, {"status", name}} {
+		code, stdout, stderr := runDisco(t, 15*time.Second, append([]string{"--endpoints", ep, "--ttl", "597h", "--dial-timeout", "2s"}, args...)...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, "597h0m0s") || !strings.Contains(stderr, "invalid argument") {
+			t.Errorf("--ttl 597h %s: exit status %d, stdout %q, stderr %q; want %d naming the TTL as invalid", args[0], code, stdout, stderr, exitUsage)
+		}
+	}
+	code, stdout, stderr := runDisco(t, 15*time.Second, "--endpoints", ep, "--ttl", "596h", "lock", name, "--", "echo", "ran")
+	if code != 0 || stdout != "ran\n" {
+		t.Errorf("--ttl 596h: exit status %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

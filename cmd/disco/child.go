@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
 )
@@ -39,10 +41,10 @@ func (c childExit) Error() string {
 // errInterrupted ends a wait for a hold: disco got a signal before CMD ran.
 var errInterrupted = errors.New("interrupted")
 
-// supervisor runs CMD while a hold lasts. Before CMD starts, a SIGINT or
-// SIGTERM to disco ends the wait for the hold; once CMD runs, disco
-// forwards such signals to CMD's process group; after CMD exits, disco
-// ignores them while it releases.
+// supervisor runs CMD while a hold lasts. Before CMD starts, a SIGINT,
+// SIGTERM or SIGHUP to disco ends the wait for the hold; once CMD runs,
+// disco forwards such signals to CMD's process group; after CMD exits,
+// disco ignores them while it releases.
 type supervisor struct {
 	what           string // "lock NAME", "leadership of NAME"
 	argv           []string
@@ -58,14 +60,15 @@ type supervisor struct {
 	lost     bool               // the hold was lost while CMD ran
 	doubted  bool               // the hold was suspended while CMD ran, and CMD stopped
 	sig      syscall.Signal     // a signal that came before CMD started
+	ended    error              // why the hold ended before CMD could start
 }
 
-// watchSignals makes ctx end at SIGINT or SIGTERM until CMD starts, and
-// forwards those signals to CMD while it runs. stop undoes it.
+// watchSignals makes ctx end at SIGINT, SIGTERM or SIGHUP until CMD
+// starts, and forwards those signals to CMD while it runs. stop undoes it.
 func (s *supervisor) watchSignals(ctx context.Context) (context.Context, func()) {
 	ctx, s.cancel = context.WithCancel(ctx)
 	ch := make(chan os.Signal, 4)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(ch, stopSignals...)
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -122,10 +125,10 @@ func (s *supervisor) run(ctx context.Context, scope string, token fencing.Token)
 		s.mu.Unlock()
 		return errInterrupted
 	}
-	if ctx.Err() != nil { // lost before CMD could start
-		s.finished = true
+	if ctx.Err() != nil { // lost (or suspended) before CMD could start
+		s.finished, s.ended = true, context.Cause(ctx)
 		s.mu.Unlock()
-		return context.Cause(ctx)
+		return s.ended
 	}
 	// Its own process group, so that disco can stop CMD's children too.
 	grp, err := startGroup(s.argv, env, s.stdin, s.stdout, s.stderr)
@@ -196,6 +199,14 @@ func earlier(a, b time.Time) time.Time {
 	return a
 }
 
+// checkGrace validates cmd's --grace.
+func checkGrace(cmd *cobra.Command, grace time.Duration) error {
+	if grace < 0 {
+		return argsErr(cmd, "--grace %v: must not be negative", grace)
+	}
+	return nil
+}
+
 // checkStopAt validates --stop-at.
 func checkStopAt(v string) error {
 	if v != stopAtSuspended && v != stopAtLost {
@@ -231,8 +242,15 @@ func (s *supervisor) outcome(err error) error {
 	}
 	var ce childExit
 	s.mu.Lock()
-	doubted := s.doubted
+	doubted, ended := s.doubted, s.ended
 	s.mu.Unlock()
+	if ended != nil {
+		// lock.Do or election.Lead handed over a hold that had ended already.
+		if errors.Is(ended, primitives.ErrLost) {
+			return &exitError{code: exitLost, err: fmt.Errorf("%s lost before CMD started, so CMD did not run: %w", s.what, ended)}
+		}
+		return &exitError{code: exitLost, err: fmt.Errorf("%s was in doubt before CMD started, so CMD did not run: %w", s.what, ended)}
+	}
 	if doubted && errors.Is(err, primitives.ErrSuspended) && !errors.Is(err, primitives.ErrLost) {
 		// The lease was confirmed again after CMD was stopped: the hold
 		// was released, but CMD did not finish under it.

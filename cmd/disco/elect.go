@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -31,7 +32,10 @@ lock': no process of CMD's group outlives the term (disco resigns only once
 none runs), except one that left the group (setsid).
 
 Without CMD: print each term won (token, key) and campaign again after a
-loss, until interrupted; then resign.
+loss, until interrupted (SIGINT, SIGTERM or SIGHUP; status 0, also while
+connecting); then resign. Should the service be out of reach after a loss,
+disco says so on stderr and tries again, with pauses growing to the TTL;
+only a first connection that fails ends it.
 
 The election agrees with etcd's concurrency.Election and 'etcdctl elect' on
 the same NAME about who leads.`,
@@ -43,6 +47,9 @@ the same NAME about who leads.`,
 		},
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
 			if err := checkName(a[0]); err != nil {
+				return err
+			}
+			if err := checkGrace(cmd, grace); err != nil {
 				return err
 			}
 			if len(a) == 2 {
@@ -97,34 +104,42 @@ func runElect(ctx context.Context, g *globals, name, value string, argv []string
 }
 
 // runCampaigns campaigns, prints each term won and campaigns again after a
-// loss, until ctx ends or a signal comes; then it resigns.
+// loss, until ctx ends or a signal comes; then it resigns. When the
+// session is gone it starts a new one after a pause, and if the service
+// cannot be reached it says so on stderr and tries again, with a longer
+// pause up to the TTL; only a first connection that fails (or bad input)
+// ends it. An interruption, also while connecting, ends it normally.
 func runCampaigns(ctx context.Context, g *globals, name, value string) error {
 	ctx, stop := notifyContext(ctx)
 	defer stop()
 	out := newPrinter(g)
-	for retry := time.Duration(0); ; {
-		err := campaignOnce(ctx, g, name, value, out)
+	for retry, first := time.Duration(0), true; ; first = false {
+		connected, err := campaignOnce(ctx, g, name, value, out)
 		var ee *exitError
-		if ctx.Err() != nil || errors.As(err, &ee) {
-			return err // interrupted, or connecting failed
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case !connected && (first || errors.As(err, &ee) || errors.Is(err, primitives.ErrInvalidArgument)):
+			return err // the service unreachable at the start, or bad usage
+		case connected:
+			retry = 0 // the session is gone: the loss was told on stdout
 		}
-		// The session is gone: start a new one after a pause.
 		retry = min(max(2*retry, 100*time.Millisecond), g.ttl)
+		if !connected {
+			fmt.Fprintf(g.stderr, "disco: campaigning in %s: %v; again in %v\n", name, err, retry)
+		}
 		if !ctxtime.Sleep(ctx, retry) {
 			return nil
 		}
 	}
 }
 
-// campaignOnce runs one candidate until its term is lost or ctx ends.
-func campaignOnce(ctx context.Context, g *globals, name, value string, out *printer) error {
+// campaignOnce runs one candidate until its session is gone or ctx ends;
+// connected says whether it got a session.
+func campaignOnce(ctx context.Context, g *globals, name, value string, out *printer) (connected bool, err error) {
 	e, closeAll, err := newElection(ctx, g, name, false)
 	if err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			return err
-		}
-		return &exitError{code: exitFailure, err: err}
+		return false, err
 	}
 	defer closeAll()
 	for {
@@ -139,14 +154,14 @@ func campaignOnce(ctx context.Context, g *globals, name, value string, out *prin
 			if leading {
 				out.event(termEvent{Event: "resigned", Name: name})
 			}
-			return nil
+			return true, nil
 		}
 		if err == nil {
 			err = errors.New("term ended")
 		}
 		out.event(termEvent{Event: "lost", Name: name, Error: errString(err)})
 		if e.Err() != nil {
-			return err // the session is gone
+			return true, err // the session is gone
 		}
 		// The key alone was lost: campaign again on the same session.
 	}

@@ -257,3 +257,55 @@ func leases(t *testing.T, cli *clientv3.Client) map[clientv3.LeaseID]bool {
 	}
 	return ids
 }
+
+// elect without CMD campaigns again after a loss for as long as the
+// service stays out of reach: once it had a session, a reconnect that
+// fails is said on stderr and tried again, and when etcd answers again it
+// leads again. (Only a first connection that fails ends it.)
+func TestElectWithoutCommandOutlastsOutage(t *testing.T) {
+	noLeaks(t)
+	name := nameOf(t)
+	ep, px := proxied(t)
+	p := startDisco(t, "--endpoints", ep, "--ttl", "2s", "--dial-timeout", "1s", "--command-timeout", "1s", "elect", name, "v1")
+	p.stdout.await(t, "leading "+name, 10*time.Second)
+	px.BlackholeTx()
+	px.BlackholeRx()
+	p.awaitRunning(t, p.stdout, "lost "+name, 10*time.Second)
+	// etcd is still out of reach: the next session cannot be had.
+	p.awaitRunning(t, p.stderr, "disco: campaigning in "+name+": ", 10*time.Second)
+	px.UnblackholeTx()
+	px.UnblackholeRx()
+	p.awaitRunning(t, p.stdout, "\nleading "+name, 15*time.Second)
+	p.signal(t, syscall.SIGINT)
+	if code := p.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr)
+	}
+	p.stdout.await(t, "resigned "+name, time.Second)
+}
+
+// Ctrl-C (SIGINT), SIGTERM or SIGHUP while elect without CMD or observe is
+// still connecting ends it normally, status 0, on every service.
+func TestCampaignInterruptedWhileConnecting(t *testing.T) {
+	noLeaks(t)
+	for _, scheme := range []string{"", "zk://", "redis://"} {
+		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+			for _, args := range [][]string{{"elect", "/x", "v"}, {"observe", "/x"}} {
+				t.Run(scheme+args[0]+"-"+sig.String(), func(t *testing.T) {
+					addr, accepted := silentEndpoint(t)
+					p := startDisco(t, append([]string{"--endpoints", scheme + addr, "--dial-timeout", "30s"}, args...)...)
+					select {
+					case <-accepted: // disco is connecting, and minds signals
+					case <-p.done:
+						t.Fatalf("exit status %d before connecting; stderr:\n%s", p.code, p.stderr)
+					case <-time.After(10 * time.Second):
+						t.Fatal("disco did not connect")
+					}
+					p.signal(t, sig)
+					if code := p.wait(t, 5*time.Second); code != 0 || p.stdout.String() != "" {
+						t.Fatalf("exit status %d, stdout %q; want 0 and nothing; stderr:\n%s", code, p.stdout, p.stderr)
+					}
+				})
+			}
+		}
+	}
+}

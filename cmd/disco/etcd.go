@@ -37,7 +37,7 @@ func newEtcdCmd(g *globals) *cobra.Command {
 		Short: "Run a single-member etcd in this process, for local development",
 		Long: `Run a single-member etcd cluster inside disco, on 127.0.0.1, for local
 development; print the line to export (export ETCD_ENDPOINTS=...) on stdout
-and serve until SIGINT or SIGTERM.
+and serve until SIGINT, SIGTERM or SIGHUP.
 
 Without --data-dir the data lives in a temporary directory removed at exit.
 Port 0 picks a free port.`,

@@ -33,8 +33,11 @@ confirmed again meanwhile (CMD did not finish under the lock). With
 --stop-at=lost, disco waits for the loss itself (the lease expired or was
 revoked, the key was deleted) and then stops CMD the same way, SIGKILL after
 --grace: CMD may then run on beside the next holder, until its token is
-refused. Either way disco exits with status 3. SIGINT and SIGTERM sent to disco are passed
-on to CMD; before CMD starts they end the wait (status 128+signal).
+refused. Either way disco exits with status 3 (also when the hold ended
+after it was granted but before CMD could start: CMD then does not run).
+SIGINT, SIGTERM and SIGHUP (the terminal or ssh session closed) sent to
+disco are passed on to CMD; before CMD starts they end the wait (status
+128+signal). --grace must not be negative.
 
 CMD runs in a process group of its own (it is then not in the terminal's
 foreground group: it should not read the terminal), and no process of that
@@ -54,6 +57,9 @@ Curator's InterProcessMutex.`,
 		Args: func(cmd *cobra.Command, a []string) error { return cmdArgs(cmd, a, "NAME") },
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
 			if err := checkName(a[0]); err != nil {
+				return err
+			}
+			if err := checkGrace(cmd, grace); err != nil {
 				return err
 			}
 			if err := checkStopAt(stopAt); err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -260,4 +261,66 @@ func awaitKeys(t *testing.T, cli *clientv3.Client, name string, n int) []string 
 		<-cli.Watch(wctx, name+"/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		cancel()
 	}
+}
+
+// awaitRunning returns o (p's stdout or stderr) once it contains want,
+// failing t if p ends first or d passes.
+func (p *proc) awaitRunning(t *testing.T, o *output, want string, d time.Duration) string {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		o.mu.Lock()
+		s, changed := o.buf.String(), o.changed
+		o.mu.Unlock()
+		if strings.Contains(s, want) {
+			return s
+		}
+		select {
+		case <-changed:
+		case <-p.done:
+			// Wait has copied all output: a last look.
+			if s := o.String(); strings.Contains(s, want) {
+				return s
+			}
+			t.Fatalf("disco %v ended (exit %d) before printing %q; stdout:\n%s\nstderr:\n%s", p.cmd.Args[1:], p.code, want, p.stdout, p.stderr)
+		case <-deadline.C:
+			t.Fatalf("no %q in output within %v; stdout:\n%s\nstderr:\n%s", want, d, p.stdout, p.stderr)
+		}
+	}
+}
+
+// silentEndpoint returns the address of a listener that accepts
+// connections and never answers, and a channel closed at its first
+// connection. It is closed when t ends.
+func silentEndpoint(t *testing.T) (string, <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if conns = append(conns, c); len(conns) == 1 {
+				close(accepted)
+			}
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	return ln.Addr().String(), accepted
 }

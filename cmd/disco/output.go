@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"sync"
 	"syscall"
@@ -33,7 +34,12 @@ func (p *printer) event(v fmt.Stringer) {
 	fmt.Fprintln(p.w, v.String())
 }
 
-// notifyContext returns a context that ends at SIGINT or SIGTERM.
+// stopSignals are the signals that end disco's wait or run: SIGINT
+// (Ctrl-C), SIGTERM, and SIGHUP (the terminal or ssh session closed), which
+// would otherwise kill disco without a release.
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// notifyContext returns a context that ends at SIGINT, SIGTERM or SIGHUP.
 func notifyContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	return signal.NotifyContext(ctx, stopSignals...)
 }

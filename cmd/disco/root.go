@@ -15,6 +15,7 @@ import (
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/primitives"
 )
 
 // Exit statuses of disco's own (CMD's status passes through otherwise).
@@ -115,10 +116,11 @@ write to. --endpoints chooses the service by its scheme: etcd (the default,
 host:port or etcd://host:port,...), zk://host:port,... or redis://host:port/db.
 
 Exit statuses: CMD's own; 1 disco's error (the service unreachable, a
-timeout); 2 bad usage; 3 the lock or leadership was lost, or in doubt, while
-CMD ran (CMD was terminated); 126/127 CMD could not be started / was not
-found; 128+N disco was interrupted by signal N before CMD started, or CMD
-died of signal N.
+timeout); 2 bad usage (also a NAME or --ttl the service refuses); 3 the
+lock or leadership was lost, or in doubt, while CMD ran (CMD was
+terminated) or before it could start (CMD did not run); 126/127 CMD could
+not be started / was not found; 128+N disco was interrupted by signal N
+(SIGINT, SIGTERM, SIGHUP) before CMD started, or CMD died of signal N.
 
 Names: a NAME starts with "/" and does not end with "/" (others are refused,
 status 2). On etcd a primitive on NAME keeps its keys under the prefix NAME/
@@ -141,7 +143,7 @@ the keys of NAME/sub are not NAME's.`,
 	}
 	f := root.PersistentFlags()
 	f.StringSliceVar(&g.endpoints, "endpoints", def, "the service, comma-separated: etcd host:port (or etcd://, http://), zk://host:port,..., or redis://host:port/db; "+envEndpoints+" or "+embedded.EnvEndpoints+" sets the default")
-	f.DurationVar(&g.ttl, "ttl", 10*time.Second, "TTL of lock and election sessions (the lease; on ZooKeeper the session timeout), whole seconds: how long a hold outlives a crashed disco")
+	f.DurationVar(&g.ttl, "ttl", 10*time.Second, "TTL of lock and election sessions (the lease; on ZooKeeper the session timeout, at most 596h), whole seconds: how long a hold outlives a crashed disco")
 	f.BoolVar(&g.json, "json", false, "machine-readable output of status, observe and elect without CMD: one JSON object per line")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "report progress (waiting, acquired, released) on stderr")
 	f.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "give up when the service does not answer within this")
@@ -191,8 +193,10 @@ func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 		switch {
 		case err == nil || errors.As(err, &ee):
 			return err
-		case errors.Is(err, etcdio.ErrInvalidArgument):
-			return usageErr(err) // a bad NAME, say
+		case errors.Is(err, primitives.ErrInvalidArgument):
+			// A NAME or --ttl the service's library refuses (every
+			// backend's sentinel wraps primitives.ErrInvalidArgument).
+			return usageErr(err)
 		}
 		return &exitError{code: exitFailure, err: err}
 	}

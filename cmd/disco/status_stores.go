@@ -27,6 +27,17 @@ type silentZK struct{}
 
 func (silentZK) Printf(string, ...any) {}
 
+// newReport returns service's report of name without keys yet, as etcd's
+// says it: an empty queue, the kind from the flag, else from the layout
+// (none while there are no keys).
+func newReport(service, name, kind string) *report {
+	r := &report{Service: service, Name: name, Kind: kind, KindFrom: "flag", Queue: []queueEntry{}}
+	if kind == "" {
+		r.KindFrom = "layout"
+	}
+	return r
+}
+
 // status reads the znodes under NAME through a connection of its own.
 func (b *zkBackend) status(ctx context.Context, name, kind string) (*report, error) {
 	conn, _, err := zk.Connect(b.servers, b.g.dialTimeout, zk.WithLogger(silentZK{}))
@@ -89,9 +100,9 @@ func (b *zkBackend) status(ctx context.Context, name, kind string) (*report, err
 	if a.err != nil {
 		return nil, fmt.Errorf("status %s: %w", name, a.err)
 	}
-	r := &report{Name: name, Kind: kind, KindFrom: "flag", Service: "ZooKeeper"}
+	r := newReport("ZooKeeper", name, kind)
 	if kind == "" && len(a.es) > 0 {
-		r.Kind, r.KindFrom = a.es[0].kind, "layout"
+		r.Kind = a.es[0].kind
 	}
 	writerAhead := false
 	for _, e := range a.es {
@@ -139,9 +150,9 @@ func (b *redisBackend) status(ctx context.Context, name, kind string) (*report, 
 	for _, k := range granted {
 		isGranted[k] = true
 	}
-	r := &report{Name: name, Kind: kind, KindFrom: "flag", Service: "Redis"}
+	r := newReport("Redis", name, kind)
 	if kind == "" && len(keys) > 0 {
-		r.Kind, r.KindFrom = kindLock, "layout"
+		r.Kind = kindLock
 	}
 	for _, k := range keys {
 		f, err := b.cli.HGetAll(cctx, k).Result()

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ahrtr/disco/primitives"
+)
+
+// A hold that ends (lost, or suspended with --stop-at=suspended) after it
+// was granted but before CMD could start ends disco with status 3 saying
+// that CMD did not run, not that it "exited with status 0"; CMD never runs.
+// (lock.Do and election.Lead hand fn a context that may have ended already.)
+func TestHoldEndedBeforeCommandStarted(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cause error
+		want  string
+	}{
+		{"lost", fmt.Errorf("lease expired: %w", primitives.ErrLost), "lock /x lost before CMD started, so CMD did not run: lease expired"},
+		{"suspended", &primitives.SuspendedError{Key: "/x/k", Deadline: time.Now()}, "lock /x was in doubt before CMD started, so CMD did not run: hold /x/k suspended"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			sup := &supervisor{what: "lock /x", argv: []string{"sh", "-c", "echo ran"}, grace: time.Second,
+				stopAt: stopAtSuspended, stdout: &stdout, stderr: &stderr}
+			_, stop := sup.watchSignals(context.Background())
+			defer stop()
+			ctx, cancel := context.WithCancelCause(context.Background())
+			cancel(tc.cause)
+			// What lock.Do returns after such an fn: fn's error joined with
+			// the loss, or with the suspension (the hold then released).
+			err := sup.outcome(errors.Join(sup.run(ctx, "/x", 1), tc.cause))
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != exitLost || !strings.HasPrefix(ee.Error(), tc.want) || strings.Contains(ee.Error(), "status 0") {
+				t.Fatalf("outcome %#v (%v); want exit status %d saying %q", err, err, exitLost, tc.want)
+			}
+			if stdout.Len() != 0 || stderr.Len() != 0 {
+				t.Fatalf("stdout %q, stderr %q: want nothing (CMD did not run)", &stdout, &stderr)
+			}
+		})
+	}
+}
