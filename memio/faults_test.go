@@ -274,3 +274,62 @@ func TestTokensIncreaseAcrossTheStore(t *testing.T) {
 		t.Fatalf("keys left after every Close: %v", keys)
 	}
 }
+
+// A waiter whose session is paused is not handed its grant during the
+// pause: as a frozen process, it learns of it once the pause ends.
+func TestPausedWaiterLearnsOfGrantAfterPause(t *testing.T) {
+	f := newFixture(t)
+	resume := f.ws.Pause()
+	if err := f.holder.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-f.waiting:
+		t.Fatalf("the paused waiter's Lock returned during the pause: %+v, %v", r.g, r.err)
+	case <-time.After(100 * time.Millisecond): // a negative check, not synchronisation
+	}
+	resume()
+	f.succeeded(t)
+}
+
+// A paused waiter whose context ends during the pause, after its grant
+// came, gets its context's error and holds nothing: the next owner takes
+// the lock.
+func TestPausedWaiterGivesUpDuringPause(t *testing.T) {
+	testkit.NoLeaks(t)
+	st := memio.NewStore()
+	h := testkit.ClosedAtEnd[lock.Service](t)(memio.NewLock(st, "/jobs"))
+	w := testkit.ClosedAtEnd[lock.Service](t)(memio.NewLock(st, "/jobs"))
+	next := testkit.ClosedAtEnd[lock.Service](t)(memio.NewLock(st, "/jobs"))
+	if _, err := h.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waiting := make(chan error, 1)
+	go func() { _, err := w.Lock(ctx); waiting <- err }()
+	testkit.Eventually(t, 5*time.Second, "the waiter's key", func() bool { return len(st.Keys("/jobs/")) == 2 })
+	resume := memio.SessionOf(w).Pause()
+	defer resume()
+	if err := h.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the waiter's Lock: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter's Lock did not return when its context ended")
+	}
+	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer tcancel()
+	if _, err := next.Lock(tctx); err != nil {
+		t.Fatalf("the next owner: %v", err)
+	}
+	resume()
+	if _, err := w.TryLock(context.Background()); !errors.Is(err, lock.ErrLockTaken) {
+		t.Fatalf("the waiter's TryLock after the pause: %v, want ErrLockTaken", err)
+	}
+}

@@ -129,8 +129,16 @@ func (svc *service) acquire(ctx context.Context, mode rwlock.Mode, value string,
 	h, err := svc.enqueue(ctx, mode, value, try)
 	if err != nil {
 		svc.Leave()
+		return h, err
 	}
-	return h, err
+	// A paused session's caller learns of its grant once the pause ends;
+	// if ctx ends first, the grant is released (its end lets the next
+	// acquisition in).
+	if err := svc.s.gate(ctx); err != nil {
+		_ = svc.releaseNow(driver.CreatedAt(h.Created), false)
+		return driver.Hold{}, err
+	}
+	return h, nil
 }
 
 func (svc *service) enqueue(ctx context.Context, mode rwlock.Mode, value string, try bool) (driver.Hold, error) {
@@ -189,13 +197,21 @@ func (svc *service) release(ctx context.Context, m driver.Match) error {
 	if err := svc.s.gate(ctx); err != nil {
 		return err
 	}
+	return svc.releaseNow(m, true)
+}
+
+// releaseNow is release once the session is not paused; a release the
+// caller did not ask for (faults false) is spared FailNext.
+func (svc *service) releaseNow(m driver.Match, faults bool) error {
 	svc.st.mu.Lock()
 	defer svc.st.mu.Unlock()
 	if err := svc.Err(); err != nil {
 		return err
 	}
-	if err := svc.s.failure(); err != nil {
-		return err
+	if faults {
+		if err := svc.s.failure(); err != nil {
+			return err
+		}
 	}
 	h, err := svc.BeginRelease(m)
 	if err != nil {

@@ -173,7 +173,9 @@ func (s *Session) resume() {
 // Pause freezes the session as a long garbage collection pause or a
 // suspended VM would: its renewals stop (StopRenewals) and every request
 // its primitives make waits, until the returned resume is called (once;
-// later calls do nothing). The session expires if the pause outlasts its
+// later calls do nothing). A Lock (Acquire, Campaign) granted during the
+// pause returns once it ends; if its ctx ends first, the grant is
+// released and the Lock returns ctx's error. The session expires if the pause outlasts its
 // TTL.
 func (s *Session) Pause() (resume func()) {
 	s.st.mu.Lock()
