@@ -120,6 +120,10 @@ var (
 	// ErrSuspended is the cause of a Do or Lead context cancelled at
 	// Suspended, for a service built to cancel there.
 	ErrSuspended = errors.New("disco: ownership suspended")
+	// ErrReleased is the cause of a Do or Lead context ended because the
+	// grant was released by another call of its owner (Unlock, Release,
+	// Resign) while fn ran: another owner may hold now.
+	ErrReleased = errors.New("disco: grant released")
 )
 
 // SuspendedError is the cause of a Do or Lead context ended at Suspended

@@ -68,6 +68,8 @@ type face interface {
 	SubscribeHolds(ctx context.Context) <-chan primitives.Event
 	// CurrentGrant makes the primitive a primitives.GrantHolder.
 	CurrentGrant() (primitives.Acquired, bool)
+	// SuspendedUntil tells lock.Do of a grant made on a suspended session.
+	SuspendedUntil() (time.Time, bool)
 	Done() <-chan struct{}
 	Err() error
 	CancelOnSuspend() bool

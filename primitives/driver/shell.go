@@ -52,6 +52,9 @@ type Shell struct {
 	errMu sync.Mutex
 	err   error
 	term  atomic.Pointer[Hold] // a copy of the loop's hold, for Current
+	// until is the deadline of the session's suspension while it lasts,
+	// for SuspendedUntil.
+	until atomic.Pointer[time.Time]
 
 	// Loop only.
 	hold      *Hold
@@ -165,6 +168,17 @@ func (sh *Shell) CurrentGrant() (primitives.Acquired, bool) {
 		return primitives.Acquired{}, false
 	}
 	return h.acquired(), true
+}
+
+// SuspendedUntil reports whether the session is suspended now, and the
+// deadline at which it may end. It reads no loop state and never blocks:
+// lock.Do reads it as a grant comes, before the grant's Suspended event
+// reaches it.
+func (sh *Shell) SuspendedUntil() (deadline time.Time, ok bool) {
+	if p := sh.until.Load(); p != nil {
+		return *p, true
+	}
+	return time.Time{}, false
 }
 
 // Held returns the grant the service holds, nil if none. Loop only.
@@ -297,6 +311,7 @@ func (sh *Shell) EndFor(err error, cause string) (Hold, bool) {
 func (sh *Shell) Suspend(deadline time.Time) {
 	was := sh.suspended
 	sh.suspended, sh.deadline = true, deadline
+	sh.until.Store(&deadline)
 	if h := sh.hold; h != nil && !was {
 		sh.events.Publish(h.Suspended(deadline))
 	}
@@ -307,6 +322,7 @@ func (sh *Shell) Suspend(deadline time.Time) {
 func (sh *Shell) Resume() {
 	was := sh.suspended
 	sh.suspended = false
+	sh.until.Store(nil)
 	if h := sh.hold; h != nil && was {
 		sh.events.Publish(h.Resumed())
 	}

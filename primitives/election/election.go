@@ -115,7 +115,10 @@ type TermResigner interface {
 // own term. It returns fn's error; if the term was lost it returns
 // errors.Join(fn's error, an error wrapping primitives.ErrLost). A failed
 // Campaign is returned as is and fn is not called; a term won just as ctx
-// ended is resigned and Lead returns ctx's error without calling fn.
+// ended is resigned and Lead returns ctx's error without calling fn. fn's
+// context also ends when another call of s resigns the term (the cause
+// wraps primitives.ErrReleased, and Lead then returns fn's error alone);
+// the other rules are lock.Do's.
 func Lead(ctx context.Context, s Service, value string, fn func(ctx context.Context, l Leadership) error) error {
 	if err := hold.Check("election.Lead", s == nil, fn == nil); err != nil {
 		return err
@@ -137,6 +140,7 @@ func Lead(ctx context.Context, s Service, value string, fn func(ctx context.Cont
 		return s.Resign(ctx)
 	}
 	created := func(l Leadership) int64 { return l.Created }
-	return hold.Run(ctx, s, hold.Spec[Leadership]{Acquire: campaign, Created: created, Release: resign,
+	key := func(l Leadership) string { return l.Key }
+	return hold.Run(ctx, s, hold.Spec[Leadership]{Acquire: campaign, Created: created, Key: key, Release: resign,
 		NotHeld: ErrNotLeader, ReleaseTimeout: resignTimeout}, fn)
 }

@@ -96,13 +96,19 @@ const releaseTimeout = 10 * time.Second
 // ownership was lost while fn ran it returns errors.Join(fn's error, an error
 // wrapping primitives.ErrLost). A failed Lock is returned as is and fn is not
 // called; a Lock won just as ctx ended is released and Do returns ctx's
-// error without calling fn. A nil s or fn is an error wrapping primitives.ErrInvalidArgument.
+// error without calling fn. fn's context also ends when another call of s
+// releases the grant (Unlock, Release; the cause wraps
+// primitives.ErrReleased, and Do then returns fn's error alone), and, on a
+// Service built to cancel at Suspended, at once if the grant comes on a
+// suspended session. If fn panics, the grant is released as the panic goes
+// on. A nil s or fn is an error wrapping primitives.ErrInvalidArgument.
 func Do(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
 	if err := hold.Check("lock.Do", s == nil, fn == nil); err != nil {
 		return err
 	}
-	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: s.Lock, Created: Grant.created, Release: s.Release,
+	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: s.Lock, Created: Grant.created, Key: Grant.key, Release: s.Release,
 		NotHeld: ErrNotHeld, ReleaseTimeout: releaseTimeout}, fn)
 }
 
 func (g Grant) created() int64 { return g.Created }
+func (g Grant) key() string    { return g.Key }

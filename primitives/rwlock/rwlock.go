@@ -127,8 +127,9 @@ func DoWrite(ctx context.Context, s Service, fn func(ctx context.Context, g Gran
 }
 
 func do(ctx context.Context, s Service, acquire func(context.Context) (Grant, error), fn func(ctx context.Context, g Grant) error) error {
-	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: acquire, Created: Grant.created, Release: s.Release,
+	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: acquire, Created: Grant.created, Key: Grant.key, Release: s.Release,
 		NotHeld: ErrNotHeld, ReleaseTimeout: releaseTimeout}, fn)
 }
 
 func (g Grant) created() int64 { return g.Created }
+func (g Grant) key() string    { return g.Key }

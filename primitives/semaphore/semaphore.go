@@ -134,8 +134,9 @@ func Do(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) er
 	if err := hold.Check("semaphore.Do", s == nil, fn == nil); err != nil {
 		return err
 	}
-	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: s.Acquire, Created: Grant.created, Release: s.Release,
+	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: s.Acquire, Created: Grant.created, Key: Grant.key, Release: s.Release,
 		NotHeld: ErrNotHeld, ReleaseTimeout: releaseTimeout}, fn)
 }
 
 func (g Grant) created() int64 { return g.Created }
+func (g Grant) key() string    { return g.Key }

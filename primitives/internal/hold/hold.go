@@ -40,6 +40,8 @@ type Spec[G any] struct {
 	Acquire func(context.Context) (G, error)
 	// Created names the grant, as the events' Created does.
 	Created func(G) int64
+	// Key is the grant's key, for a SuspendedError.
+	Key     func(G) string
 	Release func(context.Context, G) error
 	// NotHeld is the primitive's sentinel for a release that finds the grant
 	// gone.
@@ -61,16 +63,25 @@ func Check(helper string, serviceNil, fnNil bool) error {
 	return nil
 }
 
+// suspendReporter is an Owner that can tell, without waiting, whether its
+// session is suspended now (driver.Shell.SuspendedUntil).
+type suspendReporter interface {
+	SuspendedUntil() (deadline time.Time, ok bool)
+}
+
 // Run subscribes to s, acquires a grant, and runs fn with a context that is
 // cancelled, with the loss as its cause, as soon as s reports Lost for that
-// grant (matched by Created) or s is done; and, if s is a
-// primitives.SuspendCanceler that asks for it, as soon as s reports Suspended
-// for it, with a cause wrapping primitives.ErrSuspended. After fn returns,
-// the grant is released unless it was already lost. The result is fn's error
-// joined with the loss (or suspension) or the release's error; a release that
-// finds the grant gone counts as a loss. A failed acquire is returned as is
-// and fn is not called; so is ctx's error when the grant was won as ctx
-// ended, after the grant's release.
+// grant (matched by Created) or s is done; with a cause wrapping
+// primitives.ErrReleased as soon as s reports Released for it (another call
+// of the owner released it); and, if s is a primitives.SuspendCanceler that
+// asks for it, as soon as s reports Suspended for it (or at once, if the
+// session is suspended when the grant comes), with a cause wrapping
+// primitives.ErrSuspended. After fn returns, or panics, the grant is
+// released unless it was already lost or released. The result is fn's error
+// (first) joined with the loss (or suspension) or the release's error; a
+// release that finds the grant gone counts as a loss. A failed acquire is
+// returned as is and fn is not called; so is ctx's error when the grant was
+// won as ctx ended, after the grant's release.
 func Run[G any](ctx context.Context, s Owner, spec Spec[G], fn func(context.Context, G) error) error {
 	// Subscribe first, so that no Lost for the grant can be missed.
 	subCtx, stopSub := context.WithCancel(ctx)
@@ -95,7 +106,19 @@ func Run[G any](ctx context.Context, s Owner, spec Spec[G], fn func(context.Cont
 
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var lost, suspended error
+	var lost, suspended, released error
+	if sr, ok := s.(suspendReporter); ok && onSuspend {
+		if deadline, ok := sr.SuspendedUntil(); ok {
+			// Granted on a suspended session: its Suspended event may
+			// not have reached the subscription yet.
+			var key string
+			if spec.Key != nil {
+				key = spec.Key(g)
+			}
+			suspended = &primitives.SuspendedError{Key: key, Deadline: deadline}
+			cancel(suspended)
+		}
+	}
 	stop := make(chan struct{})
 	watched := make(chan struct{})
 	go func() {
@@ -114,6 +137,12 @@ func Run[G any](ctx context.Context, s Owner, spec Spec[G], fn func(context.Cont
 						cancel(lost)
 						return
 					}
+				case primitives.Released:
+					if created != 0 && e.Created == created {
+						released = fmt.Errorf("grant %d released while fn ran: %w", created, primitives.ErrReleased)
+						cancel(released)
+						return
+					}
 				case primitives.Suspended:
 					if onSuspend && created != 0 && e.Created == created && suspended == nil {
 						suspended = &primitives.SuspendedError{Key: e.Key, Deadline: e.Deadline}
@@ -129,11 +158,29 @@ func Run[G any](ctx context.Context, s Owner, spec Spec[G], fn func(context.Cont
 			}
 		}
 	}()
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked: end the watch and release the grant on the
+			// panic's way out.
+			close(stop)
+			<-watched
+			if lost == nil && released == nil {
+				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), spec.ReleaseTimeout)
+				defer rcancel()
+				_ = spec.Release(rctx, g)
+			}
+		}
+	}()
 	fnErr := fn(fnCtx, g)
+	returned = true
 	close(stop)
 	<-watched
-	if lost != nil {
+	switch {
+	case lost != nil:
 		return errors.Join(fnErr, suspended, lost)
+	case released != nil:
+		return errors.Join(fnErr, suspended)
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), spec.ReleaseTimeout)
 	defer rcancel()

@@ -33,6 +33,21 @@ type Result struct {
 	Err   error
 }
 
+// holdPart is what the helper running the term added to fn's error (a
+// loss, a suspension, a failed release): Err without FnErr, which the
+// helpers join first (see hold.Run). fn's own error never makes a term
+// lost: an fn may return an inner lock's ErrLost with its hold intact.
+func (r Result) holdPart() error {
+	if r.FnErr == nil {
+		return r.Err
+	}
+	j, ok := r.Err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil // fn's error alone
+	}
+	return errors.Join(j.Unwrap()[1:]...)
+}
+
 // lostTerm reports whether err says that a hold ended without its owner's
 // asking (lost or, for a service built to cancel there, suspended), so that
 // the supervisor tries again rather than returning.
@@ -85,7 +100,7 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 				}
 				return ctx.Err()
 			}
-			lost := lostTerm(res.Err)
+			lost := lostTerm(res.holdPart())
 			switch {
 			case res.Ran && !lost:
 				// fn's own end: nil, its error, or a failed release.
