@@ -109,9 +109,10 @@ func underBase(base, u *url.URL) *url.URL {
 	if u.IsAbs() || u.Host != "" {
 		return u
 	}
-	out := base.JoinPath(u.Path)
-	out.RawQuery, out.Fragment = u.RawQuery, ""
-	return out
+	out := *base
+	out.Path = strings.TrimSuffix(base.Path, "/") + "/" + strings.TrimPrefix(u.Path, "/")
+	out.RawPath, out.RawQuery, out.Fragment = "", u.RawQuery, ""
+	return &out
 }
 
 // httpResource is the Resource of api whose requests send sends.

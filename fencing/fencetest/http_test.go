@@ -16,7 +16,12 @@ func TestHTTPServerBasePath(t *testing.T) {
 		got <- r.URL.RequestURI()
 	}))
 	defer srv.Close()
-	for _, base := range []string{srv.URL + "/api/", srv.URL + "/api"} {
+	for base, want := range map[string]string{
+		srv.URL:           "/orders/42?mode=a",
+		srv.URL + "/":     "/orders/42?mode=a",
+		srv.URL + "/api/": "/api/orders/42?mode=a",
+		srv.URL + "/api":  "/api/orders/42?mode=a",
+	} {
 		res := HTTPServer(base, nil, HTTPAPI{
 			Write: func(scope, v string) *http.Request {
 				return httptest.NewRequest(http.MethodPut, "/orders/42?mode=a", strings.NewReader(v))
@@ -26,8 +31,8 @@ func TestHTTPServerBasePath(t *testing.T) {
 		if err := res.Write(context.Background(), Request{Token: "1", Value: "x"}); err != nil {
 			t.Fatalf("base %s: write: %v", base, err)
 		}
-		if uri := <-got; uri != "/api/orders/42?mode=a" {
-			t.Fatalf("base %s: the write reached %q, want /api/orders/42?mode=a", base, uri)
+		if uri := <-got; uri != want {
+			t.Fatalf("base %s: the write reached %q, want %s", base, uri, want)
 		}
 	}
 }
