@@ -170,9 +170,10 @@ func (m *Metrics) LeaderChanged() {
 }
 
 // Drained records that a session loop took n messages from its mailbox at
-// once.
+// once; a wake-up that found none (its signal came after an earlier drain
+// took the message) is not recorded.
 func (m *Metrics) Drained(n int) {
-	if m != nil {
+	if m != nil && n > 0 {
 		m.loopBatch.Observe(float64(n))
 	}
 }
