@@ -244,6 +244,11 @@ func (p *doubleParty) Enter(ctx context.Context) error {
 	case <-ctx.Done():
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		if r.isReady && p.err == nil && p.k != nil {
+			// The round completed counting this party: it is in.
+			p.entered = true
+			return nil
+		}
 		st.leaveRound(p)
 		return ctx.Err()
 	case <-p.done:
