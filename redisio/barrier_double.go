@@ -44,8 +44,11 @@ var _ barrier.DoubleBarrier = (*doubleBarrier)(nil)
 // the round. A party whose session is lost, or whose session key is
 // deleted, is gone from the barrier with its key: the next script that
 // looks drops it, so the others neither count nor wait for it. An Enter
-// whose ctx ends takes its key out before it returns (it may then have
-// completed the count: the others enter, and do not wait for it to leave).
+// whose ctx ends, or whose script's reply is lost, takes its key out
+// before it returns ctx.Err() (or the error), unless its round is
+// complete by then: the others may have passed counting it, so it is in,
+// and Enter returns nil. Redis runs the count and the taking out one at a
+// time: a party taken out is never counted.
 // Waits wake on the name's channel name/dbarrier.wake, with a re-check
 // every TTL/4 (50 ms to 1 s) for a party that dies without a word.
 //
@@ -86,6 +89,12 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		return d.v.errf("%w", barrier.ErrEntered)
 	}
 	v := d.v
+	if !v.beginAcquisition() {
+		return v.Err()
+	}
+	// Close waits for what follows: the party's key is in or out of the
+	// barrier before it returns.
+	defer v.endAcquisition()
 	key := v.name + "/dbarrier." + strconv.FormatInt(v.s.id, 10) + "." + strconv.FormatUint(v.s.enqueues.Add(1), 10)
 	wake, stop, err := d.listen(key)
 	if err != nil {
@@ -101,7 +110,16 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		err = errors.New("empty reply")
 	}
 	if err != nil {
-		d.withdraw(key)
+		// The script may have run, counted this party in and completed
+		// the round: then the party is in.
+		if v.Err() == nil {
+			if round, in := d.giveUp(key); in {
+				d.entered, d.left, d.key, d.round = true, false, key, round
+				return nil
+			}
+		} else {
+			d.withdraw(key)
+		}
 		if cerr := ctxtime.Ended(ctx); cerr != nil {
 			return v.errf("enter: %w (%v)", cerr, err)
 		}
@@ -132,6 +150,14 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 			}
 			return n == 1, nil
 		}); err != nil {
+			if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) && v.Err() == nil {
+				// It gave up: out, unless its round is complete by now.
+				if round, in := d.giveUp(key); in {
+					d.entered, d.left, d.key, d.round = true, false, key, round
+					return nil
+				}
+				return err
+			}
 			d.withdraw(key)
 			return err
 		}
@@ -229,7 +255,27 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 	}
 }
 
-// withdraw takes the party's key out of the barrier and forgets it.
+// giveUp takes the party's key out of the barrier as its Enter gives up,
+// and forgets it, unless its round is complete (see dbWithdrawScript):
+// then it returns the round, and the key stays the party's.
+func (d *doubleBarrier) giveUp(key string) (round string, in bool) {
+	v := d.v
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	res, err := dbWithdrawScript.Run(ctx, v.s.cli, []string{v.granted, v.queue, key}, v.wake).StringSlice()
+	if err == nil && len(res) == 2 && res[0] == "1" {
+		return res[1], true
+	}
+	if err != nil {
+		v.s.log.Debug("redisio: double barrier withdraw", zap.String("key", key), zap.Error(err))
+	}
+	d.forget(key)
+	return "", false
+}
+
+// withdraw takes the party's key out of the barrier, whatever its round,
+// and forgets it: the party is gone (its service ended, its session or
+// key lost).
 func (d *doubleBarrier) withdraw(key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()

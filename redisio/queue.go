@@ -25,10 +25,13 @@ func (v *service) acquire(ctx context.Context, try bool, value string, mode rwlo
 	if err := v.Enter(ctx, try); err != nil {
 		return driver.Hold{}, err
 	}
-	if err := v.Err(); err != nil { // it ended while this caller waited to enter
+	if !v.beginAcquisition() { // it ended while this caller waited to enter
 		v.Leave()
-		return driver.Hold{}, err
+		return driver.Hold{}, v.Err()
 	}
+	// Close waits for what follows: the hold it may write is granted to
+	// the service or withdrawn before it returns.
+	defer v.endAcquisition()
 	if c := v.cleaning.Load(); c != nil { // a lost hold is still leaving the queue
 		select {
 		case <-*c:

@@ -557,6 +557,30 @@ redis.call('PUBLISH', ARGV[2], g)
 return 1
 `)
 
+// dbWithdrawScript takes out a party whose Enter gives up (its ctx ended,
+// or its Enter script's reply was lost), unless the party is counted in a
+// complete round: then the others may have passed the barrier counting it,
+// and it stays in. Taken out, it is as dbLeaveScript's: the last live
+// party of the round deletes the round and wakes the leavers. Redis runs
+// it and dbEnterScript one at a time, so a party is either taken out
+// before a count (which does not include it) or counted in a round
+// marked complete (which this script leaves alone).
+// KEYS: hash, parties, party key. ARGV: wake channel.
+// Returns {"1", round id} if the party is in a complete round, {"0"} once
+// it is out (or was not in). Run again, it answers as it did.
+var dbWithdrawScript = redis.NewScript(luaParties + `
+local mine = redis.call('ZSCORE', KEYS[2], KEYS[3])
+local g = redis.call('HGET', KEYS[1], 'g')
+if mine and g and redis.call('HGET', KEYS[1], 'r') == '1' then return {'1', g} end
+redis.call('ZREM', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[3])
+if not mine or not g then return {'0'} end
+if prune(KEYS[2]) > 0 then return {'0'} end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('PUBLISH', ARGV[1], g)
+return {'0'}
+`)
+
 // A semaphore on name has the lock layout (name/seq, name/queue, name/held,
 // name/<n>) and name/permits, its N, written by its first user and never
 // deleted. A granted hold's value (v, and the value in its name/held

@@ -48,6 +48,11 @@ type service struct {
 	// cleaning, while a helper takes a lost hold out of the queue, is
 	// closed when it is done: the next acquisition waits for it.
 	cleaning atomic.Pointer[chan struct{}]
+	// busy is full while an acquisition (a party's Enter) is under way,
+	// from its last look at Err to its return: what its scripts wrote in
+	// Redis is then granted to the service, or withdrawn. Close, once the
+	// service has ended, fills it to wait for that acquisition.
+	busy chan struct{}
 
 	// Loop only.
 	waiting   map[string]chan struct{}   // hold key (a party's key) -> its waiter's wake
@@ -155,6 +160,7 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 		s:     s, own: own, kind: k, name: name, maxValue: o.maxValue, value: o.value, permits: o.permits,
 		seq: name + "/seq", queue: name + "/queue", granted: name + "/held", rtok: name + "/rtok", wake: name + "/wake",
 		waiting: map[string]chan struct{}{}, listeners: map[chan struct{}]struct{}{},
+		busy: make(chan struct{}, 1),
 	}
 	if k == kindParty {
 		v.queue, v.granted, v.wake = name+"/dbarrier.parties", name+"/dbarrier", name+"/dbarrier.wake"
@@ -229,9 +235,17 @@ func lookSpread(place int64) int64 {
 	return min(1+max(place, 0)/8, 4)
 }
 
+// closeTimeout bounds Close's wait for an acquisition under way.
+const closeTimeout = 2 * opTimeout
+
 // Close ends the service at once (Released for its hold, its waiters
 // failing, its subscriptions closed, ErrClosed after), then deletes its
-// keys in Redis, so that others proceed before Close returns.
+// keys in Redis, so that others proceed before Close returns. An
+// acquisition under way, whose script may have queued or granted a hold
+// that the service does not know of yet, ends with ErrClosed and
+// withdraws that hold before Close returns (within closeTimeout): once
+// Close returns nothing of the service is left in Redis, on a session
+// that lives on too.
 func (v *service) Close() error {
 	refs, err := loopCall(v.s, context.Background(), func() ([]holdRef, error) {
 		if v.Ended() {
@@ -240,6 +254,10 @@ func (v *service) Close() error {
 		return v.endLoop(v.errf("%w", primitives.ErrClosed), ""), nil
 	})
 	if err == nil {
+		// The acquisition under way ends first: a party's Enter may keep
+		// its key (in a complete round) as the service ends, and Close
+		// deletes it then.
+		v.awaitAcquisition()
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		for _, r := range refs {
 			if _, err := v.s.release(ctx, nil, r); err != nil {
@@ -253,6 +271,37 @@ func (v *service) Close() error {
 		return err
 	}
 	return nil
+}
+
+// beginAcquisition marks an acquisition under way (see busy); false if the
+// service ended, which the caller then reports (Err). endAcquisition
+// marks its end.
+func (v *service) beginAcquisition() bool {
+	select {
+	case v.busy <- struct{}{}:
+	case <-v.Done():
+		return false
+	}
+	if v.Err() != nil {
+		v.endAcquisition()
+		return false
+	}
+	return true
+}
+
+func (v *service) endAcquisition() { <-v.busy }
+
+// awaitAcquisition waits, once the service has ended, for the acquisition
+// under way, if any, to return, and keeps any other from starting: it
+// fails at Err after beginAcquisition. Bounded by closeTimeout.
+func (v *service) awaitAcquisition() {
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case v.busy <- struct{}{}:
+	case <-t.C:
+		v.s.log.Warn("redisio: Close gave up waiting for an acquisition under way", zap.String("name", v.name))
+	}
 }
 
 // onNameChannel reports whether the service listens on its name's channel

@@ -1,0 +1,349 @@
+package redisio_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/redisio"
+)
+
+// scriptGate is a go-redis hook that, while armed, holds the first caller
+// of a script its match accepts, before (pre) or after (post) Redis runs
+// it, until proceed is closed; reached is closed when it holds one. With
+// fail, the held call then fails with fail, its reply lost.
+type scriptGate struct {
+	match   func(args []any) bool
+	post    bool
+	fail    error
+	armed   atomic.Bool
+	reached chan struct{}
+	proceed chan struct{}
+}
+
+func newScriptGate(post bool, match func(args []any) bool) *scriptGate {
+	return &scriptGate{match: match, post: post, reached: make(chan struct{}), proceed: make(chan struct{})}
+}
+
+func (g *scriptGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *scriptGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (g *scriptGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		held := false
+		hold := func() {
+			if g.armed.Load() && g.match(cmd.Args()) && g.armed.CompareAndSwap(true, false) {
+				held = true
+				close(g.reached)
+				<-g.proceed
+			}
+		}
+		if !g.post {
+			hold()
+		}
+		err := next(ctx, cmd)
+		if g.post && err == nil {
+			hold()
+		}
+		if held && g.fail != nil {
+			return g.fail
+		}
+		return err
+	}
+}
+
+// isScript reports whether args are an EVAL or EVALSHA of numkeys keys,
+// the first one first, and nargs arguments (-1: any).
+func isScript(args []any, numkeys, nargs int, first string) bool {
+	if len(args) < 3+numkeys {
+		return false
+	}
+	if c := fmt.Sprint(args[0]); c != "evalsha" && c != "eval" {
+		return false
+	}
+	n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+	return n == numkeys && fmt.Sprint(args[3]) == first && (nargs < 0 || len(args) == 3+numkeys+nargs)
+}
+
+// TestDoubleBarrierGiveUpAsRoundCompletes: a party whose Enter gives up
+// (ctx ends) while another's Enter completes the round with it counted is
+// in: its Enter returns nil, as the other's does, and both leave. Its
+// withdrawal took it out unconditionally, and Enter returned ctx.Err()
+// for a party the other had counted.
+func TestDoubleBarrierGiveUpAsRoundCompletes(t *testing.T) {
+	r := testserver.StartRedis(t)
+	const name = "giveup-complete"
+	admin := newClient(t, r)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// a's withdrawal (a script of three keys, the hash first) is held
+	// until b's Enter has returned.
+	g := newScriptGate(false, func(a []any) bool { return isScript(a, 3, -1, name+"/dbarrier") })
+	cliA := newClient(t, r)
+	cliA.AddHook(g)
+	a := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(redisio.NewDoubleBarrier(cliA, name, 2))
+	b := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(redisio.NewDoubleBarrier(newClient(t, r), name, 2))
+	actx, acancel := context.WithCancel(ctx)
+	aerr := make(chan error, 1)
+	go func() { aerr <- a.Enter(actx) }()
+	testkit.Eventually(t, 10*time.Second, "a counted in", func() bool {
+		return admin.ZCard(ctx, name+"/dbarrier.parties").Val() == 1
+	})
+	g.armed.Store(true)
+	acancel()
+	<-g.reached // a gave up; its withdrawal is on its way
+	errB := b.Enter(ctx)
+	close(g.proceed)
+	errA := <-aerr
+	if errB != nil {
+		t.Fatalf("b's Enter: %v", errB)
+	}
+	if errA != nil {
+		t.Fatalf("a's Enter returned %v, yet b passed the barrier counting it", errA)
+	}
+	left := make(chan error, 1)
+	go func() { left <- a.Leave(ctx) }()
+	if err := b.Leave(ctx); err != nil {
+		t.Fatalf("b's Leave: %v", err)
+	}
+	if err := <-left; err != nil {
+		t.Fatalf("a's Leave: %v", err)
+	}
+	if keys := admin.Keys(ctx, name+"/dbarrier*").Val(); len(keys) > 0 {
+		t.Errorf("keys left after the round: %v", keys)
+	}
+}
+
+// TestDoubleBarrierEnterReplyLostAsRoundCompletes: a party whose Enter
+// script counted it in and completed the round, its reply lost, is in:
+// Enter returns nil. It withdrew and failed, and the other party passed
+// the barrier counting it.
+func TestDoubleBarrierEnterReplyLostAsRoundCompletes(t *testing.T) {
+	r := testserver.StartRedis(t)
+	const name = "replylost-complete"
+	admin := newClient(t, r)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// a's Enter script (four keys, the hash first, four arguments) runs,
+	// then its call fails.
+	g := newScriptGate(true, func(a []any) bool { return isScript(a, 4, 4, name+"/dbarrier") })
+	g.fail = errors.New("reply lost")
+	close(g.proceed)
+	cliA := newClient(t, r)
+	cliA.AddHook(g)
+	a := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(redisio.NewDoubleBarrier(cliA, name, 2))
+	b := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(redisio.NewDoubleBarrier(newClient(t, r), name, 2))
+	berr := make(chan error, 1)
+	go func() { berr <- b.Enter(ctx) }()
+	testkit.Eventually(t, 10*time.Second, "b counted in", func() bool {
+		return admin.ZCard(ctx, name+"/dbarrier.parties").Val() == 1
+	})
+	g.armed.Store(true)
+	errA := a.Enter(ctx)
+	errB := <-berr
+	if errB != nil {
+		t.Fatalf("b's Enter: %v", errB)
+	}
+	if errA != nil {
+		t.Fatalf("a's Enter returned %v, yet b passed the barrier counting it", errA)
+	}
+	left := make(chan error, 1)
+	go func() { left <- a.Leave(ctx) }()
+	if err := b.Leave(ctx); err != nil {
+		t.Fatalf("b's Leave: %v", err)
+	}
+	if err := <-left; err != nil {
+		t.Fatalf("a's Leave: %v", err)
+	}
+}
+
+// TestCloseWaitsForAcquisitionUnderWay: Close on a shared session, as an
+// acquisition's script has granted (or queued) its hold in Redis and the
+// answer is on its way to the service, returns only once that hold is
+// withdrawn: nothing of the service is left once Close returns. Close
+// found nothing to release and returned; the acquirer withdrew after.
+func TestCloseWaitsForAcquisitionUnderWay(t *testing.T) {
+	r := testserver.StartRedis(t)
+	type acquirer struct {
+		open   func(cli *redis.Client, name string, s *redisio.Session) (interface{ Close() error }, func(context.Context) error, error)
+		script func(name string) func(args []any) bool
+		post   bool
+	}
+	enqueue := func(name string) func(args []any) bool {
+		return func(a []any) bool { return isScript(a, 4, -1, name+"/seq") || isScript(a, 5, -1, name+"/seq") }
+	}
+	party := func(name string) func(args []any) bool {
+		return func(a []any) bool { return isScript(a, 4, 4, name+"/dbarrier") }
+	}
+	for what, c := range map[string]acquirer{
+		"semaphore": {
+			open: func(cli *redis.Client, name string, s *redisio.Session) (interface{ Close() error }, func(context.Context) error, error) {
+				sem, err := redisio.NewSemaphore(cli, name, 1, redisio.WithSession(s))
+				if err != nil {
+					return nil, nil, err
+				}
+				return sem, func(ctx context.Context) error { _, err := sem.Acquire(ctx); return err }, nil
+			},
+			script: enqueue, post: true,
+		},
+		"lock": {
+			open: func(cli *redis.Client, name string, s *redisio.Session) (interface{ Close() error }, func(context.Context) error, error) {
+				l, err := redisio.NewLock(cli, name, redisio.WithSession(s))
+				if err != nil {
+					return nil, nil, err
+				}
+				return l, func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, nil
+			},
+			script: enqueue, post: true,
+		},
+		"rwlock": {
+			open: func(cli *redis.Client, name string, s *redisio.Session) (interface{ Close() error }, func(context.Context) error, error) {
+				l, err := redisio.NewRWLock(cli, name, redisio.WithSession(s))
+				if err != nil {
+					return nil, nil, err
+				}
+				return l, func(ctx context.Context) error { _, err := l.RLock(ctx); return err }, nil
+			},
+			script: enqueue,
+		},
+		"election": {
+			open: func(cli *redis.Client, name string, s *redisio.Session) (interface{ Close() error }, func(context.Context) error, error) {
+				e, err := redisio.NewElection(cli, name, redisio.WithSession(s))
+				if err != nil {
+					return nil, nil, err
+				}
+				return e, func(ctx context.Context) error { return e.Campaign(ctx, "v") }, nil
+			},
+			script: enqueue, post: true,
+		},
+		"double barrier": {
+			open: func(cli *redis.Client, name string, s *redisio.Session) (interface{ Close() error }, func(context.Context) error, error) {
+				d, err := redisio.NewDoubleBarrier(cli, name, 2, redisio.WithSession(s))
+				if err != nil {
+					return nil, nil, err
+				}
+				return d, d.Enter, nil
+			},
+			script: party,
+		},
+	} {
+		t.Run(what, func(t *testing.T) {
+			name := "close-underway-" + what[:4]
+			admin := newClient(t, r)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			g := newScriptGate(c.post, c.script(name))
+			proceed := sync.OnceFunc(func() { close(g.proceed) })
+			defer proceed() // on a failure
+			cli := newClient(t, r)
+			cli.AddHook(g)
+			// A script on the name's keys that runs once Close has returned
+			// is the acquisition's, writing or withdrawing its key late.
+			var returned, late atomic.Bool
+			cli.AddHook(afterScript(func(args []any) {
+				if returned.Load() && len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[3]), name+"/") {
+					late.Store(true)
+				}
+			}))
+			s := testkit.ClosedAtEnd[*redisio.Session](t)(redisio.NewSession(cli))
+			svc, acquire, err := c.open(cli, name, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.armed.Store(true)
+			acquired := make(chan error, 1)
+			go func() { acquired <- acquire(ctx) }()
+			<-g.reached // the script is on its way, or its answer is
+			closed := make(chan []string, 1)
+			go func() {
+				_ = svc.Close()
+				returned.Store(true)
+				closed <- leftBehindOf(ctx, admin, name)
+			}()
+			select {
+			case <-doneOf(svc):
+			case <-ctx.Done():
+				t.Fatal("Close did not end the service")
+			}
+			proceed()
+			left := <-closed
+			if err := <-acquired; !errors.Is(err, primitives.ErrClosed) {
+				t.Errorf("acquisition: %v, want ErrClosed", err)
+			}
+			if len(left) > 0 {
+				t.Errorf("left once Close returned: %v", left)
+			}
+			if late.Load() {
+				t.Errorf("the acquisition under way ran a script on the name's keys after Close returned")
+			}
+			if keys := leftBehindOf(ctx, admin, name); len(keys) > 0 {
+				t.Errorf("left after the acquisition returned: %v", keys)
+			}
+			if err := s.Err(); err != nil {
+				t.Errorf("the shared session: %v", err)
+			}
+		})
+	}
+}
+
+// doneOf returns the Done channel of a primitive.
+func doneOf(p any) <-chan struct{} {
+	return p.(interface{ Done() <-chan struct{} }).Done()
+}
+
+// leftBehindOf returns the keys of name that hold or queue something: its
+// hold keys, party keys and held records (name/seq, name/permits and an
+// empty name/held's counter are no one's).
+func leftBehindOf(ctx context.Context, admin *redis.Client, name string) []string {
+	var left []string
+	for _, k := range admin.Keys(ctx, globEscape(name)+"/*").Val() {
+		switch k {
+		case name + "/seq", name + "/permits", name + "/rtok":
+			continue
+		case name + "/held":
+			for f := range admin.HGetAll(ctx, k).Val() {
+				if f != "n" {
+					left = append(left, k+"["+f+"]")
+				}
+			}
+			continue
+		}
+		left = append(left, k)
+	}
+	return left
+}
+
+// afterScript is a go-redis hook that calls f with the command's
+// arguments after every script Redis ran.
+type afterScript func(args []any)
+
+func (f afterScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f afterScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (f afterScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if c := fmt.Sprint(cmd.Args()[0]); err == nil && (c == "evalsha" || c == "eval") {
+			f(cmd.Args())
+		}
+		return err
+	}
+}
