@@ -235,18 +235,19 @@ type spares struct {
 	m  map[string]<-chan zk.Event
 }
 
-// exists reports whether path exists, with a channel that fires at its
-// next change: a spare watch on it if one is unfired, else a new one.
-func (w *spares) exists(conn *zk.Conn, path string) (bool, <-chan zk.Event, error) {
+// exists reports whether path exists, and its stat if it does, with a
+// channel that fires at its next change: a spare watch on it if one is
+// unfired, else a new one.
+func (w *spares) exists(conn *zk.Conn, path string) (bool, *zk.Stat, <-chan zk.Event, error) {
 	if ch := w.take(path); ch != nil {
-		ok, _, err := conn.Exists(path)
+		ok, st, err := conn.Exists(path)
 		if err != nil {
 			w.keep(path, ch)
 		}
-		return ok, ch, err
+		return ok, st, ch, err
 	}
-	ok, _, ch, err := conn.ExistsW(path)
-	return ok, ch, err
+	ok, st, ch, err := conn.ExistsW(path)
+	return ok, st, ch, err
 }
 
 // existing is exists for a watch wanted only while path exists: it sets

@@ -40,6 +40,10 @@ type zkDoubleBarrier struct {
 	// Held with turn.
 	node string // the party's znode while it is in the barrier; "" if not
 	left bool   // Leave deleted node and waits for the others
+	// round is the zxid of the round the party entered: its ready's czxid,
+	// which is also path's mzxid while that ready stands (see roundOver);
+	// 0 if unknown.
+	round int64
 }
 
 // NewDoubleBarrier returns a party of the double barrier at path for count
@@ -170,26 +174,29 @@ func (d *zkDoubleBarrier) fail(ctx context.Context, what string, err error) erro
 }
 
 // members returns path's children that are parties, sorted by name as
-// Curator sorts them, whether ready exists, and path's data version; no
-// parties if path does not exist (version -2).
-func (d *zkDoubleBarrier) members() (kids []string, ready bool, version int32, err error) {
+// Curator sorts them, whether ready exists, and path's data version and
+// mzxid; no parties if path does not exist (version -2).
+func (d *zkDoubleBarrier) members() (kids []string, ready bool, version int32, mzxid int64, err error) {
 	kids, st, err := d.s.conn.Children(d.path)
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, false, -2, nil
+		return nil, false, -2, 0, nil
 	}
 	if err != nil {
-		return nil, false, 0, err
+		return nil, false, 0, 0, err
 	}
 	ready = slices.Contains(kids, readyNode)
 	kids = slices.DeleteFunc(kids, func(k string) bool { return k == readyNode })
 	slices.Sort(kids)
-	return kids, ready, st.Version, nil
+	return kids, ready, st.Version, st.Mzxid, nil
 }
 
 // Enter creates the party's znode unless ready exists or count parties are
 // in (ErrFull), then waits for ready, creating it if its znode made the
 // count. An Enter whose ctx ends withdraws its znode and returns ctx.Err(),
-// unless ready was created first: then it has entered and returns nil.
+// unless ready was created first: then it has entered and returns nil. An
+// Enter that gives up not knowing whether its znode was made (the answer
+// was lost, and the lookups after it fail) ends the same way: by that
+// withdrawal, which waits for the connection while the session lives.
 func (d *zkDoubleBarrier) Enter(ctx context.Context) error {
 	if err := d.take(ctx); err != nil {
 		return d.fail(ctx, "enter", err)
@@ -199,6 +206,9 @@ func (d *zkDoubleBarrier) Enter(ctx context.Context) error {
 		return d.fail(ctx, "enter", barrier.ErrEntered)
 	}
 	if err := d.join(ctx); err != nil {
+		if d.node != "" && d.withdraw() {
+			return nil // the znode was made, and a party counted it in
+		}
 		return d.fail(ctx, "enter", err)
 	}
 	err := d.awaitReady(ctx)
@@ -212,15 +222,17 @@ func (d *zkDoubleBarrier) Enter(ctx context.Context) error {
 // path's data at the version its listing had: so no two disco parties both
 // take the last place. A transaction whose answer was lost is looked up
 // (does the znode exist?) as often as the lookup fails, before the round
-// is listed again, since the listing would count the znode; if the caller
-// gives up first, a session helper deletes the znode.
+// is listed again, since the listing would count the znode. If the caller
+// gives up first, join returns its error with node set to the znode, which
+// may exist and may be counted already: Enter withdraws it, guarded (see
+// withdraw), never by a plain delete.
 func (d *zkDoubleBarrier) join(ctx context.Context) error {
 	conn := d.s.requests
 	node := d.path + "/" + uuid.NewString()
 	unknown := false // a transaction's outcome is unknown: node may exist
 	giveUp := func(err error) error {
 		if unknown {
-			d.s.forgetNode(node)
+			d.node, d.left = node, false
 		}
 		return err
 	}
@@ -245,7 +257,7 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 				return giveUp(err)
 			}
 		}
-		kids, ready, version, err := d.members()
+		kids, ready, version, _, err := d.members()
 		switch {
 		case retryable(err):
 			if !d.pause(ctx) {
@@ -288,18 +300,22 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 }
 
 // awaitReady waits until ready exists, and creates it once the party's
-// listing counts count parties (see makeReady).
+// listing counts count parties (see makeReady); it records the round.
 func (d *zkDoubleBarrier) awaitReady(ctx context.Context) error {
 	for {
-		exists, ch, err := d.watches.exists(d.s.conn, d.ready)
+		exists, st, ch, err := d.watches.exists(d.s.conn, d.ready)
+		if exists && st != nil {
+			d.round = st.Czxid
+		}
 		if err == nil && !exists {
-			switch err = d.makeReady(); {
+			var round int64
+			switch round, err = d.makeReady(); {
 			case err == nil:
-				exists = true
+				exists, d.round = true, round
 			case errors.Is(err, errNotYet):
 				err = nil
-			case errors.Is(err, zk.ErrBadVersion):
-				d.watches.keep(d.ready, ch)
+			case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNodeExists):
+				d.watches.keep(d.ready, ch) // look again
 				continue
 			}
 		}
@@ -336,36 +352,48 @@ var errNotYet = errors.New("fewer parties than the count")
 
 // makeReady creates ready if count parties are in, in one transaction with
 // a write of path's data at its listing's version: so ready never counts a
-// disco party that withdrew meanwhile. errNotYet if fewer are in;
-// zk.ErrBadVersion if a party came or went since the listing; nil if ready
-// exists now.
-func (d *zkDoubleBarrier) makeReady() error {
-	kids, _, version, err := d.members()
+// disco party that withdrew meanwhile. It returns the transaction's zxid,
+// ready's czxid (0 if the answer lacks it). errNotYet if fewer are in;
+// zk.ErrBadVersion if a party came or went since the listing;
+// zk.ErrNodeExists if a party that writes no version (Curator's) made
+// ready.
+func (d *zkDoubleBarrier) makeReady() (int64, error) {
+	kids, _, version, _, err := d.members()
 	switch {
 	case err != nil:
-		return err
+		return 0, err
 	case len(kids) < d.count:
-		return errNotYet
+		return 0, errNotYet
 	}
-	_, err = d.s.conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
+	res, err := d.s.conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
 		&zk.CreateRequest{Path: d.ready, Acl: zk.WorldACL(zk.PermAll)})
-	if errors.Is(err, zk.ErrNodeExists) {
-		return nil
+	if err != nil {
+		return 0, err
 	}
-	return err
+	if len(res) > 0 && res[0].Stat != nil {
+		return res[0].Stat.Mzxid, nil
+	}
+	return 0, nil
 }
 
 // withdraw deletes the party's znode, in one transaction with a write of
 // path's data at the version of a listing without ready, so that no ready
-// created meanwhile counts it; true if ready came first: the party has
-// entered, and keeps its znode. It retries while the session lives, so a
-// party's znode is never left under a live session.
+// created meanwhile counts it; true if ready came first and the listing
+// has the znode: the party has entered (its round recorded), and keeps
+// its znode. The znode need not exist (a join whose outcome is unknown):
+// then it returns false. It retries while the session lives, so a party's
+// znode is never left under a live session.
 func (d *zkDoubleBarrier) withdraw() (entered bool) {
+	name := d.node[len(d.path)+1:]
 	for {
-		_, ready, version, err := d.members()
+		kids, ready, version, mzxid, err := d.members()
 		switch {
-		case err == nil && ready:
+		case err == nil && ready && slices.Contains(kids, name):
+			d.round = mzxid // ready's czxid while it stands, if a disco party made it
 			return true
+		case err == nil && ready:
+			d.node = "" // not made, or gone: not counted
+			return false
 		case err == nil && version == -2:
 			d.node = "" // path is gone, and our znode with it
 			return false
@@ -396,8 +424,10 @@ func (d *zkDoubleBarrier) withdraw() (entered bool) {
 // for the highest, every other deletes its znode and waits for the lowest;
 // the lowest deletes its own once it is alone. A party that deleted its own
 // (a Leave whose ctx ended) waits for the lowest until none is left, also
-// when it is the only one left (where Curator's returns). The last party to
-// see the barrier empty deletes ready and then path, if empty (see clear).
+// when it is the only one left (where Curator's returns), or until its
+// round's ready is gone: the parties there now are of a later round (see
+// roundOver). The last party to see the barrier empty deletes ready and
+// then path, if empty (see clear).
 func (d *zkDoubleBarrier) Leave(ctx context.Context) error {
 	if err := d.take(ctx); err != nil {
 		return d.fail(ctx, "leave", err)
@@ -419,7 +449,7 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 		if err := d.live(ctx); err != nil {
 			return err
 		}
-		kids, ready, version, err := d.members()
+		kids, ready, version, mzxid, err := d.members()
 		if err != nil {
 			if retryable(err) && d.pause(ctx) {
 				continue
@@ -427,7 +457,7 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 			return errors.Join(err, d.gaveUp(ctx))
 		}
 		if len(kids) == 0 {
-			d.node, d.left = "", false
+			d.node, d.left, d.round = "", false, 0
 			if ready {
 				d.clear(version)
 			} else if version != -2 {
@@ -439,6 +469,21 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 		if i < 0 && !d.left {
 			// Someone else deleted our znode: we are out.
 			d.left = true
+		}
+		if d.left {
+			over, err := d.roundOver(ready, mzxid)
+			switch {
+			case retryable(err):
+				if !d.pause(ctx) {
+					return d.gaveUp(ctx)
+				}
+				continue
+			case err != nil:
+				return err
+			case over:
+				d.node, d.left, d.round = "", false, 0
+				return nil
+			}
 		}
 		var watched string
 		switch {
@@ -485,6 +530,29 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 			return d.s.Err()
 		}
 	}
+}
+
+// roundOver reports whether the round the party entered is over, given
+// whether a listing of path found ready and path's mzxid then. The round
+// is over once its ready is gone (ready is deleted only when none of its
+// parties is left, see clear): the parties there now are of a later round.
+// No disco party writes path's data while a ready stands, so path's mzxid
+// stays the round's (ready's czxid, if a disco party made ready) as long
+// as the round's ready stands; if it differs, ready is looked up: if the
+// round's ready stands after the listing, it stood at the listing (it was
+// made before the party entered), and the parties listed are the round's.
+func (d *zkDoubleBarrier) roundOver(ready bool, mzxid int64) (bool, error) {
+	switch {
+	case !ready:
+		return true, nil
+	case d.round == 0 || mzxid == d.round:
+		return false, nil
+	}
+	ok, st, err := d.s.conn.Exists(d.ready)
+	if err != nil {
+		return false, err
+	}
+	return !ok || st.Czxid != d.round, nil
 }
 
 // clear deletes ready, in one transaction with a write of path's data at

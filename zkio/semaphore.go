@@ -69,7 +69,8 @@ func NewSemaphore(servers []string, path string, n int, opts ...Option) (semapho
 		return nil, err
 	}
 	svc.sem = &semState{n: n, name: path, locks: svc.path + semLocks, leases: svc.path + semLeases}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	o, _ := buildOptions(opts) // newService took them
+	ctx, cancel := context.WithTimeout(o.Context, 10*time.Second)
 	defer cancel()
 	if err := svc.sem.agree(ctx, svc); err != nil {
 		_ = svc.Close()
@@ -122,7 +123,7 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	conn := svc.s.conn
 	if try {
 		kids, _, err := conn.Children(m.leases)
-		if err == nil && len(kids) >= m.n {
+		if err == nil && len(leasesOf(kids)) >= m.n {
 			return driver.Hold{}, semaphore.ErrNoPermit
 		}
 	}
@@ -165,11 +166,11 @@ func (m *semState) room(ctx context.Context, svc *service, lease string, try boo
 			}
 			return driver.Hold{}, fmt.Errorf("zkio: list %s: %w", m.leases, errors.Join(err, svc.cause(ctx)))
 		}
-		q := queueOf(kids, leaseMarker)
+		q := leasesOf(kids)
 		if !slices.ContainsFunc(q, func(x member) bool { return x.name == base }) {
 			return driver.Hold{}, lostOwn(lease)
 		}
-		if len(kids) <= m.n { // every child counts, as Curator counts them
+		if len(q) <= m.n {
 			return m.claim(ctx, svc, lease, q)
 		}
 		if try {
@@ -185,6 +186,15 @@ func (m *semState) room(ctx context.Context, svc *service, lease string, try boo
 			return driver.Hold{}, svc.stopped()
 		}
 	}
+}
+
+// leasesOf returns the children of path/leases that are leases, in queue
+// order: disco's and Curator's, named _c_<uuid>-lease-<seq>. Only they take
+// permits: not a nested name's znode, nor one made there by hand.
+func leasesOf(kids []string) []member {
+	return slices.DeleteFunc(queueOf(kids, leaseMarker), func(x member) bool {
+		return !strings.HasPrefix(x.name, protectedPrefix)
+	})
 }
 
 // claim writes the lowest slot no other disco lease of q names into lease,

@@ -1,9 +1,11 @@
 package zkio_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/zkio"
 )
@@ -98,5 +101,99 @@ func TestSemaphoreGrantScope(t *testing.T) {
 	})
 	if err := a.Release(ctx, g); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreCountsOnlyLeases: only the semaphore's own leases
+// (_c_<uuid>-lease-<seq>) take permits: a nested name's znode under
+// path/leases, or a persistent znode made there by hand, takes none. Before,
+// every child of path/leases counted, and the one permit was taken.
+func TestSemaphoreCountsOnlyLeases(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []string{"nested", "stray"} {
+		path := "/semforeignkids/" + c
+		sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(servers, path, 1))
+		other := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(servers, path, 1))
+		if c == "nested" {
+			l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path+"/leases/sub"))
+			if _, err := l.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for _, p := range []string{path + "/leases", path + "/leases/stray"} {
+				if _, err := admin.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+					t.Fatal(err)
+				}
+			}
+		}
+		g, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("%s: TryAcquire of the one free permit: %v (leases: %v)", c, err, subtree(t, admin, path+"/leases"))
+		}
+		if err := sem.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		g, err = sem.Acquire(actx)
+		acancel()
+		if err != nil {
+			t.Fatalf("%s: Acquire of the one free permit: %v", c, err)
+		}
+		if _, err := other.TryAcquire(ctx); !errors.Is(err, semaphore.ErrNoPermit) {
+			t.Fatalf("%s: TryAcquire with the permit held: %v, want ErrNoPermit", c, err)
+		}
+		if err := sem.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestNewSemaphoreHonoursWithContext: NewSemaphore, on a shared session
+// whose connection is lost while it reads path's data, gives up with
+// WithContext's context. Before, it read with a context of its own (10s
+// from the background) and ignored WithContext's end.
+func TestNewSemaphoreHonoursWithContext(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	p, via := newPartition(t, servers[0])
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession([]string{via}))
+	const path = "/semwithcontext"
+	asked := make(chan struct{})
+	var once sync.Once
+	p.px.ModifyTx(func(b []byte) []byte {
+		if bytes.Contains(b, []byte(path)) {
+			once.Do(func() { close(asked) })
+			return nil // the request goes nowhere
+		}
+		return b
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		sem, err := zkio.NewSemaphore(nil, path, 2, zkio.WithSession(s), zkio.WithContext(ctx))
+		if err == nil {
+			sem.Close()
+		}
+		done <- err
+	}()
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("NewSemaphore did not read path's data")
+	}
+	cancel()
+	_ = p.px.Close() // the connection is lost: the read fails, and so do retries
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("NewSemaphore, WithContext's context cancelled: %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("NewSemaphore still waits 20s after WithContext's context was cancelled")
 	}
 }
