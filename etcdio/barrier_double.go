@@ -232,33 +232,47 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 }
 
 // withdraw deletes this party's key, created at rev, as its Enter gives
-// up, unless ready was written after the key (the round is complete,
-// counting it): then in is true, with ready's revision. One transaction
-// deletes the key only if there is no ready since rev, and a party that
-// completes the count writes ready only if every key it counted is still
-// there (see enter): no party both gives up and is counted. It runs even
-// if ctx has ended, for at most one attempt's bound.
+// up, unless the key is still there and ready was written after it (the
+// round is complete, counting it): then in is true, with ready's revision.
+// One transaction deletes the key only if there is no ready since rev, and
+// a party that completes the count writes ready only if every key it
+// counted is still there (see enter): no party both gives up and is
+// counted. It runs even if ctx has ended, for at most one attempt's
+// longest bound; if etcd does not answer by then, the same transaction is
+// repeated in the background while the session lives (a key found counted
+// then is deleted all the same: its Enter has failed).
 func (d *doubleBarrier) withdraw(ctx context.Context, key string, rev int64) (in bool, readyRev int64) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxRequestTimeout)
 	defer cancel()
 	mine := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
 	notReady := clientv3.Compare(clientv3.ModRevision(d.ready()), "<", rev)
-	resp, _, err := d.s.txn(wctx, []clientv3.Cmp{mine, notReady},
-		[]clientv3.Op{clientv3.OpDelete(key)}, clientv3.OpGet(d.ready()))
+	withdrawal := func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return d.s.cli.Txn(ctx).If(mine, notReady).Then(clientv3.OpDelete(key)).
+			Else(clientv3.OpGet(d.ready()), clientv3.OpGet(key)).Commit()
+	}
+	resp, _, err := inAttempts(d.s, wctx, withdrawal)
 	switch {
 	case err != nil:
-		if r, ok := d.readyAfter(ctx, rev); ok {
-			return true, r
-		}
+		// Unknown: settle it in the background, guarded as ever.
+		_ = d.s.persist("double barrier key "+key, func(ctx context.Context) error {
+			resp, err := withdrawal(ctx)
+			if err == nil && !resp.Succeeded {
+				_, err = d.s.cli.Txn(ctx).If(mine).Then(clientv3.OpDelete(key)).Commit()
+			}
+			return err
+		})
+		d.s.deletedOnce(key)
+		return false, 0
 	case resp.Succeeded:
 		d.s.deletedOnce(key)
 		return false, 0
-	default:
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && kvs[0].ModRevision > rev {
-			return true, kvs[0].ModRevision
-		}
 	}
-	_ = d.s.deleteKey(key, rev)
+	ready, own := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(own) == 1 && own[0].CreateRevision == rev && len(ready) == 1 && ready[0].ModRevision > rev {
+		return true, ready[0].ModRevision
+	}
+	// The key is gone (deleted by someone else, or with its lease): out.
+	d.s.deletedOnce(key)
 	return false, 0
 }
 
@@ -287,6 +301,11 @@ func (d *doubleBarrier) enter(ctx context.Context, key string, rev int64) (int64
 					}
 				}
 				resp, _, err := d.s.txn(ctx, counted, []clientv3.Op{clientv3.OpPut(d.ready(), "")})
+				if len(counted) > 0 && errors.Is(err, rpctypes.ErrTooManyOps) {
+					// A cluster set below etcd's default --max-txn-ops:
+					// the count's write compares no keys.
+					resp, _, err = d.s.txn(ctx, nil, []clientv3.Op{clientv3.OpPut(d.ready(), "")})
+				}
 				switch {
 				case err != nil:
 					if r, ok := d.readyAfter(ctx, rev); ok {
@@ -509,8 +528,14 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 		wait := lowest
 		switch {
 		case isLowest && len(resp.Kvs) == 1:
-			// The last to leave clears the barrier for its next use.
-			if _, _, err := d.s.txn(wctx, nil, []clientv3.Op{clientv3.OpDelete(d.ready()), clientv3.OpDelete(d.mine.key)}); err != nil {
+			// The last to leave clears the barrier for its next use: its
+			// round's ready, not one the next round wrote already.
+			clear := clientv3.OpDelete(d.ready())
+			if d.readyRev > 0 {
+				clear = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(d.ready()), "=", d.readyRev)},
+					[]clientv3.Op{clear}, nil)
+			}
+			if _, _, err := d.s.txn(wctx, nil, []clientv3.Op{clear, clientv3.OpDelete(d.mine.key)}); err != nil {
 				return d.fail(ctx, err)
 			}
 			d.deleted()

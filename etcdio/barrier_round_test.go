@@ -109,3 +109,49 @@ func TestDoubleBarrierGivenUpPartyNotCounted(t *testing.T) {
 		t.Fatalf("a passed the barrier, b's Enter returned %v", errB)
 	}
 }
+
+// The last party of a round to leave deletes its round's ready, never one
+// that the next round wrote already (a party of the next round may count
+// the keys of the round before that are still there).
+func TestDoubleBarrierLeaveKeepsNextRoundsReady(t *testing.T) {
+	key := prefixOf(t)
+	cli := newClient(t)
+	a := newDoubleBarrier(t, newClient(t), key, 2)
+	b := newDoubleBarrier(t, newClient(t), key, 2)
+	ctx := testCtx(t, 30*time.Second)
+	entered := make(chan error, 1)
+	go func() { entered <- a.Enter(ctx) }()
+	testkit.Eventually(t, 10*time.Second, "a's key", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	if err := b.Enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, entered, "a's Enter"); err != nil {
+		t.Fatal(err)
+	}
+	left := make(chan error, 1)
+	go func() { left <- b.Leave(ctx) }() // b waits for a, the lowest
+	testkit.Eventually(t, 10*time.Second, "b's key deleted", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	// A party of the next round counts a's key, still there, and its own:
+	// it writes the next round's ready.
+	c := newDoubleBarrier(t, newClient(t), key, 2)
+	if err := c.Enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := cli.Get(ctx, key+"/ready")
+	if err != nil || len(next.Kvs) != 1 {
+		t.Fatalf("the next round's ready: %v, %v", next, err)
+	}
+	if err := a.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, left, "b's Leave"); err != nil {
+		t.Fatal(err)
+	}
+	now, err := cli.Get(ctx, key+"/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(now.Kvs) != 1 || now.Kvs[0].ModRevision != next.Kvs[0].ModRevision {
+		t.Fatalf("after the last party of the round before left, ready is %v; want the next round's (revision %d) kept", now.Kvs, next.Kvs[0].ModRevision)
+	}
+}
