@@ -129,3 +129,28 @@ func TestSuperviseFnErrorWrappingErrLost(t *testing.T) {
 		t.Fatalf("Supervise = %v after %d runs of fn; want fn's error after one run", err, runs.Load())
 	}
 }
+
+// Close while Do's fn runs ends fn's context with the service's end, and
+// Do returns an error wrapping primitives.ErrClosed: the grant's Released
+// that Close sends is not a release by another call.
+func TestDoEndsWithErrClosedAtClose(t *testing.T) {
+	testkit.NoLeaks(t)
+	st := memio.NewStore()
+	for i := range 300 {
+		l, err := memio.NewLock(st, "/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = lock.Do(context.Background(), l, func(ctx context.Context, g lock.Grant) error {
+			go l.Close()
+			<-ctx.Done()
+			if cause := context.Cause(ctx); !errors.Is(cause, primitives.ErrClosed) {
+				return fmt.Errorf("fn's context ended with %v, want a cause wrapping ErrClosed", cause)
+			}
+			return nil
+		})
+		if !errors.Is(err, primitives.ErrClosed) {
+			t.Fatalf("run %d: Do = %v, want an error wrapping ErrClosed", i, err)
+		}
+	}
+}

@@ -139,6 +139,13 @@ func Run[G any](ctx context.Context, s Owner, spec Spec[G], fn func(context.Cont
 					}
 				case primitives.Released:
 					if created != 0 && e.Created == created {
+						if err := s.Err(); err != nil {
+							// The service's end released it (Close): Err
+							// is set before the event is sent.
+							lost = err
+							cancel(lost)
+							return
+						}
 						released = fmt.Errorf("grant %d released while fn ran: %w", created, primitives.ErrReleased)
 						cancel(released)
 						return
