@@ -255,3 +255,22 @@ func TestZooKeeperTTLOverClientLimit(t *testing.T) {
 		t.Errorf("--ttl 596h: exit status %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// Under nohup (SIGHUP ignored when disco starts), a closed terminal's
+// SIGHUP neither ends disco nor reaches CMD: disco stays deaf to it, as
+// nohup asks; SIGTERM still ends it.
+func TestHangupIgnoredUnderNohup(t *testing.T) {
+	p := startProc(t, "sh", "-c", `trap "" HUP; exec "$0" "$@"`, discoBin, "lock", nameOf(t), "--",
+		"sh", "-c", `trap 'echo got HUP; exit 7' HUP; trap 'exit 0' TERM; echo ready; while :; do sleep 0.05; done`)
+	p.stdout.await(t, "ready", 15*time.Second)
+	p.signal(t, syscall.SIGHUP)
+	select {
+	case <-p.done:
+		t.Fatalf("disco under nohup ended at SIGHUP: exit status %d, stdout %q, stderr %q", p.code, p.stdout, p.stderr)
+	case <-time.After(time.Second): // a negative check, not synchronisation
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, 10*time.Second); code != 0 || strings.Contains(p.stdout.String(), "got HUP") {
+		t.Fatalf("after SIGTERM: exit status %d, stdout %q; want 0, CMD never told of the SIGHUP", code, p.stdout)
+	}
+}

@@ -125,10 +125,14 @@ func (s *supervisor) run(ctx context.Context, scope string, token fencing.Token)
 		s.mu.Unlock()
 		return errInterrupted
 	}
-	if ctx.Err() != nil { // lost (or suspended) before CMD could start
-		s.finished, s.ended = true, context.Cause(ctx)
+	if ctx.Err() != nil { // lost (or suspended), or given up, before CMD could start
+		cause := context.Cause(ctx)
+		s.finished = true
+		if errors.Is(cause, primitives.ErrLost) || errors.Is(cause, primitives.ErrSuspended) {
+			s.ended = cause // else the caller's own end: no hold ended
+		}
 		s.mu.Unlock()
-		return s.ended
+		return cause
 	}
 	// Its own process group, so that disco can stop CMD's children too.
 	grp, err := startGroup(s.argv, env, s.stdin, s.stdout, s.stderr)

@@ -46,3 +46,23 @@ func TestHoldEndedBeforeCommandStarted(t *testing.T) {
 		})
 	}
 }
+
+// A context that ends for the caller's own reason (an interrupt, a
+// deadline) before CMD starts is no ended hold: not status 3.
+func TestCallerEndBeforeCommandStartedIsNoLoss(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	sup := &supervisor{what: "lock /x", argv: []string{"sh", "-c", "echo ran"}, grace: time.Second,
+		stopAt: stopAtSuspended, stdout: &stdout, stderr: &stderr}
+	_, stop := sup.watchSignals(context.Background())
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := sup.outcome(sup.run(ctx, "/x", 1))
+	var ee *exitError
+	if errors.As(err, &ee) && ee.code == exitLost {
+		t.Fatalf("outcome %v: exit status 3, want no loss reported", err)
+	}
+	if stdout.Len() != 0 {
+		t.Fatalf("CMD ran: %q", &stdout)
+	}
+}

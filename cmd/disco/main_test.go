@@ -183,7 +183,13 @@ type proc struct {
 // server. The process is killed, if still running, when t ends.
 func startDisco(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(discoBin, args...), stdout: newOutput(), stderr: newOutput(), done: make(chan struct{})}
+	return startProc(t, discoBin, args...)
+}
+
+// startProc is startDisco for the program bin (a shell that execs disco).
+func startProc(t *testing.T, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), stdout: newOutput(), stderr: newOutput(), done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), embedded.EnvEndpoints+"="+strings.Join(endpoints, ","))
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -36,8 +36,16 @@ func (p *printer) event(v fmt.Stringer) {
 
 // stopSignals are the signals that end disco's wait or run: SIGINT
 // (Ctrl-C), SIGTERM, and SIGHUP (the terminal or ssh session closed), which
-// would otherwise kill disco without a release.
-var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+// would otherwise kill disco without a release; but not SIGHUP if disco
+// was started ignoring it (nohup): then it stays ignored, and CMD never
+// hears of it.
+var stopSignals = func() []os.Signal {
+	sigs := []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
+}()
 
 // notifyContext returns a context that ends at SIGINT, SIGTERM or SIGHUP.
 func notifyContext(ctx context.Context) (context.Context, context.CancelFunc) {
