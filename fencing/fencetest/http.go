@@ -110,8 +110,11 @@ func underBase(base, u *url.URL) *url.URL {
 		return u
 	}
 	out := *base
-	out.Path = strings.TrimSuffix(base.Path, "/") + "/" + strings.TrimPrefix(u.Path, "/")
-	out.RawPath, out.RawQuery, out.Fragment = "", u.RawQuery, ""
+	escaped := strings.TrimSuffix(base.EscapedPath(), "/") + "/" + strings.TrimPrefix(u.EscapedPath(), "/")
+	if p, err := url.PathUnescape(escaped); err == nil {
+		out.Path, out.RawPath = p, escaped // RawPath keeps an escaped "/" escaped
+	}
+	out.RawQuery, out.Fragment = u.RawQuery, ""
 	return &out
 }
 

@@ -37,6 +37,27 @@ func TestHTTPServerBasePath(t *testing.T) {
 	}
 }
 
+// An escaped "/" in a request's path stays escaped under the base URL.
+func TestHTTPServerKeepsEscapedPath(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.EscapedPath()
+	}))
+	defer srv.Close()
+	res := HTTPServer(srv.URL+"/api", nil, HTTPAPI{
+		Write: func(scope, v string) *http.Request {
+			return httptest.NewRequest(http.MethodPut, "/orders/a%2Fb", strings.NewReader(v))
+		},
+		Read: func(string) *http.Request { return httptest.NewRequest(http.MethodGet, "/orders/a%2Fb", nil) },
+	})
+	if err := res.Write(context.Background(), Request{Token: "1", Value: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-got; p != "/api/orders/a%2Fb" {
+		t.Fatalf("the write reached %q, want /api/orders/a%%2Fb", p)
+	}
+}
+
 // A 5xx that a proxy or a failing handler answers (500, 502, 504) says
 // nothing of whether the write was applied: the kit must allow both. A
 // guard answers 503 before its handler runs: not applied.
