@@ -153,6 +153,16 @@ func (o *output) String() string {
 // await returns the output once it contains want, or fails t after d.
 func (o *output) await(t *testing.T, want string, d time.Duration) string {
 	t.Helper()
+	s, ok := o.within(want, d, nil)
+	if !ok {
+		t.Fatalf("no %q in output within %v; output:\n%s", want, d, s)
+	}
+	return s
+}
+
+// within returns the output once it contains want (ok), or what it is
+// when d passes or ended is closed (nil: never).
+func (o *output) within(want string, d time.Duration, ended <-chan struct{}) (s string, ok bool) {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for {
@@ -160,12 +170,15 @@ func (o *output) await(t *testing.T, want string, d time.Duration) string {
 		s, changed := o.buf.String(), o.changed
 		o.mu.Unlock()
 		if strings.Contains(s, want) {
-			return s
+			return s, true
 		}
 		select {
 		case <-changed:
+		case <-ended:
+			s = o.String() // the writer has copied everything: a last look
+			return s, strings.Contains(s, want)
 		case <-deadline.C:
-			t.Fatalf("no %q in output within %v; output:\n%s", want, d, s)
+			return s, false
 		}
 	}
 }
@@ -273,26 +286,25 @@ func awaitKeys(t *testing.T, cli *clientv3.Client, name string, n int) []string 
 // failing t if p ends first or d passes.
 func (p *proc) awaitRunning(t *testing.T, o *output, want string, d time.Duration) string {
 	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		o.mu.Lock()
-		s, changed := o.buf.String(), o.changed
-		o.mu.Unlock()
-		if strings.Contains(s, want) {
-			return s
-		}
-		select {
-		case <-changed:
-		case <-p.done:
-			// Wait has copied all output: a last look.
-			if s := o.String(); strings.Contains(s, want) {
-				return s
-			}
-			t.Fatalf("disco %v ended (exit %d) before printing %q; stdout:\n%s\nstderr:\n%s", p.cmd.Args[1:], p.code, want, p.stdout, p.stderr)
-		case <-deadline.C:
-			t.Fatalf("no %q in output within %v; stdout:\n%s\nstderr:\n%s", want, d, p.stdout, p.stderr)
-		}
+	s, ok := o.within(want, d, p.done)
+	switch {
+	case ok:
+		return s
+	case isClosed(p.done):
+		t.Fatalf("disco %v ended (exit %d) before printing %q; stdout:\n%s\nstderr:\n%s", p.cmd.Args[1:], p.code, want, p.stdout, p.stderr)
+	default:
+		t.Fatalf("no %q in output within %v; stdout:\n%s\nstderr:\n%s", want, d, p.stdout, p.stderr)
+	}
+	return s
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
