@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -291,7 +292,7 @@ func TestCampaignInterruptedWhileConnecting(t *testing.T) {
 		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 			for _, args := range [][]string{{"elect", "/x", "v"}, {"observe", "/x"}} {
 				t.Run(scheme+args[0]+"-"+sig.String(), func(t *testing.T) {
-					addr, accepted := silentEndpoint(t)
+					addr, accepted := testkit.SilentEndpoint(t)
 					p := startDisco(t, append([]string{"--endpoints", scheme + addr, "--dial-timeout", "30s"}, args...)...)
 					select {
 					case <-accepted: // disco is connecting, and minds signals

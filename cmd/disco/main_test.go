@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -306,39 +305,4 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// silentEndpoint returns the address of a listener that accepts
-// connections and never answers, and a channel closed at its first
-// connection. It is closed when t ends.
-func silentEndpoint(t *testing.T) (string, <-chan struct{}) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if conns = append(conns, c); len(conns) == 1 {
-				close(accepted)
-			}
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	return ln.Addr().String(), accepted
 }

@@ -2,7 +2,6 @@ package reach_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -17,33 +16,10 @@ import (
 	"github.com/ahrtr/disco/zkio"
 )
 
-// silent returns an address that accepts connections and never answers,
-// closed when t ends: a store that is up but does not respond.
+// silent returns an address that accepts connections and never answers.
 func silent(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return ln.Addr().String()
+	addr, _ := testkit.SilentEndpoint(t)
+	return addr
 }
 
 // Every backend's constructor, given an endpoint that does not answer or

@@ -5,6 +5,7 @@ package testkit
 import (
 	"context"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,4 +165,40 @@ func WakeupsPerAcquisition(t *testing.T, h Herd, open func(*metrics.Metrics) (se
 	wg.Wait()
 	per := (math.Float64frombits(to.Load()) - math.Float64frombits(from.Load())) / float64(h.Total-h.Warm)
 	return per, Gather(t, reg)
+}
+
+// SilentEndpoint returns the address of a listener that accepts
+// connections and never answers (a store that is up but does not
+// respond), and a channel closed at its first connection. It is closed
+// when t ends.
+func SilentEndpoint(t testing.TB) (addr string, accepted <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if conns = append(conns, c); len(conns) == 1 {
+				close(first)
+			}
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	return ln.Addr().String(), first
 }
