@@ -82,21 +82,21 @@ func FollowGrants(ctx context.Context, scope string, s Subscriber) *GrantToken {
 	}
 	g.scoper, _ = s.(GrantScoper)
 	g.holder, _ = s.(GrantHolder)
-	var events <-chan Event
-	if hs, ok := s.(holdsSubscriber); ok {
-		events = hs.SubscribeHolds(ctx)
-	} else {
-		events = s.Subscribe(ctx)
-	}
-	go g.follow(events)
+	go g.follow(SubscribeHolds(ctx, s))
 	return g
 }
 
-// holdsSubscriber is a Subscriber whose own grants' events can be had
-// without counting as a listener of the rest (driver.Shell.SubscribeHolds),
-// so that an election followed for its grants need not follow who leads.
-type holdsSubscriber interface {
-	SubscribeHolds(ctx context.Context) <-chan Event
+// SubscribeHolds subscribes to the events of s's own grants: through
+// s.SubscribeHolds if s offers it (driver.Shell's, which does not count as
+// a listener, so that an election followed for its grants need not follow
+// who leads), else through Subscribe. The channel closes as Subscribe's.
+func SubscribeHolds(ctx context.Context, s Subscriber) <-chan Event {
+	if hs, ok := s.(interface {
+		SubscribeHolds(ctx context.Context) <-chan Event
+	}); ok {
+		return hs.SubscribeHolds(ctx)
+	}
+	return s.Subscribe(ctx)
 }
 
 func (g *GrantToken) follow(events <-chan Event) {

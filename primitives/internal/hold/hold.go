@@ -19,22 +19,6 @@ type Owner interface {
 	Err() error
 }
 
-// holdsSubscriber is an Owner whose own grants' events can be had without
-// counting as a listener of everything else (see driver.Shell.SubscribeHolds):
-// Run waits only for its grant's end, and an election need not follow who
-// leads for it.
-type holdsSubscriber interface {
-	SubscribeHolds(ctx context.Context) <-chan primitives.Event
-}
-
-// subscribe subscribes to s's events, to its own grants' alone if it can.
-func subscribe(ctx context.Context, s Owner) <-chan primitives.Event {
-	if hs, ok := s.(holdsSubscriber); ok {
-		return hs.SubscribeHolds(ctx)
-	}
-	return s.Subscribe(ctx)
-}
-
 // Spec says how to acquire, name and release one kind of grant G.
 type Spec[G any] struct {
 	Acquire func(context.Context) (G, error)
@@ -86,7 +70,7 @@ func Run[G any](ctx context.Context, s Owner, spec Spec[G], fn func(context.Cont
 	// Subscribe first, so that no Lost for the grant can be missed.
 	subCtx, stopSub := context.WithCancel(ctx)
 	defer stopSub()
-	events := subscribe(subCtx, s)
+	events := primitives.SubscribeHolds(subCtx, s) // Run waits for its grant's end alone
 	g, err := spec.Acquire(ctx)
 	if err != nil {
 		return err
