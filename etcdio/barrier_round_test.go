@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives/barrier"
 )
 
 // A party whose Leave gave up after its key was deleted may call Leave
@@ -18,18 +19,8 @@ import (
 func TestDoubleBarrierLeaveAgainAfterNextRoundEntered(t *testing.T) {
 	key := prefixOf(t)
 	cli := newClient(t)
-	a := newDoubleBarrier(t, newClient(t), key, 2)
-	b := newDoubleBarrier(t, newClient(t), key, 2)
 	ctx := testCtx(t, 30*time.Second)
-	entered := make(chan error, 1)
-	go func() { entered <- a.Enter(ctx) }()
-	testkit.Eventually(t, 10*time.Second, "a's key", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
-	if err := b.Enter(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := within(t, entered, "a's Enter"); err != nil {
-		t.Fatal(err)
-	}
+	a, b := enteredPair(ctx, t, cli, key)
 	// b is not the lowest: it deletes its key and waits for a's.
 	bctx, cancel := context.WithCancel(ctx)
 	left := make(chan error, 1)
@@ -50,6 +41,24 @@ func TestDoubleBarrierLeaveAgainAfterNextRoundEntered(t *testing.T) {
 	if err := b.Leave(lctx); err != nil {
 		t.Fatalf("b's second Leave, every party of its round gone: %v", err)
 	}
+}
+
+// enteredPair returns two parties of a double barrier on key for two that
+// entered it, a first (the lowest key), each on a client of its own.
+func enteredPair(ctx context.Context, t *testing.T, cli *clientv3.Client, key string) (a, b barrier.DoubleBarrier) {
+	t.Helper()
+	a = newDoubleBarrier(t, newClient(t), key, 2)
+	b = newDoubleBarrier(t, newClient(t), key, 2)
+	entered := make(chan error, 1)
+	go func() { entered <- a.Enter(ctx) }()
+	testkit.Eventually(t, 10*time.Second, "a's key", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	if err := b.Enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, entered, "a's Enter"); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }
 
 // gatedKV holds the caller of a chosen Get after etcd answered it, until
@@ -116,18 +125,8 @@ func TestDoubleBarrierGivenUpPartyNotCounted(t *testing.T) {
 func TestDoubleBarrierLeaveKeepsNextRoundsReady(t *testing.T) {
 	key := prefixOf(t)
 	cli := newClient(t)
-	a := newDoubleBarrier(t, newClient(t), key, 2)
-	b := newDoubleBarrier(t, newClient(t), key, 2)
 	ctx := testCtx(t, 30*time.Second)
-	entered := make(chan error, 1)
-	go func() { entered <- a.Enter(ctx) }()
-	testkit.Eventually(t, 10*time.Second, "a's key", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
-	if err := b.Enter(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := within(t, entered, "a's Enter"); err != nil {
-		t.Fatal(err)
-	}
+	a, b := enteredPair(ctx, t, cli, key)
 	left := make(chan error, 1)
 	go func() { left <- b.Leave(ctx) }() // b waits for a, the lowest
 	testkit.Eventually(t, 10*time.Second, "b's key deleted", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })

@@ -110,6 +110,16 @@ func TestDoubleBarrierGiveUpAsRoundCompletes(t *testing.T) {
 	errB := b.Enter(ctx)
 	close(g.proceed)
 	errA := <-aerr
+	bothIn(ctx, t, a, b, errA, errB)
+	if keys := admin.Keys(ctx, name+"/dbarrier*").Val(); len(keys) > 0 {
+		t.Errorf("keys left after the round: %v", keys)
+	}
+}
+
+// bothIn fails t unless both parties' Enters returned nil (errA, errB),
+// then has both leave.
+func bothIn(ctx context.Context, t *testing.T, a, b barrier.DoubleBarrier, errA, errB error) {
+	t.Helper()
 	if errB != nil {
 		t.Fatalf("b's Enter: %v", errB)
 	}
@@ -123,9 +133,6 @@ func TestDoubleBarrierGiveUpAsRoundCompletes(t *testing.T) {
 	}
 	if err := <-left; err != nil {
 		t.Fatalf("a's Leave: %v", err)
-	}
-	if keys := admin.Keys(ctx, name+"/dbarrier*").Val(); len(keys) > 0 {
-		t.Errorf("keys left after the round: %v", keys)
 	}
 }
 
@@ -156,20 +163,7 @@ func TestDoubleBarrierEnterReplyLostAsRoundCompletes(t *testing.T) {
 	g.armed.Store(true)
 	errA := a.Enter(ctx)
 	errB := <-berr
-	if errB != nil {
-		t.Fatalf("b's Enter: %v", errB)
-	}
-	if errA != nil {
-		t.Fatalf("a's Enter returned %v, yet b passed the barrier counting it", errA)
-	}
-	left := make(chan error, 1)
-	go func() { left <- a.Leave(ctx) }()
-	if err := b.Leave(ctx); err != nil {
-		t.Fatalf("b's Leave: %v", err)
-	}
-	if err := <-left; err != nil {
-		t.Fatalf("a's Leave: %v", err)
-	}
+	bothIn(ctx, t, a, b, errA, errB)
 }
 
 // TestCloseWaitsForAcquisitionUnderWay: Close on a shared session, as an
