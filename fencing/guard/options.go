@@ -139,17 +139,22 @@ func (c *config) newState() *state {
 // metrics.
 func (c *config) check(ctx context.Context, s *state, scope string, t fencing.Token) error {
 	if err := c.prepare(ctx, s, scope, t); err != nil {
-		s.forgetVerified(t)
-		c.metrics.reject(err)
-		return err
+		return c.reject(s, t, err)
 	}
 	if err := s.check(t); err != nil {
-		s.forgetVerified(t)
-		c.metrics.reject(err)
-		return err
+		return c.reject(s, t, err)
 	}
 	c.metrics.admit(s, scope, t, 0)
 	return nil
+}
+
+// reject settles a request of t that failed with err: a success of its
+// verification is forgotten (a token refused once is asked again), and the
+// rejection counted. It returns err.
+func (c *config) reject(s *state, t fencing.Token, err error) error {
+	s.forgetVerified(t)
+	c.metrics.reject(err)
+	return err
 }
 
 // admit is Admit on s: the verifier and the store, then the state, then
@@ -160,15 +165,11 @@ func (c *config) admit(ctx context.Context, s *state, scope string, t fencing.To
 		start = time.Now()
 	}
 	if err := c.prepare(ctx, s, scope, t); err != nil {
-		s.forgetVerified(t)
-		c.metrics.reject(err)
-		return nil, noop, err
+		return nil, noop, c.reject(s, t, err)
 	}
 	actx, done, err := s.admit(ctx, t)
 	if err != nil {
-		s.forgetVerified(t)
-		c.metrics.reject(err)
-		return nil, noop, err
+		return nil, noop, c.reject(s, t, err)
 	}
 	if c.metrics != nil {
 		c.metrics.admit(s, scope, t, time.Since(start))
