@@ -126,7 +126,14 @@ func (svc *service) tryPastNested(ctx context.Context, q queue) (driver.Hold, er
 		return driver.Hold{}, err
 	}
 	w.mode, w.blockers = q.mode, q.blockers
-	pred, rev, err := svc.lookPastNested(ctx, w)
+	// In attempts: the helpers' looks make theirs (see lookPast).
+	var pred *mvccpb.KeyValue
+	var rev int64
+	_, _, err = inAttempts(svc.s, ctx, func(actx context.Context) (struct{}, error) {
+		var err error
+		pred, rev, err = svc.lookPastNested(actx, w)
+		return struct{}{}, err
+	})
 	if err == nil && pred != nil {
 		err = taken
 	}
@@ -635,12 +642,12 @@ func (svc *service) look(ctx context.Context, w *waiter, after int64, still *mvc
 // reads every key ahead (linearizably; with values, since a keys-only
 // range leaves out the lease that ours reads) and returns the one of w's layout
 // created last, if any, in a transaction that confirms w's key still
-// exists, made in attempts (see inAttempts). Nested names are rare; the whole read is paid only where they
-// are.
+// exists: one request, which its callers make in an attempt or attempts.
+// Nested names are rare; the whole read is paid only where they are.
 func (svc *service) lookPastNested(ctx context.Context, w *waiter) (*mvccpb.KeyValue, int64, error) {
 	mine := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.created)
-	resp, _, err := svc.s.txn(ctx, []clientv3.Cmp{mine}, []clientv3.Op{clientv3.OpGet(w.blockers, clientv3.WithPrefix(),
-		clientv3.WithMaxCreateRev(w.created-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))})
+	resp, err := svc.s.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(w.blockers, clientv3.WithPrefix(),
+		clientv3.WithMaxCreateRev(w.created-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))).Commit()
 	if err != nil {
 		return nil, 0, err
 	}
