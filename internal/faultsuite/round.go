@@ -185,18 +185,20 @@ func (r *round) checkOwnedGone(inc *incarnation) {
 		return
 	}
 	lease := inc.sess.LeaseID()
-	owned := func() []string {
+	var keys []string
+	var err error
+	gone := func() bool {
+		if inc.sess.Err() != nil {
+			return true
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		keys, err := o.Owned(ctx, r.root, lease)
-		if err != nil {
-			return nil // a listing that failed shows nothing left
-		}
-		return keys
+		keys, err = o.Owned(ctx, r.root, lease)
+		return err == nil && len(keys) == 0 // a failed listing shows nothing
 	}
 	wait := r.ttl + 3*time.Second
-	if !eventually(wait, func() bool { return inc.sess.Err() != nil || len(owned()) == 0 }) {
-		r.fail("keys of live session %#x left %v after its primitive's Close returned: %v", lease, wait, owned())
+	if !eventually(wait, gone) {
+		r.fail("keys of live session %#x left %v after its primitive's Close returned: %v (listing: %v)", lease, wait, keys, err)
 	}
 }
 
