@@ -61,23 +61,12 @@ type service struct {
 	leaderSeq uint64
 }
 
-// face is what Lock, RWLock and Election show of their service beyond
-// their own methods: the shell's Subscribe, SubscribeHolds, Done, Err and
-// CancelOnSuspend, and Close. The shell's loop-only methods stay out of
-// their method sets.
+// face is what Lock, RWLock, Election, Semaphore and DoubleBarrier show
+// of their service beyond their own methods: the shell's user side
+// (driver.Face) and Close. The shell's loop-only methods stay out of their
+// method sets.
 type face interface {
-	Subscribe(ctx context.Context) <-chan primitives.Event
-	// SubscribeHolds is Subscribe for the events of the service's own
-	// grants alone (see driver.Shell.SubscribeHolds): election.Lead uses
-	// it, so that leading does not make an election follow who leads.
-	SubscribeHolds(ctx context.Context) <-chan primitives.Event
-	// CurrentGrant makes the primitive a primitives.GrantHolder.
-	CurrentGrant() (primitives.Acquired, bool)
-	// SuspendedUntil tells lock.Do of a grant made on a suspended session.
-	SuspendedUntil() (time.Time, bool)
-	Done() <-chan struct{}
-	Err() error
-	CancelOnSuspend() bool
+	driver.Face
 	Close() error
 }
 

@@ -52,9 +52,9 @@ type Shell struct {
 	errMu sync.Mutex
 	err   error
 	term  atomic.Pointer[Hold] // a copy of the loop's hold, for Current
-	// until is the deadline of the session's suspension while it lasts,
-	// for SuspendedUntil.
-	until atomic.Pointer[time.Time]
+	// until is the session's suspension while it lasts, for
+	// SuspendedUntil and SuspensionOver.
+	until atomic.Pointer[suspension]
 
 	// Loop only.
 	hold      *Hold
@@ -62,6 +62,28 @@ type Shell struct {
 	suspended bool
 	deadline  time.Time
 }
+
+// Face is the part of a Shell that a service shows its users: its events,
+// its end, its grant and its session's suspension. A driver whose exported
+// types embed an interface, not the shell, embeds this one, so that a
+// method added to the shell's user side reaches them all.
+type Face interface {
+	Subscribe(ctx context.Context) <-chan primitives.Event
+	// SubscribeHolds lets election.Lead follow its grants without making
+	// an election follow who leads.
+	SubscribeHolds(ctx context.Context) <-chan primitives.Event
+	// CurrentGrant makes the service a primitives.GrantHolder.
+	CurrentGrant() (primitives.Acquired, bool)
+	// SuspendedUntil and SuspensionOver tell lock.Do and the supervisors
+	// of a suspended session.
+	SuspendedUntil() (time.Time, bool)
+	SuspensionOver() <-chan struct{}
+	Done() <-chan struct{}
+	Err() error
+	CancelOnSuspend() bool
+}
+
+var _ Face = (*Shell)(nil)
 
 // NewShell returns the shell of a primitive as sp describes it.
 func NewShell(sp Spec) *Shell {
@@ -176,10 +198,36 @@ func (sh *Shell) CurrentGrant() (primitives.Acquired, bool) {
 // reaches it.
 func (sh *Shell) SuspendedUntil() (deadline time.Time, ok bool) {
 	if p := sh.until.Load(); p != nil {
-		return *p, true
+		return p.deadline, true
 	}
 	return time.Time{}, false
 }
+
+// SuspensionOver returns a channel that is closed once the session is not
+// suspended: at once if it is not now, else when it resumes. A suspension
+// that ends in the session's loss does not close it: Done does. It never
+// blocks; the supervisors wait on it before they lock again after a hold
+// that a suspension ended.
+func (sh *Shell) SuspensionOver() <-chan struct{} {
+	if p := sh.until.Load(); p != nil {
+		return p.over
+	}
+	return notSuspended
+}
+
+// suspension is a suspension of the service's session: its deadline, and
+// a channel closed when it ends with Resume.
+type suspension struct {
+	deadline time.Time
+	over     chan struct{}
+}
+
+// notSuspended is the SuspensionOver of a session that is not suspended.
+var notSuspended = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Held returns the grant the service holds, nil if none. Loop only.
 func (sh *Shell) Held() *Hold { return sh.hold }
@@ -311,7 +359,11 @@ func (sh *Shell) EndFor(err error, cause string) (Hold, bool) {
 func (sh *Shell) Suspend(deadline time.Time) {
 	was := sh.suspended
 	sh.suspended, sh.deadline = true, deadline
-	sh.until.Store(&deadline)
+	over := make(chan struct{})
+	if p := sh.until.Load(); p != nil {
+		over = p.over // a new deadline for the same suspension
+	}
+	sh.until.Store(&suspension{deadline: deadline, over: over})
 	if h := sh.hold; h != nil && !was {
 		sh.events.Publish(h.Suspended(deadline))
 	}
@@ -322,7 +374,9 @@ func (sh *Shell) Suspend(deadline time.Time) {
 func (sh *Shell) Resume() {
 	was := sh.suspended
 	sh.suspended = false
-	sh.until.Store(nil)
+	if p := sh.until.Swap(nil); p != nil {
+		close(p.over)
+	}
 	if h := sh.hold; h != nil && was {
 		sh.events.Publish(h.Resumed())
 	}

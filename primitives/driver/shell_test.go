@@ -258,3 +258,46 @@ func TestShellLostAfterErr(t *testing.T) {
 		t.Fatalf("Err after Finish: %v, want the first end's (ErrLost)", err)
 	}
 }
+
+// SuspensionOver is closed while the session is not suspended, open from
+// Suspend (a later deadline keeps the same suspension) and closed at
+// Resume; SuspendedUntil reports the latest deadline meanwhile.
+func TestShellSuspensionOver(t *testing.T) {
+	sh := newShell()
+	isClosed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	if !isClosed(sh.SuspensionOver()) {
+		t.Fatal("SuspensionOver open on a session never suspended")
+	}
+	d1 := time.Now().Add(time.Minute)
+	sh.Suspend(d1)
+	over := sh.SuspensionOver()
+	if isClosed(over) {
+		t.Fatal("SuspensionOver closed while suspended")
+	}
+	d2 := d1.Add(time.Second)
+	sh.Suspend(d2)
+	if got, ok := sh.SuspendedUntil(); !ok || !got.Equal(d2) {
+		t.Fatalf("SuspendedUntil = %v, %v; want %v, true", got, ok, d2)
+	}
+	if sh.SuspensionOver() != over {
+		t.Fatal("a new deadline made a new suspension")
+	}
+	sh.Resume()
+	if !isClosed(over) || !isClosed(sh.SuspensionOver()) {
+		t.Fatal("SuspensionOver open after Resume")
+	}
+	if _, ok := sh.SuspendedUntil(); ok {
+		t.Fatal("SuspendedUntil reports a suspension after Resume")
+	}
+	sh.Suspend(d2)
+	if isClosed(sh.SuspensionOver()) {
+		t.Fatal("a second suspension's SuspensionOver is closed")
+	}
+}

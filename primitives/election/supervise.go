@@ -72,7 +72,9 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption {
 // lost), or primitives.ErrSuspended (the Service was built to cancel at
 // Suspended, with a backend's WithCancelOnSuspend), whatever fn returned. Any
 // other newService or Campaign error is retried too, with backoff, and
-// reported to OnRetry. Bad input is permanent: backends' constructor errors
+// reported to OnRetry. While the Service's session is suspended, Supervise
+// campaigns again only once it resumes (or, lost, with a new Service): a
+// term won on a suspended session could not run fn. Bad input is permanent: backends' constructor errors
 // for it (a bad prefix) wrap primitives.ErrInvalidArgument, and so stop
 // Supervise, as does any newService error that wraps it.
 // newService gets Supervise's ctx; it should use it to

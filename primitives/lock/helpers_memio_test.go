@@ -154,3 +154,55 @@ func TestDoEndsWithErrClosedAtClose(t *testing.T) {
 		}
 	}
 }
+
+// Supervise with a Service built to cancel at Suspended waits, after a
+// hold that a suspension ended, until the session resumes: it does not
+// lock again each backoff meanwhile, starting fn with its context ended
+// each time. Once the session resumes, fn runs again with a live context.
+func TestSuperviseWaitsForResumeAfterSuspension(t *testing.T) {
+	testkit.NoLeaks(t)
+	st := memio.NewStore()
+	s, err := memio.NewSession(st, memio.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type run struct{ live bool }
+	runs := make(chan run, 100)
+	retried := make(chan error, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- lock.Supervise(ctx, func(context.Context) (lock.Service, error) {
+			return memio.NewLock(st, "/a", memio.WithSession(s), memio.WithCancelOnSuspend())
+		}, func(ctx context.Context, g lock.Grant) error {
+			runs <- run{live: ctx.Err() == nil}
+			<-ctx.Done()
+			return nil
+		}, lock.WithBackoff(time.Millisecond, 2*time.Millisecond),
+			lock.OnRetry(func(_ int, err error) { retried <- err }))
+	}()
+	if r := <-runs; !r.live {
+		t.Fatal("first run: fn started with its context ended")
+	}
+	s.Suspend()
+	if err := <-retried; !errors.Is(err, primitives.ErrSuspended) {
+		t.Fatalf("OnRetry got %v, want an error wrapping ErrSuspended", err)
+	}
+	// Not synchronisation: the window in which a Supervise that locks
+	// each backoff (1 to 2 ms) would have run fn many times.
+	select {
+	case r := <-runs:
+		t.Fatalf("fn ran again (live context: %v) while the session was suspended", r.live)
+	case <-time.After(200 * time.Millisecond):
+	}
+	s.Resume()
+	if r := <-runs; !r.live {
+		t.Fatal("after Resume: fn started with its context ended")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Supervise = %v, want context.Canceled", err)
+	}
+}

@@ -48,7 +48,9 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption {
 // ends the moment the hold is lost; the grant is released after fn
 // returns), and when the hold is lost locks again after a backoff
 // (WithBackoff, WithJitter). If the Service itself is done (its session was
-// lost), Supervise closes it and builds a new one first. Each hold runs fn
+// lost), Supervise closes it and builds a new one first; if its session is
+// suspended, Supervise waits until it resumes or is lost before it locks
+// again. Each hold runs fn
 // from the start, with the new Grant and its higher token.
 //
 // It returns what election.Supervise returns: nil when fn returns nil with

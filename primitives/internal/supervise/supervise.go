@@ -115,18 +115,48 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 			if why == nil {
 				why = fmt.Errorf("%s: the hold ended before fn could run: %w", helper, primitives.ErrLost)
 			}
-			if r.s.Err() != nil {
-				r.retire() // the session is gone: the next attempt builds anew
-			}
 		}
 		failures++
 		if cfg.onRetry != nil {
 			cfg.onRetry(failures, why)
 		}
+		if r.live {
+			if !awaitResume(ctx, r.s) {
+				return ctx.Err()
+			}
+			if r.s.Err() != nil {
+				r.retire() // the session is gone: the next attempt builds anew
+			}
+		}
 		if !ctxtime.Sleep(ctx, cfg.delay(failures)) {
 			return ctx.Err()
 		}
 	}
+}
+
+// suspensionReporter is a Service that tells when its session's
+// suspension ends (driver.Shell.SuspensionOver).
+type suspensionReporter interface {
+	SuspensionOver() <-chan struct{}
+}
+
+// awaitResume waits while s's session is suspended, until it resumes or s
+// is done: a hold taken on a suspended session is no use to a service
+// built to cancel there (fn would start with its context ended), and
+// locking again each backoff would only issue tokens nobody can use. It
+// returns false if ctx ended first.
+func awaitResume(ctx context.Context, s Service) bool {
+	sr, ok := s.(suspensionReporter)
+	if !ok {
+		return true
+	}
+	select {
+	case <-sr.SuspensionOver():
+	case <-s.Done():
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
 
 // isNil reports whether s is a nil interface.
