@@ -177,7 +177,7 @@ func (d *zkDoubleBarrier) fail(ctx context.Context, what string, err error) erro
 // Curator sorts them, whether ready exists, and path's data version and
 // mzxid; no parties if path does not exist (version -2).
 func (d *zkDoubleBarrier) members() (kids []string, ready bool, version int32, mzxid int64, err error) {
-	kids, st, err := d.s.conn.Children(d.path)
+	kids, st, err := d.s.requests.Children(d.path)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, false, -2, 0, nil
 	}
@@ -196,7 +196,8 @@ func (d *zkDoubleBarrier) members() (kids []string, ready bool, version int32, m
 // unless ready was created first: then it has entered and returns nil. An
 // Enter that gives up not knowing whether its znode was made (the answer
 // was lost, and the lookups after it fail) ends the same way: by that
-// withdrawal, which waits for the connection while the session lives.
+// withdrawal, which waits for the connection while the session lives and
+// the party is open: Close ends the wait (and deletes the znode).
 func (d *zkDoubleBarrier) Enter(ctx context.Context) error {
 	if err := d.take(ctx); err != nil {
 		return d.fail(ctx, "enter", err)
@@ -381,8 +382,9 @@ func (d *zkDoubleBarrier) makeReady() (int64, error) {
 // created meanwhile counts it; true if ready came first and the listing
 // has the znode: the party has entered (its round recorded), and keeps
 // its znode. The znode need not exist (a join whose outcome is unknown):
-// then it returns false. It retries while the session lives, so a party's
-// znode is never left under a live session.
+// then it returns false. It retries while the session lives and the party
+// is open, so a party's znode is never left under a live session: Close
+// cuts it short and deletes the znode itself.
 func (d *zkDoubleBarrier) withdraw() (entered bool) {
 	name := d.node[len(d.path)+1:]
 	for {
@@ -398,7 +400,7 @@ func (d *zkDoubleBarrier) withdraw() (entered bool) {
 			d.node = "" // path is gone, and our znode with it
 			return false
 		case err == nil:
-			_, err = d.s.conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
+			_, err = d.s.requests.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
 				&zk.DeleteRequest{Path: d.node, Version: -1})
 			if err == nil || errors.Is(err, zk.ErrNoNode) {
 				d.node = "" // deleted, or gone already (path cannot go before it)
@@ -413,8 +415,11 @@ func (d *zkDoubleBarrier) withdraw() (entered bool) {
 			d.node = ""
 			return false
 		}
-		if !d.s.pause(context.Background(), nil) {
-			d.node = "" // the session ended, and its znodes with it
+		if !d.s.pause(context.Background(), d.closed) {
+			if d.s.Err() != nil {
+				d.node = "" // the session ended, and its znodes with it
+			}
+			// else Close cut it short: Close deletes the znode.
 			return false
 		}
 	}

@@ -152,3 +152,49 @@ func TestDoubleBarrierLeaveAgainIgnoresNextRound(t *testing.T) {
 		}
 	}
 }
+
+// TestDoubleBarrierCloseEndsWithdrawal: an Enter that gives up with its
+// join's outcome unknown withdraws its znode, and waits for the connection
+// to do so; Close cuts that wait short and takes the party out itself,
+// leaving no znode. Before, Close waited for the withdrawal, which ignored
+// it: for as long as the connection stayed down, or the session lived.
+func TestDoubleBarrierCloseEndsWithdrawal(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const path = "/dbclosewithdraw"
+	d, err := zkio.NewDoubleBarrier(servers, path, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, heal := zkio.LoseJoinAndListings(d)
+	defer heal()
+	ectx, ecancel := context.WithCancel(ctx)
+	defer ecancel()
+	entered := make(chan error, 1)
+	go func() { entered <- d.Enter(ectx) }()
+	testkit.Eventually(t, 10*time.Second, "the join landed, its reply lost", lost)
+	ecancel() // Enter gives up, and withdraws: its listings fail
+
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		heal() // let the test end
+		<-closed
+		t.Fatal("Close waited for a withdrawal that could not list the barrier")
+	}
+	if err := <-entered; err == nil {
+		t.Fatal("Enter, given up and closed, returned nil")
+	}
+	if got := parties(t, admin, path); len(got) != 0 {
+		t.Fatalf("Close returned, the party's znode left: %v", got)
+	}
+}

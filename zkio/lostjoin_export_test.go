@@ -23,6 +23,17 @@ func DBNode(d barrier.DoubleBarrier) string {
 type lostJoin struct {
 	requestConn
 	lost, healed atomic.Bool
+	// listings: the listings of the barrier fail too, after the loss.
+	listings bool
+}
+
+func (c *lostJoin) down() bool { return c.lost.Load() && !c.healed.Load() }
+
+func (c *lostJoin) Children(path string) ([]string, *zk.Stat, error) {
+	if c.listings && c.down() {
+		return nil, nil, zk.ErrConnectionClosed
+	}
+	return c.requestConn.Children(path)
 }
 
 func (c *lostJoin) Multi(ops ...any) ([]zk.MultiResponse, error) {
@@ -34,7 +45,7 @@ func (c *lostJoin) Multi(ops ...any) ([]zk.MultiResponse, error) {
 }
 
 func (c *lostJoin) Exists(path string) (bool, *zk.Stat, error) {
-	if c.lost.Load() && !c.healed.Load() {
+	if c.down() {
 		return false, nil, zk.ErrConnectionClosed
 	}
 	return c.requestConn.Exists(path)
@@ -44,8 +55,19 @@ func (c *lostJoin) Exists(path string) (bool, *zk.Stat, error) {
 // own, before its first Enter) land with its reply lost, and the lookups of
 // its znode after it fail until heal; lost reports that the reply was lost.
 func LoseJoinReply(d barrier.DoubleBarrier) (lost func() bool, heal func()) {
+	return loseJoin(d, false)
+}
+
+// LoseJoinAndListings is LoseJoinReply, and the barrier's listings fail
+// too after the loss, until heal: a withdrawal cannot tell whether the
+// znode was counted.
+func LoseJoinAndListings(d barrier.DoubleBarrier) (lost func() bool, heal func()) {
+	return loseJoin(d, true)
+}
+
+func loseJoin(d barrier.DoubleBarrier, listings bool) (lost func() bool, heal func()) {
 	s := d.(*zkDoubleBarrier).s
-	c := &lostJoin{requestConn: s.requests}
+	c := &lostJoin{requestConn: s.requests, listings: listings}
 	s.requests = c
 	return c.lost.Load, func() { c.healed.Store(true) }
 }

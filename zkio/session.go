@@ -30,8 +30,8 @@ import (
 type Session struct {
 	conn *zk.Conn
 	// requests is conn, for the requests whose failures a test may stage:
-	// queue and double-barrier creates, their lookups, deletes by
-	// deleteNode.
+	// queue and double-barrier creates, their lookups, a double barrier's
+	// listings and withdrawals, deletes by deleteNode.
 	requests requestConn
 	zkev     <-chan zk.Event
 	wire     *wire
