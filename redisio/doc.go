@@ -279,12 +279,12 @@
 //
 // An election's service follows who leads only while someone listens to
 // it: a Subscribe (LeaderChanged) or an Observe, each for as long as its
-// context lives (driver.Listeners counts them; election.Lead subscribes
-// too, for the term's Lost). A candidate nobody listens to only waits for
-// its own turn: it reads no leader, and its session does not subscribe to
-// the name's channel for it, so a failover wakes the next leader's session
-// alone, however many candidates and sessions campaign
-// (TestFailoverWakesOnlyListenedSessions).
+// context lives (driver.Listeners counts them; election.Lead, which
+// follows its term's own events alone, does not count). A candidate
+// nobody listens to only waits for its own turn: it reads no leader, and
+// its session does not subscribe to the name's channel for it, so a
+// failover wakes the next leader's session alone, however many candidates
+// and sessions campaign (TestFailoverWakesOnlyListenedSessions).
 //
 // The followed services of one session on one name share its leader
 // watch: while the watch runs the session subscribes to name/wake, reads
