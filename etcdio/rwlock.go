@@ -164,7 +164,8 @@ var ErrInUse = errors.New("etcdio: in use")
 // is retired for good: a later rwlock on the same prefix starts its epochs
 // afresh, still above every earlier token (tokens are etcd revisions). It
 // fails with an error wrapping ErrInUse, deleting nothing, while any key of
-// the lock (a holder or waiter, of disco or recipes.RWMutex) exists.
+// the lock (a holder or waiter, of disco or recipes.RWMutex: a key in its
+// read/ or write/ queue) exists; nested names' keys do not count.
 func RetireRWLock(ctx context.Context, cli *clientv3.Client, prefix string) error {
 	if err := checkPrefix(prefix); err != nil {
 		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote(prefix), err)
@@ -172,7 +173,10 @@ func RetireRWLock(ctx context.Context, cli *clientv3.Client, prefix string) erro
 	if err := checkClient(cli); err != nil {
 		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote(prefix), err)
 	}
-	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(prefix+"/"), "=", 0).WithPrefix()).
+	// The lock's keys are in its two queues; a nested name's keys, elsewhere
+	// under prefix/, are not the lock's.
+	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(prefix+"/read/"), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(prefix+"/write/"), "=", 0).WithPrefix()).
 		Then(clientv3.OpDelete(prefix + EpochSuffix)).Commit()
 	if err != nil {
 		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote(prefix), err)

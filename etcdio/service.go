@@ -166,11 +166,16 @@ func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*
 // lie within /n's prefix), which the service never takes for one of its
 // own queue.
 func (svc *service) ours(kv *mvccpb.KeyValue) bool {
-	rest, ok := strings.CutPrefix(string(kv.Key), svc.prefix)
+	return ofLayout(svc.prefix, svc.spec.ownQueues, kv)
+}
+
+// ofLayout is ours for a primitive whose keys lie under prefix (ending in
+// "/") in queues (nil: directly under prefix).
+func ofLayout(prefix string, queues []string, kv *mvccpb.KeyValue) bool {
+	rest, ok := strings.CutPrefix(string(kv.Key), prefix)
 	if !ok || kv.Lease == 0 {
 		return false
 	}
-	queues := svc.spec.ownQueues
 	if len(queues) == 0 {
 		queues = []string{""}
 	}

@@ -142,16 +142,12 @@ func (v *Verifier) judge(ctx context.Context, scope string, t int64) (string, er
 		return "not a token", nil
 	}
 	// The head of the queue now, and the cluster's revision.
-	head, err := v.cli.Get(ctx, keys, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	now, rev, err := v.head(ctx, keys, 0)
 	if err != nil {
 		return "", err
 	}
-	if t > head.Header.Revision {
-		return fmt.Sprintf("above the cluster's revision %d", head.Header.Revision), nil
-	}
-	var now *headKey
-	if len(head.Kvs) > 0 {
-		now = &headKey{string(head.Kvs[0].Key), head.Kvs[0].CreateRevision}
+	if t > rev {
+		return fmt.Sprintf("above the cluster's revision %d", rev), nil
 	}
 	switch v.kind {
 	case "election":
@@ -165,8 +161,7 @@ func (v *Verifier) judge(ctx context.Context, scope string, t int64) (string, er
 	if now == nil {
 		return "no one holds the lock now", nil
 	}
-	then, err := v.cli.Get(ctx, keys, clientv3.WithPrefix(), clientv3.WithRev(t),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	then, _, err := v.head(ctx, keys, t)
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		// Revision t is gone: judge by what is readable.
@@ -176,12 +171,61 @@ func (v *Verifier) judge(ctx context.Context, scope string, t int64) (string, er
 		return "", nil
 	case err != nil:
 		return "", err
-	case len(then.Kvs) == 0:
+	case then == nil:
 		return "no one held the lock at that revision", nil
-	case string(then.Kvs[0].Key) != now.key || then.Kvs[0].CreateRevision != now.created:
+	case *then != *now:
 		return "the grant of that token is over", nil
 	}
 	return "", nil
+}
+
+// headPage is how many keys a look for the head reads at first.
+const headPage = 8
+
+// head returns the head of the queues under keys at revision rev (0: now)
+// and the revision read: the oldest key of the kind's layout (ofLayout),
+// so that a nested name's keys and keys without a lease (an rwlock's epoch
+// key) are never taken for an owner's. It reads a few keys at a time, in
+// creation order, from the oldest, all at one revision.
+func (v *Verifier) head(ctx context.Context, keys string, rev int64) (*headKey, int64, error) {
+	queues := []string{""}
+	if v.kind == "rwlock" {
+		queues = []string{"read/", "write/"}
+	}
+	seen := map[string]bool{}
+	var from int64 // the lowest CreateRevision to read: keys of one transaction share one
+	for limit := int64(headPage); ; {
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithLimit(limit),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithMinCreateRev(from)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := v.cli.Get(ctx, keys, opts...)
+		if err != nil {
+			return nil, 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision // the later pages read the same revision
+		}
+		fresh := false
+		for _, kv := range resp.Kvs {
+			if seen[string(kv.Key)] {
+				continue
+			}
+			fresh, seen[string(kv.Key)] = true, true
+			if ofLayout(keys, queues, kv) {
+				return &headKey{string(kv.Key), kv.CreateRevision}, rev, nil
+			}
+		}
+		switch {
+		case !resp.More:
+			return nil, rev, nil
+		case !fresh:
+			limit *= 2 // a page of one transaction's keys, all seen: read more of it
+		default:
+			from = resp.Kvs[len(resp.Kvs)-1].CreateRevision
+		}
+	}
 }
 
 // splitSlot splits a semaphore slot's scope name#i into name and i; both
