@@ -76,5 +76,5 @@ func (l lockService) TryLock(ctx context.Context) (lock.Grant, error) {
 func (l lockService) Unlock(ctx context.Context) error { return l.release(ctx, nil) }
 
 func (l lockService) Release(ctx context.Context, g lock.Grant) error {
-	return l.release(ctx, driver.Exactly(g.Created, g.Key, g.FencingToken))
+	return l.release(ctx, driver.CreatedAt(g.Created))
 }

@@ -151,8 +151,7 @@ func (l rwlockService) unlock(ctx context.Context, m rwlock.Mode) error {
 }
 
 func (l rwlockService) Release(ctx context.Context, g rwlock.Grant) error {
-	same := driver.Exactly(g.Created, g.Key, g.FencingToken)
-	return l.release(ctx, func(h driver.Hold) bool { return same(h) && h.Mode == g.Mode })
+	return l.release(ctx, driver.CreatedAt(g.Created))
 }
 
 // ErrInUse is returned by RetireRWLock while keys of the lock still exist.

@@ -204,8 +204,8 @@ func (m semService) grant(g driver.Hold, err error) (semaphore.Grant, error) {
 // if the slot is still g's, only if the key is still g's, so a late retry
 // never frees a newer hold.
 func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
-	same := driver.Exactly(g.Created, g.Key, g.FencingToken)
-	match := func(h driver.Hold) bool { return same(h) && m.slotOf(h.Created) == g.Slot }
+	at := driver.CreatedAt(g.Created)
+	match := func(h driver.Hold) bool { return at(h) && m.slotOf(h.Created) == g.Slot }
 	cur, err := m.beginRelease(ctx, match)
 	if err != nil {
 		return err

@@ -557,7 +557,7 @@ func (v *service) Resign(ctx context.Context) error { return v.release(ctx, driv
 // ResignTerm resigns exactly term: ErrNotLeader if this candidate no
 // longer leads in that term.
 func (v *service) ResignTerm(ctx context.Context, term election.Leadership) error {
-	return v.release(ctx, driver.Exactly(term.Created, term.Key, term.FencingToken))
+	return v.release(ctx, driver.CreatedAt(term.Created))
 }
 
 func (v *service) release(ctx context.Context, m driver.Match) error {

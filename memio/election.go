@@ -69,7 +69,7 @@ func (e electionService) Resign(ctx context.Context) error { return e.release(ct
 // ResignTerm resigns exactly term: ErrNotLeader if this candidate no longer
 // leads in that term, even if it has won a later one.
 func (e electionService) ResignTerm(ctx context.Context, term election.Leadership) error {
-	return e.release(ctx, driver.Exactly(term.Created, term.Key, term.FencingToken))
+	return e.release(ctx, driver.CreatedAt(term.Created))
 }
 
 func (e electionService) Leader(ctx context.Context) (election.Leadership, error) {

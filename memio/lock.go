@@ -42,7 +42,7 @@ func (l lockService) TryLock(ctx context.Context) (lock.Grant, error) {
 func (l lockService) Unlock(ctx context.Context) error { return l.release(ctx, driver.Any) }
 
 func (l lockService) Release(ctx context.Context, g lock.Grant) error {
-	return l.release(ctx, driver.Exactly(g.Created, g.Key, g.FencingToken))
+	return l.release(ctx, driver.CreatedAt(g.Created))
 }
 
 // NewRWLock returns a read/write lock on name in st. Readers holding
@@ -91,6 +91,5 @@ func (l rwlockService) Unlock(ctx context.Context) error {
 }
 
 func (l rwlockService) Release(ctx context.Context, g rwlock.Grant) error {
-	same := driver.Exactly(g.Created, g.Key, g.FencingToken)
-	return l.release(ctx, func(h driver.Hold) bool { return same(h) && h.Mode == g.Mode })
+	return l.release(ctx, driver.CreatedAt(g.Created))
 }

@@ -61,8 +61,8 @@ func (m semService) TryAcquire(ctx context.Context) (semaphore.Grant, error) {
 }
 
 func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
-	same := driver.Exactly(g.Created, g.Key, g.FencingToken)
-	return m.release(ctx, func(h driver.Hold) bool { return same(h) && h.Slot == g.Slot })
+	at := driver.CreatedAt(g.Created)
+	return m.release(ctx, func(h driver.Hold) bool { return at(h) && h.Slot == g.Slot })
 }
 
 // GrantScope returns the scope of the slot the grant a announced holds,

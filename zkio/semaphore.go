@@ -266,8 +266,8 @@ func (z *zkSemaphore) TryAcquire(ctx context.Context) (semaphore.Grant, error) {
 }
 
 func (z *zkSemaphore) Release(ctx context.Context, g semaphore.Grant) error {
-	same := driver.Exactly(g.Created, g.Key, g.FencingToken)
-	return z.release(ctx, func(h driver.Hold) bool { return same(h) && h.Slot == g.Slot })
+	at := driver.CreatedAt(g.Created)
+	return z.release(ctx, func(h driver.Hold) bool { return at(h) && h.Slot == g.Slot })
 }
 
 // GrantScope makes the semaphore a primitives.GrantScoper, so that

@@ -316,13 +316,11 @@ func TestMisuseRWLock(t *testing.T) {
 	if gr.Token() <= gw.Token() {
 		t.Errorf("reader's token %d not above the previous writer's %d", gr.Token(), gw.Token())
 	}
-	// A grant with the right key but another mode or token is not the hold.
+	// Created names the hold: the held grant's key, mode and token with an
+	// ended grant's Created are not the hold.
 	forged := gr
-	forged.Mode = rwlock.Write
-	wantErr(t, "Release with the wrong mode", l.Release(ctx, forged), rwlock.ErrNotHeld)
-	forged = gr
-	forged.FencingToken++
-	wantErr(t, "Release with the wrong token", l.Release(ctx, forged), rwlock.ErrNotHeld)
+	forged.Created = gw.Created
+	wantErr(t, "Release of the held grant's fields with an ended grant's Created", l.Release(ctx, forged), rwlock.ErrNotHeld)
 
 	// Closing the shared session ends the primitive holding a read grant:
 	// its calls fail with ErrClosed, and nothing stays in etcd.

@@ -618,7 +618,8 @@ func electPause(t *testing.T, b Backend) {
 
 // electResignTerm: where the Service is an election.TermResigner, ResignTerm
 // ends exactly the term it names (by Created): an ended term, or the current
-// one with a zero Created, gives ErrNotLeader and keeps the current term.
+// one with a zero Created, gives ErrNotLeader and keeps the current term;
+// the current term's Created alone, its other fields zero, ends it.
 func electResignTerm(t *testing.T, b Backend) {
 	e := b.NewElection(t, name(t))
 	tr, isResigner := e.(election.TermResigner)
@@ -640,7 +641,7 @@ func electResignTerm(t *testing.T, b Backend) {
 	if term, leading := e.Term(); !leading || !sameTerm(term, l2) {
 		t.Fatalf("stale ResignTerms ended the current term: %+v, %v", term, leading)
 	}
-	ok(t, tr.ResignTerm(ctx, l2), "ResignTerm of the current term")
+	ok(t, tr.ResignTerm(ctx, election.Leadership{Created: l2.Created}), "ResignTerm of the current term named by its Created alone")
 	if _, leading := e.Term(); leading {
 		t.Fatal("still leading after ResignTerm")
 	}

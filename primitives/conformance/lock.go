@@ -221,7 +221,8 @@ func lockNotHeld(t *testing.T, b Backend) {
 
 // lockReleaseCreated: Release names the grant by Created alone: the held
 // key and token with a zero Created, or with an ended grant's, release
-// nothing.
+// nothing; the held grant's Created alone, its other fields zero, releases
+// it.
 func lockReleaseCreated(t *testing.T, b Backend) {
 	l, other := b.NewLock(t, name(t)), b.NewLock(t, name(t))
 	ctx := b.ctx(t)
@@ -235,7 +236,8 @@ func lockReleaseCreated(t *testing.T, b Backend) {
 	ended.Created = g1.Created
 	errIs(t, l.Release(ctx, ended), lock.ErrNotHeld, "Release of the held key and token with an ended grant's Created")
 	errIs(t, takeErr(other.TryLock(ctx)), lock.ErrLockTaken, "TryLock after Releases that named no held grant")
-	ok(t, l.Release(ctx, g2), "Release of the held grant")
+	ok(t, l.Release(ctx, lock.Grant{Created: g2.Created}), "Release of the held grant named by its Created alone")
+	mustLock(t, b, other)
 }
 
 // lockCancelled: a Lock whose context ends while it waits returns ctx.Err(),

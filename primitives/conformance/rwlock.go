@@ -369,7 +369,9 @@ func rwTry(t *testing.T, b Backend) {
 // rwReleaseCreated: Release names the grant by Created alone. A reader that
 // reads again within one read epoch holds the same token again (and a
 // backend may reuse its key names), yet a retried Release of any earlier
-// grant must not free the current one; a zero Created never matches.
+// grant must not free the current one; a zero Created never matches; the
+// held grant's Created alone (its Mode too left zero) releases it, read or
+// write.
 func rwReleaseCreated(t *testing.T, b Backend) {
 	a, keeper := b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t))
 	ctx := b.ctx(t)
@@ -390,8 +392,12 @@ func rwReleaseCreated(t *testing.T, b Backend) {
 	zero := cur
 	zero.Created = 0
 	errIs(t, a.Release(ctx, zero), rwlock.ErrNotHeld, "Release of the held grant with a zero Created")
-	ok(t, a.RUnlock(ctx), "RUnlock of the held grant after the stale Releases")
+	ok(t, a.Release(ctx, rwlock.Grant{Created: cur.Created}), "Release of the held read grant named by its Created alone")
 	ok(t, keeper.RUnlock(ctx), "RUnlock")
+	w := mustWLock(t, b, a)
+	ok(t, a.Release(ctx, rwlock.Grant{Created: w.Created}), "Release of the held write grant named by its Created alone")
+	mustWLock(t, b, keeper)
+	ok(t, keeper.Unlock(ctx), "Unlock")
 }
 
 // rwCancelled: an RLock or Lock whose context ends while it waits returns

@@ -78,16 +78,8 @@ func (h Hold) Releasing() bool { return h.releasing > 0 }
 // means.
 type Match func(Hold) bool
 
-// Exactly matches the hold created at created (zero never matches) if it
-// also has key and token: a grant given back with any of them altered is not
-// the grant that was issued.
-func Exactly(created int64, key string, token fencing.Token) Match {
-	return func(h Hold) bool {
-		return created != 0 && h.Created == created && h.Key == key && h.Token == token
-	}
-}
-
-// CreatedAt matches the hold created at created; zero never matches.
+// CreatedAt matches the hold created at created; zero never matches. It
+// is how every Release and ResignTerm names its grant: Created alone.
 func CreatedAt(created int64) Match {
 	return func(h Hold) bool { return created != 0 && h.Created == created }
 }

@@ -80,7 +80,8 @@ type Grant struct {
 	TTL time.Duration
 	// Created is the backend's creation sequence of Key (each backend's
 	// doc says what it is). It names this hold: no later hold, of this owner or
-	// any other, has the same. Release matches by it; zero never matches.
+	// any other, has the same. Release matches by it alone, whatever the
+	// other fields say; zero never matches.
 	Created int64
 }
 

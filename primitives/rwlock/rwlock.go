@@ -98,8 +98,8 @@ type Grant struct {
 	Mode         Mode
 	// Created is the backend's creation sequence of Key (each backend's
 	// doc says what it is). It names this grant: readers of one epoch share a
-	// token, but no two grants share Created. Release matches by it; zero
-	// never matches.
+	// token, but no two grants share Created. Release matches by it alone,
+	// whatever the other fields (Mode included) say; zero never matches.
 	Created int64
 }
 

@@ -105,8 +105,8 @@ type Grant struct {
 	// it while this hold lasts.
 	Slot int
 	// Created is the backend's creation sequence of Key (each backend's
-	// doc says what it is). It names this hold: Release matches by it; zero
-	// never matches.
+	// doc says what it is). It names this hold: Release matches by it and
+	// Slot, whatever the other fields say; zero never matches.
 	Created int64
 }
 
