@@ -2,6 +2,7 @@ package redisio_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -79,5 +80,45 @@ func TestLeaderBeforeCampaignReturns(t *testing.T) {
 	}
 	if err := next.Resign(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Resign whose ctx ends while its request waits for the session's loop
+// leaves the term standing and resignable: a retried Resign ends it, and
+// the name is free for the next candidate. Before, the loop marked the
+// abandoned release in flight and nothing settled it: the term stayed,
+// Redis still named it leader, and every Resign, Proclaim and Campaign
+// after it failed (ErrNotLeader, "a release is in flight") until Close.
+func TestResignGivenUpBeforeTheLoopKeepsTheTerm(t *testing.T) {
+	r := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli := newClient(t, r)
+	s, err := redisio.NewSession(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e := testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, "given-up-resign", redisio.WithSession(s)))
+	if err := e.Campaign(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	resume := make(chan struct{})
+	testhook.PauseSession(s, resume) // the loop stops at its next wake-up: the Resign's request
+	rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = e.Resign(rctx)
+	rcancel()
+	close(resume)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Resign whose ctx ended before the loop ran it = %v, want DeadlineExceeded", err)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatalf("retried Resign = %v, want nil", err)
+	}
+	if _, leading := e.Term(); leading {
+		t.Fatal("still leading after the retried Resign")
+	}
+	if err := e.Campaign(ctx, "b"); err != nil {
+		t.Fatalf("Campaign after the Resign: %v", err)
 	}
 }
