@@ -486,8 +486,9 @@ func (v *service) Campaign(ctx context.Context, value string) error {
 	if err == nil {
 		return nil
 	}
-	v.Leave()
-	// Withdraw now, so that nothing of the Campaign is left once it returns.
+	// Withdraw now, so that nothing of the Campaign is left once it returns,
+	// and only then let another Campaign of the service in: its post would
+	// take the place of this one's, which would then withdraw nothing.
 	wctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	dropped, _ := loopCall(v.s, wctx, func() (<-chan struct{}, error) {
@@ -505,6 +506,7 @@ func (v *service) Campaign(ctx context.Context, value string) error {
 		case <-wctx.Done():
 		}
 	}
+	v.Leave()
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
 	}
