@@ -219,6 +219,23 @@ func (v *service) read(ctx context.Context) (*coordinationv1.Lease, string, erro
 	return &list.Items[0], list.Items[0].ResourceVersion, nil
 }
 
+// readUntilDone is read, cut short when the service is done: a read off
+// the loop (Observe's first) must not outlive Close.
+func (v *service) readUntilDone(ctx context.Context) (*coordinationv1.Lease, string, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-v.Done():
+			cancel()
+		case <-finished:
+		}
+	}()
+	return v.read(ctx)
+}
+
 // refresh reads the Lease and records what it found. Loop only.
 func (v *service) refresh(ctx context.Context) error {
 	l, rv, err := v.read(ctx)
@@ -629,7 +646,7 @@ func (v *service) Observe(ctx context.Context) <-chan election.Leadership {
 	if v.Err() != nil {
 		return closed()
 	}
-	l, rv, rerr := v.read(ctx)
+	l, rv, rerr := v.readUntilDone(ctx)
 	ch, err := loopCall(v.s, ctx, func() (<-chan election.Leadership, error) {
 		if v.Ended() {
 			return closed(), nil

@@ -20,15 +20,31 @@ type Link struct {
 	paused  bool
 	changed chan struct{} // closed and replaced at every change
 	bodies  map[*body]struct{}
+	held    map[*http.Request]struct{} // requests waiting at a pause
 }
 
 // New returns a healthy link.
-func New() *Link { return &Link{changed: make(chan struct{}), bodies: map[*body]struct{}{}} }
+func New() *Link {
+	return &Link{changed: make(chan struct{}), bodies: map[*body]struct{}{}, held: map[*http.Request]struct{}{}}
+}
+
+// Held reports how many requests that match wait at a pause now.
+func (l *Link) Held(match func(*http.Request) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for req := range l.held {
+		if match(req) {
+			n++
+		}
+	}
+	return n
+}
 
 // Wrap is a rest.Config transport wrapper.
 func (l *Link) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripper(func(req *http.Request) (*http.Response, error) {
-		if err := l.gate(req.Context().Done()); err != nil {
+		if err := l.gateRequest(req); err != nil {
 			return nil, err
 		}
 		resp, err := rt.RoundTrip(req)
@@ -72,6 +88,19 @@ func (l *Link) set(f func()) {
 	close(l.changed)
 	l.changed = make(chan struct{})
 	l.mu.Unlock()
+}
+
+// gateRequest is gate for a request, counted in Held while it waits.
+func (l *Link) gateRequest(req *http.Request) error {
+	l.mu.Lock()
+	l.held[req] = struct{}{}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.held, req)
+		l.mu.Unlock()
+	}()
+	return l.gate(req.Context().Done())
 }
 
 // gate waits while the link is paused; ErrCut if it is cut.
