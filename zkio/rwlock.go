@@ -213,9 +213,14 @@ var ErrInUse = errors.New("zkio: in use")
 // RetireRWLock deletes the epoch znode of the read/write lock on path
 // (path + EpochSuffix), the one znode the lock leaves after every holder is
 // gone, through the session s. It fails with an error wrapping ErrInUse,
-// deleting nothing, while a reader or writer holds or waits. Tokens stay
-// sound if a holder comes meanwhile: a new epoch znode gets a higher zxid
-// than any token issued before.
+// deleting nothing, while a reader or writer holds or waits. Call it only
+// once nobody uses the name: ZooKeeper cannot check the queue and delete
+// the epoch in one step, so a reader that comes between the two holds in
+// an epoch that is then deleted, and a reader after it opens a new epoch
+// with a higher token while the first still holds (a guard then refuses
+// the first reader). Tokens still only grow: a new epoch znode gets a
+// higher zxid than any token issued before. etcdio's RetireRWLock checks
+// and deletes in one transaction.
 func RetireRWLock(ctx context.Context, s *Session, path string) error {
 	p, err := cleanPath(path)
 	if err != nil {
