@@ -662,8 +662,8 @@ func (v *service) Observe(ctx context.Context) <-chan election.Leadership {
 	return ch
 }
 
-// Close resigns (or withdraws a waiting Campaign) and ends the service;
-// with its own session, the session is closed too. A second Close returns
+// Close resigns (or withdraws a waiting Campaign, deleting its record) and
+// ends the service; with its own session, the session is closed too. A second Close returns
 // an error wrapping primitives.ErrClosed.
 func (v *service) Close() error {
 	first := false
@@ -672,10 +672,13 @@ func (v *service) Close() error {
 		return fmt.Errorf("%s: already closed: %w", v.Spec().Name, primitives.ErrClosed)
 	}
 	err := fmt.Errorf("%s: closed: %w", v.Spec().Name, primitives.ErrClosed)
-	_, _ = loopCall(v.s, context.Background(), func() (struct{}, error) {
+	dropped, _ := loopCall(v.s, context.Background(), func() (<-chan struct{}, error) {
 		v.closeLoop(err)
-		return struct{}{}, nil
+		return v.dropped, nil
 	})
+	if dropped != nil {
+		<-dropped // a waiting Campaign's record is deleted (deleteRecord is bounded)
+	}
 	v.followers.Wait()
 	if v.own {
 		if err := v.s.Close(); err != nil && !errors.Is(err, primitives.ErrClosed) {

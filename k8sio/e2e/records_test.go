@@ -285,3 +285,46 @@ func TestStalledRecordRenewalKeepsTheSession(t *testing.T) {
 	leader.Close()
 	waiter.Close()
 }
+
+// Close of a waiting candidate on a shared session deletes its record
+// before it returns, as a Campaign that gives up does. Before, Close left
+// the deletion to a helper and returned at once: the record was still
+// listed, and stayed for good if the session closed next (or until a
+// later leader's sweep, if the delete failed).
+func TestCloseOnSharedSessionDeletesRecord(t *testing.T) {
+	defer noneLeft(t)
+	lease := leaseName(t.Name())
+	ctx := background(t)
+	leader := newDisco(t, lease, "close-shared-leader")
+	if err := leader.Campaign(ctx, "l"); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := client(t)
+	s, err := k8sio.NewSession(cs, k8sio.WithIdentity("close-shared-waiter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w, err := k8sio.NewElection(cs, namespace, lease, k8sio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- w.Campaign(ctx, "w") }()
+	testkit.Eventually(t, 10*time.Second, "a record while the candidate waits", func() bool {
+		return len(records(t, "close-shared-waiter")) == 1
+	})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rs := records(t, "close-shared-waiter"); len(rs) != 0 {
+		t.Fatalf("Close returned, the waiting candidate's record still listed: %d", len(rs))
+	}
+	if err := <-campaigned; !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("Campaign ended by Close: %v, want ErrClosed", err)
+	}
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	leader.Close()
+}
