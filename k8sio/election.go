@@ -545,6 +545,9 @@ func (v *service) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	_, err := loopCall(v.s, ctx, func() (struct{}, error) {
+		if err := ctx.Err(); err != nil {
+			return struct{}{}, err // given up while the loop was busy: changes nothing
+		}
 		h, err := v.On(nil)
 		if err != nil {
 			return struct{}{}, err
@@ -584,6 +587,12 @@ func (v *service) release(ctx context.Context, m driver.Match) error {
 		return err
 	}
 	_, err := loopCall(v.s, ctx, func() (struct{}, error) {
+		if err := ctx.Err(); err != nil {
+			// Given up while the loop was busy (a request to an API server
+			// that does not answer): the term stands, and a retry releases
+			// it. A release under way when ctx ends still completes.
+			return struct{}{}, err
+		}
 		h, err := v.BeginRelease(m)
 		if err != nil {
 			return struct{}{}, err

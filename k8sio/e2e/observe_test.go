@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -48,5 +50,45 @@ func TestObserveEndsAtClose(t *testing.T) {
 	case <-ended:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Observe's channel still open 5s after Close returned")
+	}
+}
+
+// A Resign whose ctx ends while the candidate's loop waits on the API
+// server (a renewal held at a pause) changes nothing: the term stands once
+// the server answers again, and a retried Resign ends it. Before, the loop
+// ran the abandoned Resign once it was free: the term ended after Resign
+// had returned an error, and the retry got ErrNotLeader.
+func TestResignGivenUpWhileTheLoopWaits(t *testing.T) {
+	defer noneLeft(t)
+	lease := leaseName(t.Name())
+	ctx := background(t)
+	cs, link := client(t)
+	e, err := k8sio.NewElection(cs, namespace, lease, k8sio.WithIdentity("resign-given-up"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Campaign(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	link.Pause()
+	update := func(req *http.Request) bool { return req.Method == http.MethodPut }
+	testkit.Eventually(t, 20*time.Second, "a renewal held at the pause", func() bool { return link.Held(update) > 0 })
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = e.Resign(rctx)
+	cancel()
+	link.Heal()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Resign while the loop waits, past its deadline: %v", err)
+	}
+	// A Proclaim runs on the loop after the abandoned Resign's request.
+	if err := e.Proclaim(ctx, "b"); err != nil {
+		t.Fatalf("Proclaim after a Resign that returned an error: %v", err)
+	}
+	if _, leading := e.Term(); !leading {
+		t.Fatal("the term ended after its Resign returned an error")
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatalf("retried Resign: %v", err)
 	}
 }
