@@ -244,7 +244,7 @@ func (svc *service) beginRelease(ctx context.Context, match driver.Match) (drive
 	g, err := call(ctx, svc.s, func(r actor.Reply[driver.Hold]) {
 		g, err := svc.BeginRelease(svc.standing(match))
 		if !r.Answer(g, err) && err == nil {
-			_ = svc.SettleRelease(g, driver.Failed, ctx.Err())
+			_ = svc.SettleRelease(g, driver.Unsent, nil)
 		}
 	})
 	if err != nil {

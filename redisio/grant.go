@@ -13,12 +13,12 @@ import (
 // session's, and the shell settles what it found. A second release while
 // one is in flight finds nothing to release (its key may already be gone
 // by the first, which is no loss). A release whose caller gave up before
-// the loop marked it is settled at once as failed: the hold stands, and a
+// the loop marked it is settled at once as unsent: the hold stands, and a
 // retry can release it.
 func (v *service) release(ctx context.Context, m driver.Match) error {
 	h, err := loopCallUndo(v.s, ctx, func() (driver.Hold, error) {
 		return v.BeginRelease(m)
-	}, func(h driver.Hold) { _ = v.SettleRelease(h, driver.Failed, ctx.Err()) })
+	}, func(h driver.Hold) { _ = v.SettleRelease(h, driver.Unsent, nil) })
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,9 @@ import (
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
 )
 
@@ -120,5 +122,51 @@ func TestResignGivenUpBeforeTheLoopKeepsTheTerm(t *testing.T) {
 	}
 	if err := e.Campaign(ctx, "b"); err != nil {
 		t.Fatalf("Campaign after the Resign: %v", err)
+	}
+}
+
+// A release given up before the loop ran it sent nothing to Redis: a later
+// deletion of the hold's key by someone else is a loss, told as Lost, not
+// taken for the release's own deletion (Released).
+func TestGivenUpReleaseThenKeyDeletedIsLost(t *testing.T) {
+	r := testserver.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, cli := newClient(t, r), newClient(t, r)
+	s, err := redisio.NewSession(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(cli, "given-up-unlock", redisio.WithSession(s)))
+	events := l.Subscribe(ctx)
+	g, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := make(chan struct{})
+	testhook.PauseSession(s, resume) // the loop stops at its next wake-up: the Unlock's request
+	uctx, ucancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = l.Unlock(uctx)
+	ucancel()
+	close(resume)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock whose ctx ended before the loop ran it = %v, want DeadlineExceeded", err)
+	}
+	if err := admin.Del(ctx, g.Key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case e := <-events:
+			switch e.(type) {
+			case primitives.Lost:
+				return
+			case primitives.Released:
+				t.Fatal("the key deleted by another client after an Unlock that sent nothing: Released, want Lost")
+			}
+		case <-ctx.Done():
+			t.Fatal("no Lost after the hold's key was deleted")
+		}
 	}
 }

@@ -336,7 +336,7 @@ func (svc *service) release(ctx context.Context, m driver.Match) error {
 			return
 		}
 		if !r.Answer(h, nil) {
-			_ = svc.SettleRelease(h, driver.Failed, context.Canceled)
+			_ = svc.SettleRelease(h, driver.Unsent, nil)
 		}
 	})
 	if err != nil {

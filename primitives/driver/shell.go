@@ -429,13 +429,18 @@ const (
 	// Failed: the request failed; the grant stands and the release may be
 	// retried.
 	Failed
+	// Unsent: the release's request was never sent (its caller gave up
+	// before the loop began it): the grant stands as if no release had
+	// begun, and a later deletion of its key is a loss.
+	Unsent
 )
 
 // SettleRelease ends the release begun by BeginRelease of h: Deleted ends
 // the grant with Released; Gone ends it with Lost and returns an error
 // wrapping Spec.NotHeld, unless a release of the grant failed before (its
 // deletion may have landed, its answer lost): then Gone ends it with
-// Released too. Failed keeps the grant and returns err wrapped. Loop only.
+// Released too. Failed keeps the grant and returns err wrapped; Unsent
+// keeps it and returns nil. Loop only.
 func (sh *Shell) SettleRelease(h Hold, out Outcome, err error) error {
 	cur := sh.hold
 	if cur == nil || cur.Created != h.Created {
@@ -449,6 +454,8 @@ func (sh *Shell) SettleRelease(h Hold, out Outcome, err error) error {
 	switch out {
 	case Deleted:
 		sh.Release()
+		return nil
+	case Unsent:
 		return nil
 	case Gone:
 		if cur.releaseFailed {
