@@ -164,7 +164,8 @@ var ErrInUse = errors.New("etcdio: in use")
 // afresh, still above every earlier token (tokens are etcd revisions). It
 // fails with an error wrapping ErrInUse, deleting nothing, while any key of
 // the lock (a holder or waiter, of disco or recipes.RWMutex: a key in its
-// read/ or write/ queue) exists; nested names' keys do not count.
+// read/ or write/ queue) exists; keys of nested names elsewhere under
+// prefix do not count (a name under NAME/read/ or NAME/write/ does).
 func RetireRWLock(ctx context.Context, cli *clientv3.Client, prefix string) error {
 	if err := checkPrefix(prefix); err != nil {
 		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote(prefix), err)

@@ -20,14 +20,18 @@ import (
 // the mark; the rules, for a token t of the primitive on prefix p:
 //
 //   - every kind: t is not above the cluster's revision;
-//   - "lock": the key that held p at revision t (the key under p/ with the
-//     lowest CreateRevision, read at revision t) is there now, with the same
+//   - "lock": the key that held p at revision t (the owner's key directly
+//     under p/ with the lowest CreateRevision, read at revision t; keys
+//     without a lease and nested names' keys are not owners') is there
+//     now, with the same
 //     CreateRevision; if revision t is compacted, the holder now was
 //     created at or before t;
-//   - "election": the leader now (the lowest CreateRevision under p/) was
+//   - "election": the leader now (the owner's key with the lowest
+//     CreateRevision under p/) was
 //     created at t, a term's token;
 //   - "rwlock": t is the revision at which the epoch key (p + EpochSuffix)
-//     was last written, and the head of the queue now is of the epoch's
+//     was last written, and the head of the queue now (the owner's key of
+//     p/read/ or p/write/ with the lowest CreateRevision) is of the epoch's
 //     kind (a writer created before t for a write epoch, a reader for a
 //     read epoch);
 //   - "semaphore" (scope p#i, semaphore.Scope): slot i's claim key

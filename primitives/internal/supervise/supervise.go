@@ -115,6 +115,9 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 			if why == nil {
 				why = fmt.Errorf("%s: the hold ended before fn could run: %w", helper, primitives.ErrLost)
 			}
+			if r.s.Err() != nil {
+				r.retire() // the session is gone: the next attempt builds anew
+			}
 		}
 		failures++
 		if cfg.onRetry != nil {
@@ -125,7 +128,7 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 				return ctx.Err()
 			}
 			if r.s.Err() != nil {
-				r.retire() // the session is gone: the next attempt builds anew
+				r.retire() // lost while suspended
 			}
 		}
 		if !ctxtime.Sleep(ctx, cfg.delay(failures)) {
@@ -141,10 +144,11 @@ type suspensionReporter interface {
 }
 
 // awaitResume waits while s's session is suspended, until it resumes or s
-// is done: a hold taken on a suspended session is no use to a service
-// built to cancel there (fn would start with its context ended), and
-// locking again each backoff would only issue tokens nobody can use. It
-// returns false if ctx ended first.
+// is done, whatever ended the last attempt: a hold taken on a suspended
+// session is no use to a service built to cancel there (fn would start
+// with its context ended), and to any other it would run fn on a session
+// that may be lost any moment; locking again each backoff would only issue
+// tokens nobody can use. It returns false if ctx ended first.
 func awaitResume(ctx context.Context, s Service) bool {
 	sr, ok := s.(suspensionReporter)
 	if !ok {
