@@ -51,7 +51,7 @@ func (l *Link) Wrap(rt http.RoundTripper) http.RoundTripper {
 		if err != nil {
 			return nil, err
 		}
-		b := &body{rc: resp.Body, l: l, closed: make(chan struct{})}
+		b := &body{rc: resp.Body, l: l, closed: make(chan struct{}), ended: req.Context().Done()}
 		l.mu.Lock()
 		l.bodies[b] = struct{}{}
 		l.mu.Unlock()
@@ -100,11 +100,12 @@ func (l *Link) gateRequest(req *http.Request) error {
 		delete(l.held, req)
 		l.mu.Unlock()
 	}()
-	return l.gate(req.Context().Done())
+	return l.gate(req.Context().Done(), nil)
 }
 
-// gate waits while the link is paused; ErrCut if it is cut.
-func (l *Link) gate(stop <-chan struct{}) error {
+// gate waits while the link is paused, until stop or end is closed (a
+// nil one never is); ErrCut if it is cut.
+func (l *Link) gate(stop, end <-chan struct{}) error {
 	for {
 		l.mu.Lock()
 		cut, paused, changed := l.cut, l.paused, l.changed
@@ -119,6 +120,8 @@ func (l *Link) gate(stop <-chan struct{}) error {
 		case <-changed:
 		case <-stop:
 			return ErrCut
+		case <-end:
+			return ErrCut
 		}
 	}
 }
@@ -132,10 +135,13 @@ type body struct {
 	l      *Link
 	once   sync.Once
 	closed chan struct{}
+	// ended is the request's context's end: a read held at a pause gives
+	// up with it, as a read of a connection the transport closes would.
+	ended <-chan struct{}
 }
 
 func (b *body) Read(p []byte) (int, error) {
-	if err := b.l.gate(b.closed); err != nil {
+	if err := b.l.gate(b.closed, b.ended); err != nil {
 		return 0, err
 	}
 	return b.rc.Read(p)
