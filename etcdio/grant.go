@@ -242,10 +242,7 @@ func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clie
 // accepts) in flight and returns it; released settles it.
 func (svc *service) beginRelease(ctx context.Context, match driver.Match) (driver.Hold, error) {
 	g, err := call(ctx, svc.s, func(r actor.Reply[driver.Hold]) {
-		g, err := svc.BeginRelease(svc.standing(match))
-		if !r.Answer(g, err) && err == nil {
-			_ = svc.SettleRelease(g, driver.Unsent, nil)
-		}
+		svc.BeginReleaseFor(svc.standing(match), r.Answer)
 	})
 	if err != nil {
 		return driver.Hold{}, svc.callErr(ctx, err)

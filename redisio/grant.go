@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/primitives/driver"
 )
 
@@ -16,9 +17,7 @@ import (
 // the loop marked it is settled at once as unsent: the hold stands, and a
 // retry can release it.
 func (v *service) release(ctx context.Context, m driver.Match) error {
-	h, err := loopCallUndo(v.s, ctx, func() (driver.Hold, error) {
-		return v.BeginRelease(m)
-	}, func(h driver.Hold) { _ = v.SettleRelease(h, driver.Unsent, nil) })
+	h, err := loopAsk(v.s, ctx, func(r actor.Reply[driver.Hold]) { v.BeginReleaseFor(m, r.Answer) })
 	if err != nil {
 		return err
 	}

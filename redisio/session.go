@@ -319,20 +319,15 @@ func (s *Session) loseAsync(cause error, why string) { s.mb.Post(func() { s.lose
 // loopCall runs f on the loop and returns its result; if the loop has
 // stopped, the session's error.
 func loopCall[T any](s *Session, ctx context.Context, f func() (T, error)) (T, error) {
-	return loopCallUndo(s, ctx, f, nil)
+	return loopAsk(s, ctx, func(r actor.Reply[T]) { r.Answer(f()) })
 }
 
-// loopCallUndo is loopCall, and if f succeeded after the caller gave up
-// (ctx ended while the request waited for the loop), undo takes back what
-// f did, on the loop, before anything else runs there.
-func loopCallUndo[T any](s *Session, ctx context.Context, f func() (T, error), undo func(T)) (T, error) {
+// loopAsk runs f on the loop with the caller's reply, which f answers
+// (and may learn that the caller gave up); if the loop has stopped, the
+// session's error.
+func loopAsk[T any](s *Session, ctx context.Context, f func(actor.Reply[T])) (T, error) {
 	v, err := actor.Call(ctx, s.stopped, func(r actor.Reply[T]) bool {
-		return s.mb.Post(func() {
-			v, err := f()
-			if !r.Answer(v, err) && err == nil && undo != nil {
-				undo(v)
-			}
-		})
+		return s.mb.Post(func() { f(r) })
 	})
 	if errors.Is(err, actor.ErrStopped) {
 		if serr := s.Err(); serr != nil {

@@ -330,14 +330,7 @@ func (svc *service) release(ctx context.Context, m driver.Match) error {
 			r.Answer(driver.Hold{}, svc.spec.notHeld) // the other release settles it
 			return
 		}
-		h, err := svc.BeginRelease(m)
-		if err != nil {
-			r.Answer(h, err)
-			return
-		}
-		if !r.Answer(h, nil) {
-			_ = svc.SettleRelease(h, driver.Unsent, nil)
-		}
+		svc.BeginReleaseFor(m, r.Answer)
 	})
 	if err != nil {
 		return err

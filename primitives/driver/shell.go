@@ -417,6 +417,18 @@ func (sh *Shell) BeginRelease(m Match) (Hold, error) {
 	return *sh.hold, nil
 }
 
+// BeginReleaseFor is BeginRelease for a caller that may have given up:
+// answer delivers the result (an actor.Reply's Answer) and reports whether
+// the caller took it; a release begun for a caller that had gone is undone
+// at once (Unsent), so the grant stands and a retry can release it. Loop
+// only.
+func (sh *Shell) BeginReleaseFor(m Match, answer func(Hold, error) bool) {
+	h, err := sh.BeginRelease(m)
+	if !answer(h, err) && err == nil {
+		_ = sh.SettleRelease(h, Unsent, nil)
+	}
+}
+
 // Outcome is what a release's deletion found.
 type Outcome int
 
