@@ -105,15 +105,7 @@ func TestResignGivenUpBeforeTheLoopKeepsTheTerm(t *testing.T) {
 	if err := e.Campaign(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	resume := make(chan struct{})
-	testhook.PauseSession(s, resume) // the loop stops at its next wake-up: the Resign's request
-	rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	err = e.Resign(rctx)
-	rcancel()
-	close(resume)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Resign whose ctx ended before the loop ran it = %v, want DeadlineExceeded", err)
-	}
+	giveUpWhileLoopPaused(t, s, "Resign", e.Resign)
 	if err := e.Resign(ctx); err != nil {
 		t.Fatalf("retried Resign = %v, want nil", err)
 	}
@@ -144,15 +136,7 @@ func TestGivenUpReleaseThenKeyDeletedIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resume := make(chan struct{})
-	testhook.PauseSession(s, resume) // the loop stops at its next wake-up: the Unlock's request
-	uctx, ucancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	err = l.Unlock(uctx)
-	ucancel()
-	close(resume)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Unlock whose ctx ended before the loop ran it = %v, want DeadlineExceeded", err)
-	}
+	giveUpWhileLoopPaused(t, s, "Unlock", l.Unlock)
 	if err := admin.Del(ctx, g.Key).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -168,5 +152,21 @@ func TestGivenUpReleaseThenKeyDeletedIsLost(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("no Lost after the hold's key was deleted")
 		}
+	}
+}
+
+// giveUpWhileLoopPaused calls call with a ctx that ends while s's loop is
+// paused before the call's request, and fails t unless call returns
+// DeadlineExceeded.
+func giveUpWhileLoopPaused(t *testing.T, s *redisio.Session, what string, call func(context.Context) error) {
+	t.Helper()
+	resume := make(chan struct{})
+	testhook.PauseSession(s, resume) // the loop stops at its next wake-up: the call's request
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	err := call(ctx)
+	cancel()
+	close(resume)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%s whose ctx ended before the loop ran it = %v, want DeadlineExceeded", what, err)
 	}
 }
