@@ -17,6 +17,7 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -222,17 +223,8 @@ func (v *service) read(ctx context.Context) (*coordinationv1.Lease, string, erro
 // readUntilDone is read, cut short when the service is done: a read off
 // the loop (Observe's first) must not outlive Close.
 func (v *service) readUntilDone(ctx context.Context) (*coordinationv1.Lease, string, error) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := ctxtime.WithDone(ctx, v.Done())
 	defer cancel()
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() {
-		select {
-		case <-v.Done():
-			cancel()
-		case <-finished:
-		}
-	}()
 	return v.read(ctx)
 }
 
