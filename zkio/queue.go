@@ -235,17 +235,19 @@ func (svc *service) create(ctx context.Context, dir, marker string, data []byte)
 func (svc *service) stat(node string, watched bool) <-chan statResult {
 	ch := make(chan statResult, 1)
 	go func() {
-		var ok bool
 		var st *zk.Stat
 		var watch <-chan zk.Event
 		var err error
 		if watched {
-			ok, st, watch, err = svc.s.conn.ExistsW(node)
+			// A read, not an exists, so that a znode already gone
+			// gets no watch (see waitTurn).
+			_, st, watch, err = svc.s.conn.GetW(node)
 		} else {
+			var ok bool
 			ok, st, err = svc.s.conn.Exists(node)
-		}
-		if err == nil && !ok {
-			err = zk.ErrNoNode
+			if err == nil && !ok {
+				err = zk.ErrNoNode
+			}
 		}
 		var czxid int64
 		if st != nil {
@@ -443,16 +445,21 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 			case try:
 				return fail(svc.spec.taken)
 			}
+			// A read with a watch: unlike an exists watch, it sets
+			// none on a znode already gone (one that waited for its
+			// creation would wait for good, a sequential znode's name
+			// never comes back), and a handoff often deletes the znode
+			// ahead between the listing and this read.
 			path := dir + "/" + blocking.name
-			exists, _, ch, err := conn.ExistsW(path)
-			if err != nil {
+			_, _, ch, err := conn.GetW(path)
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				continue
+			case err != nil:
 				if retryable(err) && svc.pauseRetry(ctx) {
 					continue
 				}
 				return fail(fmt.Errorf("zkio: watch %s: %w", path, errors.Join(err, svc.cause(ctx))))
-			}
-			if !exists {
-				continue
 			}
 			ahead, look = ch, false
 			*waited = true

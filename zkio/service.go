@@ -282,9 +282,11 @@ func (svc *service) granted(r actor.Reply[driver.Hold], h driver.Hold, began tim
 // deletes it) or the session ends. Helper.
 func (svc *service) watchHeld(h driver.Hold) {
 	for {
-		exists, _, ch, err := svc.s.conn.ExistsW(h.Key)
+		// A read with a watch sets none on a znode already gone (see
+		// waitTurn).
+		_, _, ch, err := svc.s.conn.GetW(h.Key)
 		switch {
-		case err == nil && !exists:
+		case errors.Is(err, zk.ErrNoNode):
 			svc.s.post(func() { svc.vanished(h) })
 			return
 		case err != nil:
