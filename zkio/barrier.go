@@ -251,7 +251,8 @@ func (w *spares) exists(conn *zk.Conn, path string) (bool, *zk.Stat, <-chan zk.E
 }
 
 // existing is exists for a watch wanted only while path exists: it sets
-// none when a plain read finds path absent, so a look that finds it absent
+// none when path is absent (a read with a watch, which unlike an exists
+// watch is not set on an absent znode), so a look that finds it absent
 // leaves no watch behind.
 func (w *spares) existing(conn *zk.Conn, path string) (bool, <-chan zk.Event, error) {
 	if ch := w.take(path); ch != nil {
@@ -262,11 +263,11 @@ func (w *spares) existing(conn *zk.Conn, path string) (bool, <-chan zk.Event, er
 		w.keep(path, ch)
 		return false, nil, nil
 	}
-	if ok, _, err := conn.Exists(path); err != nil || !ok {
-		return ok, nil, err
+	_, _, ch, err := conn.GetW(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil, nil
 	}
-	ok, _, ch, err := conn.ExistsW(path)
-	return ok, ch, err
+	return err == nil, ch, err
 }
 
 // take returns path's spare watch if it has not fired, and drops every
