@@ -52,15 +52,13 @@ type Shell struct {
 	errMu sync.Mutex
 	err   error
 	term  atomic.Pointer[Hold] // a copy of the loop's hold, for Current
-	// until is the session's suspension while it lasts, for
-	// SuspendedUntil and SuspensionOver.
+	// until is the session's suspension while it lasts: written by the
+	// loop alone (Suspend, Resume), read anywhere.
 	until atomic.Pointer[suspension]
 
 	// Loop only.
-	hold      *Hold
-	ended     bool
-	suspended bool
-	deadline  time.Time
+	hold  *Hold
+	ended bool
 }
 
 // Face is the part of a Shell that a service shows its users: its events,
@@ -235,10 +233,6 @@ func (sh *Shell) Held() *Hold { return sh.hold }
 // Ended reports whether the service is done. Loop only.
 func (sh *Shell) Ended() bool { return sh.ended }
 
-// Suspended reports whether the session is suspended, and its deadline.
-// Loop only.
-func (sh *Shell) Suspended() (bool, time.Time) { return sh.suspended, sh.deadline }
-
 func (sh *Shell) set(h *Hold) {
 	sh.hold = h
 	if h == nil {
@@ -265,8 +259,8 @@ func (sh *Shell) Grant(h Hold, began time.Time, answer func(Hold) bool) bool {
 	}
 	sh.spec.Metrics.Acquired(sh.spec.Kind, h.Since.Sub(began), h.Waited)
 	sh.events.Publish(h.Acquired())
-	if sh.suspended {
-		sh.events.Publish(h.Suspended(sh.deadline))
+	if p := sh.until.Load(); p != nil {
+		sh.events.Publish(h.Suspended(p.deadline))
 	}
 	return true
 }
@@ -357,10 +351,10 @@ func (sh *Shell) EndFor(err error, cause string) (Hold, bool) {
 // unconfirmed and may end at deadline; a grant made before Resume hears it
 // too. Loop only.
 func (sh *Shell) Suspend(deadline time.Time) {
-	was := sh.suspended
-	sh.suspended, sh.deadline = true, deadline
+	p := sh.until.Load()
+	was := p != nil
 	over := make(chan struct{})
-	if p := sh.until.Load(); p != nil {
+	if was {
 		over = p.over // a new deadline for the same suspension
 	}
 	sh.until.Store(&suspension{deadline: deadline, over: over})
@@ -372,12 +366,11 @@ func (sh *Shell) Suspend(deadline time.Time) {
 // Resume tells the grant's owner, if any, that the session was confirmed
 // again. Loop only.
 func (sh *Shell) Resume() {
-	was := sh.suspended
-	sh.suspended = false
-	if p := sh.until.Swap(nil); p != nil {
+	p := sh.until.Swap(nil)
+	if p != nil {
 		close(p.over)
 	}
-	if h := sh.hold; h != nil && was {
+	if h := sh.hold; h != nil && p != nil {
 		sh.events.Publish(h.Resumed())
 	}
 }
