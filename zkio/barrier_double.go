@@ -575,7 +575,7 @@ func (d *zkDoubleBarrier) clear(version int32) {
 // remove deletes the party's own znode, retrying while the connection is
 // down.
 func (d *zkDoubleBarrier) remove(ctx context.Context, node string) error {
-	err := d.s.deleteNode(ctx, d.closed, node, true)
+	_, err := d.s.deleteNode(ctx, d.closed, node, true)
 	if err != nil && retryable(err) {
 		return d.gaveUp(ctx) // the pause before another try was cut short
 	}
@@ -600,7 +600,7 @@ func (d *zkDoubleBarrier) Close() error {
 	d.turn <- struct{}{} // Enter and Leave under way see closed and return
 	if d.node != "" && !d.left && d.s.Err() == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-		if err := d.s.deleteNode(ctx, nil, d.node, !d.own); err != nil && !d.own {
+		if _, err := d.s.deleteNode(ctx, nil, d.node, !d.own); err != nil && !d.own {
 			d.s.forgetNode(d.node)
 		}
 		cancel()

@@ -13,20 +13,25 @@ import (
 // wants, retrying while the session lives: a delete that failed with the
 // connection never leaves a znode under a live session.
 func (s *Session) forgetNode(node string) {
-	s.helper(func() { _ = s.deleteNode(context.Background(), nil, node, true) })
+	s.helper(func() { _, _ = s.deleteNode(context.Background(), nil, node, true) })
 }
 
 // deleteNode deletes node and, if again is set, tries again while the
 // delete fails with the connection, until ctx, stop or the session ends;
-// nil once node is gone, else the last delete's error.
-func (s *Session) deleteNode(ctx context.Context, stop <-chan struct{}, node string, again bool) error {
-	for {
+// err is nil once node is gone, else the last delete's error. gone reports
+// that node was gone before this deleteNode: its first delete found it
+// absent (a delete tried again after one the connection cut short may have
+// deleted it itself, and says nothing).
+func (s *Session) deleteNode(ctx context.Context, stop <-chan struct{}, node string, again bool) (gone bool, err error) {
+	for first := true; ; first = false {
 		err := s.requests.Delete(node, -1)
-		if err == nil || errors.Is(err, zk.ErrNoNode) {
-			return nil
-		}
-		if !again || !retryable(err) || !s.pause(ctx, stop) {
-			return err
+		switch {
+		case err == nil:
+			return false, nil
+		case errors.Is(err, zk.ErrNoNode):
+			return first, nil
+		case !again || !retryable(err) || !s.pause(ctx, stop):
+			return false, err
 		}
 	}
 }

@@ -2,11 +2,14 @@ package zkio_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"testing"
 	"time"
 
 	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -84,5 +87,44 @@ func TestCloseDeletesBeforeReturning(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUnlockWhoseDeleteFailsKeepsTheGrant: an Unlock whose delete fails
+// with the connection tries it again until its ctx ends, then fails with
+// the grant still held and its znode in place; a later Unlock releases it.
+func TestUnlockWhoseDeleteFailsKeepsTheGrant(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	failed, heal := zkio.FailDeletes(s)
+	defer heal()
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, "/test/unlock-fails/lock", zkio.WithSession(s)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	g, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if err := l.Unlock(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock while every delete fails: %v, want the ctx's deadline", err)
+	}
+	if failed() < 2 {
+		t.Fatalf("the release's delete failed %d times, want it tried again", failed())
+	}
+	if cur, ok := l.(primitives.GrantHolder).CurrentGrant(); !ok || cur.Created != g.Created {
+		t.Fatalf("after the failed Unlock: Current %+v, %v; want the grant still held", cur, ok)
+	}
+	if ok, _, err := adminConn(t, servers).Exists(g.Key); err != nil || !ok {
+		t.Fatalf("the grant's znode after the failed Unlock: exists %v, %v", ok, err)
+	}
+	heal()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock once deletes go through: %v", err)
+	}
+	if ok, _, err := adminConn(t, servers).Exists(g.Key); err != nil || ok {
+		t.Fatalf("the grant's znode after Unlock: exists %v, %v", ok, err)
 	}
 }

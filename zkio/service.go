@@ -337,25 +337,19 @@ func (svc *service) release(ctx context.Context, m driver.Match) error {
 	if err != nil {
 		return err
 	}
+	// A delete the connection cut short is tried again until the service
+	// ends (the session's end takes the znode; the caller learns the loss)
+	// or ctx does.
+	gone, derr := svc.s.deleteNode(ctx, svc.stop, h.Key, true)
 	out := driver.Deleted
-	derr, unknown := error(nil), false
-	for {
-		// A delete the connection cut short is tried again until the
-		// service ends (the session's end takes the znode; the caller
-		// learns the loss) or ctx does.
-		derr = svc.s.conn.Delete(h.Key, -1)
-		if derr == nil || errors.Is(derr, zk.ErrNoNode) || !retryable(derr) || !svc.pauseRetry(ctx) {
-			break
-		}
-		unknown = true
-	}
 	switch {
-	case errors.Is(derr, zk.ErrNoNode) && unknown:
-		derr = nil // an earlier try, cut short, deleted it
-	case errors.Is(derr, zk.ErrNoNode):
+	case gone:
 		out = driver.Gone
 	case derr != nil:
 		out = driver.Failed
+		if retryable(derr) {
+			derr = errors.Join(derr, svc.cause(ctx)) // why it stopped trying
+		}
 	}
 	settled, err := call(context.WithoutCancel(ctx), svc, func(r actor.Reply[error]) {
 		r.Answer(svc.SettleRelease(h, out, derr), nil)
@@ -425,7 +419,7 @@ func (svc *service) Close() error {
 	if g.ok {
 		// The grant keeps the shell: no acquisition is under way. On its
 		// own session one try will do: ending the session deletes it.
-		derr = svc.s.deleteNode(ctx, nil, g.h.Key, !svc.own)
+		_, derr = svc.s.deleteNode(ctx, nil, g.h.Key, !svc.own)
 	} else {
 		// Wait for an acquisition under way to withdraw its znode and
 		// leave, so that Close leaves nothing behind.
