@@ -110,11 +110,8 @@ type semState struct {
 // stores its number of permits.
 const PermitsSuffix = ".permits"
 
-// maxPermits bounds N: a semaphore's holders each read every slot key.
-const maxPermits = 1 << 12
-
 // NewSemaphore returns a semaphore on prefix with n permits (1 <= n <=
-// 4096). The first user of a prefix records n beside it (prefix +
+// semaphore.MaxPermits: a semaphore's holders each read every slot key). The first user of a prefix records n beside it (prefix +
 // PermitsSuffix); a later user with another n gets an error wrapping
 // semaphore.ErrPermitMismatch, and nothing of its own is left in etcd.
 // Without WithSession it runs its own session, closed by its Close.
@@ -136,8 +133,8 @@ func NewSemaphore(cli *clientv3.Client, prefix string, n int, opts ...Option) (s
 	if err != nil {
 		return nil, fail(err)
 	}
-	if n < 1 || n > maxPermits {
-		return nil, fail(fmt.Errorf("%d permits, want 1 to %d: %w", n, maxPermits, ErrInvalidArgument))
+	if n < 1 || n > semaphore.MaxPermits {
+		return nil, fail(fmt.Errorf("%d permits, want 1 to %d: %w", n, semaphore.MaxPermits, ErrInvalidArgument))
 	}
 	st := &semState{n: n, nameArg: prefix, cfgKey: prefix + PermitsSuffix, queueDir: prefix + "/q/", slotDir: prefix + "/slot/"}
 	ctx, cancel := constructing(cli, o)

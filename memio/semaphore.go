@@ -11,13 +11,13 @@ import (
 )
 
 // NewSemaphore returns an owner of the semaphore on name in st with n
-// permits. Every user of the name must agree on n: the first sets it, and a
+// permits (1 to semaphore.MaxPermits). Every user of the name must agree on n: the first sets it, and a
 // user that disagrees gets an error wrapping semaphore.ErrPermitMismatch.
 // The first n waiters hold, each in the lowest free slot; a slot's token is
 // the revision of its grant, above every token the name issued before.
 func NewSemaphore(st *Store, name string, n int, opts ...Option) (semaphore.Service, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("memio: new semaphore %s: %d permits: %w", quote(name), n, ErrInvalidArgument)
+	if n < 1 || n > semaphore.MaxPermits {
+		return nil, fmt.Errorf("memio: new semaphore %s: %d permits, want 1 to %d: %w", quote(name), n, semaphore.MaxPermits, ErrInvalidArgument)
 	}
 	// The name's count is recorded once the user is made: a refused one
 	// leaves none.

@@ -37,11 +37,11 @@ var _ semaphore.Service = (*semService)(nil)
 // name#slot (semaphore.Scope). A hold lives, is refreshed, is lost and is
 // released as a lock's hold is (see the package doc), and a release wakes
 // the first waiter, which, granted, wakes the next while permits are free.
-// Options and other bad input as NewLock; n below 1 is an error wrapping
-// primitives.ErrInvalidArgument.
+// Options and other bad input as NewLock; n below 1 or above
+// semaphore.MaxPermits is an error wrapping primitives.ErrInvalidArgument.
 func NewSemaphore(cli *redis.Client, name string, n int, opts ...Option) (semaphore.Service, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("redisio: semaphore %q: %d permits, want at least 1: %w", name, n, primitives.ErrInvalidArgument)
+	if n < 1 || n > semaphore.MaxPermits {
+		return nil, fmt.Errorf("redisio: semaphore %q: %d permits, want 1 to %d: %w", name, n, semaphore.MaxPermits, primitives.ErrInvalidArgument)
 	}
 	v, err := newService(cli, name, kindSemaphore, append(opts[:len(opts):len(opts)], func(o *options) { o.permits = n }))
 	if err != nil {

@@ -40,12 +40,13 @@ type semState struct {
 	locks, leases string
 }
 
-// NewSemaphore returns an owner of the semaphore at path with n permits, in
-// the layout and by the algorithm of Curator's InterProcessSemaphoreV2: an
-// acquisition takes the semaphore's internal mutex (an InterProcessMutex at
-// path/locks), creates its lease (path/leases/_c_<uuid>-lease-<seq>,
-// ephemeral and sequential), waits until at most n leases exist, and then
-// releases the mutex; a release deletes the lease. So disco and Curator
+// NewSemaphore returns an owner of the semaphore at path with n permits (1
+// to semaphore.MaxPermits), in the layout and by the algorithm of Curator's
+// InterProcessSemaphoreV2: an acquisition takes the semaphore's internal
+// mutex (an InterProcessMutex at path/locks), creates its lease
+// (path/leases/_c_<uuid>-lease-<seq>, ephemeral and sequential), waits
+// until at most n leases exist, and then releases the mutex; a release
+// deletes the lease. So disco and Curator
 // owners on one path with one n never hold more than n permits together.
 //
 // Slots and tokens: under the mutex a disco holder claims the lowest slot no
@@ -61,8 +62,8 @@ type semState struct {
 // It connects to servers with a session of its own, which Close ends; or,
 // with WithSession (and nil servers), it runs on that session.
 func NewSemaphore(servers []string, path string, n int, opts ...Option) (semaphore.Service, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("zkio: new semaphore: %d permits: at least 1: %w", n, ErrInvalidArgument)
+	if n < 1 || n > semaphore.MaxPermits {
+		return nil, fmt.Errorf("zkio: new semaphore: %d permits, want 1 to %d: %w", n, semaphore.MaxPermits, ErrInvalidArgument)
 	}
 	svc, err := newService(servers, path, semSpec, opts)
 	if err != nil {

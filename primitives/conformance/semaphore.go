@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"context"
+	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -34,6 +36,9 @@ type SemaphoreBackend struct {
 //     grant with Created zero are ErrNotHeld.
 //   - PermitMismatch: an owner that disagrees on N gets ErrPermitMismatch;
 //     the others go on.
+//   - BadPermits: N below 1 or above MaxPermits is refused with
+//     ErrInvalidArgument and records nothing (a later owner with another N
+//     is not told of a mismatch); MaxPermits permits work.
 //   - CancelledAcquireLeavesNothing: an Acquire past its deadline returns
 //     ctx.Err() and blocks nobody.
 //   - Events: Acquired and Released for the grant.
@@ -54,6 +59,7 @@ func TestSemaphore(t *testing.T, b SemaphoreBackend) {
 	law(t, "TryAcquire", func(t *testing.T) { semTry(t, b) })
 	law(t, "ReleaseNotHeld", func(t *testing.T) { semNotHeld(t, b) })
 	law(t, "PermitMismatch", func(t *testing.T) { semMismatch(t, b) })
+	law(t, "BadPermits", func(t *testing.T) { semBadPermits(t, b) })
 	law(t, "CancelledAcquireLeavesNothing", func(t *testing.T) { semCancelled(t, b) })
 	law(t, "Events", func(t *testing.T) { semEvents(t, b) })
 	law(t, "CloseReleasesPromptly", func(t *testing.T) { semClose(t, b) })
@@ -192,6 +198,25 @@ func semMismatch(t *testing.T, b SemaphoreBackend) {
 	errIs(t, err, semaphore.ErrPermitMismatch, "NewSemaphore with 3 permits after 2")
 	wantAlive(t, a, "after a disagreeing owner was refused")
 	ok(t, a.Release(ctx, g), "Release")
+}
+
+func semBadPermits(t *testing.T, b SemaphoreBackend) {
+	for _, n := range []int{0, -1, semaphore.MaxPermits + 1, 1<<53 + 1, math.MaxInt} {
+		s, err := b.NewSemaphore(t, name(t), n)
+		if s != nil || !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("NewSemaphore with %d permits: %v (service %v), want an error wrapping ErrInvalidArgument", n, err, s != nil)
+		}
+	}
+	ctx := b.ctx(t)
+	a := b.sem(t, 2) // no bad N was recorded as the name's
+	g, err := a.Acquire(ctx)
+	ok(t, err, "Acquire after the refused owners")
+	ok(t, a.Release(ctx, g), "Release")
+	most, err := b.NewSemaphore(t, name(t)+"-most", semaphore.MaxPermits)
+	ok(t, err, "NewSemaphore with MaxPermits")
+	g, err = most.Acquire(ctx)
+	ok(t, err, "Acquire of a semaphore with MaxPermits")
+	ok(t, most.Release(ctx, g), "Release")
 }
 
 func semCancelled(t *testing.T, b SemaphoreBackend) {

@@ -10,7 +10,9 @@
 // A semaphore named by its prefix has N permits, N fixed per name: every user
 // of the name must agree on N, and a user that disagrees gets an error
 // wrapping ErrPermitMismatch before it holds or leaves anything. At most N
-// owners hold a permit at any moment.
+// owners hold a permit at any moment. N is 1 to MaxPermits on every
+// backend; any other N is refused with an error wrapping
+// primitives.ErrInvalidArgument, before anything is written.
 //
 // # Slots and fencing
 //
@@ -48,6 +50,9 @@ import (
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/internal/hold"
 )
+
+// MaxPermits is the most permits a semaphore may have, on every backend.
+const MaxPermits = 1 << 12
 
 var (
 	// ErrNoPermit is returned by TryAcquire when N owners hold or wait ahead.
