@@ -23,9 +23,12 @@ import (
 //   - "lock": the key that held p at revision t (the owner's key directly
 //     under p/ with the lowest CreateRevision, read at revision t; keys
 //     without a lease and nested names' keys are not owners') is there
-//     now, with the same
-//     CreateRevision; if revision t is compacted, the holder now was
-//     created at or before t;
+//     now, with the same CreateRevision. If etcd has compacted revision t,
+//     a token is forged if the holder now was created after t, and
+//     otherwise unverified (the present cannot tell who held at t): a
+//     guard refuses it and keeps its mark, so a fresh guard (no store, or
+//     a scope it has not seen) refuses a long-held lock's holder whose
+//     token etcd has compacted, until the lock changes hands;
 //   - "election": the leader now (the owner's key with the lowest
 //     CreateRevision under p/) was
 //     created at t, a term's token;
@@ -168,11 +171,13 @@ func (v *Verifier) judge(ctx context.Context, scope string, t int64) (string, er
 	then, _, err := v.head(ctx, keys, t)
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
-		// Revision t is gone: judge by what is readable.
+		// Revision t is gone. A holder whose key came after t did not hold
+		// at t; of any other, the present cannot tell: it may have waited
+		// behind the token's holder at t, released since.
 		if now.created > t {
 			return "the holder now came after that token", nil
 		}
-		return "", nil
+		return "", fmt.Errorf("revision %d is compacted: who held the lock then cannot be read: %w", t, err)
 	case err != nil:
 		return "", err
 	case then == nil:

@@ -2,6 +2,7 @@ package etcdio_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -10,7 +11,9 @@ import (
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/fencing/guard/verifiertest"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
@@ -58,4 +61,84 @@ func etcdRevision(t *testing.T, cli *clientv3.Client) fencing.Token {
 		t.Fatal(err)
 	}
 	return fencing.Token(resp.Header.Revision)
+}
+
+// TestVerifierLockCompacted: once etcd has compacted the revision of a
+// lock's token, the verifier cannot read who held then. A token of a holder
+// whose key came after it is forged, as before; any other is unverified
+// (an error not wrapping ErrTokenForged), so a fresh guard refuses it and
+// keeps its mark. Here the superseded holder b's token is presented after
+// c, which queued while a held, took over: c's key is older than b's
+// token, and reading the present alone cannot tell that b, not c, held at
+// that revision.
+func TestVerifierLockCompacted(t *testing.T) {
+	c, err := embedded.StartCluster(1, embedded.WithUnsafeNoFsync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	cli, err := c.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const prefix = "/compacted/lock"
+	owners := make([]lock.Service, 3)
+	for i := range owners {
+		owners[i] = testkit.ClosedAtEnd[lock.Service](t)(etcdio.NewLock(cli, prefix))
+	}
+	a, b, later := owners[0], owners[1], owners[2]
+	if _, err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan lock.Grant, 2)
+	for i, o := range []lock.Service{b, later} {
+		go func() {
+			g, err := o.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- g
+		}()
+		testkit.Eventually(t, 10*time.Second, "the owner queued", func() bool {
+			resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			return err == nil && resp.Count == int64(i+2)
+		})
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gb := <-got
+	if err := b.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gc := <-got
+	v, err := etcdio.NewVerifier(cli, "lock", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Verify(ctx, "", gb.FencingToken); !errors.Is(err, fencing.ErrTokenForged) {
+		t.Fatalf("b's token %d after c took over: %v, want ErrTokenForged", gb.FencingToken, err)
+	}
+	now := etcdRevision(t, cli)
+	if _, err := cli.Compact(ctx, int64(now)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what string
+		tok  fencing.Token
+	}{{"b's token (superseded)", gb.FencingToken}, {"c's token (the holder now)", gc.FencingToken}} {
+		err := v.Verify(ctx, "", tc.tok)
+		if err == nil || errors.Is(err, fencing.ErrTokenForged) {
+			t.Errorf("%s %d, compacted: %v; want an error, not ErrTokenForged (cannot tell)", tc.what, tc.tok, err)
+		}
+		if err := guard.New(guard.WithVerifier(v)).Check(tc.tok); err == nil {
+			t.Errorf("%s %d, compacted: a fresh guard admitted it", tc.what, tc.tok)
+		}
+	}
+	if err := v.Verify(ctx, "", now); err != nil {
+		t.Errorf("a revision of c's tenure after the compaction (%d): %v, want valid", now, err)
+	}
 }
