@@ -104,8 +104,9 @@ func (b *redisBarrier) Release(ctx context.Context) error {
 	return nil
 }
 
-// Wait returns once the barrier's key is absent; ctx.Err() (wrapped) if
-// ctx ends first.
+// Wait returns once the barrier's key is absent, or once a Release's
+// message arrives (even if the barrier was held again since: Release lets
+// every Wait under way return); ctx.Err() (wrapped) if ctx ends first.
 func (b *redisBarrier) Wait(ctx context.Context) error {
 	if held, err := b.held(ctx); err != nil || !held {
 		return err
@@ -123,9 +124,10 @@ func (b *redisBarrier) Wait(ctx context.Context) error {
 	for {
 		select {
 		case _, ok := <-msgs:
-			if !ok {
-				msgs = nil // closed: the re-check alone is left
+			if ok {
+				return nil // released while this Wait was under way
 			}
+			msgs = nil // closed: the re-check alone is left
 		case <-t.C:
 		case <-ctx.Done():
 			return fmt.Errorf("%s: wait: %w", b.name, ctx.Err())

@@ -206,3 +206,60 @@ func TestBarrierReleaseGivesUp(t *testing.T) {
 		t.Fatal("Release still repeating 30 s after Redis went away")
 	}
 }
+
+// TestBarrierReleaseThenHoldFreesWaiters: Release lets every Wait under
+// way return, also when the barrier is held again right after it (a
+// coordinator's next phase): a waiter woken by the release's message does
+// not look again and wait for the next Release. The test releases (the
+// key's deletion and its message) and holds in one transaction, so that
+// every waiter's look after its wakeup finds the barrier held.
+func TestBarrierReleaseThenHoldFreesWaiters(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	admin := newClient(t, r)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const name, waiters = "barrier/release-hold", 4
+	holder, err := redisio.NewBarrier(newClient(t, r), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, waiters)
+	for range waiters {
+		w, err := redisio.NewBarrier(newClient(t, r), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- w.Wait(ctx) }()
+	}
+	testkit.Eventually(t, 10*time.Second, "every waiter subscribed", func() bool {
+		n, err := admin.PubSubNumSub(ctx, name+"/barrier.wake").Result()
+		return err == nil && n[name+"/barrier.wake"] == waiters
+	})
+	id, err := admin.Get(ctx, name+"/barrier").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, name+"/barrier")
+		p.Publish(ctx, name+"/barrier.wake", "")
+		p.Set(ctx, name+"/barrier", id, 0)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	for i := range waiters {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d Waits still wait 10 s after the Release they waited for (the barrier was held again right after it)", waiters-i, waiters)
+		}
+	}
+}

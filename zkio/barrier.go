@@ -185,7 +185,9 @@ func retrying(ctx context.Context, s *Session, try func(retried bool) error) err
 }
 
 // Wait returns once the barrier's znode is absent: at once if it is, or
-// when a watch on it fires and a new look finds it gone. It fails when ctx
+// when a watch on it reports its deletion (even if the barrier was held
+// again since: Release lets every Wait under way return), or fires
+// otherwise and a new look finds it gone. It fails when ctx
 // ends (with ctx.Err()) or the session does (wrapping ErrLost or
 // ErrClosed). On a shared session a Wait that ends leaves at most its one
 // watch registered, which the barrier's next Wait reuses; it goes when the
@@ -210,7 +212,10 @@ func (b *zkBarrier) Wait(ctx context.Context) error {
 				return nil
 			}
 			select {
-			case <-ch:
+			case ev := <-ch:
+				if ev.Type == zk.EventNodeDeleted {
+					return nil // released while this Wait was under way
+				}
 			case <-ctx.Done():
 				b.watches.keep(b.path, ch)
 				return ctx.Err()

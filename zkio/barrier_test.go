@@ -218,3 +218,54 @@ func TestDoubleBarrierStaleReady(t *testing.T) {
 		t.Fatalf("left behind: %v", left)
 	}
 }
+
+// TestBarrierReleaseThenHoldFreesWaiters: Release lets every Wait under
+// way return, also when the barrier is held again right after it (a
+// coordinator's next phase): a waiter woken by the deletion does not look
+// again and wait for the next Release. The test releases and holds in one
+// transaction, so that every waiter's look after its wakeup finds the
+// barrier held.
+func TestBarrierReleaseThenHoldFreesWaiters(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const path, waiters = "/brelease-hold", 4
+	holder, err := zkio.NewBarrier(servers, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, waiters)
+	for range waiters {
+		s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+		w, err := zkio.NewBarrier(nil, path, zkio.WithSession(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- w.Wait(ctx) }()
+		testkit.Eventually(t, 10*time.Second, "the waiter watches the barrier", func() bool { return zkio.Watchers(s) > 0 })
+	}
+	data, _, err := admin.Get(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Multi(&zk.DeleteRequest{Path: path, Version: -1},
+		&zk.CreateRequest{Path: path, Data: data, Acl: zk.WorldACL(zk.PermAll)}); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	for i := range waiters {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d Waits still wait 10 s after the Release they waited for (the barrier was held again right after it)", waiters-i, waiters)
+		}
+	}
+}
