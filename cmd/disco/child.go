@@ -246,8 +246,13 @@ func (s *supervisor) outcome(err error) error {
 	}
 	var ce childExit
 	s.mu.Lock()
-	doubted, ended := s.doubted, s.ended
+	doubted, ended, granted := s.doubted, s.ended, s.finished
 	s.mu.Unlock()
+	if !granted && errors.Is(err, primitives.ErrLost) {
+		// The wait lost its place (its key deleted, its session lost)
+		// before any grant: no hold was lost, and CMD did not run.
+		return &exitError{code: exitFailure, err: fmt.Errorf("waiting for %s failed, so CMD did not run: %w", s.what, err)}
+	}
 	if ended != nil {
 		// lock.Do or election.Lead handed over a hold that had ended already.
 		if errors.Is(ended, primitives.ErrLost) {

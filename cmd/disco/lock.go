@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
@@ -126,7 +126,7 @@ func runLock(ctx context.Context, g *globals, name, value string, argv []string,
 	}
 	defer l.Close()
 	g.logf("lock %s: %s", name, b.where(name))
-	err = lock.Do(waitCtx, tryFirst{l, func() { g.logf("waiting for lock %s", name) }}, func(ctx context.Context, gr lock.Grant) error {
+	err = lock.Do(waitCtx, withWaitingLog(l, func() { g.logf("waiting for lock %s", name) }), func(ctx context.Context, gr lock.Grant) error {
 		g.logf("locked %s: token %v, key %s; running %s", name, gr.FencingToken, gr.Key, argv[0])
 		return sup.run(ctx, name, gr.FencingToken)
 	})
@@ -144,11 +144,29 @@ func orInterrupted(sup *supervisor, what string, err error) error {
 	return err
 }
 
-// tryFirst is a lock whose Lock tries first, and calls waiting only when
-// the lock is taken and it must wait: so that -v says "waiting" only while
-// disco waits.
-type tryFirst struct {
+// withWaitingLog returns l with a Lock that tries first and calls waiting
+// only when the lock is taken and it must wait: so that -v says "waiting"
+// only while disco waits. What lock.Do reads of a lock besides its
+// lock.Service methods (its session's suspension, its own setting of
+// cancel at Suspended, its grant) stays the backend's: every backend's lock
+// shows driver.Face. A lock that does not is returned as it is.
+func withWaitingLog(l lock.Service, waiting func()) lock.Service {
+	fl, ok := l.(faceLock)
+	if !ok {
+		return l
+	}
+	return tryFirst{fl, waiting}
+}
+
+// faceLock is a backend's lock: its lock.Service and its driver.Face.
+type faceLock interface {
 	lock.Service
+	driver.Face
+}
+
+// tryFirst is withWaitingLog's lock.
+type tryFirst struct {
+	faceLock
 	waiting func()
 }
 
@@ -158,11 +176,5 @@ func (t tryFirst) Lock(ctx context.Context) (lock.Grant, error) {
 		return gr, err
 	}
 	t.waiting()
-	return t.Service.Lock(ctx)
-}
-
-// CancelOnSuspend reports the lock's own setting, which lock.Do reads.
-func (t tryFirst) CancelOnSuspend() bool {
-	sc, ok := t.Service.(primitives.SuspendCanceler)
-	return ok && sc.CancelOnSuspend()
+	return t.faceLock.Lock(ctx)
 }

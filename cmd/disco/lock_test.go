@@ -260,3 +260,34 @@ func groupMembers(t *testing.T, pgid int) []string {
 	}
 	return live
 }
+
+// TestWaiterLostBeforeGrant: a waiter whose key is deleted before it was
+// ever granted did not lose a hold: CMD never ran, and disco exits 1 (its
+// wait failed), not 3 (lost while CMD ran), saying so.
+func TestWaiterLostBeforeGrant(t *testing.T) {
+	cli := newClient(t)
+	for _, kind := range []string{"lock", "elect"} {
+		t.Run(kind, func(t *testing.T) {
+			name := nameOf(t)
+			args := func(value, script string) []string {
+				if kind == "lock" {
+					return []string{"lock", "--value", value, name, "--", "sh", "-c", script}
+				}
+				return []string{"elect", name, value, "--", "sh", "-c", script}
+			}
+			holder := startDisco(t, args("holder", "echo held; read x")...)
+			holder.stdout.await(t, "held", 10*time.Second)
+			waiter := startDisco(t, args("waiter", "echo ran")...)
+			keys := awaitKeys(t, cli, name, 2)
+			if _, err := cli.Delete(testCtx(t, 5*time.Second), keys[1]); err != nil {
+				t.Fatal(err)
+			}
+			code := waiter.wait(t, 10*time.Second)
+			holder.stdin.Close()
+			holder.wait(t, 10*time.Second)
+			if code != exitFailure || strings.Contains(waiter.stderr.String(), "while CMD ran") || !strings.Contains(waiter.stderr.String(), "CMD did not run") || waiter.stdout.String() != "" {
+				t.Errorf("a waiter whose key was deleted before any grant: exit %d, stdout %q, stderr %q; want exit %d saying CMD did not run", code, waiter.stdout, waiter.stderr, exitFailure)
+			}
+		})
+	}
+}

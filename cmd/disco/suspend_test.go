@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -9,6 +11,9 @@ import (
 	"time"
 
 	"github.com/ahrtr/disco/internal/faultproxy"
+	"github.com/ahrtr/disco/memio"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/lock"
 )
 
 // proxied returns an endpoint of the test server through a fault proxy.
@@ -102,4 +107,37 @@ func announced(t *testing.T, stderr string) time.Time {
 	}
 	now := time.Now()
 	return time.Date(now.Year(), now.Month(), now.Day(), at.Hour(), at.Minute(), at.Second(), at.Nanosecond(), time.Local)
+}
+
+// TestTryFirstKeepsWhatLockDoReads: the lock disco lock hands lock.Do is
+// the backend's, less nothing lock.Do reads: a grant that arrives on a
+// session suspended already starts fn with its context ended, as it does
+// with the bare lock (the lock's SuspendedUntil, hidden by a wrapper,
+// let CMD start live on a suspended session).
+func TestTryFirstKeepsWhatLockDoReads(t *testing.T) {
+	st := memio.NewStore()
+	s, err := memio.NewSession(st, memio.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, err := memio.NewLock(st, "/a", memio.WithSession(s), memio.WithCancelOnSuspend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s.Suspend()
+	for _, c := range []struct {
+		what string
+		svc  lock.Service
+	}{{"the lock itself", l}, {"the lock disco lock hands lock.Do", withWaitingLog(l, func() {})}} {
+		live := false
+		err := lock.Do(context.Background(), c.svc, func(ctx context.Context, _ lock.Grant) error {
+			live = ctx.Err() == nil
+			return nil
+		})
+		if live || !errors.Is(err, primitives.ErrSuspended) {
+			t.Errorf("lock.Do with %s on a suspended session: fn's context live %v, err %v; want ended, ErrSuspended", c.what, live, err)
+		}
+	}
 }
