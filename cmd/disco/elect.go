@@ -52,11 +52,11 @@ the same NAME about who leads.`,
 			if err := checkGrace(cmd, grace); err != nil {
 				return err
 			}
-			if len(a) == 2 {
-				return runCampaigns(cmd.Context(), g, a[0], a[1])
-			}
 			if err := checkStopAt(stopAt); err != nil {
 				return err
+			}
+			if len(a) == 2 {
+				return runCampaigns(cmd.Context(), g, a[0], a[1])
 			}
 			return runElect(cmd.Context(), g, a[0], a[1], a[2:], grace, stopAt)
 		}),
@@ -122,7 +122,7 @@ func runCampaigns(ctx context.Context, g *globals, name, value string) error {
 		case !connected && (first || errors.As(err, &ee) || errors.Is(err, primitives.ErrInvalidArgument)):
 			return err // the service unreachable at the start, or bad usage
 		case connected:
-			retry = 0 // the session is gone: the loss was told on stdout
+			retry = 0 // the session is gone: campaignOnce told why
 		}
 		retry = min(max(2*retry, 100*time.Millisecond), g.ttl)
 		if !connected {
@@ -159,7 +159,13 @@ func campaignOnce(ctx context.Context, g *globals, name, value string, out *prin
 		if err == nil {
 			err = errors.New("term ended")
 		}
-		out.event(termEvent{Event: "lost", Name: name, Error: errString(err)})
+		if leading {
+			out.event(termEvent{Event: "lost", Name: name, Error: errString(err)})
+		} else {
+			// No term was had, so none was lost: the campaign itself
+			// failed (its key deleted, its session gone).
+			fmt.Fprintf(g.stderr, "disco: campaign in %s ended before it led: %v\n", name, err)
+		}
 		if e.Err() != nil {
 			return true, err // the session is gone
 		}

@@ -163,6 +163,34 @@ func TestElectWithoutCommandCampaignsAgainAfterLoss(t *testing.T) {
 	}
 }
 
+// elect without CMD tells a term's loss only of a term it had: a waiting
+// candidate whose key is deleted prints no "lost" line (it never led) and
+// campaigns again, saying so on stderr.
+func TestElectWithoutCommandLostOnlyAfterLeading(t *testing.T) {
+	noLeaks(t)
+	name := nameOf(t)
+	cli := newClient(t)
+	leader := startDisco(t, "--json", "elect", name, "a")
+	leader.stdout.await(t, `"event":"leading"`, 10*time.Second)
+	waiter := startDisco(t, "--json", "elect", name, "b")
+	keys := awaitKeys(t, cli, name, 2)
+	if _, err := cli.Delete(testCtx(t, 5*time.Second), keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	waiter.stderr.await(t, "before it led", 10*time.Second)
+	awaitKeys(t, cli, name, 2) // it campaigns again
+	waiter.signal(t, syscall.SIGINT)
+	leader.signal(t, syscall.SIGINT)
+	for _, p := range []*proc{waiter, leader} {
+		if code := p.wait(t, 5*time.Second); code != 0 {
+			t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr)
+		}
+	}
+	if terms := observedTerms(t, waiter.stdout.String()); len(terms) != 0 {
+		t.Fatalf("the candidate that never led printed %+v", terms)
+	}
+}
+
 // observedTerms parses the JSON lines 'disco elect --json' printed.
 func observedTerms(t *testing.T, out string) []termEvent {
 	t.Helper()

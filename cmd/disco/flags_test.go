@@ -62,6 +62,7 @@ func TestBadInput(t *testing.T) {
 		{"name /", []string{"lock", "/", "--", "true"}, exitUsage, `NAME "/": must not end with "/"`, 5 * time.Second},
 		{"negative grace of lock", []string{"lock", "--grace", "-1s", "/x", "--", "true"}, exitUsage, "lock: --grace -1s: must not be negative", 5 * time.Second},
 		{"negative grace of elect", []string{"elect", "--grace", "-1s", "/x", "v", "--", "true"}, exitUsage, "elect: --grace -1s: must not be negative", 5 * time.Second},
+		{"bad stop-at of elect without CMD", []string{"elect", "--stop-at", "bogus", "/x", "v"}, exitUsage, `--stop-at "bogus"`, 5 * time.Second},
 		{"CMD not found", []string{"lock", nameOf(t) + "/nf", "--", "/nonexistent/disco-test-cmd"}, exitNotFound, "no such file", 10 * time.Second},
 		{"CMD not executable", []string{"lock", nameOf(t) + "/ne", "--", notExec}, exitNoExec, "permission denied", 10 * time.Second},
 		// A dead endpoint fails within the dial timeout (plus start-up).
