@@ -118,8 +118,10 @@ func (m *semState) agree(ctx context.Context, svc *service) error {
 
 // acquire takes the internal mutex, creates the lease and waits for room,
 // claims a slot, and releases the mutex (see NewSemaphore). With try it
-// fails with ErrNoPermit, at once, if n leases exist, and, once it holds the
-// mutex, if they do then. On failure nothing it wrote is left.
+// fails with ErrNoPermit, at once, if n leases exist, if another owner holds
+// the mutex (it is acquiring: taking the mutex would wait for it), and,
+// once it holds the mutex, if n leases exist then. On failure nothing it
+// wrote is left.
 func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.Hold, error) {
 	conn := svc.s.conn
 	if try {
@@ -135,7 +137,7 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	defer svc.withdraw(mutex) // the mutex is released whatever happens
 	var waited bool
 	o := &own{node: mutex, early: svc.stat(mutex, false)}
-	if err := svc.waitTurn(ctx, m.locks, []string{lockMarker}, o, false, &waited); err != nil {
+	if err := svc.waitTurn(ctx, m.locks, []string{lockMarker}, o, try, &waited); err != nil {
 		return driver.Hold{}, err
 	}
 	lease, err := svc.create(ctx, m.leases, leaseMarker, nil)

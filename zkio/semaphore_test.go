@@ -197,3 +197,38 @@ func TestNewSemaphoreHonoursWithContext(t *testing.T) {
 		t.Fatal("NewSemaphore still waits 20s after WithContext's context was cancelled")
 	}
 }
+
+// TestSemaphoreTryAcquireDoesNotWaitForTheMutex: TryAcquire answers at
+// once. While another owner holds the semaphore's internal mutex (it is
+// acquiring: a Curator owner, or a disco owner stalled between taking the
+// mutex and creating its lease), TryAcquire fails with ErrNoPermit and
+// leaves nothing; it waited for the mutex until its ctx ended.
+func TestSemaphoreTryAcquireDoesNotWaitForTheMutex(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	const path = "/semtry/mutex"
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, path, 1, zkio.WithSession(s)))
+	if _, err := admin.Create(path+"/locks", nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		t.Fatal(err)
+	}
+	if _, err := admin.Create(path+"/locks/_c_00000000-0000-0000-0000-000000000000-lock-", nil,
+		zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := sem.TryAcquire(ctx); !errors.Is(err, semaphore.ErrNoPermit) {
+		t.Fatalf("TryAcquire while another owner holds the mutex: %v, want ErrNoPermit at once", err)
+	}
+	for _, dir := range []string{path + "/locks", path + "/leases"} {
+		kids, _, err := admin.Children(dir)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			t.Fatal(err)
+		}
+		if dir == path+"/locks" && len(kids) != 1 || dir == path+"/leases" && len(kids) != 0 {
+			t.Fatalf("after the TryAcquire, %s holds %v", dir, kids)
+		}
+	}
+}
