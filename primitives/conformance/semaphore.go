@@ -41,7 +41,9 @@ type SemaphoreBackend struct {
 //     is not told of a mismatch); MaxPermits permits work.
 //   - CancelledAcquireLeavesNothing: an Acquire past its deadline returns
 //     ctx.Err() and blocks nobody.
-//   - Events: Acquired and Released for the grant.
+//   - Events: Acquired and Released for the grant; the Service, a
+//     primitives.GrantScoper, names the grant's slot scope while it is
+//     held and none once it is released.
 //   - CloseReleasesPromptly: the waiting owner does not wait for a TTL.
 //   - KillSession: Do's context cancelled with ErrLost; the waiter takes the
 //     slot with a higher token, which the slot's guard then prefers.
@@ -244,7 +246,18 @@ func semEvents(t *testing.T, b SemaphoreBackend) {
 	events := s.Subscribe(ctx)
 	g, err := s.Acquire(ctx)
 	ok(t, err, "Acquire")
+	a := primitives.Acquired{Key: g.Key, Token: g.Token(), Created: g.Created}
+	scoper, isScoper := s.(primitives.GrantScoper)
+	if !isScoper {
+		t.Fatalf("a semaphore Service of %s is no primitives.GrantScoper", b.Name)
+	}
+	if scope, held := scoper.GrantScope(a); !held || scope != g.Scope() {
+		t.Errorf("GrantScope of the grant held: %q, %v; want %q", scope, held, g.Scope())
+	}
 	ok(t, s.Release(ctx, g), "Release")
+	if scope, held := scoper.GrantScope(a); held {
+		t.Errorf("GrantScope of the released grant: %q, true; want none (the grant is over)", scope)
+	}
 	wantAcquired(t, b.Backend, events, semHold(g))
 	wantReleased(t, b.Backend, events, semHold(g))
 }
