@@ -157,12 +157,10 @@ func scopeFromValues(vs []string, where string) (string, error) {
 func InjectScopedHTTP(req *http.Request, scope string, t Token) {
 	InjectHTTP(req, t)
 	if t <= 0 || scope == "" {
-		if req.Header != nil {
-			req.Header.Del(ScopeHTTPHeader)
-		}
+		setHeader(req.Header, ScopeHTTPHeader, "")
 		return
 	}
-	req.Header.Set(ScopeHTTPHeader, EncodeScope(scope))
+	setHeader(req.Header, ScopeHTTPHeader, EncodeScope(scope))
 }
 
 // ScopeFromHTTP returns the scope carried by req's ScopeHTTPHeader, decoded.
@@ -187,9 +185,10 @@ func ToScopedGRPCMetadata(scope string, t Token) metadata.MD {
 }
 
 // ScopeFromGRPCMetadata returns the scope carried by md under
-// ScopeGRPCMetadataKey; errors as ScopeFromHTTP.
+// ScopeGRPCMetadataKey (looked up case-insensitively); errors as
+// ScopeFromHTTP.
 func ScopeFromGRPCMetadata(md metadata.MD) (string, error) {
-	return scopeFromValues(md.Get(ScopeGRPCMetadataKey), ScopeGRPCMetadataKey+" metadata")
+	return scopeFromValues(mdValues(md, ScopeGRPCMetadataKey), ScopeGRPCMetadataKey+" metadata")
 }
 
 // ScopeFromIncomingContext returns the scope carried by the incoming gRPC

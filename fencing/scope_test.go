@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,4 +198,51 @@ func FuzzScope(f *testing.F) {
 		}
 		_, _ = fencing.DecodeScope(s)
 	})
+}
+
+// InjectScopedHTTP clears every spelling of the scope header, as
+// InjectHTTP does the token's: a hand-filled header map with a lower-cased
+// scope sent two scopes (a keyed guard answered 400), or, with a token <=
+// 0, still sent the old scope.
+func TestInjectScopedHTTPClearsEverySpelling(t *testing.T) {
+	for _, tc := range []struct {
+		tok  fencing.Token
+		want []string
+	}{{7, []string{"/locks/new"}}, {0, nil}} {
+		req, err := http.NewRequest("GET", "http://example.invalid/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header["fencing-token"] = []string{"3"}
+		req.Header["fencing-scope"] = []string{"/locks/old"}
+		fencing.InjectScopedHTTP(req, "/locks/new", tc.tok)
+		var got []string
+		for k, vs := range req.Header {
+			if strings.EqualFold(k, fencing.ScopeHTTPHeader) {
+				for _, v := range vs {
+					s, err := fencing.DecodeScope(v)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, s)
+				}
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("InjectScopedHTTP(req, /locks/new, %d) over a lower-cased scope: scopes %q, want %q", tc.tok, got, tc.want)
+		}
+	}
+}
+
+// ScopeFromGRPCMetadata looks its key up as FromGRPCMetadata does its
+// own, case-insensitively: a hand-built metadata's scope was missed where
+// its token was found.
+func TestScopeFromGRPCMetadataAnyCase(t *testing.T) {
+	md := metadata.MD{"Fencing-Token": {"5"}, "Fencing-Scope": {fencing.EncodeScope("/locks/a")}}
+	if tok, err := fencing.FromGRPCMetadata(md); err != nil || tok != 5 {
+		t.Fatalf("FromGRPCMetadata: %d, %v", tok, err)
+	}
+	if s, err := fencing.ScopeFromGRPCMetadata(md); err != nil || s != "/locks/a" {
+		t.Errorf("ScopeFromGRPCMetadata(%v) = %q, %v; want /locks/a", md, s, err)
+	}
 }

@@ -69,13 +69,19 @@ func ToGRPCMetadata(t Token) metadata.MD {
 // wraps ErrNoToken only; several values, a comma-separated list or a value
 // ParseToken rejects wrap ErrMalformedToken.
 func FromGRPCMetadata(md metadata.MD) (Token, error) {
-	vs := md.Get(GRPCMetadataKey) // the key as gRPC carries it, lower-case
+	return fromValues(mdValues(md, GRPCMetadataKey), GRPCMetadataKey+" metadata")
+}
+
+// mdValues returns md's values under key (lower-case, as gRPC carries
+// it) and under any other spelling of it, which a hand-built MD may hold.
+func mdValues(md metadata.MD, key string) []string {
+	vs := md.Get(key)
 	for k, v := range md {
-		if k != GRPCMetadataKey && strings.EqualFold(k, GRPCMetadataKey) {
-			vs = append(vs[:len(vs):len(vs)], v...) // a hand-built MD's
+		if k != key && strings.EqualFold(k, key) {
+			vs = append(vs[:len(vs):len(vs)], v...)
 		}
 	}
-	return fromValues(vs, GRPCMetadataKey+" metadata")
+	return vs
 }
 
 // NewOutgoingContext returns a context whose outgoing gRPC metadata carries
