@@ -164,9 +164,9 @@ func (m *Metrics) reject(err error) {
 	}
 }
 
-// admit records an accepted token t of scope, held in s; wait > 0 only for
+// admit records an accepted token of scope, held in s; wait > 0 only for
 // Admit.
-func (m *Metrics) admit(s *state, scope string, t fencing.Token, wait time.Duration) {
+func (m *Metrics) admit(s *state, scope string, wait time.Duration) {
 	if m == nil {
 		return
 	}
@@ -174,16 +174,28 @@ func (m *Metrics) admit(s *state, scope string, t fencing.Token, wait time.Durat
 	if wait > 0 {
 		m.wait.Observe(wait.Seconds())
 	}
-	if int64(t) <= m.max.Load() && (m.scopeMark == nil || int64(t) <= s.reported.Load()) {
+	m.sawMark(s, scope)
+}
+
+// sawMark reports the mark of scope, held in s, after a request of it,
+// admitted or not: the mark rises by the tokens the guard accepts, and
+// also by what it learns from a shared store, or by an Admit that raised
+// it and then gave up; it starts at WithInitialMark.
+func (m *Metrics) sawMark(s *state, scope string) {
+	if m == nil {
+		return
+	}
+	t := s.mark.Load()
+	if t <= m.max.Load() && (m.scopeMark == nil || t <= s.reported.Load()) {
 		return // nothing new: the common case, without the mutex
 	}
 	m.mu.Lock()
-	if int64(t) > m.max.Load() {
-		m.max.Store(int64(t))
+	if t > m.max.Load() {
+		m.max.Store(t)
 		m.mark.Set(float64(t))
 	}
-	if m.scopeMark != nil && int64(t) > s.reported.Load() {
-		s.reported.Store(int64(t))
+	if m.scopeMark != nil && t > s.reported.Load() {
+		s.reported.Store(t)
 		m.scopeMark.WithLabelValues(scopeLabel(scope)).Set(float64(t))
 	}
 	m.mu.Unlock()

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/fencing/guard/markstore"
 )
 
 func TestMetrics(t *testing.T) {
@@ -121,5 +123,46 @@ disco_guard_stale_distance_sum 299
 disco_guard_stale_distance_count 2
 `), "disco_guard_mark", "disco_guard_stale_distance"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestMetricsMarkIsTheEnforcedMark: disco_guard_mark (and a scope's mark)
+// is the mark the guard enforces, however it rose: learnt from a shared
+// store, or set by WithInitialMark, as well as by a token it accepted. It
+// followed only the accepted tokens: a replica rejecting token 5 as below
+// the store's mark 10 reported 0.
+func TestMetricsMarkIsTheEnforcedMark(t *testing.T) {
+	st, err := markstore.NewFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := guard.New(guard.WithStore(st)).Check(10); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what  string
+		opts  []guard.Option
+		stale fencing.Token
+	}{
+		{"a replica on the store", []guard.Option{guard.WithStore(st)}, 5},
+		{"a guard WithInitialMark(100)", []guard.Option{guard.WithInitialMark(100)}, 50},
+	} {
+		reg := prometheus.NewPedanticRegistry()
+		m, err := guard.NewMetrics(reg, guard.WithScopeLabels())
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := guard.New(append(tc.opts, guard.WithMetrics(m))...)
+		if err := g.Check(tc.stale); !errors.Is(err, fencing.ErrTokenStale) {
+			t.Fatalf("%s: Check(%d): %v, want stale", tc.what, tc.stale, err)
+		}
+		want := fmt.Sprintf(`
+# HELP disco_guard_mark The highest mark of the guard (any scope).
+# TYPE disco_guard_mark gauge
+disco_guard_mark %d
+`, g.Mark())
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "disco_guard_mark"); err != nil {
+			t.Errorf("%s: %v", tc.what, err)
+		}
 	}
 }

@@ -139,21 +139,22 @@ func (c *config) newState() *state {
 // metrics.
 func (c *config) check(ctx context.Context, s *state, scope string, t fencing.Token) error {
 	if err := c.prepare(ctx, s, scope, t); err != nil {
-		return c.reject(s, t, err)
+		return c.reject(s, scope, t, err)
 	}
 	if err := s.check(t); err != nil {
-		return c.reject(s, t, err)
+		return c.reject(s, scope, t, err)
 	}
-	c.metrics.admit(s, scope, t, 0)
+	c.metrics.admit(s, scope, 0)
 	return nil
 }
 
 // reject settles a request of t that failed with err: a success of its
 // verification is forgotten (a token refused once is asked again), and the
 // rejection counted. It returns err.
-func (c *config) reject(s *state, t fencing.Token, err error) error {
+func (c *config) reject(s *state, scope string, t fencing.Token, err error) error {
 	s.forgetVerified(t)
 	c.metrics.reject(err)
+	c.metrics.sawMark(s, scope)
 	return err
 }
 
@@ -165,14 +166,14 @@ func (c *config) admit(ctx context.Context, s *state, scope string, t fencing.To
 		start = time.Now()
 	}
 	if err := c.prepare(ctx, s, scope, t); err != nil {
-		return nil, noop, c.reject(s, t, err)
+		return nil, noop, c.reject(s, scope, t, err)
 	}
 	actx, done, err := s.admit(ctx, t)
 	if err != nil {
-		return nil, noop, c.reject(s, t, err)
+		return nil, noop, c.reject(s, scope, t, err)
 	}
 	if c.metrics != nil {
-		c.metrics.admit(s, scope, t, time.Since(start))
+		c.metrics.admit(s, scope, time.Since(start))
 	}
 	return actx, done, nil
 }
