@@ -312,13 +312,13 @@ func TestElectWithoutCommandOutlastsOutage(t *testing.T) {
 	p.stdout.await(t, "resigned "+name, time.Second)
 }
 
-// Ctrl-C (SIGINT), SIGTERM or SIGHUP while elect without CMD or observe is
-// still connecting ends it normally, status 0, on every service.
+// Ctrl-C (SIGINT), SIGTERM or SIGHUP while elect without CMD, observe or
+// status is still connecting ends it normally, status 0, on every service.
 func TestCampaignInterruptedWhileConnecting(t *testing.T) {
 	noLeaks(t)
 	for _, scheme := range []string{"", "zk://", "redis://"} {
 		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
-			for _, args := range [][]string{{"elect", "/x", "v"}, {"observe", "/x"}} {
+			for _, args := range [][]string{{"elect", "/x", "v"}, {"observe", "/x"}, {"status", "/x"}} {
 				t.Run(scheme+args[0]+"-"+sig.String(), func(t *testing.T) {
 					addr, accepted := testkit.SilentEndpoint(t)
 					p := startDisco(t, append([]string{"--endpoints", scheme + addr, "--dial-timeout", "30s"}, args...)...)

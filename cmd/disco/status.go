@@ -46,14 +46,23 @@ named NAME/read is taken for readers of a rwlock NAME.`,
 			return checkName(a[0])
 		},
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
-			b, err := g.dial(cmd.Context())
-			if err != nil {
+			// A signal ends status normally, also while it connects.
+			ctx, stop := notifyContext(cmd.Context())
+			defer stop()
+			interrupted := func(err error) error {
+				if ctx.Err() != nil && cmd.Context().Err() == nil {
+					return nil
+				}
 				return err
 			}
-			defer b.close()
-			r, err := b.status(cmd.Context(), a[0], kind)
+			b, err := g.dial(ctx)
 			if err != nil {
-				return err
+				return interrupted(err)
+			}
+			defer b.close()
+			r, err := b.status(ctx, a[0], kind)
+			if err != nil {
+				return interrupted(err)
 			}
 			if g.json {
 				return json.NewEncoder(g.stdout).Encode(r)
