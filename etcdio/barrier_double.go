@@ -193,6 +193,11 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 	if before.Count >= int64(d.count) {
 		return fmt.Errorf("etcdio: %s: %d of %d parties entered: %w", d.name, before.Count, d.count, barrier.ErrFull)
 	}
+	if err := d.roundUnderWay(wctx); errors.Is(err, barrier.ErrFull) {
+		return err
+	} else if err != nil {
+		return d.fail(ctx, err)
+	}
 	d.seq++
 	key := d.s.ownPrefix(d.waiters()) + strconv.FormatUint(d.id, 10) + "." + strconv.FormatUint(d.seq, 10)
 	put, repeated, err := d.s.txn(wctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
@@ -228,6 +233,28 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		// The round completed counting this party: it is in.
 	}
 	d.entered, d.mine, d.readyRev = true, keyRev{key, rev}, readyRev
+	return nil
+}
+
+// roundUnderWay returns an error wrapping ErrFull while a round is complete
+// (ready written) and a party of it has not left: a newcomer is not of that
+// round, and counting its leftovers it would complete one of its own
+// without meeting its parties. A ready that no party of its round is left
+// under (they closed without Leave, or their sessions ended) is stale: the
+// next round writes its own.
+func (d *doubleBarrier) roundUnderWay(ctx context.Context) error {
+	ready, err := d.s.get(ctx, d.ready())
+	if err != nil || len(ready.Kvs) == 0 {
+		return err
+	}
+	in, err := d.s.get(ctx, d.waiters(), clientv3.WithPrefix(), clientv3.WithCountOnly(),
+		clientv3.WithMaxCreateRev(ready.Kvs[0].ModRevision-1))
+	switch {
+	case err != nil:
+		return err
+	case in.Count > 0:
+		return fmt.Errorf("etcdio: %s: a round of %d parties is under way, %d of them not yet left: %w", d.name, d.count, in.Count, barrier.ErrFull)
+	}
 	return nil
 }
 

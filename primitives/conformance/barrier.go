@@ -62,7 +62,10 @@ func TestBarrier(t *testing.T, b BarrierBackend) {
 //
 //   - EnterTogether: Enter blocks until Count parties have entered, then
 //     every one returns.
-//   - Full: the Count+1-th party is refused with ErrFull and not counted.
+//   - Full: the Count+1-th party is refused with ErrFull and not counted;
+//     so is a newcomer while a party of the complete round is still in
+//     (another one closed): it does not complete a round of its own with
+//     the round's leftovers.
 //   - EnterTwice: a second Enter fails with ErrEntered; Leave before Enter
 //     with ErrNotEntered.
 //   - LeaveTogether: Leave blocks until every party that entered has left.
@@ -232,7 +235,10 @@ func dbFull(t *testing.T, b BarrierBackend) {
 	extra := b.NewDoubleBarrier(t, name(t), count)
 	errIs(t, extra.Enter(ctx), barrier.ErrFull, "the Count+1-th Enter")
 	errIs(t, extra.Leave(ctx), barrier.ErrNotEntered, "the refused party's Leave")
-	leaveAll(t, b, ctx, ps)
+	ok(t, ps[0].Close(), "Close of a party of the complete round")
+	newcomer := b.NewDoubleBarrier(t, name(t), count)
+	errIs(t, newcomer.Enter(ctx), barrier.ErrFull, "a newcomer's Enter while a party of the complete round is in")
+	leaveAll(t, b, ctx, ps[1:])
 	noKeys(t, b, "after every counted party left (the refused one included nothing)")
 }
 
