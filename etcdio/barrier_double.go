@@ -544,12 +544,13 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 		}
 		if d.mine.key != "" && !present {
 			// Gone with the lease, or deleted by someone else: either way
-			// this party is out. Have the session check its lease now.
+			// this party is out, and waits for the others as any Leave
+			// does. Have the session check its lease now: a lost session
+			// ends the wait.
 			d.s.post(d.s.checkLease)
-			key := d.mine.key
-			d.entered = false
+			d.mine = keyRev{}
 			d.deleted()
-			return fmt.Errorf("etcdio: %s: key %s is gone: %w", d.name, key, primitives.ErrLost)
+			continue
 		}
 		isLowest := string(lowest.Key) == d.mine.key
 		wait := lowest

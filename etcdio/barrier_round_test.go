@@ -155,3 +155,37 @@ func TestDoubleBarrierLeaveKeepsNextRoundsReady(t *testing.T) {
 		t.Fatalf("after the last party of the round before left, ready is %v; want the next round's (revision %d) kept", now.Kvs, next.Kvs[0].ModRevision)
 	}
 }
+
+// A party whose key someone else deleted is out of the barrier, as on
+// every other backend: its Leave waits for the others to leave, as any
+// Leave does, rather than fail at once with ErrLost while its session
+// lives and the others are still in.
+func TestDoubleBarrierLeaveAfterKeyDeleted(t *testing.T) {
+	key := prefixOf(t)
+	cli := newClient(t)
+	ctx := testCtx(t, 30*time.Second)
+	a, b := enteredPair(ctx, t, cli, key) // a's key is the lowest
+	resp, err := cli.Get(ctx, key+"/waiters/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil || len(resp.Kvs) != 2 {
+		t.Fatalf("the waiters: %v, %v", resp, err)
+	}
+	if _, err := cli.Delete(ctx, string(resp.Kvs[1].Key)); err != nil { // b's
+		t.Fatal(err)
+	}
+	brief, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := b.Leave(brief); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("b's Leave while a is in: %v; want it to wait for a (here until its ctx's deadline)", err)
+	}
+	left := make(chan error, 1)
+	go func() { left <- b.Leave(ctx) }()
+	if err := a.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, left, "b's Leave once a left"); err != nil {
+		t.Fatal(err)
+	}
+	if b.Err() != nil {
+		t.Fatalf("b after its Leave: %v", b.Err())
+	}
+}
