@@ -124,14 +124,27 @@ func (d *doubleBarrier) Close() error {
 		if err := d.s.Close(); err != nil && !errors.Is(err, primitives.ErrClosed) {
 			return fmt.Errorf("etcdio: %s: close: %w", d.name, err)
 		}
+		d.clearIfLast()
 		return nil
 	}
 	if d.mine.key != "" && d.s.Err() == nil {
 		if err := d.s.deleteKey(d.mine.key, d.mine.rev); err != nil {
 			return fmt.Errorf("etcdio: %s: close: delete %s (retrying in the background): %w", d.name, d.mine.key, err)
 		}
+		d.clearIfLast()
 	}
 	return nil
+}
+
+// clearIfLast deletes ready if no party's key is left, as the last Leave
+// does: the last party of a round to close without leaving leaves nothing
+// behind. Best effort, one request: a ready left (the last parties' sessions
+// lost) is stale, and the next round writes its own.
+func (d *doubleBarrier) clearIfLast() {
+	ctx, cancel := context.WithTimeout(context.Background(), maxRequestTimeout)
+	defer cancel()
+	none := clientv3.Compare(clientv3.CreateRevision(d.waiters()), "=", 0).WithPrefix()
+	_, _ = d.s.cli.Txn(ctx).If(none).Then(clientv3.OpDelete(d.ready())).Commit()
 }
 
 // begin checks the party is usable and returns a context that ends with ctx

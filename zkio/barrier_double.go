@@ -602,6 +602,10 @@ func (d *zkDoubleBarrier) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		if _, err := d.s.deleteNode(ctx, nil, d.node, !d.own); err != nil && !d.own {
 			d.s.forgetNode(d.node)
+		} else if kids, ready, version, _, err := d.members(); err == nil && ready && len(kids) == 0 {
+			// The last party of a round to close without leaving clears
+			// it, as the last Leave does.
+			d.clear(version)
 		}
 		cancel()
 	}

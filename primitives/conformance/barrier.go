@@ -72,7 +72,8 @@ func TestBarrier(t *testing.T, b BarrierBackend) {
 //   - PartyDies: a party whose session is lost is gone from the barrier
 //     with its key; the others leave without it.
 //   - LastLeaverCleans: once every party has left, nothing the barrier
-//     created is left in the store.
+//     created is left in the store; nor once every party of an entered
+//     round has closed without leaving.
 //   - CancelledEnterLeavesNothing: an Enter whose ctx ends returns
 //     ctx.Err() and is not counted: Count other parties then enter
 //     together.
@@ -301,6 +302,12 @@ func dbLastLeaverCleans(t *testing.T, b BarrierBackend) {
 			}
 		}
 	}
+	ps := parties(t, b, count, count)
+	enterAll(t, b, ctx, ps)
+	for i, p := range ps {
+		ok(t, p.Close(), fmt.Sprintf("party %d's Close, entered, without Leave", i))
+	}
+	noKeys(t, b, "after every party of an entered round closed without leaving")
 }
 
 func dbCancelledEnter(t *testing.T, b BarrierBackend) {
