@@ -113,7 +113,8 @@ type TermResigner interface {
 // Lead campaigns, runs fn while leading with a context cancelled as soon as
 // the term is lost, and resigns after fn returns. fn gets this candidate's
 // own term. It returns fn's error; if the term was lost it returns
-// errors.Join(fn's error, an error wrapping primitives.ErrLost). A failed
+// errors.Join(fn's error, an error wrapping primitives.ErrLost, or
+// primitives.ErrClosed if s was closed meanwhile). A failed
 // Campaign is returned as is and fn is not called; a term won just as ctx
 // ended is resigned and Lead returns ctx's error without calling fn. fn's
 // context also ends when another call of s resigns the term (the cause

@@ -274,3 +274,20 @@ func TestSuperviseConstructorErrors(t *testing.T) {
 	}
 	f.check(t)
 }
+
+// Close while Lead's fn runs ends fn's context and Lead returns an error
+// wrapping primitives.ErrClosed.
+func TestLeadEndsWithErrClosedAtClose(t *testing.T) {
+	e, err := memio.NewElection(memio.NewStore(), "/e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = election.Lead(context.Background(), e, "v", func(ctx context.Context, _ election.Leadership) error {
+		go e.Close()
+		<-ctx.Done()
+		return nil
+	})
+	if !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("Lead = %v, want an error wrapping ErrClosed", err)
+	}
+}

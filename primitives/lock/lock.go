@@ -95,7 +95,8 @@ const releaseTimeout = 10 * time.Second
 // Do locks, runs fn with a context that is cancelled the moment ownership is
 // lost, and releases the grant after fn returns. It returns fn's error; if
 // ownership was lost while fn ran it returns errors.Join(fn's error, an error
-// wrapping primitives.ErrLost). A failed Lock is returned as is and fn is not
+// wrapping primitives.ErrLost), or wrapping primitives.ErrClosed if s was
+// closed meanwhile (its Close ends the hold). A failed Lock is returned as is and fn is not
 // called; a Lock won just as ctx ended is released and Do returns ctx's
 // error without calling fn. fn's context also ends when another call of s
 // releases the grant (Unlock, Release; the cause wraps

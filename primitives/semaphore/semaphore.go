@@ -131,7 +131,8 @@ const releaseTimeout = 10 * time.Second
 // Do acquires a permit, runs fn with a context that is cancelled the moment
 // the hold is lost, and releases the grant after fn returns. It returns fn's
 // error; if the hold was lost while fn ran it returns errors.Join(fn's error,
-// an error wrapping primitives.ErrLost). A failed Acquire is returned as is
+// an error wrapping primitives.ErrLost, or primitives.ErrClosed if s was
+// closed meanwhile). A failed Acquire is returned as is
 // and fn is not called; a permit won just as ctx ended is released and Do
 // returns ctx's error without calling fn. A nil s or fn is an error wrapping
 // primitives.ErrInvalidArgument.
