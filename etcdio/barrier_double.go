@@ -561,7 +561,6 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 			// does. Have the session check its lease now: a lost session
 			// ends the wait.
 			d.s.post(d.s.checkLease)
-			d.mine = keyRev{}
 			d.deleted()
 			continue
 		}
