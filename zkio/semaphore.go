@@ -118,15 +118,22 @@ func (m *semState) agree(ctx context.Context, svc *service) error {
 
 // acquire takes the internal mutex, creates the lease and waits for room,
 // claims a slot, and releases the mutex (see NewSemaphore). With try it
-// fails with ErrNoPermit, at once, if n leases exist, if another owner holds
-// the mutex (it is acquiring: taking the mutex would wait for it), and,
-// once it holds the mutex, if n leases exist then. On failure nothing it
-// wrote is left.
+// fails with ErrNoPermit, at once, if n owners hold (leases) or are
+// acquiring ahead of it (in the mutex's queue), and, once it holds the
+// mutex, if n leases exist then; with fewer, it waits its turn for the
+// mutex, which an owner with room holds for a few requests. So an owner
+// stalled while it holds the mutex (its session not yet expired) delays a
+// TryAcquire only while others leave it room. On failure nothing it wrote
+// is left.
 func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.Hold, error) {
 	conn := svc.s.conn
+	holding := 0
 	if try {
 		kids, _, err := conn.Children(m.leases)
-		if err == nil && len(leasesOf(kids)) >= m.n {
+		if err == nil {
+			holding = len(leasesOf(kids))
+		}
+		if holding >= m.n {
 			return driver.Hold{}, semaphore.ErrNoPermit
 		}
 	}
@@ -135,9 +142,14 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 		return driver.Hold{}, err
 	}
 	defer svc.withdraw(mutex) // the mutex is released whatever happens
+	if try {
+		if kids, _, err := conn.Children(m.locks); err == nil && holding+acquiringAhead(kids, mutex) >= m.n {
+			return driver.Hold{}, semaphore.ErrNoPermit
+		}
+	}
 	var waited bool
 	o := &own{node: mutex, early: svc.stat(mutex, false)}
-	if err := svc.waitTurn(ctx, m.locks, []string{lockMarker}, o, try, &waited); err != nil {
+	if err := svc.waitTurn(ctx, m.locks, []string{lockMarker}, o, false, &waited); err != nil {
 		return driver.Hold{}, err
 	}
 	lease, err := svc.create(ctx, m.leases, leaseMarker, nil)
@@ -151,6 +163,22 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	}
 	h.Waited = waited
 	return h, nil
+}
+
+// acquiringAhead returns how many members of the mutex's queue (kids, the
+// children of path/locks) stand ahead of mutex: owners acquiring before it.
+func acquiringAhead(kids []string, mutex string) int {
+	me, ok := memberOf(mutex[strings.LastIndexByte(mutex, '/')+1:], lockMarker)
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, m := range queueOf(kids, lockMarker) {
+		if inQueueOrder(m, me) < 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // room waits until at most n leases exist, its own among them, and then

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
@@ -230,5 +232,45 @@ func TestSemaphoreTryAcquireDoesNotWaitForTheMutex(t *testing.T) {
 		if dir == path+"/locks" && len(kids) != 1 || dir == path+"/leases" && len(kids) != 0 {
 			t.Fatalf("after the TryAcquire, %s holds %v", dir, kids)
 		}
+	}
+}
+
+// TestSemaphoreTryAcquireWithRoomSucceeds: TryAcquire takes a permit
+// whenever fewer than N owners hold or are acquiring, also while others
+// hold the internal mutex for their own acquisitions: 4 owners of 8
+// permits, each holding at most one, are never refused.
+func TestSemaphoreTryAcquireWithRoomSucceeds(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var g errgroup.Group
+	var refused, took atomic.Int64
+	for range 4 {
+		s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+		sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, "/semtry/room", 8, zkio.WithSession(s)))
+		g.Go(func() error {
+			for range 50 {
+				gr, err := sem.TryAcquire(ctx)
+				if errors.Is(err, semaphore.ErrNoPermit) {
+					refused.Add(1)
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				took.Add(1)
+				if err := sem.Release(ctx, gr); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := refused.Load(); n > 0 {
+		t.Fatalf("%d of %d TryAcquires refused with ErrNoPermit while at most 4 of 8 permits were held", n, n+took.Load())
 	}
 }
