@@ -106,7 +106,9 @@ func (b *redisBarrier) Release(ctx context.Context) error {
 
 // Wait returns once the barrier's key is absent, or once a Release's
 // message arrives (even if the barrier was held again since: Release lets
-// every Wait under way return); ctx.Err() (wrapped) if ctx ends first.
+// a Wait under way return, unless its subscription was being re-made
+// across the Release and the next Hold); ctx.Err() (wrapped) if ctx ends
+// first.
 func (b *redisBarrier) Wait(ctx context.Context) error {
 	if held, err := b.held(ctx); err != nil || !held {
 		return err

@@ -1,6 +1,7 @@
 package zkio_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
@@ -267,5 +269,80 @@ func TestBarrierReleaseThenHoldFreesWaiters(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%d of %d Waits still wait 10 s after the Release they waited for (the barrier was held again right after it)", waiters-i, waiters)
 		}
+	}
+}
+
+// TestBarrierWaitIgnoresAnEarlierRelease: a Wait returns at a Release made
+// while it waits, not at one made before it began: an earlier Wait whose
+// ctx ended left its watch for the next to reuse, and that watch's event of
+// a Release (and Hold again) done before the next Wait began may reach it
+// only after that Wait has found the barrier held. The proxy holds the
+// server's answers until the Wait has asked.
+func TestBarrierWaitIgnoresAnEarlierRelease(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	px, err := faultproxy.Listen("127.0.0.1:0", servers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const path = "/bwait-earlier"
+	holder, err := zkio.NewBarrier(servers, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession([]string{px.Addr()}))
+	w, err := zkio.NewBarrier(nil, path, zkio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Wait that ends with its ctx, its watch set: kept for the next.
+	first, stop := context.WithCancel(ctx)
+	ended := make(chan error, 1)
+	go func() { ended <- w.Wait(first) }()
+	testkit.Eventually(t, 10*time.Second, "the first Wait's watch", func() bool { return zkio.Watchers(s) > 0 })
+	stop()
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first Wait: %v", err)
+	}
+	// Released and held again, the event held back on its way.
+	px.PauseRx()
+	data, _, err := admin.Get(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Multi(&zk.DeleteRequest{Path: path, Version: -1},
+		&zk.CreateRequest{Path: path, Data: data, Acl: zk.WorldACL(zk.PermAll)}); err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan struct{}, 1)
+	px.ModifyTx(func(b []byte) []byte {
+		if bytes.Contains(b, []byte(path)) {
+			select {
+			case asked <- struct{}{}:
+			default:
+			}
+		}
+		return b
+	})
+	second, stop2 := context.WithTimeout(ctx, 2*time.Second)
+	defer stop2()
+	waited := make(chan error, 1)
+	go func() { waited <- w.Wait(second) }()
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second Wait never looked at the barrier")
+	}
+	px.UnpauseRx()
+	if err := <-waited; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a Wait begun after the Release and the Hold, the barrier held throughout it: %v, want its ctx's deadline", err)
 	}
 }
