@@ -196,6 +196,7 @@ func TestRefusedNamesAreUsageOnEveryStore(t *testing.T) {
 					{"elect", name, "v", "--", "true"},
 					{"elect", name, "v"},
 					{"observe", name},
+					{"status", name},
 				} {
 					code, stdout, stderr := runDisco(t, 20*time.Second, append([]string{"--endpoints", ep}, args...)...)
 					lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")

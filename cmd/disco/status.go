@@ -60,6 +60,9 @@ named NAME/read is taken for readers of a rwlock NAME.`,
 				return interrupted(err)
 			}
 			defer b.close()
+			if err := b.refuses(a[0]); err != nil {
+				return err // a NAME the service refuses: bad usage
+			}
 			r, err := b.status(ctx, a[0], kind)
 			if err != nil {
 				return interrupted(err)
