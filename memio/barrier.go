@@ -153,6 +153,9 @@ func NewDoubleBarrier(st *Store, name string, count int, opts ...Option) (barrie
 	case count < 1:
 		return nil, fail(fmt.Errorf("count %d: %w", count, ErrInvalidArgument))
 	}
+	if err := checkLockValue("double barrier", o); err != nil {
+		return nil, fail(err)
+	}
 	if err := checkName(name); err != nil {
 		return nil, fail(err)
 	}
@@ -187,6 +190,8 @@ type doubleParty struct {
 	round   *round
 	k       *key // its key while in the round
 	entered bool // Enter succeeded and Leave has not
+	// kicked, while Enter waits, is closed if the party's key is deleted.
+	kicked chan struct{}
 }
 
 func (p *doubleParty) Count() int            { return p.count }
@@ -231,19 +236,31 @@ func (p *doubleParty) Enter(ctx context.Context) error {
 		r.isReady = true
 		close(r.ready)
 	}
+	kicked := make(chan struct{})
+	p.kicked = kicked
 	st.mu.Unlock()
+	gone := func() error {
+		return fmt.Errorf("memio: double barrier %s: the party's key was deleted by another client: %w", quote(p.name), errLost)
+	}
 	select {
 	case <-r.ready:
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		if p.err != nil {
+		p.kicked = nil
+		switch {
+		case p.err != nil:
 			return p.err
+		case p.k == nil:
+			return gone() // out of the round before it was complete
 		}
 		p.entered = true
 		return nil
+	case <-kicked:
+		return gone()
 	case <-ctx.Done():
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		p.kicked = nil
 		if r.isReady && p.err == nil && p.k != nil {
 			// The round completed counting this party: it is in.
 			p.entered = true
@@ -290,9 +307,15 @@ func (p *doubleParty) Leave(ctx context.Context) error {
 	}
 }
 
-// keyDeleted: someone deleted the party's key; it is out of the round.
-// Locked.
+// keyDeleted: someone deleted the party's key; it is out of the round,
+// and an Enter under way fails with ErrLost, also one whose round had just
+// completed (one that returned has entered: its Leave waits for the
+// others). Locked.
 func (p *doubleParty) keyDeleted() {
+	if p.kicked != nil {
+		close(p.kicked)
+		p.kicked = nil
+	}
 	if p.round != nil {
 		p.st.leaveRound(p)
 	}

@@ -73,6 +73,9 @@ func (e electionService) ResignTerm(ctx context.Context, term election.Leadershi
 }
 
 func (e electionService) Leader(ctx context.Context) (election.Leadership, error) {
+	if err := e.s.gate(ctx); err != nil {
+		return election.Leadership{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return election.Leadership{}, err
 	}

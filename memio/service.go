@@ -49,6 +49,8 @@ func checkName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("empty name: %w", ErrInvalidArgument)
+	case name == "/":
+		return fmt.Errorf(`name "/": the root of every other name: %w`, ErrInvalidArgument)
 	case len(name) > maxName:
 		return fmt.Errorf("name of %d bytes, more than %d: %w", len(name), maxName, ErrInvalidArgument)
 	case !utf8.ValidString(name):
@@ -137,6 +139,14 @@ func (svc *service) acquire(ctx context.Context, mode rwlock.Mode, value string,
 	if err := svc.s.gate(ctx); err != nil {
 		_ = svc.releaseNow(driver.CreatedAt(h.Created), false)
 		return driver.Hold{}, err
+	}
+	if cur, ok := svc.Current(); !ok || cur.Created != h.Created {
+		// The grant ended while the session was paused (the pause
+		// outlasted the TTL): the caller never holds it.
+		if err := svc.Err(); err != nil {
+			return driver.Hold{}, err
+		}
+		return driver.Hold{}, fmt.Errorf("%s: the grant ended while the session was paused: %w", svc.Spec().Name, errLost)
 	}
 	return h, nil
 }

@@ -2,7 +2,6 @@ package memio
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -37,6 +36,7 @@ type Session struct {
 
 	// Guarded by st.mu.
 	err      error
+	closed   bool         // Close was called
 	renewing bool         // renewals reach the store
 	clock    driver.Clock // counts from the last renewal once renewing stops
 	timer    Timer
@@ -44,7 +44,8 @@ type Session struct {
 	parties  map[*doubleParty]struct{}
 	keys     map[*key]struct{}
 	failNext error
-	frozen   chan struct{} // closed when a Pause ends
+	frozen   chan struct{} // closed when the last Pause ends
+	pauses   int           // Pauses not yet resumed
 }
 
 // NewSession starts a session on st: WithTTL, WithSuspendAfter, WithMetrics
@@ -98,11 +99,12 @@ func (s *Session) Err() error {
 func (s *Session) Close() error {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("memio: session already closed: %w", errClosed)
+	}
+	s.closed = true
 	if s.err != nil {
-		if errors.Is(s.err, errClosed) {
-			return fmt.Errorf("memio: session already closed: %w", errClosed)
-		}
-		return nil
+		return nil // it expired (or was lost) first
 	}
 	s.end(fmt.Errorf("memio: session %d closed: %w", s.id, errClosed), "")
 	return nil
@@ -158,10 +160,16 @@ func (s *Session) resume() {
 	}
 	now := s.st.clock.Now()
 	s.clock.Mended(now)
-	if s.clock.Renewed(now, now, 0) == driver.Resume {
+	switch s.clock.Renewed(now, now, 0) {
+	case driver.Resume:
 		for svc := range s.services {
 			svc.Resume()
 		}
+	case driver.Expire:
+		// Past the deadline (its timer not yet run): a renewal this late
+		// revives nothing.
+		s.expire()
+		return
 	}
 	s.renewing = true
 	if s.timer != nil {
@@ -175,15 +183,19 @@ func (s *Session) resume() {
 // its primitives make waits, until the returned resume is called (once;
 // later calls do nothing). A Lock (Acquire, Campaign) granted during the
 // pause returns once it ends; if its ctx ends first, the grant is
-// released and the Lock returns ctx's error. The session expires if the pause outlasts its
-// TTL.
+// released and the Lock returns ctx's error, and if the grant ended
+// meanwhile (the pause outlasted the TTL) the Lock returns the service's
+// error. The session expires if the pause outlasts its TTL. Pauses nest:
+// the session thaws once every Pause's resume was called.
 func (s *Session) Pause() (resume func()) {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
 	s.stopRenewals()
 	s.arm()
-	frozen := make(chan struct{})
-	s.frozen = frozen
+	if s.pauses == 0 {
+		s.frozen = make(chan struct{})
+	}
+	s.pauses++
 	done := false
 	return func() {
 		s.st.mu.Lock()
@@ -192,10 +204,11 @@ func (s *Session) Pause() (resume func()) {
 			return
 		}
 		done = true
-		close(frozen)
-		if s.frozen == frozen {
-			s.frozen = nil
+		if s.pauses--; s.pauses > 0 {
+			return // another Pause still holds
 		}
+		close(s.frozen)
+		s.frozen = nil
 		s.resume()
 	}
 }
