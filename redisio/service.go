@@ -28,10 +28,11 @@ import (
 // adds what Redis needs. Its loop-only fields belong to the session's loop.
 type service struct {
 	*driver.Shell
-	s    *Session
-	own  bool // the session was made for this service; Close closes it
-	kind kind
-	name string
+	closed atomic.Bool // Close was called
+	s      *Session
+	own    bool // the session was made for this service; Close closes it
+	kind   kind
+	name   string
 	// maxValue is the largest election value accepted.
 	maxValue int
 	value    string // a lock's holds' value (WithValue)
@@ -236,6 +237,10 @@ const closeTimeout = 2 * opTimeout
 // Close returns nothing of the service is left in Redis, on a session
 // that lives on too.
 func (v *service) Close() error {
+	if v.closed.Swap(true) {
+		<-v.Done()
+		return v.errf("already closed: %w", primitives.ErrClosed)
+	}
 	refs, err := loopCall(v.s, context.Background(), func() ([]holdRef, error) {
 		if v.Ended() {
 			return nil, v.Err()

@@ -33,7 +33,8 @@ import (
 //   - CloseReleasesPromptly: the next owner does not wait for a TTL; then
 //     ErrClosed everywhere.
 //   - KillSession: Lost, Do's context cancelled with ErrLost, Done, ErrLost
-//     everywhere; the successor's higher token fences the zombie.
+//     everywhere (Close then returns nil, a second one ErrClosed); the
+//     successor's higher token fences the zombie.
 //   - KillSessionOfWaiter: a waiting Lock fails with ErrLost and leaves
 //     nothing.
 //   - DeleteKey: Lost, Do's context cancelled, the Service stays usable; the
@@ -355,6 +356,9 @@ func lockKillSession(t *testing.T, b Backend) {
 	errIs(t, takeErr(h.TryLock(ctx)), primitives.ErrLost, "TryLock after loss")
 	errIs(t, h.Unlock(ctx), primitives.ErrLost, "Unlock after loss")
 	errIs(t, h.Release(ctx, gh), primitives.ErrLost, "Release after loss")
+	ok(t, h.Close(), "Close after loss")
+	errIs(t, h.Close(), primitives.ErrClosed, "a second Close after loss")
+	errIs(t, h.Err(), primitives.ErrLost, "Err after the Close of a lost Service")
 
 	gw := awaitOK(t, b, waiter, "waiter's Lock after the holder's session died")
 	fenced(t, do.gd, gh.Token(), gw.Token())
