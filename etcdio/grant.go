@@ -229,7 +229,18 @@ func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clie
 	defer cancel()
 	resp, repeated, terr := svc.s.txn(dctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)},
 		append([]clientv3.Op{clientv3.OpDelete(g.Key)}, extra...), extra...)
+	// A key found gone went with the lease (the session lost: the hold is
+	// Lost with it) or was deleted by someone else: ask which, as a
+	// watched grant's vanishing does, before telling anyone.
+	withLease := terr == nil && !resp.Succeeded && !repeated && svc.s.leaseEnded(dctx)
 	_, err := call(context.WithoutCancel(ctx), svc.s, func(r actor.Reply[struct{}]) {
+		if withLease {
+			svc.s.leaseGone() // every hold of the session Lost, this one too
+			if err := svc.Err(); err != nil {
+				r.Answer(struct{}{}, err)
+				return
+			}
+		}
 		if terr == nil || svc.gone(g.Key, g.Created) {
 			svc.s.deletedOnce(g.Key)
 		}

@@ -383,16 +383,30 @@ func (s *Session) leaseGone() {
 	s.end(fmt.Errorf("etcdio: lease %x was revoked or expired: %w", int64(s.lease), primitives.ErrLost))
 }
 
+// leaseEnded reports whether a TimeToLive's answer says the lease is gone.
+func leaseEnded(resp *clientv3.LeaseTimeToLiveResponse, err error) bool {
+	return err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound)
+}
+
 // leaseChecked ends the session if its lease is gone, and otherwise lets each
 // service report the keys it saw vanish as deleted by another client. Loop
 // only.
 func (s *Session) leaseChecked(resp *clientv3.LeaseTimeToLiveResponse, err error) {
 	s.checking = false
-	if err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if leaseEnded(resp, err) {
 		s.leaseGone()
 		return
 	}
 	for svc := range s.services {
 		svc.vanishedConfirmed()
 	}
+}
+
+// leaseEnded asks etcd whether the session's lease is gone; false if etcd
+// does not answer within ctx.
+func (s *Session) leaseEnded(ctx context.Context) bool {
+	rctx, done := s.attempt(ctx)
+	resp, err := s.cli.TimeToLive(rctx, s.lease)
+	done(err)
+	return leaseEnded(resp, err)
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,6 +36,9 @@ import (
 //   - KillSession: Lost, Do's context cancelled with ErrLost, Done, ErrLost
 //     everywhere (Close then returns nil, a second one ErrClosed); the
 //     successor's higher token fences the zombie.
+//   - UnlockRacingLoss: an Unlock racing the session's loss ends the hold
+//     with exactly one of Released (Unlock returns nil) or Lost (Unlock
+//     returns an error wrapping ErrLost).
 //   - KillSessionOfWaiter: a waiting Lock fails with ErrLost and leaves
 //     nothing.
 //   - DeleteKey: Lost, Do's context cancelled, the Service stays usable; the
@@ -73,6 +77,7 @@ func TestLock(t *testing.T, b Backend) {
 	law(t, "CloseReleasesPromptly", func(t *testing.T) { lockClose(t, b) })
 	law(t, "KillSession", func(t *testing.T) { lockKillSession(t, b) })
 	law(t, "KillSessionOfWaiter", func(t *testing.T) { lockKillWaiter(t, b) })
+	law(t, "UnlockRacingLoss", func(t *testing.T) { lockUnlockRacingLoss(t, b) })
 	law(t, "DeleteKey", func(t *testing.T) { lockDeleteKey(t, b) })
 	law(t, "Do", func(t *testing.T) { lockDo(t, b) })
 	law(t, "PausedHolderIsFenced", func(t *testing.T) { lockPause(t, b) })
@@ -362,6 +367,36 @@ func lockKillSession(t *testing.T, b Backend) {
 
 	gw := awaitOK(t, b, waiter, "waiter's Lock after the holder's session died")
 	fenced(t, do.gd, gh.Token(), gw.Token())
+}
+
+func lockUnlockRacingLoss(t *testing.T, b Backend) {
+	for i := range 20 {
+		l := b.NewLock(t, fmt.Sprintf("%s-%d", name(t), i))
+		ctx := b.ctx(t)
+		events := l.Subscribe(ctx)
+		g := mustLock(t, b, l)
+		wantAcquired(t, b, events, lockHold(g))
+		done := startErr(func() error { return l.Unlock(ctx) })
+		b.KillSession(t, l)
+		_, uerr := await(t, b, done, "Unlock")
+		var got []primitives.Event
+		for e := range events {
+			if _, suspended := e.(primitives.Suspended); !suspended {
+				got = append(got, e)
+			}
+		}
+		if len(got) != 1 {
+			t.Fatalf("round %d: events after an Unlock racing the session's loss: %#v (Unlock: %v), want exactly one", i, got, uerr)
+		}
+		switch e := got[0].(type) {
+		case primitives.Released:
+			ok(t, uerr, fmt.Sprintf("round %d: Unlock whose hold was Released", i))
+		case primitives.Lost:
+			errIs(t, uerr, primitives.ErrLost, fmt.Sprintf("round %d: Unlock whose hold was Lost (%v)", i, e.Err))
+		default:
+			t.Fatalf("round %d: %#v", i, e)
+		}
+	}
 }
 
 // fenced checks a guard that admitted a zombie's token: it admits the
