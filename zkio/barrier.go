@@ -185,12 +185,12 @@ func retrying(ctx context.Context, s *Session, try func(retried bool) error) err
 }
 
 // Wait returns once the barrier's znode is absent: at once if it is, or
-// when a watch it set reports its deletion (even if the barrier was held
-// again since: Release lets a Wait under way return, unless the connection
-// was down across the Release and the next Hold), or a watch fires
-// otherwise and a new look finds it gone. A watch an earlier Wait left
-// (see spares) may bring the deletion of a Release made before this Wait
-// began: it only makes the Wait look again. It fails when ctx
+// when its watch reports its deletion (even if the barrier was held again
+// since: Release lets a Wait return once it has looked, unless the
+// connection was down across the Release and the next Hold), or the watch
+// fires otherwise and a new look finds it gone. A watch an earlier Wait
+// left (see spares) counts only if it had not fired by the time this
+// Wait's look was answered (see existing). It fails when ctx
 // ends (with ctx.Err()) or the session does (wrapping ErrLost or
 // ErrClosed). On a shared session a Wait that ends leaves at most its one
 // watch registered, which the barrier's next Wait reuses; it goes when the
@@ -201,7 +201,7 @@ func (b *zkBarrier) Wait(ctx context.Context) error {
 	}
 	err := b.call(ctx, "wait", func(s *Session) error {
 		for {
-			exists, ch, fresh, err := b.watches.existing(s.conn, b.path)
+			exists, ch, err := b.watches.existing(s.conn, b.path)
 			switch {
 			case retryable(err):
 				if !s.pause(ctx, nil) {
@@ -211,12 +211,11 @@ func (b *zkBarrier) Wait(ctx context.Context) error {
 			case err != nil:
 				return err
 			case !exists:
-				b.watches.keep(b.path, ch)
 				return nil
 			}
 			select {
 			case ev := <-ch:
-				if fresh && ev.Type == zk.EventNodeDeleted {
+				if ev.Type == zk.EventNodeDeleted {
 					return nil // released while this Wait was under way
 				}
 			case <-ctx.Done():
@@ -261,22 +260,30 @@ func (w *spares) exists(conn *zk.Conn, path string) (bool, *zk.Stat, <-chan zk.E
 // existing is exists for a watch wanted only while path exists: it sets
 // none when path is absent (a read with a watch, which unlike an exists
 // watch is not set on an absent znode), so a look that finds it absent
-// leaves no watch behind. fresh says the watch was set by this look, not
-// a spare an earlier call left (whose event may be of an earlier change).
-func (w *spares) existing(conn *zk.Conn, path string) (ok bool, ch <-chan zk.Event, fresh bool, err error) {
+// leaves no watch behind. The watch's next event is of a change made
+// after this look: a watch this look set, or a spare an earlier call left
+// that had not fired when this look's answer came (the client hands a
+// watch its event before the answer of any later request); a spare that
+// had fired is dropped, and a watch set instead.
+func (w *spares) existing(conn *zk.Conn, path string) (bool, <-chan zk.Event, error) {
 	if ch := w.take(path); ch != nil {
 		ok, _, err := conn.Exists(path)
-		if err != nil || ok {
-			return ok, ch, false, err
+		if err != nil || !ok {
+			w.keep(path, ch)
+			return false, nil, err
 		}
-		w.keep(path, ch)
-		return false, nil, false, nil
+		select {
+		case <-ch:
+			// Fired for a change before this look: set a watch of our own.
+		default:
+			return true, ch, nil
+		}
 	}
-	_, _, ch, err = conn.GetW(path)
+	_, _, ch, err := conn.GetW(path)
 	if errors.Is(err, zk.ErrNoNode) {
-		return false, nil, false, nil
+		return false, nil, nil
 	}
-	return err == nil, ch, true, err
+	return err == nil, ch, err
 }
 
 // take returns path's spare watch if it has not fired, and drops every

@@ -510,7 +510,7 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 			}
 		}
 		watched = d.path + "/" + watched
-		exists, ch, _, err := d.watches.existing(conn, watched)
+		exists, ch, err := d.watches.existing(conn, watched)
 		switch {
 		case retryable(err):
 			if !d.pause(ctx) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,5 +345,86 @@ func TestBarrierWaitIgnoresAnEarlierRelease(t *testing.T) {
 	px.UnpauseRx()
 	if err := <-waited; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a Wait begun after the Release and the Hold, the barrier held throughout it: %v, want its ctx's deadline", err)
+	}
+}
+
+// TestBarrierWaitOnAnEarlierWatchSeesARelease: a Wait that reuses the watch
+// an earlier Wait (ended by its ctx) left returns at a Release made once it
+// has looked, the barrier held again right after, as a Wait that set its
+// own watch does. The proxy tells when the Wait's look was answered.
+func TestBarrierWaitOnAnEarlierWatchSeesARelease(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	px, err := faultproxy.Listen("127.0.0.1:0", servers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const path = "/bwait-spare"
+	holder, err := zkio.NewBarrier(servers, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	// A long session timeout: its pings, far apart, do not pass for the
+	// look's answer below.
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession([]string{px.Addr()}, zkio.WithSessionTimeout(30*time.Second)))
+	w, err := zkio.NewBarrier(nil, path, zkio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, stop := context.WithCancel(ctx)
+	ended := make(chan error, 1)
+	go func() { ended <- w.Wait(first) }()
+	testkit.Eventually(t, 10*time.Second, "the first Wait's watch", func() bool { return zkio.Watchers(s) > 0 })
+	stop()
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first Wait: %v", err)
+	}
+	var asked atomic.Bool
+	answered := make(chan struct{}, 1)
+	px.ModifyTx(func(b []byte) []byte {
+		if bytes.Contains(b, []byte(path)) {
+			asked.Store(true)
+		}
+		return b
+	})
+	px.ModifyRx(func(b []byte) []byte {
+		if asked.Load() {
+			select {
+			case answered <- struct{}{}:
+			default:
+			}
+		}
+		return b
+	})
+	done := make(chan error, 1)
+	go func() { done <- w.Wait(ctx) }() // takes the earlier Wait's watch
+	select {
+	case <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second Wait's look was never answered")
+	}
+	data, _, err := admin.Get(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Multi(&zk.DeleteRequest{Path: path, Version: -1},
+		&zk.CreateRequest{Path: path, Data: data, Acl: zk.WorldACL(zk.PermAll)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Wait on an earlier Wait's watch still waits 10 s after a Release made while it waited (held again right after)")
 	}
 }
