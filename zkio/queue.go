@@ -179,8 +179,13 @@ type requestConn interface {
 // is created again; if the caller gives up first, a session helper deletes
 // whatever znode carries the uuid. So no znode is left behind unknown.
 func (svc *service) create(ctx context.Context, dir, marker string, data []byte) (string, error) {
+	return svc.createAs(ctx, dir, marker, data, uuid.NewString())
+}
+
+// createAs is create with the uuid of the znode's protected name given:
+// a semaphore's acquisition names its mutex znode and its lease with one.
+func (svc *service) createAs(ctx context.Context, dir, marker string, data []byte, guid string) (string, error) {
 	conn := svc.s.requests
-	guid := uuid.NewString()
 	prefix := dir + "/" + protectedPrefix + guid + "-" + marker
 	unknown := false // an attempt's outcome is unknown: its znode may exist
 	giveUp := func(err error) (string, error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/google/uuid"
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
@@ -117,33 +118,35 @@ func (m *semState) agree(ctx context.Context, svc *service) error {
 }
 
 // acquire takes the internal mutex, creates the lease and waits for room,
-// claims a slot, and releases the mutex (see NewSemaphore). With try it
-// fails with ErrNoPermit, at once, if n owners hold (leases) or are
-// acquiring ahead of it (in the mutex's queue), and, once it holds the
-// mutex, if n leases exist then; with fewer, it waits its turn for the
-// mutex, which an owner with room holds for a few requests. So an owner
-// stalled while it holds the mutex (its session not yet expired) delays a
-// TryAcquire only while others leave it room. On failure nothing it wrote
-// is left.
+// claims a slot, and releases the mutex (see NewSemaphore). The mutex
+// znode and the lease carry one uuid in their names, so that the owners of
+// both are told apart from an owner of each. With try it fails with
+// ErrNoPermit, at once, if n owners hold a lease or are acquiring ahead of
+// it (in the mutex's queue; a disco owner that holds the mutex and has
+// created its lease counts once, a Curator owner then twice), and, once it
+// holds the mutex, if n leases exist then; with fewer, it waits its turn
+// for the mutex, which an owner with room holds for a few requests. On
+// failure nothing it wrote is left.
 func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.Hold, error) {
 	conn := svc.s.conn
-	holding := 0
+	var leases []member
 	if try {
 		kids, _, err := conn.Children(m.leases)
 		if err == nil {
-			holding = len(leasesOf(kids))
+			leases = leasesOf(kids)
 		}
-		if holding >= m.n {
+		if len(leases) >= m.n {
 			return driver.Hold{}, semaphore.ErrNoPermit
 		}
 	}
-	mutex, err := svc.create(ctx, m.locks, lockMarker, nil)
+	guid := uuid.NewString()
+	mutex, err := svc.createAs(ctx, m.locks, lockMarker, nil, guid)
 	if err != nil {
 		return driver.Hold{}, err
 	}
 	defer svc.withdraw(mutex) // the mutex is released whatever happens
 	if try {
-		if kids, _, err := conn.Children(m.locks); err == nil && holding+acquiringAhead(kids, mutex) >= m.n {
+		if kids, _, err := conn.Children(m.locks); err == nil && owners(leases, kids, mutex) >= m.n {
 			return driver.Hold{}, semaphore.ErrNoPermit
 		}
 	}
@@ -152,7 +155,7 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	if err := svc.waitTurn(ctx, m.locks, []string{lockMarker}, o, false, &waited); err != nil {
 		return driver.Hold{}, err
 	}
-	lease, err := svc.create(ctx, m.leases, leaseMarker, nil)
+	lease, err := svc.createAs(ctx, m.leases, leaseMarker, nil, guid)
 	if err != nil {
 		return driver.Hold{}, err
 	}
@@ -165,20 +168,35 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	return h, nil
 }
 
-// acquiringAhead returns how many members of the mutex's queue (kids, the
-// children of path/locks) stand ahead of mutex: owners acquiring before it.
-func acquiringAhead(kids []string, mutex string) int {
+// owners counts the owners that hold a lease of leases or are acquiring
+// ahead of mutex in the mutex's queue (kids, the children of path/locks),
+// each once: a mutex znode and a lease that carry one uuid are one owner's.
+func owners(leases []member, kids []string, mutex string) int {
+	seen := make(map[string]bool, len(leases))
+	for _, l := range leases {
+		seen[protectedUUID(l.name)] = true
+	}
+	n := len(leases)
 	me, ok := memberOf(mutex[strings.LastIndexByte(mutex, '/')+1:], lockMarker)
 	if !ok {
-		return 0
+		return n
 	}
-	n := 0
-	for _, m := range queueOf(kids, lockMarker) {
-		if inQueueOrder(m, me) < 0 {
+	for _, k := range queueOf(kids, lockMarker) {
+		if inQueueOrder(k, me) < 0 && !seen[protectedUUID(k.name)] {
 			n++
 		}
 	}
 	return n
+}
+
+// protectedUUID returns the uuid of a protected znode name
+// (_c_<uuid>-...), or the whole name if it is not one.
+func protectedUUID(name string) string {
+	const n = len("00000000-0000-0000-0000-000000000000")
+	if rest, ok := strings.CutPrefix(name, protectedPrefix); ok && len(rest) > n && rest[n] == '-' {
+		return rest[:n]
+	}
+	return name
 }
 
 // room waits until at most n leases exist, its own among them, and then

@@ -236,9 +236,9 @@ func TestSemaphoreTryAcquireDoesNotWaitForTheMutex(t *testing.T) {
 }
 
 // TestSemaphoreTryAcquireWithRoomSucceeds: TryAcquire takes a permit
-// whenever fewer than N owners hold or are acquiring, also while others
-// hold the internal mutex for their own acquisitions: 4 owners of 8
-// permits, each holding at most one, are never refused.
+// whenever fewer than N owners hold or are acquiring, also while another
+// holds the internal mutex for its own acquisition: 2 owners of 2 permits,
+// each holding at most one, are never refused.
 func TestSemaphoreTryAcquireWithRoomSucceeds(t *testing.T) {
 	t.Parallel()
 	servers := startZooKeeper(t)
@@ -246,11 +246,11 @@ func TestSemaphoreTryAcquireWithRoomSucceeds(t *testing.T) {
 	defer cancel()
 	var g errgroup.Group
 	var refused, took atomic.Int64
-	for range 4 {
+	for range 2 {
 		s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
-		sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, "/semtry/room", 8, zkio.WithSession(s)))
+		sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, "/semtry/room", 2, zkio.WithSession(s)))
 		g.Go(func() error {
-			for range 50 {
+			for range 100 {
 				gr, err := sem.TryAcquire(ctx)
 				if errors.Is(err, semaphore.ErrNoPermit) {
 					refused.Add(1)
@@ -271,6 +271,52 @@ func TestSemaphoreTryAcquireWithRoomSucceeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := refused.Load(); n > 0 {
-		t.Fatalf("%d of %d TryAcquires refused with ErrNoPermit while at most 4 of 8 permits were held", n, n+took.Load())
+		t.Fatalf("%d of %d TryAcquires refused with ErrNoPermit while at most 2 owners of 2 permits held or acquired", n, n+took.Load())
+	}
+}
+
+// TestSemaphoreTryAcquireCountsAnOwnerOnce: an owner in the middle of its
+// acquisition (it holds the internal mutex and has created its lease, one
+// uuid in both names) is one owner: with 2 permits, a TryAcquire beside it
+// waits its turn for the mutex and takes the other permit.
+func TestSemaphoreTryAcquireCountsAnOwnerOnce(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	const path = "/semtry/once"
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, path, 2, zkio.WithSession(s)))
+	for _, dir := range []string{path + "/locks", path + "/leases"} {
+		if _, err := admin.Create(dir, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatal(err)
+		}
+	}
+	const other = "_c_00000000-0000-0000-0000-000000000000-"
+	mutex, err := admin.Create(path+"/locks/"+other+"lock-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Create(path+"/leases/"+other+"lease-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		g, err := sem.TryAcquire(ctx)
+		if err == nil {
+			err = sem.Release(ctx, g)
+		}
+		got <- err
+	}()
+	testkit.Eventually(t, 10*time.Second, "the TryAcquire queued for the mutex", func() bool {
+		kids, _, err := admin.Children(path + "/locks")
+		return err == nil && len(kids) == 2
+	})
+	if err := admin.Delete(mutex, -1); err != nil { // the other owner is done with the mutex
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("TryAcquire beside one owner of 2 permits in the middle of its acquisition: %v", err)
 	}
 }
