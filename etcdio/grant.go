@@ -250,10 +250,12 @@ func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clie
 }
 
 // beginRelease marks a release of the current grant (the one match
-// accepts) in flight and returns it; released settles it.
+// accepts) in flight and returns it; released settles it. A grant seen
+// vanished, whose lease check has not answered, is released too: the
+// release finds its key gone and asks the lease itself (deleteHeld).
 func (svc *service) beginRelease(ctx context.Context, match driver.Match) (driver.Hold, error) {
 	g, err := call(ctx, svc.s, func(r actor.Reply[driver.Hold]) {
-		svc.BeginReleaseFor(svc.standing(match), r.Answer)
+		svc.BeginReleaseFor(match, r.Answer)
 	})
 	if err != nil {
 		return driver.Hold{}, svc.callErr(ctx, err)
