@@ -103,7 +103,7 @@ func (lateTimer) Stop() bool { return false }
 // A Resume that comes after the deadline, before the session's timer ran,
 // revives nothing: the session expires (it resumed, and its holder kept
 // its grant although its lease had run out).
-func TestResumeAfterDeadlineRevives(t *testing.T) {
+func TestResumeAfterDeadlineExpires(t *testing.T) {
 	testkit.NoLeaks(t)
 	t0 := time.Unix(1e9, 0)
 	c := &lateClock{now: t0}
@@ -184,7 +184,7 @@ func TestDoubleBarrierWaiterKeyDeleted(t *testing.T) {
 
 // The same with another party in the round when p1's key goes: the round
 // fills without p1, and p1's Enter fails; at most count parties pass.
-func TestDoubleBarrierWaiterKeyDeletedLetIn(t *testing.T) {
+func TestDoubleBarrierWaiterKeyDeletedNotLetIn(t *testing.T) {
 	testkit.NoLeaks(t)
 	st := memio.NewStore()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -227,7 +227,7 @@ func TestDoubleBarrierWaiterKeyDeletedLetIn(t *testing.T) {
 				t.Logf("p1 (key %s deleted while it waited): Enter = %v", p1key, err)
 			}
 		case <-time.After(5 * time.Second):
-			t.Logf("party %d still waiting", i)
+			t.Fatalf("party %d still waiting 5 s after the round could complete", i)
 		}
 	}
 	if passed > 3 {
@@ -238,7 +238,7 @@ func TestDoubleBarrierWaiterKeyDeletedLetIn(t *testing.T) {
 // A waiter granted while its session is paused, whose pause outlasts the
 // TTL, loses the grant before Lock returns: Lock fails with the service's
 // error (it returned the lost grant with a nil error).
-func TestPausedWaiterGrantLostReturnsNil(t *testing.T) {
+func TestPausedWaiterWhoseGrantWasLostFails(t *testing.T) {
 	testkit.NoLeaks(t)
 	clock := memio.NewFakeClock(time.Unix(1e9, 0))
 	st := memio.NewStore(memio.WithClock(clock))
@@ -300,7 +300,7 @@ func fmtEvent(e primitives.Event) string {
 
 // An election's Leader waits while its session is paused, as every request
 // does (it answered at once).
-func TestPausedLeaderDoesNotWait(t *testing.T) {
+func TestPausedLeaderWaits(t *testing.T) {
 	testkit.NoLeaks(t)
 	st := memio.NewStore()
 	e, err := memio.NewElection(st, "/e")
@@ -325,7 +325,7 @@ func TestPausedLeaderDoesNotWait(t *testing.T) {
 // Pauses nest: the first's resume leaves the session frozen while the
 // second holds, and a pause that outlasts the TTL expires it (the first
 // resume restored renewals).
-func TestNestedPauseFirstResumeRenews(t *testing.T) {
+func TestNestedPausesHoldTheSession(t *testing.T) {
 	testkit.NoLeaks(t)
 	clock := memio.NewFakeClock(time.Unix(1e9, 0))
 	st := memio.NewStore(memio.WithClock(clock))

@@ -141,12 +141,12 @@ func (svc *service) acquire(ctx context.Context, mode rwlock.Mode, value string,
 		return driver.Hold{}, err
 	}
 	if cur, ok := svc.Current(); !ok || cur.Created != h.Created {
-		// The grant ended while the session was paused (the pause
-		// outlasted the TTL): the caller never holds it.
+		// The grant ended before the caller could have it (most often: a
+		// pause outlasted the TTL): the caller never holds it.
 		if err := svc.Err(); err != nil {
 			return driver.Hold{}, err
 		}
-		return driver.Hold{}, fmt.Errorf("%s: the grant ended while the session was paused: %w", svc.Spec().Name, errLost)
+		return driver.Hold{}, fmt.Errorf("%s: the grant ended before the call returned: %w", svc.Spec().Name, errLost)
 	}
 	return h, nil
 }
