@@ -281,38 +281,8 @@ func TestBarrierReleaseThenHoldFreesWaiters(t *testing.T) {
 // server's answers until the Wait has asked.
 func TestBarrierWaitIgnoresAnEarlierRelease(t *testing.T) {
 	t.Parallel()
-	servers := startZooKeeper(t)
-	admin := adminConn(t, servers)
-	px, err := faultproxy.Listen("127.0.0.1:0", servers[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, admin, px, w := waiterWithEarlierWatch(t, "/bwait-earlier")
 	const path = "/bwait-earlier"
-	holder, err := zkio.NewBarrier(servers, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Hold(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release(context.Background())
-	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession([]string{px.Addr()}))
-	w, err := zkio.NewBarrier(nil, path, zkio.WithSession(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A Wait that ends with its ctx, its watch set: kept for the next.
-	first, stop := context.WithCancel(ctx)
-	ended := make(chan error, 1)
-	go func() { ended <- w.Wait(first) }()
-	testkit.Eventually(t, 10*time.Second, "the first Wait's watch", func() bool { return zkio.Watchers(s) > 0 })
-	stop()
-	if err := <-ended; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the first Wait: %v", err)
-	}
 	// Released and held again, the event held back on its way.
 	px.PauseRx()
 	data, _, err := admin.Get(path)
@@ -354,39 +324,8 @@ func TestBarrierWaitIgnoresAnEarlierRelease(t *testing.T) {
 // own watch does. The proxy tells when the Wait's look was answered.
 func TestBarrierWaitOnAnEarlierWatchSeesARelease(t *testing.T) {
 	t.Parallel()
-	servers := startZooKeeper(t)
-	admin := adminConn(t, servers)
-	px, err := faultproxy.Listen("127.0.0.1:0", servers[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, admin, px, w := waiterWithEarlierWatch(t, "/bwait-spare")
 	const path = "/bwait-spare"
-	holder, err := zkio.NewBarrier(servers, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Hold(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release(context.Background())
-	// A long session timeout: its pings, far apart, do not pass for the
-	// look's answer below.
-	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession([]string{px.Addr()}, zkio.WithSessionTimeout(30*time.Second)))
-	w, err := zkio.NewBarrier(nil, path, zkio.WithSession(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, stop := context.WithCancel(ctx)
-	ended := make(chan error, 1)
-	go func() { ended <- w.Wait(first) }()
-	testkit.Eventually(t, 10*time.Second, "the first Wait's watch", func() bool { return zkio.Watchers(s) > 0 })
-	stop()
-	if err := <-ended; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the first Wait: %v", err)
-	}
 	var asked atomic.Bool
 	answered := make(chan struct{}, 1)
 	px.ModifyTx(func(b []byte) []byte {
@@ -427,4 +366,44 @@ func TestBarrierWaitOnAnEarlierWatchSeesARelease(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a Wait on an earlier Wait's watch still waits 10 s after a Release made while it waited (held again right after)")
 	}
+}
+
+// waiterWithEarlierWatch holds the barrier at path and returns a waiter on
+// a session of its own through px, whose first Wait ended with its ctx
+// once its watch was set (kept for the next Wait), an admin connection and
+// a ctx that ends with the test. The waiter's session timeout is long: its
+// pings, far apart, do not come between a request and its answer.
+func waiterWithEarlierWatch(t *testing.T, path string) (context.Context, *zk.Conn, *faultproxy.Proxy, barrier.Barrier) {
+	t.Helper()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	px, err := faultproxy.Listen("127.0.0.1:0", servers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	holder, err := zkio.NewBarrier(servers, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Release(context.Background()) })
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession([]string{px.Addr()}, zkio.WithSessionTimeout(30*time.Second)))
+	w, err := zkio.NewBarrier(nil, path, zkio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, stop := context.WithCancel(ctx)
+	ended := make(chan error, 1)
+	go func() { ended <- w.Wait(first) }()
+	testkit.Eventually(t, 10*time.Second, "the first Wait's watch", func() bool { return zkio.Watchers(s) > 0 })
+	stop()
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first Wait: %v", err)
+	}
+	return ctx, admin, px, w
 }
