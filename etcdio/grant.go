@@ -250,12 +250,10 @@ func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clie
 }
 
 // beginRelease marks a release of the current grant (the one match
-// accepts) in flight and returns it; released settles it. A grant seen
-// vanished, whose lease check has not answered, is released too: the
-// release finds its key gone and asks the lease itself (deleteHeld).
+// accepts) in flight and returns it; released settles it.
 func (svc *service) beginRelease(ctx context.Context, match driver.Match) (driver.Hold, error) {
 	g, err := call(ctx, svc.s, func(r actor.Reply[driver.Hold]) {
-		svc.BeginReleaseFor(match, r.Answer)
+		svc.BeginReleaseFor(svc.standing(match), r.Answer)
 	})
 	if err != nil {
 		return driver.Hold{}, svc.callErr(ctx, err)
