@@ -129,13 +129,8 @@ func (m *semState) agree(ctx context.Context, svc *service) error {
 // failure nothing it wrote is left.
 func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.Hold, error) {
 	conn := svc.s.conn
-	var leases []member
 	if try {
-		kids, _, err := conn.Children(m.leases)
-		if err == nil {
-			leases = leasesOf(kids)
-		}
-		if len(leases) >= m.n {
+		if kids, _, err := conn.Children(m.leases); err == nil && len(leasesOf(kids)) >= m.n {
 			return driver.Hold{}, semaphore.ErrNoPermit
 		}
 	}
@@ -146,8 +141,16 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	}
 	defer svc.withdraw(mutex) // the mutex is released whatever happens
 	if try {
-		if kids, _, err := conn.Children(m.locks); err == nil && owners(leases, kids, mutex) >= m.n {
-			return driver.Hold{}, semaphore.ErrNoPermit
+		// The queue first, then the leases: an owner between them (its
+		// lease deleted, its next mutex created) is counted at most once.
+		if kids, _, err := conn.Children(m.locks); err == nil {
+			lkids, _, err := conn.Children(m.leases)
+			if errors.Is(err, zk.ErrNoNode) {
+				lkids, err = nil, nil // no lease yet
+			}
+			if err == nil && owners(leasesOf(lkids), kids, mutex) >= m.n {
+				return driver.Hold{}, semaphore.ErrNoPermit
+			}
 		}
 	}
 	var waited bool
