@@ -187,7 +187,8 @@ func retrying(ctx context.Context, s *Session, try func(retried bool) error) err
 // Wait returns once the barrier's znode is absent: at once if it is, or
 // when its watch reports its deletion (even if the barrier was held again
 // since: Release lets a Wait return once it has looked, unless the
-// connection was down across the Release and the next Hold), or the watch
+// connection was down across the Release and the next Hold, or was
+// re-established around the look), or the watch
 // fires otherwise and a new look finds it gone. A watch an earlier Wait
 // left (see spares) counts only if it had not fired by the time this
 // Wait's look was answered (see existing). It fails when ctx
