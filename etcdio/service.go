@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -76,8 +75,6 @@ type service struct {
 	// wrote: a key of its names created later is one of create's own
 	// attempts, not a leftover. Same rule as keys.
 	lastCreated int64
-
-	closeOnce sync.Once
 
 	// Owned by the loop.
 	waiter *waiter
@@ -372,10 +369,8 @@ func (svc *service) Close() error {
 // the one the loop held when Close's turn came, which may have been
 // granted after Close was called.
 func (svc *service) closeEnding() (ended driver.Hold, held bool, _ error) {
-	first := false
-	svc.closeOnce.Do(func() { first = true })
-	if !first {
-		return driver.Hold{}, false, fmt.Errorf("etcdio: %s: already closed: %w", svc.name, primitives.ErrClosed)
+	if err := svc.ClosedBefore(); err != nil {
+		return driver.Hold{}, false, err
 	}
 	c, err := call(context.Background(), svc.s, svc.closed)
 	ended, held = c.ended, c.held

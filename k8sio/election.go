@@ -112,7 +112,6 @@ type service struct {
 	key       string // namespace/name: every Leadership's Key
 	leases    coordinationv1client.LeaseInterface
 	observers *actor.Fanout[election.Leadership]
-	closeOnce sync.Once
 	followers sync.WaitGroup
 
 	// Loop only.
@@ -667,10 +666,8 @@ func (v *service) Observe(ctx context.Context) <-chan election.Leadership {
 // ends the service; with its own session, the session is closed too. A second Close returns
 // an error wrapping primitives.ErrClosed.
 func (v *service) Close() error {
-	first := false
-	v.closeOnce.Do(func() { first = true })
-	if !first {
-		return fmt.Errorf("%s: already closed: %w", v.Spec().Name, primitives.ErrClosed)
+	if err := v.ClosedBefore(); err != nil {
+		return err
 	}
 	err := fmt.Errorf("%s: closed: %w", v.Spec().Name, primitives.ErrClosed)
 	dropped, _ := loopCall(v.s, context.Background(), func() (<-chan struct{}, error) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -39,7 +38,6 @@ type service struct {
 	name      string
 	q         *queue
 	maxValue  int
-	closeOnce sync.Once
 	observers *actor.Fanout[election.Leadership] // elections
 }
 
@@ -279,10 +277,8 @@ func (svc *service) finish(err error) {
 // session is closed too. A second Close returns an error wrapping
 // primitives.ErrClosed.
 func (svc *service) Close() error {
-	first := false
-	svc.closeOnce.Do(func() { first = true })
-	if !first {
-		return fmt.Errorf("%s: already closed: %w", svc.Spec().Name, primitives.ErrClosed)
+	if err := svc.ClosedBefore(); err != nil {
+		return err
 	}
 	err := fmt.Errorf("%s: closed: %w", svc.Spec().Name, primitives.ErrClosed)
 	svc.st.mu.Lock()

@@ -28,11 +28,10 @@ import (
 // adds what Redis needs. Its loop-only fields belong to the session's loop.
 type service struct {
 	*driver.Shell
-	closed atomic.Bool // Close was called
-	s      *Session
-	own    bool // the session was made for this service; Close closes it
-	kind   kind
-	name   string
+	s    *Session
+	own  bool // the session was made for this service; Close closes it
+	kind kind
+	name string
 	// maxValue is the largest election value accepted.
 	maxValue int
 	value    string // a lock's holds' value (WithValue)
@@ -237,9 +236,9 @@ const closeTimeout = 2 * opTimeout
 // Close returns nothing of the service is left in Redis, on a session
 // that lives on too.
 func (v *service) Close() error {
-	if v.closed.Swap(true) {
-		<-v.Done()
-		return v.errf("already closed: %w", primitives.ErrClosed)
+	if err := v.ClosedBefore(); err != nil {
+		<-v.Done() // the first Close is done
+		return err
 	}
 	refs, err := loopCall(v.s, context.Background(), func() ([]holdRef, error) {
 		if v.Ended() {

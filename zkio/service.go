@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -58,8 +57,6 @@ type service struct {
 	// stop is closed by the loop when Close begins or the service ends:
 	// acquisitions under way withdraw their znodes.
 	stop chan struct{}
-
-	closeStarted atomic.Bool
 
 	sem *semState // a semaphore's; nil for other kinds
 
@@ -385,9 +382,9 @@ const closeTimeout = 10 * time.Second
 // acquisition, in ZooKeeper too, before it returns; then the service is
 // done with ErrClosed. On its own session it closes the session too.
 func (svc *service) Close() error {
-	if !svc.closeStarted.CompareAndSwap(false, true) {
-		<-svc.Done()
-		return fmt.Errorf("zkio: %s: already closed: %w", svc.path, errors.Join(primitives.ErrClosed, svc.Err()))
+	if err := svc.ClosedBefore(); err != nil {
+		<-svc.Done() // the first Close is done
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()

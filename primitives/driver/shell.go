@@ -52,6 +52,8 @@ type Shell struct {
 	errMu sync.Mutex
 	err   error
 	term  atomic.Pointer[Hold] // a copy of the loop's hold, for Current
+	// closing is set by the service's first Close (ClosedBefore).
+	closing atomic.Bool
 	// until is the session's suspension while it lasts: written by the
 	// loop alone (Suspend, Resume), read anywhere.
 	until atomic.Pointer[suspension]
@@ -226,6 +228,16 @@ var notSuspended = func() chan struct{} {
 	close(c)
 	return c
 }()
+
+// ClosedBefore is a service's Close's first step: nil for the first Close
+// of the service, and for every later one an error wrapping
+// primitives.ErrClosed, which that Close returns. Any goroutine.
+func (sh *Shell) ClosedBefore() error {
+	if sh.closing.Swap(true) {
+		return fmt.Errorf("%s: already closed: %w", sh.spec.Name, primitives.ErrClosed)
+	}
+	return nil
+}
 
 // Held returns the grant the service holds, nil if none. Loop only.
 func (sh *Shell) Held() *Hold { return sh.hold }
