@@ -21,16 +21,7 @@ import (
 // one-member cluster of its own whose member is stopped at the end (the
 // store down).
 func TestVerifierGuard(t *testing.T) {
-	c, err := embedded.StartCluster(1, embedded.WithUnsafeNoFsync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	cli, err := c.NewClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	c, cli := clusterOfItsOwn(t)
 	const prefix = "/orders/42"
 	// A revision at which no one held the lock: forged if presented.
 	before := etcdRevision(t, cli)
@@ -72,16 +63,7 @@ func etcdRevision(t *testing.T, cli *clientv3.Client) fencing.Token {
 // token, and reading the present alone cannot tell that b, not c, held at
 // that revision.
 func TestVerifierLockCompacted(t *testing.T) {
-	c, err := embedded.StartCluster(1, embedded.WithUnsafeNoFsync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	cli, err := c.NewClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	_, cli := clusterOfItsOwn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const prefix = "/compacted/lock"
@@ -141,4 +123,21 @@ func TestVerifierLockCompacted(t *testing.T) {
 	if err := v.Verify(ctx, "", now); err != nil {
 		t.Errorf("a revision of c's tenure after the compaction (%d): %v, want valid", now, err)
 	}
+}
+
+// clusterOfItsOwn starts a one-member cluster for one test, which may stop
+// its member or compact it, and a client of it, both closed when t ends.
+func clusterOfItsOwn(t *testing.T) (*embedded.Cluster, *clientv3.Client) {
+	t.Helper()
+	c, err := embedded.StartCluster(1, embedded.WithUnsafeNoFsync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	cli, err := c.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return c, cli
 }

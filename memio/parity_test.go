@@ -271,31 +271,13 @@ func TestPausedWaiterWhoseGrantWasLostFails(t *testing.T) {
 	clock.Advance(11 * time.Second) // the pause outlasts the TTL
 	var seen []string
 	for ev := range events {
-		seen = append(seen, fmtEvent(ev))
+		seen = append(seen, kindOf(ev))
 	}
 	resume()
 	r := <-done
 	if r.err == nil {
 		t.Fatalf("waiter.Lock returned a grant, nil error, after its grant was lost during the pause (events %v, waiter.Err() = %v)", seen, waiter.Err())
 	}
-}
-
-func fmtEvent(e primitives.Event) string {
-	switch e.(type) {
-	case primitives.Acquired:
-		return "Acquired"
-	case primitives.Released:
-		return "Released"
-	case primitives.Lost:
-		return "Lost"
-	case primitives.Suspended:
-		return "Suspended"
-	case primitives.Resumed:
-		return "Resumed"
-	case primitives.LeaderChanged:
-		return "LeaderChanged"
-	}
-	return "?"
 }
 
 // An election's Leader waits while its session is paused, as every request
