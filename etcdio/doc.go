@@ -231,8 +231,9 @@
 //     from it (electionChanged).
 //   - grant.go: how a grant (the shell's driver.Hold) ends in etcd:
 //     released (Unlock, Resign), Lost (checkGrant, then vanishedConfirmed
-//     or the session's end), Close; and when a service watches its own
-//     keys (watchOwnSoon).
+//     or the session's end; a release of a grant seen vanished asks about
+//     the lease itself, settleVanished), Close; and when a service watches
+//     its own keys (watchOwnSoon).
 //   - semaphore.go: a semaphore is a service whose spec's token claims a
 //     slot; its waiter parks like a lock's (semEnqueued), in a chain where
 //     each waiter watches the key just ahead (watchPred) and the head alone

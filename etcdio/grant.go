@@ -209,12 +209,46 @@ func (svc *service) standing(match driver.Match) driver.Match {
 // release deletes the key of the current grant (the one match accepts) only
 // if it is still that grant's, so a late retry never deletes a newer grant.
 // A failed request keeps the driver.Hold, so the release can be retried.
+// A grant whose key was seen gone is not deleted again: settleVanished
+// tells whether it went with the lease.
 func (svc *service) release(ctx context.Context, match driver.Match) error {
-	g, err := svc.beginRelease(ctx, match)
-	if err != nil {
-		return err
+	type begun struct {
+		g        driver.Hold
+		vanished bool
 	}
-	return svc.deleteHeld(ctx, g)
+	b, err := call(ctx, svc.s, func(r actor.Reply[begun]) {
+		svc.BeginReleaseFor(match, func(g driver.Hold, err error) bool {
+			return r.Answer(begun{g, err == nil && svc.vanished == g.Created}, err)
+		})
+	})
+	if err != nil {
+		return svc.callErr(ctx, err)
+	}
+	if b.vanished {
+		return svc.settleVanished(ctx, b.g)
+	}
+	return svc.deleteHeld(ctx, b.g)
+}
+
+// settleVanished settles the release of g, whose key was seen gone before
+// the release began (the lease check that follows has not answered): it
+// asks whether the lease lives. If not, the session is lost, and the
+// release returns its error (ErrLost); else someone else deleted the key,
+// and the release ends the grant Lost, as one whose delete finds the key
+// gone does. If etcd does not say within ctx, the release is undone and
+// fails; the session's own lease check ends the grant.
+func (svc *service) settleVanished(ctx context.Context, g driver.Hold) error {
+	dctx, cancel := ctxtime.WithDone(ctx, svc.s.done)
+	defer cancel()
+	ended, aerr := svc.s.askLease(dctx)
+	return svc.settle(ctx, ended, func() error {
+		if aerr != nil {
+			_ = svc.SettleRelease(g, driver.Unsent, nil)
+			return fmt.Errorf("%s: release %s, seen gone: ask for lease: %w", svc.name, g.Key, svc.callErr(ctx, aerr))
+		}
+		svc.s.deletedOnce(g.Key) // an unsure write of it may still land
+		return svc.SettleRelease(g, driver.Gone, nil)
+	})
 }
 
 // deleteHeld deletes g's key, being released, only if it is still g's,
@@ -233,24 +267,35 @@ func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clie
 	// Lost with it) or was deleted by someone else: ask which, as a
 	// watched grant's vanishing does, before telling anyone.
 	withLease := terr == nil && !resp.Succeeded && !repeated && svc.s.leaseEnded(dctx)
+	return svc.settle(ctx, withLease, func() error {
+		if terr == nil || svc.gone(g.Key, g.Created) {
+			svc.s.deletedOnce(g.Key)
+		}
+		return svc.released(g, resp, repeated, terr)
+	})
+}
+
+// settle runs f on the loop, whether or not ctx ended, to settle a release
+// and return its error; if the lease ended (withLease), the session ends
+// first, and the release returns the session's loss. Every hold of the
+// session is Lost with it, the released one too.
+func (svc *service) settle(ctx context.Context, withLease bool, f func() error) error {
 	_, err := call(context.WithoutCancel(ctx), svc.s, func(r actor.Reply[struct{}]) {
 		if withLease {
-			svc.s.leaseGone() // every hold of the session Lost, this one too
+			svc.s.leaseGone()
 			if err := svc.Err(); err != nil {
 				r.Answer(struct{}{}, err)
 				return
 			}
 		}
-		if terr == nil || svc.gone(g.Key, g.Created) {
-			svc.s.deletedOnce(g.Key)
-		}
-		r.Answer(struct{}{}, svc.released(g, resp, repeated, terr))
+		r.Answer(struct{}{}, f())
 	})
 	return err
 }
 
 // beginRelease marks a release of the current grant (the one match
-// accepts) in flight and returns it; released settles it.
+// accepts, not seen vanished) in flight and returns it; released settles
+// it.
 func (svc *service) beginRelease(ctx context.Context, match driver.Match) (driver.Hold, error) {
 	g, err := call(ctx, svc.s, func(r actor.Reply[driver.Hold]) {
 		svc.BeginReleaseFor(svc.standing(match), r.Answer)
