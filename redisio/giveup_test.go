@@ -341,3 +341,64 @@ func (f afterScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return err
 	}
 }
+
+// TestUncontendedAcquireGivenUpAsGranted: an acquisition whose caller gives
+// up (ctx ends) while the script that granted it at once is on its way
+// back returns ctx.Err() and leaves nothing behind, as the lock's contract
+// says and the other backends do. Lock returned the grant, and the service
+// held it, to a caller whose ctx had ended.
+func TestUncontendedAcquireGivenUpAsGranted(t *testing.T) {
+	r := testserver.StartRedis(t)
+	for what, acquire := range map[string]func(ctx context.Context, cli *redis.Client, name string) (interface{ Close() error }, error){
+		"lock": func(ctx context.Context, cli *redis.Client, name string) (interface{ Close() error }, error) {
+			l, err := redisio.NewLock(cli, name)
+			if err == nil {
+				_, err = l.Lock(ctx)
+			}
+			return l, err
+		},
+		"semaphore": func(ctx context.Context, cli *redis.Client, name string) (interface{ Close() error }, error) {
+			s, err := redisio.NewSemaphore(cli, name, 2)
+			if err == nil {
+				_, err = s.Acquire(ctx)
+			}
+			return s, err
+		},
+		"election": func(ctx context.Context, cli *redis.Client, name string) (interface{ Close() error }, error) {
+			e, err := redisio.NewElection(cli, name)
+			if err == nil {
+				err = e.Campaign(ctx, "v")
+			}
+			return e, err
+		},
+	} {
+		t.Run(what, func(t *testing.T) {
+			name := "giveup-granted-" + what
+			admin := newClient(t, r)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			g := newScriptGate(true, func(a []any) bool { return isScript(a, 4, -1, name+"/seq") })
+			proceed := sync.OnceFunc(func() { close(g.proceed) })
+			defer proceed()
+			cli := newClient(t, r)
+			cli.AddHook(g)
+			g.armed.Store(true)
+			actx, acancel := context.WithCancel(ctx)
+			go func() {
+				<-g.reached // granted in Redis, the answer on its way
+				acancel()
+				proceed()
+			}()
+			svc, err := acquire(actx, cli, name)
+			if svc != nil {
+				defer svc.Close()
+			}
+			if err != context.Canceled {
+				t.Fatalf("acquisition given up as it was granted: %v, want exactly context.Canceled", err)
+			}
+			if left := leftBehindOf(ctx, admin, name); len(left) > 0 {
+				t.Fatalf("left behind: %v", left)
+			}
+		})
+	}
+}

@@ -108,7 +108,7 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 		h.Slot = int(res[2])
 	}
 	if h.Token != 0 {
-		return v.grant(h, began)
+		return v.grant(ctx, h, began)
 	}
 	if v.s.beforeWait != nil {
 		v.s.beforeWait(h.Key)
@@ -147,10 +147,10 @@ func (v *service) sessionGone() error {
 
 // grant has the shell record h, asked for at began, and answer its
 // caller, which announces it (followed by Suspended if the session is
-// suspended); if the service ended meanwhile, or the answer was refused,
-// h is released.
-func (v *service) grant(h driver.Hold, began time.Time) (driver.Hold, error) {
-	got, err := actor.Call(context.Background(), v.s.stopped, func(r actor.Reply[driver.Hold]) bool {
+// suspended); if the service ended meanwhile, or the caller gave up (ctx
+// ended) before the answer, h is released.
+func (v *service) grant(ctx context.Context, h driver.Hold, began time.Time) (driver.Hold, error) {
+	got, err := actor.Call(ctx, v.s.stopped, func(r actor.Reply[driver.Hold]) bool {
 		return v.s.mb.Post(func() {
 			if v.Ended() {
 				r.Answer(driver.Hold{}, v.Err())
@@ -234,7 +234,7 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time, look
 			if len(res) > 2 {
 				h.Slot = int(res[2])
 			}
-			return v.grant(h, began)
+			return v.grant(ctx, h, began)
 		}
 	}
 }
