@@ -141,7 +141,10 @@ func (st *Store) leaveRound(p *doubleParty) {
 // NewDoubleBarrier returns one party of the double barrier on name in st
 // for count parties, on its own session or the one WithSession gives. Its
 // keys: one per party that entered (name/waiters/<revision>), and
-// name/ready while count have entered and not all have left.
+// name/ready while count have entered and not all have left. Every party
+// of a name must be given the same count, as on Redis: an Enter that finds
+// the parties in the round given another count fails with an error
+// wrapping primitives.ErrInvalidArgument, and the party is not counted.
 func NewDoubleBarrier(st *Store, name string, count int, opts ...Option) (barrier.DoubleBarrier, error) {
 	fail := func(err error) error { return fmt.Errorf("memio: new double barrier %s: %w", quote(name), err) }
 	o, err := buildOptions(opts)
@@ -222,6 +225,11 @@ func (p *doubleParty) Enter(ctx context.Context) error {
 		return err
 	}
 	r := st.roundOf(p.name, p.count)
+	if r.count != p.count {
+		st.mu.Unlock()
+		return fmt.Errorf("memio: double barrier %s: count %d, but the barrier's parties were given %d: %w",
+			quote(p.name), p.count, r.count, ErrInvalidArgument)
+	}
 	if r.isReady {
 		st.mu.Unlock()
 		return fmt.Errorf("memio: double barrier %s: %w", quote(p.name), barrier.ErrFull)

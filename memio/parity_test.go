@@ -3,6 +3,7 @@ package memio_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/memio"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/barrier"
 )
 
 // The name "/" is refused with ErrInvalidArgument by every constructor, as
@@ -323,5 +325,48 @@ func TestNestedPausesHoldTheSession(t *testing.T) {
 	clock.Advance(11 * time.Second) // and outlasts the TTL
 	if err := s.Err(); !errors.Is(err, primitives.ErrLost) {
 		t.Fatalf("session paused 11 s (TTL 10 s) by a pause not yet ended: Err() = %v, want ErrLost", err)
+	}
+}
+
+// The parties of one double barrier must be given one count: an Enter
+// whose count is not that of the parties in the round fails with an error
+// wrapping primitives.ErrInvalidArgument and is not counted, as on Redis;
+// the round goes on with its count. (memio took the count from the
+// round's first party: a party for 2 behind one for 3 waited for a third,
+// and a party for 3 behind one for 2 passed with two, contrary to each
+// one's Count.)
+func TestDoubleBarrierCountMismatchRefused(t *testing.T) {
+	testkit.NoLeaks(t)
+	for _, c := range []struct{ first, other int }{{3, 2}, {2, 3}} {
+		t.Run(fmt.Sprintf("%d then %d", c.first, c.other), func(t *testing.T) {
+			st := memio.NewStore()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			party := func(count int) barrier.DoubleBarrier {
+				return testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(memio.NewDoubleBarrier(st, "/db", count))
+			}
+			first := party(c.first)
+			results := make(chan error, c.first)
+			go func() { results <- first.Enter(ctx) }()
+			testkit.Eventually(t, 5*time.Second, "the first party's key", func() bool { return len(st.Keys("/db/waiters/")) == 1 })
+			other := party(c.other)
+			octx, ocancel := context.WithTimeout(ctx, 2*time.Second)
+			defer ocancel()
+			if err := other.Enter(octx); !errors.Is(err, primitives.ErrInvalidArgument) {
+				t.Fatalf("Enter of a party for %d beside one for %d = %v, want an error wrapping primitives.ErrInvalidArgument, as on Redis", c.other, c.first, err)
+			}
+			if ks := st.Keys("/db/waiters/"); len(ks) != 1 || other.Err() != nil {
+				t.Fatalf("after the refused Enter: keys %v, its party's Err() = %v; want the first party's key alone, a usable party", ks, other.Err())
+			}
+			for range c.first - 1 {
+				p := party(c.first)
+				go func() { results <- p.Enter(ctx) }()
+			}
+			for range c.first {
+				if err := <-results; err != nil {
+					t.Fatalf("Enter of a party for %d: %v", c.first, err)
+				}
+			}
+		})
 	}
 }
