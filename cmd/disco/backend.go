@@ -31,10 +31,6 @@ type backend interface {
 	newElection(ctx context.Context, name string, cancelOnSuspend bool) (election.Service, error)
 	// status reads who holds, waits for or leads NAME.
 	status(ctx context.Context, name, kind string) (*report, error)
-	// refuses returns the error (wrapping primitives.ErrInvalidArgument)
-	// with which the service's library refuses NAME, if it does: status
-	// makes no primitive, and asks this instead. It writes nothing.
-	refuses(name string) error
 	// where says which keys (znodes) a primitive on NAME uses, for -v.
 	where(name string) string
 	close()
@@ -84,6 +80,30 @@ func endpointsOf(eps []string) (scheme string, addrs []string, err error) {
 		return "", nil, fmt.Errorf("--endpoints: %d Redis servers: disco uses one primary", len(addrs))
 	}
 	return scheme, addrs, nil
+}
+
+// serviceRefuses returns the usage error for a NAME that the service of
+// g.endpoints refuses, by its library's CheckName: the check its
+// constructors make of a name, which connects to nothing. The error names
+// NAME and the service and says which rule NAME breaks.
+func (g *globals) serviceRefuses(name string) error {
+	scheme, _, err := endpointsOf(g.endpoints)
+	if err != nil {
+		return usageErr(err)
+	}
+	service := "etcd"
+	switch scheme {
+	case schemeZK:
+		service, err = "ZooKeeper", zkio.CheckName(name)
+	case schemeRedis:
+		service, err = "Redis", redisio.CheckName(name)
+	default:
+		err = etcdio.CheckName(name)
+	}
+	if err != nil {
+		return usageErr(fmt.Errorf("NAME %s: not a name disco can use on %s: %w", showName(name), service, err))
+	}
+	return nil
 }
 
 // dial connects to the service of g.endpoints, which has answered within
@@ -146,13 +166,6 @@ func (b *etcdBackend) where(name string) string {
 
 func (b *etcdBackend) close() { b.cli.Close() }
 
-// refuses asks etcdio's verifier, which checks a name as a primitive does
-// and makes nothing.
-func (b *etcdBackend) refuses(name string) error {
-	_, err := etcdio.NewVerifier(b.cli, "lock", name)
-	return err
-}
-
 // zkBackend is ZooKeeper, through one session that its primitives share.
 type zkBackend struct {
 	g       *globals
@@ -178,11 +191,6 @@ func (g *globals) dialZK(ctx context.Context, servers []string) (backend, error)
 }
 
 func (b *zkBackend) name() string { return "ZooKeeper" }
-
-func (b *zkBackend) refuses(name string) error {
-	_, err := zkio.NewVerifier(b.s, "lock", name)
-	return err
-}
 
 func (b *zkBackend) opts(cos bool) []zkio.Option {
 	o := []zkio.Option{zkio.WithSession(b.s)}
@@ -245,11 +253,6 @@ func (g *globals) dialRedis(ctx context.Context, addr string) (backend, error) {
 }
 
 func (b *redisBackend) name() string { return "Redis" }
-
-func (b *redisBackend) refuses(name string) error {
-	_, err := redisio.NewVerifier(b.cli, "lock", name)
-	return err
-}
 
 func (b *redisBackend) opts(ctx context.Context, cos bool) []redisio.Option {
 	o := []redisio.Option{redisio.WithTTL(b.g.ttl), redisio.WithContext(ctx)}

@@ -2,14 +2,26 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
-// checkName refuses a NAME the command does not take (a usage error): one
-// without a leading "/" (names are paths from the root, as on every
-// backend), or with a trailing "/" (its keys would fall inside the range of
-// the name without it).
-func checkName(name string) error {
+// checkName refuses, as bad usage, a NAME the command does not take
+// (checkNameForm) or the service of g.endpoints refuses (serviceRefuses).
+// It connects to nothing: a bad NAME is told before any connection.
+func (g *globals) checkName(name string) error {
+	if err := checkNameForm(name); err != nil {
+		return err
+	}
+	return g.serviceRefuses(name)
+}
+
+// checkNameForm refuses a NAME the command does not take on any service (a
+// usage error): one without a leading "/" (names are paths from the root,
+// as on every backend), or with a trailing "/" (its keys would fall inside
+// the range of the name without it).
+func checkNameForm(name string) error {
 	switch {
 	case !strings.HasPrefix(name, "/"):
 		return usageErr(fmt.Errorf(`NAME %q: must start with "/" (a name is a path from the root, like /jobs/nightly)`, name))
@@ -22,3 +34,17 @@ func checkName(name string) error {
 // keyPrefix is the etcd prefix under which the primitives on name keep
 // their keys.
 func keyPrefix(name string) string { return name + "/" }
+
+// showName quotes name for a message: whole if short, else its start and
+// its length.
+func showName(name string) string {
+	const show = 64
+	if len(name) <= show {
+		return strconv.Quote(name)
+	}
+	cut := show
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return strconv.Quote(name[:cut]) + fmt.Sprintf("... (%d bytes)", len(name))
+}

@@ -32,10 +32,12 @@ empty keys a lock's (etcdctl lock's, concurrency.Mutex's). --kind overrides
 it (an election whose candidates have empty values looks like a lock; on
 Redis a lock and an election look alike).
 
-NAME must start with "/" and not end with "/". Keys of names nested under
-NAME (NAME/sub/...) are not NAME's: they are never shown as its holders;
-instead a line "nested: NAME/sub (KIND, N keys)" names each such name (with
---json, the list "nested"). A rwlock's reader and writer keys sit under
+NAME must start with "/" and not end with "/", and be a name the service
+takes (not over 1024 bytes; on ZooKeeper a path it takes): status checks it
+before it connects, and refuses any other with status 2. Keys of names
+nested under NAME (NAME/sub/...) are not NAME's: they are never shown as
+its holders; instead a line "nested: NAME/sub (KIND, N keys)" names each
+such name (with --json, the list "nested"). A rwlock's reader and writer keys sit under
 NAME/read/ and NAME/write/, so those two last segments are reserved: a lock
 named NAME/read is taken for readers of a rwlock NAME.`,
 		Args: oneName,
@@ -43,7 +45,7 @@ named NAME/read is taken for readers of a rwlock NAME.`,
 			if err := checkKind(kind); err != nil {
 				return argsErr(cmd, "%w", err)
 			}
-			return checkName(a[0])
+			return g.checkName(a[0]) // before connecting
 		},
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
 			// A signal ends status normally, also while it connects.
@@ -60,9 +62,6 @@ named NAME/read is taken for readers of a rwlock NAME.`,
 				return interrupted(err)
 			}
 			defer b.close()
-			if err := b.refuses(a[0]); err != nil {
-				return err // a NAME the service refuses: bad usage
-			}
 			r, err := b.status(ctx, a[0], kind)
 			if err != nil {
 				return interrupted(err)

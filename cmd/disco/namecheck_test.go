@@ -1,0 +1,130 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// silentEndpoint returns a loopback address that accepts connections and
+// never answers, and a count of the connections it has accepted.
+func silentEndpoint(t *testing.T) (addr string, accepted func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if err != nil {
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String(), func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(conns)
+	}
+}
+
+// nameCommands are the commands that take a NAME, each on name.
+func nameCommands(name string) [][]string {
+	return [][]string{
+		{"status", name},
+	}
+}
+
+// refusedNames are NAMEs each service refuses, with what the message
+// says of each.
+func refusedNames() map[string]map[string]string {
+	long := "/" + strings.Repeat("x", 1100)
+	return map[string]map[string]string{
+		"etcd": {long: "prefix of 1101 bytes, more than 1024"},
+		"zookeeper": {
+			long:           "of 1101 bytes, more than 1024",
+			"/a//b":        "empty segment",
+			"/zookeeper/x": "/zookeeper is ZooKeeper's own",
+			"/a/..":        `segment ".."`,
+			"/a/b.epoch":   "epoch znode",
+		},
+		"redis": {long: "is 1101 bytes, over 1024"},
+	}
+}
+
+// services are the stores' names in disco's messages.
+var services = map[string]string{"etcd": "etcd", "zookeeper": "ZooKeeper", "redis": "Redis"}
+
+// checkRefused runs each command on a NAME that the service at ep refuses
+// and fails t unless it exits 2 with a line that names NAME, the service
+// and the rule it breaks (rule), in words of the name's own, not of a
+// library call disco made, and then the help to read.
+func checkRefused(t *testing.T, ep, service, name, rule string) {
+	t.Helper()
+	show := name[:min(len(name), 20)]
+	for _, args := range nameCommands(name) {
+		code, stdout, stderr := runDisco(t, 15*time.Second, append([]string{"--endpoints", ep, "--dial-timeout", "2s"}, args...)...)
+		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+		help := "Run 'disco " + args[0] + " --help' for usage."
+		if code != exitUsage || stdout != "" || len(lines) != 2 || lines[1] != help ||
+			!strings.HasPrefix(lines[0], `disco: NAME "`+show) || !strings.Contains(lines[0], " on "+service+": ") ||
+			!strings.Contains(lines[0], rule) || !strings.Contains(lines[0], "invalid argument") ||
+			strings.Contains(lines[0], "NewVerifier") || strings.Contains(lines[0], ": new ") || len(lines[0]) > 300 {
+			t.Errorf("%s %.20q: exit status %d, stdout %q, stderr %.300q; want %d, a line `disco: NAME %q...` naming %s and saying %q, and %q",
+				args[0], name, code, stdout, stderr, exitUsage, show, service, rule, help)
+		}
+	}
+}
+
+// A NAME the service refuses (its library's CheckName) is refused before
+// disco connects, even to an endpoint that would never answer: no
+// connection, status 2 and the message checkRefused wants.
+func TestRefusedNameBeforeConnecting(t *testing.T) {
+	noLeaks(t)
+	for _, st := range []struct{ store, scheme string }{{"etcd", ""}, {"zookeeper", "zk://"}, {"redis", "redis://"}} {
+		t.Run(st.store, func(t *testing.T) {
+			addr, accepted := silentEndpoint(t)
+			for name, rule := range refusedNames()[st.store] {
+				checkRefused(t, st.scheme+addr, services[st.store], name, rule)
+			}
+			if n := accepted(); n != 0 {
+				t.Errorf("disco connected %d times to the %s endpoint to refuse a NAME", n, services[st.store])
+			}
+		})
+	}
+}
+
+// On a store that answers, a refused NAME gets the same message.
+func TestRefusedNameMessageOnEveryStore(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			ep := st.start(t)
+			for name, rule := range refusedNames()[st.name] {
+				checkRefused(t, ep, services[st.name], name, rule)
+			}
+		})
+	}
+}
