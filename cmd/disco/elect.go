@@ -46,7 +46,7 @@ the same NAME about who leads.`,
 			return cmdArgs(cmd, a, "NAME", "VALUE")
 		},
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
-			if err := checkNameForm(a[0]); err != nil {
+			if err := g.checkName(a[0]); err != nil {
 				return err
 			}
 			if err := checkGrace(cmd, grace); err != nil {

@@ -56,7 +56,7 @@ and 'etcdctl lock' on the same NAME (they ignore the value); on ZooKeeper,
 Curator's InterProcessMutex.`,
 		Args: func(cmd *cobra.Command, a []string) error { return cmdArgs(cmd, a, "NAME") },
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
-			if err := checkNameForm(a[0]); err != nil {
+			if err := g.checkName(a[0]); err != nil {
 				return err
 			}
 			if err := checkGrace(cmd, grace); err != nil {

@@ -15,8 +15,9 @@
 // A process that leaves the group (setsid) escapes. disco runs on Linux
 // only (it reads /proc and uses Linux's death signal).
 //
-// A NAME starts with "/" and does not end with "/"; disco refuses others
-// (status 2). The keys of a name nested under NAME are not NAME's.
+// A NAME starts with "/" and does not end with "/"; disco refuses others,
+// and a NAME the service refuses (its library's CheckName), with status 2
+// before it connects. The keys of a name nested under NAME are not NAME's.
 package main
 
 import "os"

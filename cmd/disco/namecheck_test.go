@@ -55,6 +55,10 @@ func silentEndpoint(t *testing.T) (addr string, accepted func() int) {
 func nameCommands(name string) [][]string {
 	return [][]string{
 		{"status", name},
+		{"lock", name, "--", "true"},
+		{"elect", name, "v", "--", "true"},
+		{"elect", name, "v"},
+		{"observe", name},
 	}
 }
 

@@ -22,7 +22,7 @@ its own but writes no key; if that lease is lost (etcd out of reach for the
 TTL), it says so on stderr and observes again.`,
 		Args: oneName,
 		RunE: runE(func(cmd *cobra.Command, a []string) error {
-			if err := checkNameForm(a[0]); err != nil {
+			if err := g.checkName(a[0]); err != nil {
 				return err
 			}
 			return runObserve(cmd.Context(), g, a[0])

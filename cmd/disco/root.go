@@ -122,12 +122,14 @@ terminated) or before it could start (CMD did not run); 126/127 CMD could
 not be started / was not found; 128+N disco was interrupted by signal N
 (SIGINT, SIGTERM, SIGHUP) before CMD started, or CMD died of signal N.
 
-Names: a NAME starts with "/" and does not end with "/" (others are refused,
-status 2). On etcd a primitive on NAME keeps its keys under the prefix NAME/
-(-v prints it), the keys 'etcdctl lock NAME' and 'etcdctl elect NAME' use;
-a rwlock also keeps NAME.epoch. On ZooKeeper its znodes are NAME's children,
-in Curator's layouts; on Redis its keys are NAME/.... Names are independent:
-the keys of NAME/sub are not NAME's.`,
+Names: a NAME starts with "/" and does not end with "/", and is one the
+service takes (not over 1024 bytes; on ZooKeeper a path it takes); others
+are refused with status 2, before disco connects. On etcd a primitive on
+NAME keeps its keys under the prefix NAME/ (-v prints it), the keys
+'etcdctl lock NAME' and 'etcdctl elect NAME' use; a rwlock also keeps
+NAME.epoch. On ZooKeeper its znodes are NAME's children, in Curator's
+layouts; on Redis its keys are NAME/.... Names are independent: the keys
+of NAME/sub are not NAME's.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

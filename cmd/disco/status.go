@@ -33,8 +33,8 @@ it (an election whose candidates have empty values looks like a lock; on
 Redis a lock and an election look alike).
 
 NAME must start with "/" and not end with "/", and be a name the service
-takes (not over 1024 bytes; on ZooKeeper a path it takes): status checks it
-before it connects, and refuses any other with status 2. Keys of names
+takes (not over 1024 bytes; on ZooKeeper a path it takes): any other is
+refused with status 2, before status connects. Keys of names
 nested under NAME (NAME/sub/...) are not NAME's: they are never shown as
 its holders; instead a line "nested: NAME/sub (KIND, N keys)" names each
 such name (with --json, the list "nested"). A rwlock's reader and writer keys sit under
