@@ -34,12 +34,12 @@ Redis a lock and an election look alike).
 
 NAME must start with "/" and not end with "/", and be a name the service
 takes (not over 1024 bytes; on ZooKeeper a path it takes): any other is
-refused with status 2, before status connects. Keys of names
-nested under NAME (NAME/sub/...) are not NAME's: they are never shown as
-its holders; instead a line "nested: NAME/sub (KIND, N keys)" names each
-such name (with --json, the list "nested"). A rwlock's reader and writer keys sit under
-NAME/read/ and NAME/write/, so those two last segments are reserved: a lock
-named NAME/read is taken for readers of a rwlock NAME.`,
+refused with status 2, before status connects. Keys of names nested
+under NAME (NAME/sub/...) are not NAME's: they are never shown as its
+holders; instead a line "nested: NAME/sub (KIND, N keys)" names each such
+name (with --json, the list "nested"). A rwlock's reader and writer keys
+sit under NAME/read/ and NAME/write/, so those two last segments are
+reserved: a lock named NAME/read is taken for readers of a rwlock NAME.`,
 		Args: oneName,
 		PreRunE: func(cmd *cobra.Command, a []string) error {
 			if err := checkKind(kind); err != nil {
