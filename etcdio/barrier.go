@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives/barrier"
 )
 
@@ -27,12 +28,12 @@ type etcdBarrier struct {
 // without follow's liveness check (see Wait). The caller owns cli.
 func NewBarrier(cli *clientv3.Client, key string) (barrier.Barrier, error) {
 	if err := checkPrefix(key); err != nil {
-		return nil, fmt.Errorf("etcdio: new barrier %s: %w", quote(key), err)
+		return nil, fmt.Errorf("etcdio: new barrier %s: %w", quote.Name(key), err)
 	}
 	if err := checkClient(cli); err != nil {
-		return nil, fmt.Errorf("etcdio: new barrier %s: %w", quote(key), err)
+		return nil, fmt.Errorf("etcdio: new barrier %s: %w", quote.Name(key), err)
 	}
-	return &etcdBarrier{cli: cli, key: key, name: "barrier " + quote(key)}, nil
+	return &etcdBarrier{cli: cli, key: key, name: "barrier " + quote.Name(key)}, nil
 }
 
 // ctxOr returns what a request made under ctx that failed with err should

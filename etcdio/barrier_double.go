@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
 )
@@ -77,7 +78,7 @@ const guardedParties = 129
 // parties, interoperable with etcd's recipes.DoubleBarrier on the same key.
 // Without WithSession the party runs its own session, closed by its Close.
 func NewDoubleBarrier(cli *clientv3.Client, key string, count int, opts ...Option) (barrier.DoubleBarrier, error) {
-	fail := func(err error) error { return fmt.Errorf("etcdio: new double barrier %s: %w", quote(key), err) }
+	fail := func(err error) error { return fmt.Errorf("etcdio: new double barrier %s: %w", quote.Name(key), err) }
 	o, err := checkArgs(cli, key, opts)
 	if err == nil {
 		err = checkLockValue("double barrier", o)
@@ -88,7 +89,7 @@ func NewDoubleBarrier(cli *clientv3.Client, key string, count int, opts ...Optio
 	if count < 1 {
 		return nil, fail(fmt.Errorf("count %d, want at least 1: %w", count, ErrInvalidArgument))
 	}
-	d := &doubleBarrier{key: key, count: count, name: "double barrier " + quote(key)}
+	d := &doubleBarrier{key: key, count: count, name: "double barrier " + quote.Name(key)}
 	if d.s, d.owned, err = sessionFor(cli, o); err != nil {
 		return nil, fail(err)
 	}

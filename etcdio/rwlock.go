@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/rwlock"
@@ -168,10 +169,10 @@ var ErrInUse = errors.New("etcdio: in use")
 // prefix do not count (a name under NAME/read/ or NAME/write/ does).
 func RetireRWLock(ctx context.Context, cli *clientv3.Client, prefix string) error {
 	if err := checkPrefix(prefix); err != nil {
-		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote(prefix), err)
+		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote.Name(prefix), err)
 	}
 	if err := checkClient(cli); err != nil {
-		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote(prefix), err)
+		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote.Name(prefix), err)
 	}
 	// The lock's keys are in its two queues; a nested name's keys, elsewhere
 	// under prefix/, are not the lock's.
@@ -179,10 +180,10 @@ func RetireRWLock(ctx context.Context, cli *clientv3.Client, prefix string) erro
 		clientv3.Compare(clientv3.CreateRevision(prefix+"/write/"), "=", 0).WithPrefix()).
 		Then(clientv3.OpDelete(prefix + EpochSuffix)).Commit()
 	if err != nil {
-		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote(prefix), err)
+		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote.Name(prefix), err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("etcdio: retire rwlock %s: keys under it exist: %w", quote(prefix), ErrInUse)
+		return fmt.Errorf("etcdio: retire rwlock %s: keys under it exist: %w", quote.Name(prefix), ErrInUse)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/internal/reach"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/semaphore"
@@ -125,7 +126,7 @@ const PermitsSuffix = ".permits"
 // for the next owner, with a higher token. Acquire returns ctx.Err() once
 // ctx ends or its deadline passes, and leaves nothing behind in etcd.
 func NewSemaphore(cli *clientv3.Client, prefix string, n int, opts ...Option) (semaphore.Service, error) {
-	fail := func(err error) error { return fmt.Errorf("etcdio: new semaphore %s: %w", quote(prefix), err) }
+	fail := func(err error) error { return fmt.Errorf("etcdio: new semaphore %s: %w", quote.Name(prefix), err) }
 	o, err := checkArgs(cli, prefix, opts)
 	if err == nil {
 		err = checkLockValue("semaphore", o) // before the record of n is written
@@ -233,7 +234,7 @@ func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 // that are gone (an older disco's Close on a shared session left its claim,
 // named after a key that no longer exists, until the session's lease ended).
 func RetireSemaphore(ctx context.Context, cli *clientv3.Client, prefix string) error {
-	fail := func(err error) error { return fmt.Errorf("etcdio: retire semaphore %s: %w", quote(prefix), err) }
+	fail := func(err error) error { return fmt.Errorf("etcdio: retire semaphore %s: %w", quote.Name(prefix), err) }
 	if err := checkPrefix(prefix); err != nil {
 		return fail(err)
 	}
@@ -247,10 +248,10 @@ func retireSemaphore(ctx context.Context, cli *clientv3.Client, prefix string) e
 	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(prefix+"/q/"), "=", 0).WithPrefix()).
 		Then(clientv3.OpDelete(prefix+PermitsSuffix), clientv3.OpDelete(prefix+"/slot/", clientv3.WithPrefix())).Commit()
 	if err != nil {
-		return fmt.Errorf("etcdio: retire semaphore %s: %w", quote(prefix), err)
+		return fmt.Errorf("etcdio: retire semaphore %s: %w", quote.Name(prefix), err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("etcdio: retire semaphore %s: keys under it exist: %w", quote(prefix), ErrInUse)
+		return fmt.Errorf("etcdio: retire semaphore %s: keys under it exist: %w", quote.Name(prefix), ErrInUse)
 	}
 	return nil
 }

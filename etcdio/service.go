@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -107,7 +107,7 @@ type service struct {
 // newService validates the input, joins or starts a session and registers
 // the service on its loop.
 func newService(sp *spec, cli *clientv3.Client, prefix string, opts []Option) (*service, error) {
-	fail := func(err error) error { return fmt.Errorf("etcdio: new %s %s: %w", sp.kind, quote(prefix), err) }
+	fail := func(err error) error { return fmt.Errorf("etcdio: new %s %s: %w", sp.kind, quote.Name(prefix), err) }
 	o, err := checkArgs(cli, prefix, opts)
 	if err != nil {
 		return nil, fail(err)
@@ -215,19 +215,6 @@ func (svc *service) oursByName(kv *mvccpb.KeyValue) (isOurs, sure bool) {
 		return true, true
 	}
 	return false, true
-}
-
-// quote shows a prefix in an error: in full if short, else its start.
-func quote(prefix string) string {
-	const show = 64
-	if len(prefix) <= show {
-		return strconv.Quote(prefix)
-	}
-	cut := show
-	for cut > 0 && !utf8.RuneStart(prefix[cut]) {
-		cut--
-	}
-	return strconv.Quote(prefix[:cut]) + fmt.Sprintf("... (%d bytes)", len(prefix))
 }
 
 // checkPrefix accepts what names a queue of its own: not empty, not "/", at
@@ -430,7 +417,7 @@ func (s *Session) claim(prefix, kind string) error {
 	for p, c := range s.claims {
 		if p == prefix && c.kind != kind || p != prefix && (strings.HasPrefix(p, prefix) || strings.HasPrefix(prefix, p)) {
 			return fmt.Errorf("%s %s overlaps %s %s on this session: %w",
-				kind, quote(strings.TrimSuffix(prefix, "/")), c.kind, quote(strings.TrimSuffix(p, "/")), ErrPrefixInUse)
+				kind, quote.Name(strings.TrimSuffix(prefix, "/")), c.kind, quote.Name(strings.TrimSuffix(p, "/")), ErrPrefixInUse)
 		}
 	}
 	c := s.claims[prefix]

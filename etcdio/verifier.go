@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/internal/quote"
 )
 
 // Verifier tells a guard (guard.WithVerifier) whether a token is that of a
@@ -133,10 +134,10 @@ func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) er
 		why, err = v.judge(ctx, scope, int64(t))
 	}
 	if err != nil {
-		return fmt.Errorf("etcdio: verify token %d of %s %s: %w", t, v.kind, quote(scope), err)
+		return fmt.Errorf("etcdio: verify token %d of %s %s: %w", t, v.kind, quote.Name(scope), err)
 	}
 	if why != "" {
-		return fmt.Errorf("etcdio: token %d of %s %s: %s: %w", t, v.kind, quote(scope), why, fencing.ErrTokenForged)
+		return fmt.Errorf("etcdio: token %d of %s %s: %s: %w", t, v.kind, quote.Name(scope), why, fencing.ErrTokenForged)
 	}
 	return nil
 }

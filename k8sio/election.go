@@ -18,6 +18,7 @@ import (
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -37,7 +38,7 @@ import (
 // interoperates with client-go's leaderelection.
 func NewElection(cs kubernetes.Interface, namespace, name string, opts ...Option) (election.Service, error) {
 	fail := func(err error) error {
-		return fmt.Errorf("k8sio: new election %s/%s: %w", quote(namespace), quote(name), err)
+		return fmt.Errorf("k8sio: new election %s/%s: %w", quote.Name(namespace), quote.Name(name), err)
 	}
 	o, err := buildOptions(opts)
 	if err != nil {

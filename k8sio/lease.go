@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 )
@@ -63,7 +64,7 @@ var minVersion = [2]int{1, 35}
 // without candidateMark.
 func checkNames(namespace, name string) error {
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
-		return fmt.Errorf("namespace %s: %s: %w", quote(namespace), strings.Join(errs, "; "), ErrInvalidArgument)
+		return fmt.Errorf("namespace %s: %s: %w", quote.Name(namespace), strings.Join(errs, "; "), ErrInvalidArgument)
 	}
 	switch {
 	case name == "":
@@ -71,19 +72,12 @@ func checkNames(namespace, name string) error {
 	case len(name) > validation.DNS1123SubdomainMaxLength-candidateSuffix:
 		return fmt.Errorf("name of %d bytes, more than %d: %w", len(name), validation.DNS1123SubdomainMaxLength-candidateSuffix, ErrInvalidArgument)
 	case strings.Contains(name, candidateMark):
-		return fmt.Errorf("name %s: %q is reserved for candidates' records: %w", quote(name), candidateMark, ErrInvalidArgument)
+		return fmt.Errorf("name %s: %q is reserved for candidates' records: %w", quote.Name(name), candidateMark, ErrInvalidArgument)
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return fmt.Errorf("name %s is not a Lease name: %s: %w", quote(name), strings.Join(errs, "; "), ErrInvalidArgument)
+		return fmt.Errorf("name %s is not a Lease name: %s: %w", quote.Name(name), strings.Join(errs, "; "), ErrInvalidArgument)
 	}
 	return nil
-}
-
-func quote(s string) string {
-	if len(s) > 64 {
-		return strconv.Quote(s[:64]) + "..."
-	}
-	return strconv.Quote(s)
 }
 
 // term is what AnnotationTerm holds.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
 )
@@ -23,10 +24,10 @@ type barrierState struct {
 // exists. It has no session: the barrier outlives whoever held it.
 func NewBarrier(st *Store, name string) (barrier.Barrier, error) {
 	if st == nil {
-		return nil, fmt.Errorf("memio: new barrier %s: nil Store: %w", quote(name), ErrInvalidArgument)
+		return nil, fmt.Errorf("memio: new barrier %s: nil Store: %w", quote.Name(name), ErrInvalidArgument)
 	}
 	if err := checkName(name); err != nil {
-		return nil, fmt.Errorf("memio: new barrier %s: %w", quote(name), err)
+		return nil, fmt.Errorf("memio: new barrier %s: %w", quote.Name(name), err)
 	}
 	return memBarrier{st: st, name: name}, nil
 }
@@ -43,7 +44,7 @@ func (b memBarrier) Hold(ctx context.Context) error {
 	b.st.mu.Lock()
 	defer b.st.mu.Unlock()
 	if x, ok := b.st.barriers[b.name]; ok && x.held {
-		return fmt.Errorf("memio: barrier %s: %w", quote(b.name), barrier.ErrHeld)
+		return fmt.Errorf("memio: barrier %s: %w", quote.Name(b.name), barrier.ErrHeld)
 	}
 	b.st.barriers[b.name] = &barrierState{name: b.name, held: true, lowered: make(chan struct{})}
 	b.st.write()
@@ -58,7 +59,7 @@ func (b memBarrier) Release(ctx context.Context) error {
 	defer b.st.mu.Unlock()
 	x, ok := b.st.barriers[b.name]
 	if !ok || !x.held {
-		return fmt.Errorf("memio: barrier %s: %w", quote(b.name), barrier.ErrNotHeld)
+		return fmt.Errorf("memio: barrier %s: %w", quote.Name(b.name), barrier.ErrNotHeld)
 	}
 	b.st.lowerBarrier(x)
 	return nil
@@ -146,7 +147,7 @@ func (st *Store) leaveRound(p *doubleParty) {
 // the parties in the round given another count fails with an error
 // wrapping primitives.ErrInvalidArgument, and the party is not counted.
 func NewDoubleBarrier(st *Store, name string, count int, opts ...Option) (barrier.DoubleBarrier, error) {
-	fail := func(err error) error { return fmt.Errorf("memio: new double barrier %s: %w", quote(name), err) }
+	fail := func(err error) error { return fmt.Errorf("memio: new double barrier %s: %w", quote.Name(name), err) }
 	o, err := buildOptions(opts)
 	switch {
 	case err != nil:
@@ -218,7 +219,7 @@ func (p *doubleParty) Enter(ctx context.Context) error {
 		return p.err
 	case p.entered:
 		st.mu.Unlock()
-		return fmt.Errorf("memio: double barrier %s: %w", quote(p.name), barrier.ErrEntered)
+		return fmt.Errorf("memio: double barrier %s: %w", quote.Name(p.name), barrier.ErrEntered)
 	}
 	if err := p.s.failure(); err != nil {
 		st.mu.Unlock()
@@ -228,11 +229,11 @@ func (p *doubleParty) Enter(ctx context.Context) error {
 	if r.count != p.count {
 		st.mu.Unlock()
 		return fmt.Errorf("memio: double barrier %s: count %d, but the barrier's parties were given %d: %w",
-			quote(p.name), p.count, r.count, ErrInvalidArgument)
+			quote.Name(p.name), p.count, r.count, ErrInvalidArgument)
 	}
 	if r.isReady {
 		st.mu.Unlock()
-		return fmt.Errorf("memio: double barrier %s: %w", quote(p.name), barrier.ErrFull)
+		return fmt.Errorf("memio: double barrier %s: %w", quote.Name(p.name), barrier.ErrFull)
 	}
 	rev := st.write()
 	p.k = &key{name: p.name + "/waiters/" + strconv.FormatInt(rev, 10), created: rev, party: p, slot: -1}
@@ -248,7 +249,7 @@ func (p *doubleParty) Enter(ctx context.Context) error {
 	p.kicked = kicked
 	st.mu.Unlock()
 	gone := func() error {
-		return fmt.Errorf("memio: double barrier %s: the party's key was deleted by another client: %w", quote(p.name), errLost)
+		return fmt.Errorf("memio: double barrier %s: the party's key was deleted by another client: %w", quote.Name(p.name), errLost)
 	}
 	select {
 	case <-r.ready:
@@ -293,7 +294,7 @@ func (p *doubleParty) Leave(ctx context.Context) error {
 		return p.err
 	case !p.entered:
 		st.mu.Unlock()
-		return fmt.Errorf("memio: double barrier %s: %w", quote(p.name), barrier.ErrNotEntered)
+		return fmt.Errorf("memio: double barrier %s: %w", quote.Name(p.name), barrier.ErrNotEntered)
 	}
 	if err := p.s.failure(); err != nil {
 		st.mu.Unlock()
@@ -335,7 +336,7 @@ func (p *doubleParty) end(err error) {
 	if p.err != nil {
 		return
 	}
-	p.err = fmt.Errorf("memio: double barrier %s: %w", quote(p.name), err)
+	p.err = fmt.Errorf("memio: double barrier %s: %w", quote.Name(p.name), err)
 	if p.round != nil {
 		p.st.leaveRound(p)
 	}
@@ -349,7 +350,7 @@ func (p *doubleParty) Close() error {
 	first := false
 	p.closeOnce.Do(func() { first = true })
 	if !first {
-		return fmt.Errorf("memio: double barrier %s: already closed: %w", quote(p.name), primitives.ErrClosed)
+		return fmt.Errorf("memio: double barrier %s: already closed: %w", quote.Name(p.name), primitives.ErrClosed)
 	}
 	p.st.mu.Lock()
 	p.end(fmt.Errorf("closed: %w", primitives.ErrClosed))

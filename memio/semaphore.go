@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/rwlock"
@@ -17,7 +18,7 @@ import (
 // the revision of its grant, above every token the name issued before.
 func NewSemaphore(st *Store, name string, n int, opts ...Option) (semaphore.Service, error) {
 	if n < 1 || n > semaphore.MaxPermits {
-		return nil, fmt.Errorf("memio: new semaphore %s: %d permits, want 1 to %d: %w", quote(name), n, semaphore.MaxPermits, ErrInvalidArgument)
+		return nil, fmt.Errorf("memio: new semaphore %s: %d permits, want 1 to %d: %w", quote.Name(name), n, semaphore.MaxPermits, ErrInvalidArgument)
 	}
 	// The name's count is recorded once the user is made: a refused one
 	// leaves none.
@@ -37,7 +38,7 @@ func NewSemaphore(st *Store, name string, n int, opts ...Option) (semaphore.Serv
 	if set && have != n {
 		svc.Close()
 		return nil, fmt.Errorf("memio: new semaphore %s: the name has %d permits, this user %d: %w",
-			quote(name), have, n, semaphore.ErrPermitMismatch)
+			quote.Name(name), have, n, semaphore.ErrPermitMismatch)
 	}
 	return semService{svc}, nil
 }

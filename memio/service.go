@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
@@ -57,13 +57,6 @@ func checkName(name string) error {
 	return nil
 }
 
-func quote(name string) string {
-	if len(name) > 64 {
-		return strconv.Quote(name[:64]) + "..."
-	}
-	return strconv.Quote(name)
-}
-
 var specs = map[string]struct{ notHeld, taken error }{
 	kindLock:      {lock.ErrNotHeld, lock.ErrLockTaken},
 	kindRWLock:    {rwlock.ErrNotHeld, rwlock.ErrRWLockTaken},
@@ -74,7 +67,7 @@ var specs = map[string]struct{ notHeld, taken error }{
 // newService validates the input and makes a service of kind on name, on
 // its own session or the one WithSession gives.
 func newService(st *Store, kind, name string, opts []Option) (*service, options, error) {
-	fail := func(err error) error { return fmt.Errorf("memio: new %s %s: %w", kind, quote(name), err) }
+	fail := func(err error) error { return fmt.Errorf("memio: new %s %s: %w", kind, quote.Name(name), err) }
 	o, err := buildOptions(opts)
 	if err != nil {
 		return nil, o, fail(err)
@@ -100,7 +93,7 @@ func newService(st *Store, kind, name string, opts []Option) (*service, options,
 	}
 	sp := specs[kind]
 	svc := &service{st: st, s: s, own: own, kind: kind, name: name, maxValue: o.maxValue,
-		Shell: driver.NewShell(driver.Spec{Kind: kind, Name: "memio: " + kind + " " + quote(name),
+		Shell: driver.NewShell(driver.Spec{Kind: kind, Name: "memio: " + kind + " " + quote.Name(name),
 			NotHeld: sp.notHeld, Taken: sp.taken, CancelOnSuspend: o.CancelOnSuspend, Metrics: m})}
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -32,7 +32,7 @@ func TestCheckName(t *testing.T) {
 		{"/" + strings.Repeat("x", 1023), ""},
 		{"", `name ""`},
 		{"/", `name "/"`},
-		{"/" + strings.Repeat("x", 1024), "is 1025 bytes, over 1024"},
+		{"/" + strings.Repeat("x", 1024), "(1025 bytes): more than 1024"},
 		{"disco/session", "which disco keeps for its sessions"},
 		{"disco/session/1", "which disco keeps for its sessions"},
 		{"disco/sessions", "which disco keeps for its sessions"},

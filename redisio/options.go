@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -179,7 +180,7 @@ func checkName(name string) error {
 	case name == "" || name == "/":
 		return fmt.Errorf("redisio: name %q: %w", name, primitives.ErrInvalidArgument)
 	case len(name) > maxName:
-		return fmt.Errorf("redisio: name %q... is %d bytes, over %d: %w", name[:32], len(name), maxName, primitives.ErrInvalidArgument)
+		return fmt.Errorf("redisio: name %s: more than %d bytes: %w", quote.Name(name), maxName, primitives.ErrInvalidArgument)
 	case reserved(name):
 		return fmt.Errorf("redisio: name %q is under %q or %q, which disco keeps for its sessions: %w",
 			name, sessionTree, sessionCounter, primitives.ErrInvalidArgument)

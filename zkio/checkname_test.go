@@ -24,7 +24,7 @@ func TestCheckName(t *testing.T) {
 		{"", "empty path"},
 		{"/", `path "/"`},
 		{"jobs", "must start with /"},
-		{"/" + strings.Repeat("x", 1024), "of 1025 bytes, more than 1024"},
+		{"/" + strings.Repeat("x", 1024), "(1025 bytes): more than 1024"},
 		{"/a//b", "empty segment"},
 		{"/a/..", `segment ".."`},
 		{"/a\x01b", "which ZooKeeper refuses"},

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -199,43 +200,40 @@ func buildOptions(opts []Option) (options, error) {
 // "__WRIT__" and digits), which the primitive on the parent path would
 // take as one of its own.
 func cleanPath(path string) (string, error) {
-	show := path
-	if len(show) > 64 {
-		show = show[:64] + "..."
-	}
+	show := quote.Name(path)
 	switch {
 	case path == "":
 		return "", fmt.Errorf("empty path: %w", ErrInvalidArgument)
 	case path == "/":
 		return "", fmt.Errorf(`path "/": the root holds every other path: %w`, ErrInvalidArgument)
 	case len(path) > maxPath:
-		return "", fmt.Errorf("path %q of %d bytes, more than %d: %w", show, len(path), maxPath, ErrInvalidArgument)
+		return "", fmt.Errorf("path %s: more than %d bytes: %w", show, maxPath, ErrInvalidArgument)
 	case path[0] != '/':
-		return "", fmt.Errorf("path %q: must start with /: %w", show, ErrInvalidArgument)
+		return "", fmt.Errorf("path %s: must start with /: %w", show, ErrInvalidArgument)
 	}
 	if !utf8.ValidString(path) {
-		return "", fmt.Errorf("path %q: not UTF-8: %w", show, ErrInvalidArgument)
+		return "", fmt.Errorf("path %s: not UTF-8: %w", show, ErrInvalidArgument)
 	}
 	if r := strings.IndexFunc(path, reservedRune); r >= 0 {
-		return "", fmt.Errorf("path %q: character %U at byte %d, which ZooKeeper refuses: %w",
+		return "", fmt.Errorf("path %s: character %U at byte %d, which ZooKeeper refuses: %w",
 			show, []rune(path[r:])[0], r, ErrInvalidArgument)
 	}
 	p := strings.TrimSuffix(path, "/")
 	segs := strings.Split(p[1:], "/")
 	if segs[0] == "zookeeper" {
-		return "", fmt.Errorf("path %q: /zookeeper is ZooKeeper's own: %w", show, ErrInvalidArgument)
+		return "", fmt.Errorf("path %s: /zookeeper is ZooKeeper's own: %w", show, ErrInvalidArgument)
 	}
 	for _, seg := range segs {
 		switch {
 		case seg == "":
-			return "", fmt.Errorf("path %q: empty segment: %w", show, ErrInvalidArgument)
+			return "", fmt.Errorf("path %s: empty segment: %w", show, ErrInvalidArgument)
 		case seg == "." || seg == "..":
-			return "", fmt.Errorf("path %q: segment %q: %w", show, seg, ErrInvalidArgument)
+			return "", fmt.Errorf("path %s: segment %q: %w", show, seg, ErrInvalidArgument)
 		case strings.HasSuffix(seg, EpochSuffix):
-			return "", fmt.Errorf("path %q: segment %q ends in %q, the name of a read/write lock's epoch znode: %w",
+			return "", fmt.Errorf("path %s: segment %q ends in %q, the name of a read/write lock's epoch znode: %w",
 				show, seg, EpochSuffix, ErrInvalidArgument)
 		case isMember(seg, lockMarker, latchMarker, readMarker, writeMarker):
-			return "", fmt.Errorf("path %q: segment %q is named as a lock, election or read/write lock znode: %w",
+			return "", fmt.Errorf("path %s: segment %q is named as a lock, election or read/write lock znode: %w",
 				show, seg, ErrInvalidArgument)
 		}
 	}

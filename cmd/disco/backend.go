@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/internal/reach"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -101,7 +102,7 @@ func (g *globals) serviceRefuses(name string) error {
 		err = etcdio.CheckName(name)
 	}
 	if err != nil {
-		return usageErr(fmt.Errorf("NAME %s: not a name disco can use on %s: %w", showName(name), service, err))
+		return usageErr(fmt.Errorf("NAME %s: not a name disco can use on %s: %w", quote.Name(name), service, err))
 	}
 	return nil
 }

@@ -69,13 +69,13 @@ func refusedNames() map[string]map[string]string {
 	return map[string]map[string]string{
 		"etcd": {long: "prefix of 1101 bytes, more than 1024"},
 		"zookeeper": {
-			long:           "of 1101 bytes, more than 1024",
+			long:           "(1101 bytes): more than 1024",
 			"/a//b":        "empty segment",
 			"/zookeeper/x": "/zookeeper is ZooKeeper's own",
 			"/a/..":        `segment ".."`,
 			"/a/b.epoch":   "epoch znode",
 		},
-		"redis": {long: "is 1101 bytes, over 1024"},
+		"redis": {long: "(1101 bytes): more than 1024"},
 	}
 }
 

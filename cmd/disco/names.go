@@ -2,9 +2,7 @@ package main
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 )
 
 // checkName refuses, as bad usage, a NAME the command does not take
@@ -34,17 +32,3 @@ func checkNameForm(name string) error {
 // keyPrefix is the etcd prefix under which the primitives on name keep
 // their keys.
 func keyPrefix(name string) string { return name + "/" }
-
-// showName quotes name for a message: whole if short, else its start and
-// its length.
-func showName(name string) string {
-	const show = 64
-	if len(name) <= show {
-		return strconv.Quote(name)
-	}
-	cut := show
-	for cut > 0 && !utf8.RuneStart(name[cut]) {
-		cut--
-	}
-	return strconv.Quote(name[:cut]) + fmt.Sprintf("... (%d bytes)", len(name))
-}
