@@ -154,15 +154,25 @@ func (b *zkBarrier) Hold(ctx context.Context) error {
 // Release deletes the barrier's znode; ErrNotHeld if there is none. A
 // delete retried after the connection broke under it that finds no znode
 // returns nil: the barrier is down, perhaps by this very call.
+//
+// ZooKeeper deletes no znode that has children: if znodes are under the
+// barrier's (another name's, such as a lock's on <path>/sub, or stray
+// ones), the barrier stays held and Release fails with an error wrapping
+// ErrInvalidArgument (the barrier's path is the parent of other names;
+// see the package doc's Barriers) and zk.ErrNotEmpty.
 func (b *zkBarrier) Release(ctx context.Context) error {
 	return b.call(ctx, "release", func(s *Session) error {
 		return retrying(ctx, s, func(retried bool) error {
 			err := s.conn.Delete(b.path, -1)
-			if errors.Is(err, zk.ErrNoNode) {
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
 				if retried {
 					return nil
 				}
 				return barrier.ErrNotHeld
+			case errors.Is(err, zk.ErrNotEmpty):
+				return fmt.Errorf("%s has znodes under it, which ZooKeeper does not delete with it: the barrier stays held; "+
+					"no other name may be below a barrier's path: %w (%w)", b.path, ErrInvalidArgument, err)
 			}
 			return err
 		})

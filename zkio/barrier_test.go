@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -408,4 +410,52 @@ func waiterWithEarlierWatch(t *testing.T, path string) (context.Context, *zk.Con
 		t.Fatalf("the first Wait: %v", err)
 	}
 	return ctx, admin, px, w
+}
+
+// TestBarrierReleaseWithZnodesUnder: a barrier whose znode has others under
+// it (another name's, here a lock's on <path>/sub) cannot be lowered, as
+// ZooKeeper deletes no znode with children. Release says so with an error
+// a caller can tell by a disco sentinel: the barrier's name collides with
+// other names, so ErrInvalidArgument (and primitives'), not a bare
+// zk.ErrNotEmpty; the barrier stays held. Once the znodes under it are
+// gone, Release lowers it.
+func TestBarrierReleaseWithZnodesUnder(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	const path = "/barrier-under/b"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := zkio.NewBarrier(servers, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path+"/sub"))
+	if _, err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = b.Release(ctx)
+	if !errors.Is(err, zkio.ErrInvalidArgument) || !errors.Is(err, primitives.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), path) {
+		t.Fatalf("Release of a barrier with a lock's znodes under it: %v, want an error naming %s wrapping ErrInvalidArgument", err, path)
+	}
+	if ok, _, err := admin.Exists(path); err != nil || !ok {
+		t.Fatalf("after the refused Release the barrier's znode exists %v (%v), want held", ok, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The lock's parent stays (persistent, as its creator made it).
+	if err := admin.Delete(path+"/sub", -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatalf("Release once nothing is under the barrier: %v", err)
+	}
+	if err := b.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

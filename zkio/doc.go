@@ -152,7 +152,11 @@
 // deletes it; Wait returns once it is absent, watching it. Made with
 // servers, a barrier connects a session of its own for each call and ends
 // it before the call returns (there is nothing to close); with
-// WithSession, its calls run on that session.
+// WithSession, its calls run on that session. No other name may be below
+// a barrier's path: while znodes are under it (a lock's on <path>/sub,
+// or the persistent parent such a lock leaves) the barrier is held, and
+// Release fails with an error wrapping ErrInvalidArgument, as ZooKeeper
+// deletes no znode that has children.
 //
 // A double barrier's party (NewDoubleBarrier) is the ephemeral znode
 // <path>/<uuid>, and <path>/ready, persistent, exists from when count
