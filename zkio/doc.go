@@ -228,7 +228,10 @@
 // the timeout (default half), every holder gets Suspended with that
 // deadline: no one else can acquire before it. Once a request sent after
 // that is answered (the client reconnects to any server of the ensemble
-// before the deadline, with the same session), holders get Resumed. The
+// before the deadline, with the same session), holders get Resumed. A
+// server's answer that the session expired (it was expired or killed
+// there before the deadline) resumes nothing: a holder suspended at the
+// disconnect that came first then gets Lost. The
 // session is lost when the deadline passes, when ZooKeeper reports it
 // expired, or when its connection closes under it; then every primitive on
 // it gets Lost for what it held, its waiters fail, Done closes, and every

@@ -3,8 +3,11 @@ package zkio_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
@@ -86,4 +89,72 @@ func readHold(t *testing.T, ch <-chan primitives.Event, within time.Duration) (p
 			t.Fatalf("no Resumed, Released or Lost within %v", within)
 		}
 	}
+}
+
+// TestExpiredSessionNotResumed: when the server a session reaches answers
+// that the session is expired, the holder is Suspended (its connection
+// broke first) and then Lost, never Resumed: that answer confirms no
+// session, and the hold's znode is gone with it. Here the server is a
+// second one, not of the first's ensemble, that never knew the session
+// (on an ensemble: any member after the session was expired or killed
+// there); it has seen more transactions than the client has, or it would
+// refuse the client (which never goes back in time) rather than answer.
+func TestExpiredSessionNotResumed(t *testing.T) {
+	t.Parallel()
+	a, b := testserver.StartZooKeeper(t), testserver.StartZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	// A timeout long enough that the session's own deadline does not pass
+	// before the client reaches the other server.
+	s, err := zkio.NewSession([]string{a.Addr, b.Addr}, zkio.WithSessionTimeout(8*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, "/fault/expired", zkio.WithSession(s)))
+	events := h.Subscribe(ctx)
+	g, err := h.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	connected, other := a, b
+	if zkio.ServerOf(s) == b.Addr {
+		connected, other = b, a
+	}
+	// Every zxid the client has seen is below the next write's there.
+	seen := czxid(t, adminConn(t, []string{connected.Addr}), "/fault/expired-mark")
+	mark := adminConn(t, []string{other.Addr})
+	for czxid(t, mark, "/fault/expired-mark") <= seen {
+	}
+	connected.Stop()
+	sus := nextOf[primitives.Suspended](t, events, 20*time.Second)
+	e, _ := readHold(t, events, 20*time.Second)
+	lost, ok := e.(primitives.Lost)
+	if !ok || sus.Created != g.Created || lost.Created != g.Created || !errors.Is(lost.Err, primitives.ErrLost) {
+		t.Fatalf("after reaching a server that does not know the session: Suspended %+v then %#v (%v), want Lost", sus, e, s.Err())
+	}
+	if !errors.Is(s.Err(), primitives.ErrLost) {
+		t.Fatalf("session's Err %v, want ErrLost", s.Err())
+	}
+}
+
+// czxid creates path (and its parent) anew on conn, and returns the zxid
+// of its creation.
+func czxid(t *testing.T, conn *zk.Conn, path string) int64 {
+	t.Helper()
+	parent := path[:strings.LastIndex(path, "/")]
+	if _, err := conn.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		t.Fatal(err)
+	}
+	if err := conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatal(err)
+	}
+	if _, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	_, st, err := conn.Exists(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Czxid
 }

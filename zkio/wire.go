@@ -16,8 +16,11 @@ import (
 // send is not later than the server's. The wire follows the protocol's
 // framing (each packet a length, then its body, which begins with the
 // request's xid, echoed by its reply) to pair each reply with its request;
-// watch notifications, which answer no request, do not count. Each reply
-// that moves the time pokes the session's loop (heardCh).
+// watch notifications, which answer no request, do not count, and nor
+// does a connect response that says the session expired (it renews
+// nothing), nor any reply after it (a session the client opens then is
+// another). Each reply that moves the time pokes the session's loop
+// (heardCh).
 //
 // The wire's traffic is the session's renewal: a test that pauses the
 // session or its renewal (package testhook) stops reads, writes and dials.
@@ -30,6 +33,7 @@ type wire struct {
 	heard   time.Time // send time of the latest request answered
 	replied time.Time // when that answer came
 	broken  time.Time // when a connection last failed or closed
+	expired bool      // a server said the session expired
 }
 
 func newWire(session any, quit <-chan struct{}) *wire {
@@ -58,10 +62,18 @@ func (w *wire) breaks() {
 	w.mu.Unlock()
 }
 
+// expire records that a server said the session expired: no answer
+// counts from then on.
+func (w *wire) expire() {
+	w.mu.Lock()
+	w.expired = true
+	w.mu.Unlock()
+}
+
 // answered records that the server answered a request sent at sent.
 func (w *wire) answered(sent time.Time) {
 	w.mu.Lock()
-	moved := sent.After(w.heard)
+	moved := sent.After(w.heard) && !w.expired
 	if moved {
 		w.heard, w.replied = sent, time.Now()
 	}
@@ -104,9 +116,16 @@ func (c *wireConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		var answered []time.Time
+		expired := false
 		c.mu.Lock()
-		ok := c.in.feed(p[:n], func(first bool, xid int32) {
+		ok := c.in.feed(p[:n], func(first bool, head []byte) {
+			xid := int32(binary.BigEndian.Uint32(head))
 			switch {
+			case first && connectSession(head) == 0:
+				// The connect response of a session the server does
+				// not have (expired, killed, or never known there):
+				// it confirms nothing.
+				expired = true
 			case first: // the connect response
 				answered = append(answered, c.connected)
 			case xid == xidWatch: // a notification: no answer
@@ -126,6 +145,9 @@ func (c *wireConn) Read(p []byte) (int, error) {
 			answered = append(answered, c.lastWrite)
 		}
 		c.mu.Unlock()
+		if expired {
+			c.w.expire()
+		}
 		for _, t := range answered {
 			c.w.answered(t)
 		}
@@ -141,10 +163,11 @@ func (c *wireConn) Write(p []byte) (int, error) {
 	now := time.Now()
 	c.mu.Lock()
 	c.lastWrite = now
-	c.out.feed(p, func(first bool, xid int32) {
+	c.out.feed(p, func(first bool, head []byte) {
 		if first {
 			c.connected = now
 		} else {
+			xid := int32(binary.BigEndian.Uint32(head))
 			c.sent[xid] = append(c.sent[xid], now)
 		}
 	})
@@ -167,39 +190,55 @@ const xidWatch = -1
 // ZooKeeper's framing as the wire understands it.
 const maxFrame = maxMaxData + sendSlack
 
+// connectHead is how much of the first packet's body (the connect request
+// or response) the wire reads before passing it on: a response's protocol
+// version, timeout and session id. Both are longer (they end with the
+// password).
+const connectHead = 16
+
+// connectSession returns the session id of a connect response's head: 0
+// when the server has no such session (it expired, or was never known
+// there).
+func connectSession(head []byte) int64 { return int64(binary.BigEndian.Uint64(head[8:16])) }
+
 // frames follows one direction of a connection: packets of a 4-byte
 // big-endian length and a body whose first 4 bytes are, except in the
 // first packet (the connect request or response), the xid.
 type frames struct {
-	head   [8]byte
+	head   [4 + connectHead]byte
 	n      int  // bytes of head filled
 	skip   int  // bytes of the current body left to skip
 	count  int  // packets seen
 	broken bool // the stream is not followed
 }
 
-// feed follows p, calling packet for each packet whose head it completes;
-// false once the stream cannot be followed.
-func (f *frames) feed(p []byte, packet func(first bool, xid int32)) bool {
+// feed follows p, calling packet for each packet whose head it completes,
+// with the start of its body: connectHead bytes of the first packet, else
+// 4 (the xid); false once the stream cannot be followed.
+func (f *frames) feed(p []byte, packet func(first bool, head []byte)) bool {
 	for len(p) > 0 && !f.broken {
 		if f.skip > 0 {
 			k := min(f.skip, len(p))
 			f.skip, p = f.skip-k, p[k:]
 			continue
 		}
-		k := copy(f.head[f.n:], p)
+		body := 4
+		if f.count == 0 {
+			body = connectHead
+		}
+		k := copy(f.head[f.n:4+body], p)
 		f.n, p = f.n+k, p[k:]
-		if f.n < len(f.head) {
+		if f.n < 4+body {
 			continue
 		}
 		length := int(binary.BigEndian.Uint32(f.head[:4]))
-		if length < 4 || length > maxFrame {
+		if length < body || length > maxFrame {
 			f.broken = true
 			break
 		}
-		packet(f.count == 0, int32(binary.BigEndian.Uint32(f.head[4:])))
+		packet(f.count == 0, f.head[4:4+body])
 		f.count++
-		f.n, f.skip = 0, length-4
+		f.n, f.skip = 0, length-body
 	}
 	return !f.broken
 }

@@ -17,6 +17,15 @@ func packet(xid int32, size int) []byte {
 	return p
 }
 
+// connectPacket frames a connect request or response (protocol version,
+// timeout, session id, password) of session id.
+func connectPacket(id int64) []byte {
+	p := packet(0, 36)
+	binary.BigEndian.PutUint32(p[8:], 4000)
+	binary.BigEndian.PutUint64(p[12:], uint64(id))
+	return p
+}
+
 // TestWireHeardIsTheAnsweredRequest: the wire counts the session heard
 // from at the send time of the request a reply answers, not of a later
 // write (a request still in flight), and never for a watch notification,
@@ -34,6 +43,9 @@ func TestWireHeardIsTheAnsweredRequest(t *testing.T) {
 	reply := func(xid int32) {
 		t.Helper()
 		p := packet(xid, 16)
+		if xid == 0 {
+			p = connectPacket(0x1234)
+		}
 		go func() {
 			_, _ = server.Write(p[:3])
 			_, _ = server.Write(p[3:])
@@ -46,7 +58,11 @@ func TestWireHeardIsTheAnsweredRequest(t *testing.T) {
 	write := func(xid int32) time.Time {
 		t.Helper()
 		before := time.Now()
-		if _, err := c.Write(packet(xid, 12)); err != nil {
+		p := packet(xid, 12)
+		if xid == 0 {
+			p = connectPacket(0x1234)
+		}
+		if _, err := c.Write(p); err != nil {
 			t.Fatal(err)
 		}
 		return before
@@ -69,5 +85,41 @@ func TestWireHeardIsTheAnsweredRequest(t *testing.T) {
 	case <-w.heardCh:
 	default:
 		t.Fatal("the loop was not poked")
+	}
+}
+
+// TestWireExpiredConnectIsNoAnswer: a connect response without a session
+// (id 0: the server has none such, it expired) does not count the session
+// heard from, and nor does any reply after it on a later connection (a
+// session the client opens then is another).
+func TestWireExpiredConnectIsNoAnswer(t *testing.T) {
+	w := newWire(t, nil)
+	start, _ := w.lastHeard()
+	exchange := func(reply []byte, xid int32) {
+		t.Helper()
+		client, server := net.Pipe()
+		defer server.Close()
+		c := &wireConn{Conn: client, w: w, closed: make(chan struct{}), sent: map[int32][]time.Time{}}
+		defer c.Close()
+		go func() { _, _ = io.Copy(io.Discard, server) }()
+		for _, p := range [][]byte{connectPacket(0x1234), packet(xid, 12)} {
+			if _, err := c.Write(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range [][]byte{reply, packet(xid, 16)} {
+			go func() { _, _ = server.Write(p) }()
+			if _, err := io.ReadFull(c, make([]byte, len(p))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	exchange(connectPacket(0), 5)
+	if h, _ := w.lastHeard(); !h.Equal(start) {
+		t.Fatalf("an expired session's connect response moved heard from %v to %v", start, h)
+	}
+	exchange(connectPacket(0x5678), 6)
+	if h, _ := w.lastHeard(); !h.Equal(start) {
+		t.Fatalf("a new session's answers after the expiry moved heard from %v to %v", start, h)
 	}
 }
