@@ -17,8 +17,11 @@ import (
 // Verifier tells a guard (guard.WithVerifier) whether a token is that of a
 // current grant of one kind of disco primitive on ZooKeeper, so that a
 // token no grant had cannot raise the guard's mark. It reads the ensemble
-// through a session, once per raise of the mark; the rules, for a token t
-// of the primitive on path p:
+// through a session, once per raise of the mark, after a sync: the server
+// the session is on (a follower may lag the leader) first catches up with
+// every write the ensemble completed before the Verify, so a token that
+// was superseded by then is never judged on an older state. The rules, for
+// a token t of the primitive on path p:
 //
 //   - "lock" and "election": the first znode of p's queue now (the holder,
 //     the leader) was created at zxid t;
@@ -135,6 +138,9 @@ func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) er
 // error if the ensemble could not tell.
 func (v *Verifier) judge(p string, t int64) (string, error) {
 	conn := v.s.conn
+	if err := synced(conn, p); err != nil {
+		return "", err
+	}
 	markers := map[string][]string{"lock": {lockMarker}, "election": {latchMarker}, "rwlock": {readMarker, writeMarker}}[v.kind]
 	for {
 		children, _, err := conn.Children(p)
@@ -181,6 +187,9 @@ func (v *Verifier) judge(p string, t int64) (string, error) {
 func (v *Verifier) judgeSlot(p, slot string, t int64) (string, error) {
 	conn := v.s.conn
 	leases := p + semLeases
+	if err := synced(conn, leases); err != nil {
+		return "", err
+	}
 	children, _, err := conn.Children(leases)
 	if errors.Is(err, zk.ErrNoNode) {
 		return "no one holds the slot now", nil
@@ -200,4 +209,16 @@ func (v *Verifier) judgeSlot(p, slot string, t int64) (string, error) {
 		}
 	}
 	return "no lease holds the slot with that token", nil
+}
+
+// synced has the server conn is on catch up with the leader (Sync) before
+// a verifier's reads: ZooKeeper serves a read from the state of the server
+// that answers it, and a follower may lag the leader, so without it a
+// holder the ensemble has superseded could still look current. A path
+// that does not exist syncs all the same.
+func synced(conn *zk.Conn, p string) error {
+	if _, err := conn.Sync(p); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	return nil
 }
