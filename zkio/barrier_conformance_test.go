@@ -18,8 +18,8 @@ import (
 // made with servers); each double-barrier party has a session of its own,
 // so that KillSession ends exactly that party's.
 func TestBarrierConformance(t *testing.T) {
-	t.Parallel()
 	servers := startZooKeeper(t)
+	testkit.NoLeaks(t)
 	base := zkBackend(t, servers)
 	admin := adminConn(t, servers)
 	var sessions sync.Map // party -> *zkio.Session

@@ -26,8 +26,8 @@ const conformanceTimeout = 2 * time.Second
 
 // TestConformance runs the backend-independent suite against zkio.
 func TestConformance(t *testing.T) {
-	t.Parallel()
 	servers := startZooKeeper(t)
+	testkit.NoLeaks(t)
 	conformance.Run(t, zkBackend(t, servers))
 }
 

@@ -3,6 +3,7 @@ package zkio_test
 import (
 	"testing"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives/conformance"
 	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/zkio"
@@ -11,8 +12,8 @@ import (
 // TestSemaphoreConformance runs the suite's semaphore section against
 // zkio, each owner on a session of its own.
 func TestSemaphoreConformance(t *testing.T) {
-	t.Parallel()
 	servers := startZooKeeper(t)
+	testkit.NoLeaks(t)
 	base, register := zkBackendOwners(t, servers)
 	conformance.TestSemaphore(t, conformance.SemaphoreBackend{
 		Backend: base,
