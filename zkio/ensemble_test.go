@@ -3,6 +3,7 @@ package zkio_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +95,9 @@ func readHold(t *testing.T, ch <-chan primitives.Event, within time.Duration) (p
 // TestExpiredSessionNotResumed: when the server a session reaches answers
 // that the session is expired, the holder is Suspended (its connection
 // broke first) and then Lost, never Resumed: that answer confirms no
-// session, and the hold's znode is gone with it. Here the server is a
+// session, and the hold's znode is gone with it. The Lost, and the
+// Session's SessionID and LeaseID, still name the session (the client
+// forgets its id at the expiry). Here the server is a
 // second one, not of the first's ensemble, that never knew the session
 // (on an ensemble: any member after the session was expired or killed
 // there); it has seen more transactions than the client has, or it would
@@ -117,6 +120,7 @@ func TestExpiredSessionNotResumed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := s.SessionID()
 	connected, other := a, b
 	if zkio.ServerOf(s) == b.Addr {
 		connected, other = b, a
@@ -135,6 +139,9 @@ func TestExpiredSessionNotResumed(t *testing.T) {
 	}
 	if !errors.Is(s.Err(), primitives.ErrLost) {
 		t.Fatalf("session's Err %v, want ErrLost", s.Err())
+	}
+	if name := fmt.Sprintf("session %#x ", id); !strings.Contains(lost.Err.Error(), name) || s.SessionID() != id || s.LeaseID() != id {
+		t.Fatalf("Lost %q, SessionID %#x, LeaseID %#x after the expiry; want them to name the %s", lost.Err, s.SessionID(), s.LeaseID(), name)
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 // server answered, so never after the server's own expiry), or on Close.
 type Session struct {
 	conn *zk.Conn
+	id   int64 // the session's id, kept: the client forgets it at an expiry
 	// requests is conn, for the requests whose failures a test may stage:
 	// queue and double-barrier creates, their lookups, a double barrier's
 	// listings and withdrawals, deletes by deleteNode.
@@ -153,6 +154,7 @@ func newSession(servers []string, o options) (*Session, error) {
 			return nil, fmt.Errorf("zkio: no session: %w", err)
 		}
 	}
+	s.id = conn.SessionID()
 	// The lease was granted no earlier than the connect request was sent.
 	sent, _ := s.wire.lastHeard()
 	ttl := s.Timeout()
@@ -183,8 +185,8 @@ func (s *Session) checkValue(what string, value string) error {
 }
 
 // SessionID returns ZooKeeper's id of the session, the ephemeralOwner of
-// every znode its primitives create.
-func (s *Session) SessionID() int64 { return s.conn.SessionID() }
+// every znode its primitives create; after the session ended too.
+func (s *Session) SessionID() int64 { return s.id }
 
 // LeaseID is SessionID, by the name every backend's session has: the
 // LeaseID of every grant on the session.
@@ -284,7 +286,7 @@ func (s *Session) run() {
 		case ev, ok := <-s.zkev:
 			testhook.Wait(s, s.quit)
 			if !ok {
-				s.end(fmt.Errorf("zkio: session %#x: connection closed: %w", s.conn.SessionID(), primitives.ErrLost),
+				s.end(fmt.Errorf("zkio: session %#x: connection closed: %w", s.id, primitives.ErrLost),
 					metrics.CauseLeaseRevoked)
 				break
 			}
@@ -308,7 +310,7 @@ func (s *Session) sessionEvent(ev zk.Event) {
 	}
 	switch ev.State {
 	case zk.StateExpired:
-		s.end(fmt.Errorf("zkio: session %#x expired: %w", s.conn.SessionID(), primitives.ErrLost),
+		s.end(fmt.Errorf("zkio: session %#x expired: %w", s.id, primitives.ErrLost),
 			metrics.CauseLeaseRevoked)
 	case zk.StateDisconnected, zk.StateConnecting:
 		// The connection broke when the wire saw it fail; a request sent
@@ -362,7 +364,7 @@ func (s *Session) act(c driver.Change) {
 	case driver.Expire:
 		sent := s.clock.LastSent()
 		s.end(fmt.Errorf("zkio: session %#x not heard from since %s, its timeout %v has passed: %w",
-			s.conn.SessionID(), sent.Format(time.RFC3339Nano), s.Timeout(), primitives.ErrLost),
+			s.id, sent.Format(time.RFC3339Nano), s.Timeout(), primitives.ErrLost),
 			metrics.CauseLeaseExpired)
 	}
 }
