@@ -236,14 +236,18 @@ func (svc *service) release(ctx context.Context, match driver.Match) error {
 // release returns its error (ErrLost); else someone else deleted the key,
 // and the release ends the grant Lost, as one whose delete finds the key
 // gone does. If etcd does not say within ctx, the release is undone and
-// fails; the session's own lease check ends the grant.
+// fails, and the session's lease check ends the grant: the one under way,
+// or a new one, since one that answered meanwhile left the grant to this
+// release.
 func (svc *service) settleVanished(ctx context.Context, g driver.Hold) error {
 	dctx, cancel := ctxtime.WithDone(ctx, svc.s.done)
 	defer cancel()
 	ended, aerr := svc.s.askLease(dctx)
 	return svc.settle(ctx, ended, func() error {
 		if aerr != nil {
-			_ = svc.SettleRelease(g, driver.Unsent, nil)
+			if svc.SettleRelease(g, driver.Unsent, nil) == nil {
+				svc.s.checkLease()
+			}
 			return fmt.Errorf("%s: release %s, seen gone: ask for lease: %w", svc.name, g.Key, svc.callErr(ctx, aerr))
 		}
 		svc.s.deletedOnce(g.Key) // an unsure write of it may still land
