@@ -56,6 +56,9 @@ import (
 //     ErrInvalidArgument; nothing is written.
 //   - GrantTokenNow: a primitives.GrantToken stamps the term's token as soon
 //     as Campaign returns and none once Resign returns.
+//   - EndedContextChangesNothing: Proclaim, Resign and ResignTerm given a
+//     context that has ended fail with its error and keep the term and its
+//     value.
 func TestElection(t *testing.T, b Backend) {
 	t.Helper()
 	b.checkElection(t)
@@ -79,6 +82,7 @@ func TestElection(t *testing.T, b Backend) {
 	law(t, "CancelledAtAnyMoment", func(t *testing.T) { electCancelledAnyMoment(t, b) })
 	law(t, "WaiterKeyDeleted", func(t *testing.T) { electWaiterKeyDeleted(t, b) })
 	law(t, "GrantTokenNow", func(t *testing.T) { electGrantTokenNow(t, b) })
+	law(t, "EndedContextChangesNothing", func(t *testing.T) { electEndedContext(t, b) })
 }
 
 // mustCampaign campaigns and returns the term, checked against Term.
@@ -664,4 +668,27 @@ func electGrantTokenNow(t *testing.T, b Backend) {
 			t.Fatalf("term %d: token %d right after Resign returned", i, tok)
 		}
 	}
+}
+
+// electEndedContext: a call given a context that has already ended does
+// nothing and returns the context's error: Proclaim keeps the value, Resign
+// and ResignTerm keep the term, for the leader itself and for everyone else.
+func electEndedContext(t *testing.T, b Backend) {
+	e, other := b.NewElection(t, name(t)), b.NewElection(t, name(t))
+	ctx := b.ctx(t)
+	l := mustCampaign(t, b, e, "kept")
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	errIs(t, e.Proclaim(ended, "changed"), context.Canceled, "Proclaim with an ended context")
+	errIs(t, e.Resign(ended), context.Canceled, "Resign with an ended context")
+	if tr, isResigner := e.(election.TermResigner); isResigner {
+		errIs(t, tr.ResignTerm(ended, l), context.Canceled, "ResignTerm with an ended context")
+	}
+	if term, leading := e.Term(); !leading || !sameTerm(term, l) {
+		t.Fatalf("Term after calls with an ended context = %+v, %v; want %+v", term, leading, l)
+	}
+	if ld, err := other.Leader(ctx); err != nil || !sameTerm(ld, l) {
+		t.Fatalf("Leader after calls with an ended context = %+v, %v; want %+v", ld, err, l)
+	}
+	ok(t, e.Resign(ctx), "Resign")
 }
