@@ -1,6 +1,7 @@
 package zkio
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,13 +58,32 @@ func (e *zkElection) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
+	// The client's requests take no context: the write runs on a session
+	// helper, so that Proclaim returns when ctx ends even while ZooKeeper
+	// does not answer. A write that lands after that still records the
+	// value, as every observer sees it.
+	done := make(chan error, 1)
+	if !e.s.helper(func() { done <- e.set(h, value) }) {
+		return cmp.Or(e.Err(), e.s.Err())
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("zkio: proclaim on %s: %w", h.Key, ctx.Err())
+	}
+}
+
+// set writes value to the znode of term h and records it as the term's.
+// Helper.
+func (e *zkElection) set(h driver.Hold, value string) error {
 	if _, err := e.s.conn.Set(h.Key, []byte(value), -1); err != nil {
 		if errors.Is(err, zk.ErrNoNode) {
 			return election.ErrNotLeader
 		}
 		return fmt.Errorf("zkio: proclaim on %s: %w", h.Key, err)
 	}
-	_, err = call(context.WithoutCancel(ctx), e.service, func(r actor.Reply[struct{}]) {
+	_, err := call(context.Background(), e.service, func(r actor.Reply[struct{}]) {
 		if cur := e.Held(); cur != nil && cur.Created == h.Created {
 			e.Update(func(h *driver.Hold) { h.Value = value })
 		}
