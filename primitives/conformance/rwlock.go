@@ -19,6 +19,8 @@ import (
 //   - ReadersShareWriterWaits: readers share a token; a writer waits for the
 //     readers before it, and a later reader for the writer.
 //   - SameOwnerWaits: a Service holds one grant at a time.
+//   - NoUpgrade: a reading Service's Lock, from the goroutine that reads,
+//     ends with its context and leaves the read grant as it was.
 //   - WritersInOrder: a writer that queued before another asked acquires
 //     first.
 //   - ExclusionAndTokens: concurrent DoRead/DoWrite keep exclusion and every
@@ -58,6 +60,7 @@ func TestRWLock(t *testing.T, b Backend) {
 	}
 	law(t, "ReadersShareWriterWaits", func(t *testing.T) { rwShare(t, b) })
 	law(t, "SameOwnerWaits", func(t *testing.T) { rwSameOwner(t, b) })
+	law(t, "NoUpgrade", func(t *testing.T) { rwNoUpgrade(t, b) })
 	law(t, "WritersInOrder", func(t *testing.T) { rwWritersInOrder(t, b) })
 	law(t, "ExclusionAndTokens", func(t *testing.T) { rwExclusion(t, b) })
 	law(t, "ReadEpochTokens", func(t *testing.T) { rwEpochs(t, b) })
@@ -180,6 +183,35 @@ func rwSameOwner(t *testing.T, b Backend) {
 	}
 	increasing(t, "read then write", g2.Token(), gw.Token())
 	ok(t, a.Unlock(ctx), "Unlock")
+}
+
+// rwNoUpgrade: a Service that holds a read grant cannot upgrade it: its
+// Lock, called by the goroutine that reads, waits until its context ends
+// and returns the context's error; TryLock and TryRLock fail at once. The
+// read grant is still held, alone (others may still read, a writer is
+// still kept out), and the failed calls leave nothing behind.
+func rwNoUpgrade(t *testing.T, b Backend) {
+	a, other := b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t))
+	ctx := b.ctx(t)
+	events := a.Subscribe(ctx)
+	g := mustRLock(t, b, a)
+	wantAcquired(t, b, events, rwHold(g))
+	wctx, cancel := context.WithTimeout(ctx, brief)
+	defer cancel()
+	errIs(t, takeErr(a.Lock(wctx)), context.DeadlineExceeded, "Lock of the Service that reads")
+	errIs(t, takeErr(a.TryLock(ctx)), rwlock.ErrRWLockTaken, "TryLock of the Service that reads")
+	errIs(t, takeErr(a.TryRLock(ctx)), rwlock.ErrRWLockTaken, "TryRLock of the Service that reads")
+	wantAlive(t, a, "after its upgrade failed")
+	errIs(t, takeErr(other.TryLock(ctx)), rwlock.ErrRWLockTaken, "another owner's TryLock beside the reader")
+	gr, err := other.TryRLock(ctx)
+	ok(t, err, "another owner's TryRLock beside the reader")
+	if gr.Token() != g.Token() {
+		t.Fatalf("reader beside the one whose upgrade failed got token %d, want %d", gr.Token(), g.Token())
+	}
+	ok(t, other.Release(ctx, gr), "Release")
+	ok(t, a.RUnlock(ctx), "RUnlock of the read grant after the failed upgrade")
+	wantReleased(t, b, events, rwHold(g))
+	rwFree(t, b, other, "after the reader released")
 }
 
 // rwWritersInOrder: a writer that was queued before another writer asked

@@ -17,6 +17,15 @@
 // A Service is one owner and holds at most one grant, read or write, at a
 // time: a second RLock or Lock from another goroutine of the same Service
 // waits until the first grant is released, as with lock.Service.
+//
+// So there is no upgrade, downgrade or nesting. A Lock (or a second RLock)
+// by a Service that holds a read grant does not turn it into a write grant
+// (or share it): it waits for that grant's release, and called from the
+// goroutine that holds it, it waits until its context ends and then
+// returns ctx.Err(), the read grant still held; TryLock and TryRLock fail
+// at once with ErrRWLockTaken. To write after reading, RUnlock, then Lock
+// (another writer may come between), or hold the read and the write
+// grants with two Services.
 package rwlock
 
 import (
