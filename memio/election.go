@@ -67,21 +67,12 @@ func (e electionService) Proclaim(ctx context.Context, value string) error {
 	return nil
 }
 
-func (e electionService) Resign(ctx context.Context) error { return e.resign(ctx, driver.Any) }
+func (e electionService) Resign(ctx context.Context) error { return e.release(ctx, driver.Any) }
 
 // ResignTerm resigns exactly term: ErrNotLeader if this candidate no longer
 // leads in that term, even if it has won a later one.
 func (e electionService) ResignTerm(ctx context.Context, term election.Leadership) error {
-	return e.resign(ctx, driver.CreatedAt(term.Created))
-}
-
-// resign releases the term m accepts; with ctx ended it fails with ctx's
-// error and keeps the term, as the real backends do (they send nothing).
-func (e electionService) resign(ctx context.Context, m driver.Match) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return e.release(ctx, m)
+	return e.release(ctx, driver.CreatedAt(term.Created))
 }
 
 func (e electionService) Leader(ctx context.Context) (election.Leadership, error) {

@@ -63,6 +63,8 @@ import (
 //     soon as Lock returns and none once Unlock returns or Do's context
 //     ends for a loss.
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
+//   - EndedContextKeepsHold: Unlock and Release given a context that has
+//     ended fail with its error and keep the hold.
 func TestLock(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)
@@ -88,6 +90,7 @@ func TestLock(t *testing.T, b Backend) {
 	law(t, "CancelledAtAnyMoment", func(t *testing.T) { lockCancelledAnyMoment(t, b) })
 	law(t, "GrantTokenNow", func(t *testing.T) { lockGrantTokenNow(t, b) })
 	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "lock") })
+	law(t, "EndedContextKeepsHold", func(t *testing.T) { lockEndedContext(t, b) })
 }
 
 func mustLock(t *testing.T, b Backend, l lock.Service) lock.Grant {
@@ -538,4 +541,18 @@ func lockGrantTokenNow(t *testing.T, b Backend) {
 	if tok := <-stamped; tok != 0 {
 		t.Fatalf("token %d once Do's context ended for the loss", tok)
 	}
+}
+
+// lockEndedContext: Unlock and Release given a context that has already
+// ended release nothing and return the context's error; the hold stands.
+func lockEndedContext(t *testing.T, b Backend) {
+	l, other := b.NewLock(t, name(t)), b.NewLock(t, name(t))
+	ctx := b.ctx(t)
+	g := mustLock(t, b, l)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	errIs(t, l.Unlock(ended), context.Canceled, "Unlock with an ended context")
+	errIs(t, l.Release(ended, g), context.Canceled, "Release with an ended context")
+	errIs(t, takeErr(other.TryLock(ctx)), lock.ErrLockTaken, "TryLock after calls with an ended context (the hold must stand)")
+	ok(t, l.Release(ctx, g), "Release")
 }

@@ -52,6 +52,8 @@ import (
 //   - WaiterKeyDeleted: a waiting writer whose key is deleted fails with
 //     ErrLost within half a TTL.
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
+//   - EndedContextKeepsHold: RUnlock, Unlock and Release given a context
+//     that has ended fail with its error and keep the grant.
 func TestRWLock(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)
@@ -77,6 +79,7 @@ func TestRWLock(t *testing.T, b Backend) {
 	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "rwlock") })
 	law(t, "CancelledAtAnyMoment", func(t *testing.T) { rwCancelledAnyMoment(t, b) })
 	law(t, "WaiterKeyDeleted", func(t *testing.T) { rwWaiterKeyDeleted(t, b) })
+	law(t, "EndedContextKeepsHold", func(t *testing.T) { rwEndedContext(t, b) })
 }
 
 func mustRLock(t *testing.T, b Backend, l rwlock.Service) rwlock.Grant {
@@ -610,4 +613,24 @@ func rwPause(t *testing.T, b Backend) {
 	wantEnded(t, b, r, primitives.ErrLost)
 	errIs(t, r.RUnlock(ctx), primitives.ErrLost, "RUnlock after the paused session expired")
 	ok(t, w.Unlock(ctx), "Unlock")
+}
+
+// rwEndedContext: RUnlock, Unlock and Release given a context that has
+// already ended release nothing and return the context's error; the grant
+// stands.
+func rwEndedContext(t *testing.T, b Backend) {
+	a, other := b.NewRWLock(t, name(t)), b.NewRWLock(t, name(t))
+	ctx := b.ctx(t)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	g := mustRLock(t, b, a)
+	errIs(t, a.RUnlock(ended), context.Canceled, "RUnlock with an ended context")
+	errIs(t, a.Release(ended, g), context.Canceled, "Release of a read grant with an ended context")
+	errIs(t, takeErr(other.TryLock(ctx)), rwlock.ErrRWLockTaken, "TryLock after calls with an ended context (the read grant must stand)")
+	ok(t, a.RUnlock(ctx), "RUnlock")
+	g = mustWLock(t, b, a)
+	errIs(t, a.Unlock(ended), context.Canceled, "Unlock with an ended context")
+	errIs(t, a.Release(ended, g), context.Canceled, "Release of a write grant with an ended context")
+	errIs(t, takeErr(other.TryRLock(ctx)), rwlock.ErrRWLockTaken, "TryRLock after calls with an ended context (the write grant must stand)")
+	ok(t, a.Release(ctx, g), "Release")
 }

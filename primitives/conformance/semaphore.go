@@ -51,6 +51,8 @@ type SemaphoreBackend struct {
 //     holder's slot.
 //   - GrantTokenNow: a primitives.GrantToken stamps the grant's slot scope
 //     and token as soon as Acquire returns and none once Release returns.
+//   - EndedContextKeepsHold: Release given a context that has ended fails
+//     with its error and keeps the grant.
 func TestSemaphore(t *testing.T, b SemaphoreBackend) {
 	t.Helper()
 	b.check(t)
@@ -68,6 +70,7 @@ func TestSemaphore(t *testing.T, b SemaphoreBackend) {
 	law(t, "KillSession", func(t *testing.T) { semKillSession(t, b) })
 	law(t, "DeleteKey", func(t *testing.T) { semDeleteKey(t, b) })
 	law(t, "GrantTokenNow", func(t *testing.T) { semGrantTokenNow(t, b) })
+	law(t, "EndedContextKeepsHold", func(t *testing.T) { semEndedContext(t, b) })
 }
 
 func (b SemaphoreBackend) sem(t *testing.T, n int) semaphore.Service {
@@ -332,4 +335,19 @@ func semGrantTokenNow(t *testing.T, b SemaphoreBackend) {
 			t.Fatalf("cycle %d: token %d right after Release returned", i, tok)
 		}
 	}
+}
+
+// semEndedContext: Release given a context that has already ended releases
+// nothing and returns the context's error; the grant stands.
+func semEndedContext(t *testing.T, b SemaphoreBackend) {
+	a, c := b.sem(t, 1), b.sem(t, 1)
+	ctx := b.ctx(t)
+	g, err := a.Acquire(ctx)
+	ok(t, err, "Acquire")
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	errIs(t, a.Release(ended, g), context.Canceled, "Release with an ended context")
+	_, err = c.TryAcquire(ctx)
+	errIs(t, err, semaphore.ErrNoPermit, "TryAcquire after a Release with an ended context (the grant must stand)")
+	ok(t, a.Release(ctx, g), "Release")
 }
