@@ -200,6 +200,36 @@ func TestFanoutCoalescesOnlyCoalescable(t *testing.T) {
 	actor.WaitFanout(f)
 }
 
+// A coalescable event that would replace the tail with the very event
+// queued just before it drops the tail instead: a reader that has not read
+// the state A, then A changes to B and back to A, sees A once, not twice
+// in a row (an Observe that reported "no leader" twice).
+func TestFanoutCoalescingNeverRepeats(t *testing.T) {
+	f := newFanout()
+	ch := f.Subscribe(context.Background())
+	a, b := ev{coalescable: true, n: 1}, ev{coalescable: true, n: 2}
+	f.Publish(a)
+	f.Publish(b)
+	f.Publish(a)
+	f.Publish(ev{n: 3})
+	f.Publish(b)
+	f.Publish(a)
+	f.Close()
+	var got []ev
+	for e := range ch {
+		got = append(got, e)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] == got[i-1] {
+			t.Fatalf("delivered %v: %v twice in a row", got, got[i])
+		}
+	}
+	if len(got) == 0 || got[len(got)-1] != a {
+		t.Fatalf("delivered %v: the last state, %v, missing", got, a)
+	}
+	actor.WaitFanout(f)
+}
+
 func TestFanoutSubscribeFirstAndCancel(t *testing.T) {
 	f := newFanout()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -25,8 +25,12 @@ type subscriber[E any] struct {
 }
 
 // NewFanout returns a Fanout. coalescable, if not nil, marks the events that
-// may replace an unread coalescable event queued just before them; all other
-// events are delivered one by one.
+// may replace an unread coalescable event queued just before them (states,
+// of which a slow reader needs only the latest); all other events are
+// delivered one by one. An event that would replace one queued right after
+// an event equal to it (==) removes it instead, so that a reader never
+// receives one state twice in a row. Coalescable events must be of
+// comparable types.
 func NewFanout[E any](coalescable func(E) bool) *Fanout[E] {
 	return &Fanout[E]{coalescable: coalescable, subs: make(map[*subscriber[E]]struct{})}
 }
@@ -100,7 +104,16 @@ func (f *Fanout[E]) Publish(e E) {
 		// Only an unread tail may be replaced: the head (index 0) may be
 		// in the middle of being sent, so it is never touched here.
 		if n := len(s.queue); co && n > 1 && f.coalescable(s.queue[n-1]) {
-			s.queue[n-1] = e
+			if prev := s.queue[n-2]; f.coalescable(prev) && any(prev) == any(e) {
+				// Back to the state before the tail: the reader is to
+				// see it once. The head may be read meanwhile; it is
+				// only looked at.
+				var zero E
+				s.queue[n-1] = zero
+				s.queue = s.queue[:n-1]
+			} else {
+				s.queue[n-1] = e
+			}
 		} else {
 			s.queue = append(s.queue, e)
 		}

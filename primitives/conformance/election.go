@@ -56,6 +56,9 @@ import (
 //     ErrInvalidArgument; nothing is written.
 //   - GrantTokenNow: a primitives.GrantToken stamps the term's token as soon
 //     as Campaign returns and none once Resign returns.
+//   - ObserveNeverRepeats: an observer that does not read while leaders
+//     come and go may miss states, never the latest, and never gets one
+//     state twice in a row; every Observe law checks the latter too.
 //   - EndedContextChangesNothing: Proclaim, Resign and ResignTerm given a
 //     context that has ended fail with its error and keep the term and its
 //     value.
@@ -65,6 +68,7 @@ func TestElection(t *testing.T, b Backend) {
 	law(t, "OneLeaderAndFailover", func(t *testing.T) { electOneLeader(t, b) })
 	law(t, "ProclaimKeepsTerm", func(t *testing.T) { electProclaim(t, b) })
 	law(t, "ObserveEveryTerm", func(t *testing.T) { electObserve(t, b) })
+	law(t, "ObserveNeverRepeats", func(t *testing.T) { electObserveNoRepeat(t, b) })
 	law(t, "ObserveStartsWithCurrentState", func(t *testing.T) { electObserveFirst(t, b) })
 	law(t, "SecondCampaignWaits", func(t *testing.T) { electSecondCampaign(t, b) })
 	law(t, "CancelledCampaignLeavesNothing", func(t *testing.T) { electCancelled(t, b) })
@@ -106,10 +110,11 @@ func sameTerm(a, b election.Leadership) bool {
 var noLeader = election.Leadership{}
 
 // observer reads an Observe channel, checking that leaders' tokens never
-// go back.
+// go back and that no state comes twice in a row.
 type observer struct {
 	ch   <-chan election.Leadership
 	last fencing.Token
+	prev *election.Leadership
 }
 
 // observe calls e.Observe, which must return within the patience (the
@@ -135,6 +140,10 @@ func (o *observer) next(t *testing.T, b Backend) election.Leadership {
 			}
 			o.last = l.Token()
 		}
+		if o.prev != nil && sameTerm(*o.prev, l) {
+			t.Fatalf("observed %+v twice in a row", l)
+		}
+		o.prev = &l
 		return l
 	case <-time.After(b.patience()):
 		t.Fatalf("nothing observed within %v", b.patience())
@@ -278,6 +287,23 @@ func electObserve(t *testing.T, b Backend) {
 		obs.until(t, b, noLeader)
 	}
 	increasing(t, "successive leaders", tokens...)
+}
+
+// electObserveNoRepeat: an observer that reads nothing while leaders come
+// and go may miss states in between, but never sees one state twice in a
+// row (the no-leader state that came back before it read, say), and sees
+// the latest.
+func electObserveNoRepeat(t *testing.T, b Backend) {
+	watcher, e := b.NewElection(t, name(t)), b.NewElection(t, name(t))
+	ctx := b.ctx(t)
+	obs := observe(t, b, watcher) // not read until the end
+	for i := range 3 {
+		mustCampaign(t, b, e, fmt.Sprint("term ", i))
+		ok(t, e.Resign(ctx), "Resign")
+	}
+	last := mustCampaign(t, b, e, "last")
+	obs.until(t, b, last)
+	ok(t, e.Resign(ctx), "Resign")
 }
 
 // electObserveFirst: Observe's first value is the state when it was called,
