@@ -336,8 +336,12 @@ func (svc *service) release(ctx context.Context, m driver.Match) error {
 	}
 	// A delete the connection cut short is tried again until the service
 	// ends (the session's end takes the znode; the caller learns the loss)
-	// or ctx does.
-	gone, derr := svc.s.deleteNode(ctx, svc.stop, h.Key, true)
+	// or ctx does. The client's requests take no context, so the delete
+	// runs on a session helper, and the release returns when ctx ends
+	// even while ZooKeeper does not answer: its outcome unknown, the
+	// release failed, and the grant stands (a deletion seen later ends it
+	// Released).
+	gone, derr := svc.deleteHeld(ctx, h.Key)
 	out := driver.Deleted
 	switch {
 	case gone:
@@ -355,6 +359,29 @@ func (svc *service) release(ctx context.Context, m driver.Match) error {
 		return err
 	}
 	return settled
+}
+
+// deleteHeld is deleteNode of a held grant's znode, again and again, on a
+// session helper: it returns deleteNode's answer, or ctx's error once ctx
+// ends first (the delete may still land).
+func (svc *service) deleteHeld(ctx context.Context, node string) (gone bool, err error) {
+	type result struct {
+		gone bool
+		err  error
+	}
+	done := make(chan result, 1)
+	if !svc.s.helper(func() {
+		gone, err := svc.s.deleteNode(ctx, svc.stop, node, true)
+		done <- result{gone, err}
+	}) {
+		return svc.s.deleteNode(ctx, svc.stop, node, true) // the session is closing
+	}
+	select {
+	case r := <-done:
+		return r.gone, r.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 }
 
 // end ends the service with err: Lost (cause) for its grant, or Released
