@@ -233,6 +233,9 @@ func RetireRWLock(ctx context.Context, s *Session, path string) error {
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
+	if err := s.Err(); err != nil {
+		return fail(err)
+	}
 	children, _, err := s.conn.Children(p)
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return fail(err)

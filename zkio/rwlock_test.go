@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/rwlock"
 	"github.com/ahrtr/disco/zkio"
 )
@@ -77,5 +78,23 @@ func TestRetireRWLock(t *testing.T) {
 		if !errors.Is(err, zkio.ErrInvalidArgument) || len(err.Error()) > 200 {
 			t.Errorf("RetireRWLock(%v, %.20q): %v, want a short ErrInvalidArgument", bad.s != nil, bad.path, err)
 		}
+	}
+}
+
+// RetireRWLock on a session that was closed (or lost) fails with the
+// session's error, wrapping primitives.ErrClosed (ErrLost), not the
+// client's bare "connection closed".
+func TestRetireRWLockOnEndedSession(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	s, err := zkio.NewSession(servers, zkio.WithSessionTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zkio.RetireRWLock(context.Background(), s, "/rwlock/retire-closed"); !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("RetireRWLock on a closed session: %v, want ErrClosed", err)
 	}
 }
