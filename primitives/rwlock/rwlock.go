@@ -23,9 +23,10 @@
 // (or share it): it waits for that grant's release, and called from the
 // goroutine that holds it, it waits until its context ends and then
 // returns ctx.Err(), the read grant still held; TryLock and TryRLock fail
-// at once with ErrRWLockTaken. To write after reading, RUnlock, then Lock
-// (another writer may come between), or hold the read and the write
-// grants with two Services.
+// at once with ErrRWLockTaken. To write after reading, RUnlock, then Lock:
+// another writer may come between, so read again under the write grant.
+// (A second Service of the same process cannot help: its Lock waits for
+// the first Service's read grant like anyone's.)
 package rwlock
 
 import (
