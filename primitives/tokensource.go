@@ -57,6 +57,9 @@ type GrantToken struct {
 	holder GrantHolder // nil: the events alone say the grant
 	cur    atomic.Pointer[heldGrant]
 	done   chan struct{}
+	// stop is FollowGrants' ctx.Done(): once it is closed the token is
+	// none, before follow has noticed.
+	stop <-chan struct{}
 }
 
 type heldGrant struct {
@@ -80,6 +83,7 @@ func FollowGrants(ctx context.Context, scope string, s Subscriber) *GrantToken {
 		close(g.done)
 		return g
 	}
+	g.stop = ctx.Done()
 	g.scoper, _ = s.(GrantScoper)
 	g.holder, _ = s.(GrantHolder)
 	go g.follow(SubscribeHolds(ctx, s))
@@ -136,14 +140,16 @@ func (g *GrantToken) end(t fencing.Token, created int64) {
 
 // now returns the grant to stamp, nil if none.
 func (g *GrantToken) now() *heldGrant {
-	cur := g.cur.Load()
-	if g.holder == nil {
-		return cur
-	}
 	select {
+	case <-g.stop: // nil, never ready, for a GrantToken that follows nothing
+		return nil
 	case <-g.done:
 		return nil
 	default:
+	}
+	cur := g.cur.Load()
+	if g.holder == nil {
+		return cur
 	}
 	a, ok := g.holder.CurrentGrant()
 	switch {
