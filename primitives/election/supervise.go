@@ -81,7 +81,9 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption {
 // bound construction only (a backend's WithContext), never the Service's life.
 // Supervise owns every Service it builds and closes each before it builds
 // the next and before it returns, so nothing it campaigned with is left in
-// the backend.
+// the backend. If fn panics, Supervise does not recover: the term is
+// resigned (as Lead resigns it), the Service closed and its events
+// delivered to OnEvent, and the panic goes on out of Supervise unchanged.
 //
 // Compared with Curator's LeaderSelector with autoRequeue and client-go's
 // leaderelection, which also requeue a candidate after it loses:

@@ -206,3 +206,50 @@ func TestSuperviseWaitsForResumeAfterSuspension(t *testing.T) {
 		t.Fatalf("Supervise = %v, want context.Canceled", err)
 	}
 }
+
+// fn panics under a supervisor and its caller recovers: the panic goes on
+// out of Supervise, unchanged, after the grant was released, the Service
+// closed and its events delivered to OnEvent; nothing is left in the store.
+func TestSupervisePanicClosesService(t *testing.T) {
+	testkit.NoLeaks(t)
+	st := memio.NewStore()
+	recovered := func(f func()) (v any) {
+		defer func() { v = recover() }()
+		f()
+		return nil
+	}
+	var l lock.Service
+	var events []primitives.Event
+	v := recovered(func() {
+		_ = lock.Supervise(context.Background(), func(context.Context) (lock.Service, error) {
+			var err error
+			l, err = memio.NewLock(st, "/l")
+			return l, err
+		}, func(context.Context, lock.Grant) error { panic("boom") },
+			lock.OnEvent(func(e primitives.Event) { events = append(events, e) }))
+	})
+	if v != "boom" {
+		t.Fatalf("lock.Supervise: recovered %v, want fn's panic", v)
+	}
+	if !errors.Is(l.Err(), primitives.ErrClosed) || len(st.Keys("/l/")) != 0 {
+		t.Fatalf("lock.Supervise after fn panicked: Service's Err %v, keys %v; want it closed, nothing left", l.Err(), st.Keys("/l/"))
+	}
+	if len(events) != 2 {
+		t.Fatalf("lock.Supervise after fn panicked: OnEvent got %v, want Acquired and Released", events)
+	}
+
+	var e election.Service
+	v = recovered(func() {
+		_ = election.Supervise(context.Background(), func(context.Context) (election.Service, error) {
+			var err error
+			e, err = memio.NewElection(st, "/e")
+			return e, err
+		}, "a", func(context.Context, election.Leadership) error { panic("boom") })
+	})
+	if v != "boom" {
+		t.Fatalf("election.Supervise: recovered %v, want fn's panic", v)
+	}
+	if !errors.Is(e.Err(), primitives.ErrClosed) || len(st.Keys("/e/")) != 0 {
+		t.Fatalf("election.Supervise after fn panicked: Service's Err %v, keys %v; want it closed, nothing left", e.Err(), st.Keys("/e/"))
+	}
+}

@@ -64,7 +64,9 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption {
 // errors wrapping primitives.ErrInvalidArgument (backends' bad-input errors
 // do). Every
 // Service it builds is closed before the next is built and before it
-// returns.
+// returns. If fn panics, Supervise does not recover: the grant is released
+// (as Do releases it), the Service closed and its events delivered to
+// OnEvent, and the panic goes on out of Supervise unchanged.
 //
 // Where it is safer than a lease-based singleton (client-go's
 // leaderelection, Curator's LeaderSelector with autoRequeue): each hold's

@@ -59,7 +59,8 @@ func lostTerm(err error) bool {
 // until ctx ends, term's fn returns without a loss, or an error that no
 // retry can cure comes up. helper names the caller in errors (e.g.
 // "election.Supervise"). Every service built is closed before Run returns,
-// and before the next one is built.
+// and before the next one is built; also when term panics (fn did), which
+// Run lets go on.
 func Run[S Service](ctx context.Context, helper string, newService func(context.Context) (S, error),
 	term func(context.Context, S) Result, opts []Option) error {
 	cfg, err := build(helper, opts)
