@@ -196,23 +196,24 @@ func retrying(ctx context.Context, s *Session, try func(retried bool) error) err
 
 // Wait returns once the barrier's znode is absent: at once if it is, or
 // when its watch reports its deletion (even if the barrier was held again
-// since: Release lets a Wait return once it has looked, unless the
-// connection was down across the Release and the next Hold, or was
-// re-established around the look), or the watch
-// fires otherwise and a new look finds it gone. A watch an earlier Wait
-// left (see spares) counts only if it had not fired by the time this
-// Wait's look was answered (see existing). It fails when ctx
-// ends (with ctx.Err()) or the session does (wrapping ErrLost or
-// ErrClosed). On a shared session a Wait that ends leaves at most its one
-// watch registered, which the barrier's next Wait reuses; it goes when the
-// znode next changes or the session ends.
+// since: Release lets a Wait return once it has looked), or the watch
+// fires otherwise and a new look finds it gone or finds another znode than
+// the Wait's first look did (a newer czxid: the barrier was released and
+// held again since, while no watch of the Wait's stood at the server, as
+// across a reconnect). A watch an earlier Wait left (see spares) counts
+// only if it had not fired by the time this Wait's look was answered (see
+// look). It fails when ctx ends (with ctx.Err()) or the session does
+// (wrapping ErrLost or ErrClosed). On a shared session a Wait that ends
+// leaves at most its one watch registered, which the barrier's next Wait
+// reuses; it goes when the znode next changes or the session ends.
 func (b *zkBarrier) Wait(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	err := b.call(ctx, "wait", func(s *Session) error {
+		var first since
 		for {
-			exists, ch, err := b.watches.existing(s.conn, b.path)
+			exists, ch, err := b.watches.look(s.requests, b.path, &first)
 			switch {
 			case retryable(err):
 				if !s.pause(ctx, nil) {
@@ -276,10 +277,36 @@ func (w *spares) exists(conn *zk.Conn, path string) (bool, *zk.Stat, <-chan zk.E
 // that had not fired when this look's answer came (the client hands a
 // watch its event before the answer of any later request); a spare that
 // had fired is dropped, and a watch set instead.
-func (w *spares) existing(conn *zk.Conn, path string) (bool, <-chan zk.Event, error) {
+func (w *spares) existing(conn requestConn, path string) (bool, <-chan zk.Event, error) {
+	return w.look(conn, path, &since{})
+}
+
+// since is the znode a caller's first look found: its czxid, once seen.
+type since struct {
+	czxid int64
+	seen  bool
+}
+
+// same reports whether st is of the znode the first look found (it is, if
+// it is the first found).
+func (f *since) same(st *zk.Stat) bool {
+	if !f.seen {
+		f.czxid, f.seen = st.Czxid, true
+	}
+	return st.Czxid == f.czxid
+}
+
+// look is existing for a caller that looks more than once: it reports
+// path absent also when it finds another znode than the caller's first
+// look found (first), which was deleted since then. A look on a spare
+// that had fired takes two requests, the spare's Exists and then a GetW;
+// a znode deleted and created again between them, while no watch of the
+// caller's stood at the server, is another by its czxid. Absent, it
+// keeps the watch it holds as a spare.
+func (w *spares) look(conn requestConn, path string, first *since) (bool, <-chan zk.Event, error) {
 	if ch := w.take(path); ch != nil {
-		ok, _, err := conn.Exists(path)
-		if err != nil || !ok {
+		ok, st, err := conn.Exists(path)
+		if err != nil || !ok || !first.same(st) {
 			w.keep(path, ch)
 			return false, nil, err
 		}
@@ -290,11 +317,17 @@ func (w *spares) existing(conn *zk.Conn, path string) (bool, <-chan zk.Event, er
 			return true, ch, nil
 		}
 	}
-	_, _, ch, err := conn.GetW(path)
-	if errors.Is(err, zk.ErrNoNode) {
+	_, st, ch, err := conn.GetW(path)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return false, nil, nil
+	case err != nil:
+		return false, nil, err
+	case !first.same(st):
+		w.keep(path, ch)
 		return false, nil, nil
 	}
-	return err == nil, ch, err
+	return true, ch, nil
 }
 
 // take returns path's spare watch if it has not fired, and drops every

@@ -284,7 +284,7 @@ func TestBarrierReleaseThenHoldFreesWaiters(t *testing.T) {
 // server's answers until the Wait has asked.
 func TestBarrierWaitIgnoresAnEarlierRelease(t *testing.T) {
 	t.Parallel()
-	ctx, admin, px, w := waiterWithEarlierWatch(t, "/bwait-earlier")
+	ctx, admin, px, _, w := waiterWithEarlierWatch(t, "/bwait-earlier")
 	const path = "/bwait-earlier"
 	// Released and held again, the event held back on its way.
 	px.PauseRx()
@@ -327,7 +327,7 @@ func TestBarrierWaitIgnoresAnEarlierRelease(t *testing.T) {
 // own watch does. The proxy tells when the Wait's look was answered.
 func TestBarrierWaitOnAnEarlierWatchSeesARelease(t *testing.T) {
 	t.Parallel()
-	ctx, admin, px, w := waiterWithEarlierWatch(t, "/bwait-spare")
+	ctx, admin, px, _, w := waiterWithEarlierWatch(t, "/bwait-spare")
 	const path = "/bwait-spare"
 	var asked atomic.Bool
 	answered := make(chan struct{}, 1)
@@ -374,10 +374,10 @@ func TestBarrierWaitOnAnEarlierWatchSeesARelease(t *testing.T) {
 }
 
 // waiterWithEarlierWatch holds the barrier at path and returns a waiter on
-// a session of its own through px, whose first Wait ended with its ctx
-// once its watch was set (kept for the next Wait), an admin connection and
-// a ctx that ends with the test.
-func waiterWithEarlierWatch(t *testing.T, path string) (context.Context, *zk.Conn, *faultproxy.Proxy, barrier.Barrier) {
+// a session of its own through px (and that session), whose first Wait
+// ended with its ctx once its watch was set (kept for the next Wait), an
+// admin connection and a ctx that ends with the test.
+func waiterWithEarlierWatch(t *testing.T, path string) (context.Context, *zk.Conn, *faultproxy.Proxy, *zkio.Session, barrier.Barrier) {
 	t.Helper()
 	servers := startZooKeeper(t)
 	admin := adminConn(t, servers)
@@ -409,7 +409,117 @@ func waiterWithEarlierWatch(t *testing.T, path string) (context.Context, *zk.Con
 	if err := <-ended; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the first Wait: %v", err)
 	}
-	return ctx, admin, px, w
+	return ctx, admin, px, s, w
+}
+
+// TestBarrierWaitSeesAReleaseBetweenItsRequests: a Wait whose look finds
+// the watch an earlier Wait left fired (here by a Release and Hold made
+// before the look was answered) sets a watch of its own in a second
+// request; a Release made between the two, the barrier held again before
+// the second, ends the Wait: its second request finds another znode than
+// its first did.
+func TestBarrierWaitSeesAReleaseBetweenItsRequests(t *testing.T) {
+	t.Parallel()
+	const path = "/bwait-between"
+	ctx, admin, _, s, w := waiterWithEarlierWatch(t, path)
+	releaseAndHold := func() {
+		data, _, err := admin.Get(path)
+		if err == nil {
+			_, err = admin.Multi(&zk.DeleteRequest{Path: path, Version: -1},
+				&zk.CreateRequest{Path: path, Data: data, Acl: zk.WorldACL(zk.PermAll)})
+		}
+		if err != nil {
+			t.Errorf("release and hold: %v", err)
+		}
+	}
+	var looks atomic.Int32
+	zkio.AroundExists(s, path,
+		func() {
+			if looks.Load() == 0 {
+				releaseAndHold() // the earlier watch fires before the look is answered
+			}
+		},
+		func() {
+			if looks.Add(1) == 1 {
+				releaseAndHold() // after the look, before the Wait's own watch
+			}
+		})
+	wctx, stop := context.WithTimeout(ctx, 5*time.Second)
+	defer stop()
+	if err := w.Wait(wctx); err != nil {
+		t.Fatalf("a Wait whose barrier was released (and held again) between its look and its watch: %v, want nil", err)
+	}
+	if n := looks.Load(); n != 1 {
+		t.Fatalf("%d looks on the earlier watch, want 1", n)
+	}
+}
+
+// TestBarrierWaitSeesAReleaseWhileDisconnected: a Wait whose connection
+// was down across a Release and the next Hold returns once the client is
+// back: the watch the client sets again on reconnecting reports the new
+// znode as a change of data, not the deletion, and the Wait's next look
+// finds another znode than its first did. The session's connection goes
+// through one of two proxies: the test closes that one with every link
+// (the deletion's event is lost with it) and holds the other's bytes
+// until the barrier was released and held again.
+func TestBarrierWaitSeesAReleaseWhileDisconnected(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const path = "/bwait-disconnected"
+	var pxs []*faultproxy.Proxy
+	var addrs []string
+	for range 2 {
+		px, err := faultproxy.Listen("127.0.0.1:0", servers[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.Close() })
+		pxs, addrs = append(pxs, px), append(addrs, px.Addr())
+	}
+	holder, err := zkio.NewBarrier(servers, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Release(context.Background()) })
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(addrs))
+	w, err := zkio.NewBarrier(nil, path, zkio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Wait(ctx) }()
+	testkit.Eventually(t, 10*time.Second, "the Wait's watch", func() bool { return zkio.Watchers(s) > 0 })
+	on, other := pxs[0], pxs[1]
+	if zkio.ServerOf(s) == addrs[1] {
+		on, other = other, on
+	}
+	other.PauseTx()
+	if err := on.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, _, err := admin.Get(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Multi(&zk.DeleteRequest{Path: path, Version: -1},
+		&zk.CreateRequest{Path: path, Data: data, Acl: zk.WorldACL(zk.PermAll)}); err != nil {
+		t.Fatal(err)
+	}
+	other.UnpauseTx()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Wait whose connection was down across a Release and the next Hold still waits 10 s after the client reconnected")
+	}
 }
 
 // TestBarrierReleaseWithZnodesUnder: a barrier whose znode has others under

@@ -162,14 +162,15 @@ func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 }
 
 // requestConn is what a create of a queue's or a double barrier's znode,
-// its lookup when the answer was lost, and deleteNode ask of the
-// connection.
+// its lookup when the answer was lost, deleteNode and a barrier's Wait
+// ask of the connection.
 type requestConn interface {
 	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	Children(path string) ([]string, *zk.Stat, error)
 	Multi(ops ...any) ([]zk.MultiResponse, error)
 	Exists(path string) (bool, *zk.Stat, error)
 	Delete(path string, version int32) error
+	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
 }
 
 // create writes a new ephemeral sequential znode carrying marker in the
