@@ -325,7 +325,9 @@
 //
 // A helper refreshes the session every TTL/3 with one script that sets the
 // session key's PX expiry, and its holds' keys', to the TTL and reports
-// which hold keys are gone. The server set the expiry no earlier than the
+// which hold keys are gone. A refresh gives up after TTL/3 (on a clone of
+// the client whose read and write timeouts are at most that), so that one
+// whose reply is lost does not hold back the next. The server set the expiry no earlier than the
 // request was sent, so the session's clock (driver.Clock) counts the
 // deadline from the send time of the latest acknowledged refresh, never
 // from the reply's arrival. WithSuspendAfter's part of the TTL (half by

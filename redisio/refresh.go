@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/internal/testhook"
@@ -107,10 +108,15 @@ func (s *Session) holdKeys() []string {
 
 // refresher extends the session's key and its holds' keys every TTL/3 and
 // tells the loop when each acknowledged request was sent, and when one
-// found the connection broken.
+// found the connection broken. Each refresh gives up after TTL/3, so that
+// one whose reply is lost does not hold back the next: go-redis heeds a
+// context's deadline only on a client made with ContextTimeoutEnabled, so
+// the refreshes run on a clone of the client whose own timeouts are at
+// most TTL/3.
 func (s *Session) refresher() {
 	defer s.helpers.Done()
 	every := s.ttl / 3
+	cli := withTimeoutAtMost(s.cli, every)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -126,7 +132,7 @@ func (s *Session) refresher() {
 		}
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		res, err := refreshScript.Run(ctx, s.cli, keys, s.ttl.Milliseconds()).Result()
+		res, err := refreshScript.Run(ctx, cli, keys, s.ttl.Milliseconds()).Result()
 		cancel()
 		if err != nil {
 			s.log.Debug("redisio: refresh", zap.Int64("session", s.id), zap.Error(err))
@@ -151,4 +157,15 @@ func (s *Session) refresher() {
 		}
 		s.mb.Post(func() { s.refreshed(sent, rtt, gone, missing) })
 	}
+}
+
+// withTimeoutAtMost returns cli if its read and write timeouts are both
+// at most d, else a clone of it (sharing its connections) whose timeouts
+// are d.
+func withTimeoutAtMost(cli *redis.Client, d time.Duration) *redis.Client {
+	o := cli.Options()
+	if o.ReadTimeout > 0 && o.ReadTimeout <= d && o.WriteTimeout > 0 && o.WriteTimeout <= d {
+		return cli
+	}
+	return cli.WithTimeout(d)
 }
