@@ -130,7 +130,8 @@
 //   - Client retries: go-redis sends a command again when its reply does
 //     not come (MaxRetries, 3 by default). redisio sends the scripts that
 //     queue or release a hold at most once each and repeats them itself,
-//     while the caller's context and the session live: a repeated enqueue
+//     while the caller's context and the session live (an enqueue's
+//     repeats end with its primitive's Close too): a repeated enqueue
 //     first looks for the hold the attempt whose reply was lost queued (by
 //     the attempt's nonce) and keeps it; a repeated release that finds its
 //     hold gone counts it released (it cannot tell its own lost attempt's

@@ -63,9 +63,11 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 	// nonce and keeps it, and enqueues anew only if it finds none. A
 	// failed enqueue's hold is withdrawn by its nonce; one the search
 	// misses (the script ran after it) is refreshed by nobody and dies
-	// with the session's current expiry.
+	// with the session's current expiry. The repeats end with the service
+	// (its Close, or its session's end): an enqueue repeated for a closed
+	// service would only queue a hold to withdraw.
 	var nonce, found string
-	res, _, err := inAttempts(ctx, v.s.done, func() ([]int64, error) {
+	res, _, err := inAttempts(ctx, v.Done(), func() ([]int64, error) {
 		if nonce != "" { // the last attempt's reply was lost
 			key, err := v.findNonce(nonce)
 			if err != nil || key != "" {
@@ -83,8 +85,8 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 			// answer, whatever the request met.
 			return driver.Hold{}, v.errf("enqueue: %w (%v)", cerr, err)
 		}
-		if serr := v.s.Err(); serr != nil {
-			return driver.Hold{}, v.errf("enqueue: %w (%v)", serr, err)
+		if verr := v.Err(); verr != nil { // closed, or its session ended
+			return driver.Hold{}, v.errf("enqueue: %w (%v)", verr, err)
 		}
 		return driver.Hold{}, v.errf("enqueue: %w", err)
 	}
