@@ -250,7 +250,9 @@ func (v *service) Close() error {
 		// The acquisition under way ends first: a party's Enter may keep
 		// its key (in a complete round) as the service ends, and Close
 		// deletes it then.
-		v.awaitAcquisition()
+		wait, stop := context.WithTimeout(context.Background(), closeTimeout)
+		v.awaitAcquisition(wait)
+		stop()
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		for _, r := range refs {
 			if _, err := v.s.release(ctx, nil, r); err != nil {
@@ -286,13 +288,11 @@ func (v *service) endAcquisition() { <-v.busy }
 
 // awaitAcquisition waits, once the service has ended, for the acquisition
 // under way, if any, to return, and keeps any other from starting: it
-// fails at Err after beginAcquisition. Bounded by closeTimeout.
-func (v *service) awaitAcquisition() {
-	t := time.NewTimer(closeTimeout)
-	defer t.Stop()
+// fails at Err after beginAcquisition. Bounded by ctx (closeTimeout).
+func (v *service) awaitAcquisition(ctx context.Context) {
 	select {
 	case v.busy <- struct{}{}:
-	case <-t.C:
+	case <-ctx.Done():
 		v.s.log.Warn("redisio: Close gave up waiting for an acquisition under way", zap.String("name", v.name))
 	}
 }

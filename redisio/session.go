@@ -165,25 +165,37 @@ func (s *Session) Err() error {
 }
 
 // Close ends every primitive on the session (they see Released for what
-// they held), deletes their keys and the session's key in Redis, and stops
-// the loop. It never closes the client.
+// they held), waits (within closeTimeout) for their acquisitions under way
+// to withdraw what their scripts wrote, as a primitive's Close does,
+// deletes their keys and the session's key in Redis, and stops the loop.
+// It never closes the client.
 func (s *Session) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
-	keys, err := loopCall(s, context.Background(), func() ([]holdRef, error) {
+	type ended struct {
+		refs     []holdRef
+		services []*service
+	}
+	e, err := loopCall(s, context.Background(), func() (ended, error) {
 		if s.ended {
-			return nil, s.Err()
+			return ended{}, s.Err()
 		}
 		err := fmt.Errorf("redisio: session %d: %w", s.id, primitives.ErrClosed)
-		var refs []holdRef
+		var e ended
 		for v := range s.services {
-			refs = append(refs, v.endLoop(err, "")...)
+			e.refs = append(e.refs, v.endLoop(err, "")...)
+			e.services = append(e.services, v)
 		}
 		s.end(err)
-		return refs, nil
+		return e, nil
 	})
 	if err == nil {
-		s.cleanup(keys)
+		wait, stop := context.WithTimeout(context.Background(), closeTimeout)
+		for _, v := range e.services {
+			v.awaitAcquisition(wait)
+		}
+		stop()
+		s.cleanup(e.refs)
 	}
 	s.shutdown()
 	if errors.Is(err, primitives.ErrClosed) {
