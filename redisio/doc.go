@@ -326,10 +326,11 @@
 //
 // A helper refreshes the session every TTL/3 with one script that sets the
 // session key's PX expiry, and its holds' keys', to the TTL and reports
-// which hold keys are gone. A refresh gives up after TTL/3 (on a clone of
-// the client whose read and write timeouts are at most that), so that one
-// whose reply is lost does not hold back the next. The server set the expiry no earlier than the
-// request was sent, so the session's clock (driver.Clock) counts the
+// which hold keys are gone. A refresh does not wait for the one before it
+// (at most three are under way, each giving up after the TTL), so one
+// whose reply is lost, or a Redis slower than TTL/3 to answer, holds back
+// no other. The server set the expiry no earlier than the request was
+// sent, so the session's clock (driver.Clock) counts the
 // deadline from the send time of the latest acknowledged refresh, never
 // from the reply's arrival. WithSuspendAfter's part of the TTL (half by
 // default) without an acknowledgement, or a refresh that finds the

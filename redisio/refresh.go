@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -108,17 +109,22 @@ func (s *Session) holdKeys() []string {
 
 // refresher extends the session's key and its holds' keys every TTL/3 and
 // tells the loop when each acknowledged request was sent, and when one
-// found the connection broken. Each refresh gives up after TTL/3, so that
-// one whose reply is lost does not hold back the next: go-redis heeds a
-// context's deadline only on a client made with ContextTimeoutEnabled, so
-// the refreshes run on a clone of the client whose own timeouts are at
-// most TTL/3.
+// found the connection broken. A refresh does not wait for the one before
+// it: one whose reply is lost, or a Redis slower than TTL/3 to answer,
+// holds back no other, and an answer that comes within the TTL counts by
+// its send time (see driver.Clock). At most maxRefreshes are under way;
+// each gives up after the TTL (an acknowledgement later than that renews
+// nothing), on a clone of the client whose own timeouts are at most the
+// TTL, as go-redis heeds a context's deadline only on a client made with
+// ContextTimeoutEnabled.
 func (s *Session) refresher() {
 	defer s.helpers.Done()
-	every := s.ttl / 3
-	cli := withTimeoutAtMost(s.cli, every)
-	t := time.NewTicker(every)
+	cli := withTimeoutAtMost(s.cli, s.ttl)
+	t := time.NewTicker(s.ttl / 3)
 	defer t.Stop()
+	slots := make(chan struct{}, maxRefreshes)
+	var underway sync.WaitGroup
+	defer underway.Wait()
 	for {
 		select {
 		case <-t.C:
@@ -126,37 +132,55 @@ func (s *Session) refresher() {
 			return
 		}
 		testhook.WaitRenewal(s, s.quit)
+		select {
+		case slots <- struct{}{}:
+		default:
+			continue // maxRefreshes unanswered: the clock decides
+		}
 		keys, err := loopCall(s, context.Background(), func() ([]string, error) { return s.holdKeys(), nil })
 		if err != nil {
 			return
 		}
-		sent := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		res, err := refreshScript.Run(ctx, cli, keys, s.ttl.Milliseconds()).Result()
-		cancel()
-		if err != nil {
-			s.log.Debug("redisio: refresh", zap.Int64("session", s.id), zap.Error(err))
-			if connBroken(err) {
-				at := time.Now()
-				s.mb.Post(func() { s.broken(at) })
-			}
-			continue
-		}
-		rtt := time.Since(sent)
-		var missing []string
-		gone := false
-		switch r := res.(type) {
-		case int64:
-			gone = r == -1
-		case []any:
-			for _, k := range r {
-				if k, ok := k.(string); ok {
-					missing = append(missing, k)
-				}
-			}
-		}
-		s.mb.Post(func() { s.refreshed(sent, rtt, gone, missing) })
+		underway.Add(1)
+		go func() {
+			defer underway.Done()
+			defer func() { <-slots }()
+			s.refresh(cli, keys)
+		}()
 	}
+}
+
+// maxRefreshes bounds the refreshes under way at once: a TTL's worth.
+const maxRefreshes = 3
+
+// refresh sends one refresh of keys and tells the loop its outcome.
+func (s *Session) refresh(cli *redis.Client, keys []string) {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+	res, err := refreshScript.Run(ctx, cli, keys, s.ttl.Milliseconds()).Result()
+	cancel()
+	if err != nil {
+		s.log.Debug("redisio: refresh", zap.Int64("session", s.id), zap.Error(err))
+		if connBroken(err) {
+			at := time.Now()
+			s.mb.Post(func() { s.broken(at) })
+		}
+		return
+	}
+	rtt := time.Since(sent)
+	var missing []string
+	gone := false
+	switch r := res.(type) {
+	case int64:
+		gone = r == -1
+	case []any:
+		for _, k := range r {
+			if k, ok := k.(string); ok {
+				missing = append(missing, k)
+			}
+		}
+	}
+	s.mb.Post(func() { s.refreshed(sent, rtt, gone, missing) })
 }
 
 // withTimeoutAtMost returns cli if its read and write timeouts are both
