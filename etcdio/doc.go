@@ -50,17 +50,19 @@
 //
 // # Loss, suspension and resumption
 //
-// The keepalive renews the lease every TTL/3 and tells the loop when each
-// acknowledged request was sent. The server extended the lease no earlier
-// than that, so the loop counts its deadline from the send time, never from
-// the reply's arrival. When no keepalive has been acknowledged for a part of
-// the TTL (WithSuspendAfter, default one half), every holder gets Suspended
-// with that deadline: no one else can acquire before it. An acknowledgement
-// in time brings Resumed. The session is lost when the deadline passes, or
-// at once when etcd answers that the lease is gone. Then every primitive on
-// it gets Lost for what it held, its waiters fail, Done closes, and every
-// later call fails with an error wrapping primitives.ErrLost. Close instead
-// revokes the lease, so others proceed at once rather than after the TTL.
+// The keepalive renews the lease every TTL/3 (every two thirds of the
+// suspension point if that is sooner, see WithSuspendAfter) and tells the
+// loop when each acknowledged request was sent. The server extended the
+// lease no earlier than that, so the loop counts its deadline from the send
+// time, never from the reply's arrival. When no keepalive has been
+// acknowledged for a part of the TTL (WithSuspendAfter, default one half),
+// every holder gets Suspended with that deadline: no one else can acquire
+// before it. An acknowledgement in time brings Resumed. The session is lost
+// when the deadline passes, or at once when etcd answers that the lease is
+// gone. Then every primitive on it gets Lost for what it held, its waiters
+// fail, Done closes, and every later call fails with an error wrapping
+// primitives.ErrLost. Close instead revokes the lease, so others proceed at
+// once rather than after the TTL.
 //
 // If a held key disappears, the session asks etcd whether its lease is
 // still there: if not, the session is lost (the cause names the lease);

@@ -14,9 +14,10 @@ import (
 	"github.com/ahrtr/disco/primitives/driver"
 )
 
-// keepalive renews the lease every TTL/3 on one keepalive stream, reopened
-// when it breaks, and posts each acknowledgement to the loop together with
-// the time its request was sent. It runs until the session ends.
+// keepalive renews the lease every TTL/3 (more often with a WithSuspendAfter
+// part below 1/2: see renewInterval) on one keepalive stream, reopened when
+// it breaks, and posts each acknowledgement to the loop together with the
+// time its request was sent. It runs until the session ends.
 //
 // A stream whose acknowledgement is late is given up and a new one opened,
 // which the client's balancer may place on another member: a member cut off
@@ -27,7 +28,7 @@ import (
 // is still heard.
 func (s *Session) keepalive() {
 	defer s.wg.Done()
-	interval := s.ttl / 3
+	interval := s.renewEvery
 	retry := min(interval, 200*time.Millisecond)
 	s.ackWait = s.firstAckWait()
 	lc := pb.NewLeaseClient(s.cli.ActiveConnection())
@@ -55,10 +56,20 @@ func (s *Session) keepalive() {
 	}
 }
 
+// renewInterval is how long the keepalive waits after an acknowledgement
+// before it renews again: a third of the TTL, or two thirds of the
+// suspension point if that is sooner (WithSuspendAfter below 1/2), so that
+// a healthy session is confirmed well before its holders would be
+// Suspended, whatever WithSuspendAfter's part: a third of the suspension
+// point is left for the round trip (a sixth of the TTL by default).
+func renewInterval(ttl, suspendAfter time.Duration) time.Duration {
+	return min(ttl/3, suspendAfter*2/3)
+}
+
 // firstAckWait is how long a keepalive waits for its acknowledgement after
 // one that came in time.
 func (s *Session) firstAckWait() time.Duration {
-	return min(max(s.ttl/10, 500*time.Millisecond), s.ttl/3)
+	return min(max(s.ttl/10, 500*time.Millisecond), s.renewEvery)
 }
 
 // keepaliveStream runs one keepalive stream until it breaks (true) or the

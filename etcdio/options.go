@@ -105,8 +105,9 @@ func WithCancelOnSuspend() Option {
 // WithSuspendAfter sets how long a session may go without an acknowledged
 // keepalive, as a part of its TTL (greater than 0, less than 1), before its
 // holders get Suspended. The default is 1/2: a keepalive is sent every third
-// of the TTL, so a healthy session is confirmed well before. Not allowed
-// together with WithSession.
+// of the TTL, so a healthy session is confirmed well before. With a smaller
+// part, keepalives go every two thirds of it instead, so a healthy session
+// is never Suspended. Not allowed together with WithSession.
 func WithSuspendAfter(part float64) Option {
 	return func(o *options) { o.SuspendAfter, o.SuspendSet = part, true }
 }

@@ -65,6 +65,9 @@ type Session struct {
 	// ackWait is how long the keepalive helper waits for an acknowledgement
 	// (see keepalive). Owned by the keepalive helper.
 	ackWait time.Duration
+	// renewEvery is the pause between an acknowledgement and the next
+	// keepalive (see renewInterval).
+	renewEvery time.Duration
 	// bound is the bound of the session's next attempt (see attempt).
 	bound attemptBound
 	// unsure holds the keys to delete once more after their deletion (see
@@ -151,6 +154,7 @@ func newSession(cli *clientv3.Client, o options) (*Session, error) {
 		claims:   make(map[string]claim),
 		services: make(map[*service]struct{}),
 	}
+	s.renewEvery = renewInterval(ttl, s.clock.SuspendAfter())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.timer = time.NewTimer(time.Until(s.clock.Next()))
 	s.wg.Add(1)
