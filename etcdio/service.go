@@ -346,7 +346,9 @@ func (svc *service) finish(err error) {
 // Close ends the service: its grant is released and its waiting key
 // withdrawn, in etcd too. With its own session, the session's Close revokes
 // the lease; on a shared session the keys are deleted, and a delete that
-// fails is retried in the background while the session lives.
+// fails is retried in the background while the session lives. While etcd
+// does not answer, Close waits for one attempt of the delete (see the
+// package doc: 2 s at first, up to 8 s) and returns its error.
 func (svc *service) Close() error {
 	_, _, err := svc.closeEnding()
 	return err

@@ -187,12 +187,14 @@ func (s *Session) Err() error {
 }
 
 // Close ends the session and revokes its lease, so that everything held under
-// it is released in etcd at once rather than after the TTL. A session lost on
-// this side (no keepalive acknowledged in time) may still have its lease in
-// etcd, renewed by keepalives that were on their way: Close tries to revoke
-// it too, within one request's bound, and returns nil whatever the answer
-// (a lease etcd still has then expires within its TTL). It never closes the
-// etcd client. A second Close returns an error wrapping ErrClosed.
+// it is released in etcd at once rather than after the TTL. However many
+// primitives run on it, Close makes one request, the revoke, and waits for its
+// answer at most 5 s (and returns its error if etcd does not answer). A
+// session lost on this side (no keepalive acknowledged in time) may still have
+// its lease in etcd, renewed by keepalives that were on their way: Close tries
+// to revoke it too, within one request's bound, and returns nil whatever the
+// answer (a lease etcd still has then expires within its TTL). It never closes
+// the etcd client. A second Close returns an error wrapping ErrClosed.
 func (s *Session) Close() error {
 	first := false
 	s.closeOnce.Do(func() {
