@@ -15,7 +15,7 @@ import (
 )
 
 // keepalive renews the lease every TTL/3 (more often with a WithSuspendAfter
-// part below 1/2: see renewInterval) on one keepalive stream, reopened when
+// part below 1/2: see driver.Clock.RenewEvery) on one keepalive stream, reopened when
 // it breaks, and posts each acknowledgement to the loop together with the
 // time its request was sent. It runs until the session ends.
 //
@@ -54,16 +54,6 @@ func (s *Session) keepalive() {
 			return
 		}
 	}
-}
-
-// renewInterval is how long the keepalive waits after an acknowledgement
-// before it renews again: a third of the TTL, or two thirds of the
-// suspension point if that is sooner (WithSuspendAfter below 1/2), so that
-// a healthy session is confirmed well before its holders would be
-// Suspended, whatever WithSuspendAfter's part: a third of the suspension
-// point is left for the round trip (a sixth of the TTL by default).
-func renewInterval(ttl, suspendAfter time.Duration) time.Duration {
-	return min(ttl/3, suspendAfter*2/3)
 }
 
 // firstAckWait is how long a keepalive waits for its acknowledgement after

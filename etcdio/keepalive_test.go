@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/internal/testkit"
 )
 
 // TestHealthySessionNeverSuspended: a session whose keepalives are all
@@ -29,17 +29,5 @@ func TestHealthySessionNeverSuspended(t *testing.T) {
 	if _, err := l.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Two TTLs: several keepalives, each acknowledged within milliseconds.
-	quiet := time.After(2 * ttl)
-	for {
-		select {
-		case ev := <-events:
-			if sus, ok := ev.(primitives.Suspended); ok {
-				t.Fatalf("healthy session Suspended (%v of its TTL left): keepalives go less often than WithSuspendAfter allows",
-					time.Until(sus.Deadline))
-			}
-		case <-quiet:
-			return
-		}
-	}
+	testkit.NeverSuspended(t, events, 2*ttl) // two TTLs: several keepalives
 }

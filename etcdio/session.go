@@ -66,7 +66,7 @@ type Session struct {
 	// (see keepalive). Owned by the keepalive helper.
 	ackWait time.Duration
 	// renewEvery is the pause between an acknowledgement and the next
-	// keepalive (see renewInterval).
+	// keepalive (see driver.Clock.RenewEvery).
 	renewEvery time.Duration
 	// bound is the bound of the session's next attempt (see attempt).
 	bound attemptBound
@@ -154,7 +154,7 @@ func newSession(cli *clientv3.Client, o options) (*Session, error) {
 		claims:   make(map[string]claim),
 		services: make(map[*service]struct{}),
 	}
-	s.renewEvery = renewInterval(ttl, s.clock.SuspendAfter())
+	s.renewEvery = s.clock.RenewEvery()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.timer = time.NewTimer(time.Until(s.clock.Next()))
 	s.wg.Add(1)

@@ -85,8 +85,10 @@ func WithTTL(d time.Duration) Option {
 
 // WithSuspendAfter sets the part of the TTL (0 < p < 1, default
 // driver.DefaultSuspendAfter, a half) that the session may go without an
-// acknowledged refresh before its holders get Suspended. Not allowed
-// together with WithSession, whose session has its own.
+// acknowledged refresh before its holders get Suspended. The session
+// refreshes every third of the TTL, or with a part below 1/2 every two
+// thirds of that part, so a healthy session is never Suspended. Not
+// allowed together with WithSession, whose session has its own.
 func WithSuspendAfter(p float64) Option {
 	return func(o *options) { o.SuspendAfter, o.SuspendSet = p, true }
 }

@@ -107,7 +107,8 @@ func (s *Session) holdKeys() []string {
 	return keys
 }
 
-// refresher extends the session's key and its holds' keys every TTL/3 and
+// refresher extends the session's key and its holds' keys every TTL/3 (more
+// often with a WithSuspendAfter part below 1/2: driver.Clock.RenewEvery) and
 // tells the loop when each acknowledged request was sent, and when one
 // found the connection broken. A refresh does not wait for the one before
 // it: one whose reply is lost, or a Redis slower than TTL/3 to answer,
@@ -120,7 +121,7 @@ func (s *Session) holdKeys() []string {
 func (s *Session) refresher() {
 	defer s.helpers.Done()
 	cli := withTimeoutAtMost(s.cli, s.ttl)
-	t := time.NewTicker(s.ttl / 3)
+	t := time.NewTicker(s.clock.RenewEvery())
 	defer t.Stop()
 	slots := make(chan struct{}, maxRefreshes)
 	var underway sync.WaitGroup

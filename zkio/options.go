@@ -96,7 +96,10 @@ func WithSessionTimeout(d time.Duration) Option {
 // WithSuspendAfter sets the part of the negotiated session timeout (0 < p <
 // 1; default driver.DefaultSuspendAfter, a half) the session may go unheard
 // from by the server before its holders get Suspended; a broken connection
-// suspends them at once. Not allowed together with WithSession.
+// suspends them at once. The client pings an idle connection every third
+// of the timeout; with a part below 1/2 the session also asks the server
+// something every two thirds of that part, so a healthy session is never
+// Suspended. Not allowed together with WithSession.
 func WithSuspendAfter(p float64) Option {
 	return func(o *options) { o.SuspendAfter, o.SuspendSet = p, true }
 }

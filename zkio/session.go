@@ -160,7 +160,21 @@ func newSession(servers []string, o options) (*Session, error) {
 	ttl := s.Timeout()
 	s.clock = driver.NewClock(sent, ttl, driver.SuspendPart(ttl, s.part))
 	go s.run()
+	if every := s.clock.RenewEvery(); every < ttl/3 {
+		s.helper(func() { s.renew(every) })
+	}
 	return s, nil
+}
+
+// renew asks the server something every interval until the session ends,
+// for a session whose WithSuspendAfter part is below 1/2: the client pings
+// an idle connection only every third of the timeout, and the answers are
+// what confirm the session (see wire), so that a healthy session is never
+// Suspended (driver.Clock.RenewEvery). Helper.
+func (s *Session) renew(every time.Duration) {
+	for s.sleep(every) {
+		_, _, _ = s.conn.Exists("/")
+	}
 }
 
 // The ZooKeeper client's send buffer holds one request: by default 1.5 MiB,

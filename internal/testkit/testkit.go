@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ahrtr/disco/metrics"
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
@@ -201,4 +202,22 @@ func SilentEndpoint(t testing.TB) (addr string, accepted <-chan struct{}) {
 		wg.Wait()
 	})
 	return ln.Addr().String(), first
+}
+
+// NeverSuspended fails t if a Suspended event comes on events within d:
+// a healthy session's renewals go often enough for its suspension point.
+func NeverSuspended(t testing.TB, events <-chan primitives.Event, d time.Duration) {
+	t.Helper()
+	quiet := time.After(d)
+	for {
+		select {
+		case ev := <-events:
+			if sus, ok := ev.(primitives.Suspended); ok {
+				t.Fatalf("healthy session Suspended (%v of its TTL left): renewals go less often than WithSuspendAfter allows",
+					time.Until(sus.Deadline))
+			}
+		case <-quiet:
+			return
+		}
+	}
 }

@@ -72,6 +72,13 @@ func (c *Clock) TTL() time.Duration { return c.ttl }
 // SuspendAfter is how long without an acknowledged renewal suspends.
 func (c *Clock) SuspendAfter() time.Duration { return c.suspendAfter }
 
+// RenewEvery is how often a session renews: a third of the TTL, or two
+// thirds of the suspension point if that is sooner (a WithSuspendAfter
+// part below 1/2), so that a healthy session is confirmed well before its
+// holders would be Suspended, whatever the part: a third of the suspension
+// point is left for the round trip (a sixth of the TTL by default).
+func (c *Clock) RenewEvery() time.Duration { return min(c.ttl/3, c.suspendAfter*2/3) }
+
 // Deadline is when the lease surely ends unless renewed meanwhile.
 func (c *Clock) Deadline() time.Time { return c.deadline }
 
