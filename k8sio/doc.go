@@ -53,7 +53,8 @@
 //
 // # Leading and losing
 //
-// A session renews every Lease it holds every third of its TTL (an idle
+// A session renews every Lease it holds every third of its TTL (with a
+// WithSuspendAfter part below 1/2, every two thirds of that part; an idle
 // session asks for the server's version instead). The driver engine's
 // clock rules apply: the deadline counts from the send of the last round
 // of renewals all acknowledged; the holders are Suspended after

@@ -36,7 +36,9 @@ func WithTTL(d time.Duration) Option { return func(o *options) { o.TTL, o.TTLSet
 
 // WithSuspendAfter sets the part of the TTL (0 < part < 1, default 1/2) a
 // session may go without an acknowledged renewal before its holders get
-// Suspended. Not with WithSession.
+// Suspended. Renewals go every third of the TTL, or with a part below 1/2
+// every two thirds of that part, so a healthy session is never Suspended.
+// Not with WithSession.
 func WithSuspendAfter(part float64) Option {
 	return func(o *options) { o.SuspendAfter, o.SuspendSet = part, true }
 }

@@ -29,7 +29,8 @@ const opTimeout = 5 * time.Second
 // Session is one identity on the API server: the holderIdentity of the
 // Leases it holds, one event loop that renews them, and the elections that
 // run on it. Kubernetes keeps no session of its own: the session's
-// liveness is its renewals. Every third of the TTL its loop renews every
+// liveness is its renewals. Every third of the TTL (with a WithSuspendAfter
+// part below 1/2, every two thirds of that part) its loop renews every
 // Lease it holds (an idle session asks the server's version instead), and
 // a round counts once all of them are acknowledged; its holders are
 // Suspended after WithSuspendAfter's part of the TTL without a counted
@@ -101,7 +102,7 @@ func newSession(cs kubernetes.Interface, o options) (*Session, error) {
 		services: map[*service]struct{}{},
 		clock:    driver.NewClock(sent, o.TTL, driver.SuspendPart(o.TTL, o.SuspendAfter)),
 	}
-	s.nextRound = sent.Add(o.TTL / 3)
+	s.nextRound = sent.Add(s.clock.RenewEvery())
 	s.helpers.Add(1)
 	go s.run()
 	return s, nil
@@ -384,6 +385,6 @@ func (s *Session) renew() {
 		return
 	}
 	s.metrics.Renewed(now.Sub(sent), s.clock.Deadline().Sub(now))
-	s.nextRound = sent.Add(s.ttl / 3)
+	s.nextRound = sent.Add(s.clock.RenewEvery())
 	s.observe(s.clock.Renewed(sent, now, 0))
 }
