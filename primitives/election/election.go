@@ -60,8 +60,9 @@ type Service interface {
 	Term() (Leadership, bool)
 	// Observe delivers the current leader first, then each change. A zero
 	// Leadership (Key == "") means no leader. Leaders' tokens never go back;
-	// a slow reader may miss intermediate states but always gets the latest.
-	// The channel is closed when ctx ends or the Service is done.
+	// a slow reader may miss intermediate states but always gets the latest,
+	// and never gets one state twice in a row. The channel is closed when
+	// ctx ends or the Service is done.
 	Observe(ctx context.Context) <-chan Leadership
 	// Subscribe delivers Acquired when this candidate wins, Released when it
 	// resigns, Lost when its term ends involuntarily, and LeaderChanged for
