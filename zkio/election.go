@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/go-zookeeper/zk"
 
@@ -23,10 +24,16 @@ func NewElection(servers []string, path string, opts ...Option) (election.Servic
 	if err != nil {
 		return nil, err
 	}
-	return &zkElection{svc}, nil
+	return &zkElection{service: svc}, nil
 }
 
-type zkElection struct{ *service }
+type zkElection struct {
+	*service
+	// proclaims orders the Proclaims' writes, each with its record of the
+	// value: a Proclaim that gave up leaves its write under way, and the
+	// next one waits for it, so the term's value is the last write's.
+	proclaims sync.Mutex
+}
 
 func leadership(h driver.Hold) election.Leadership {
 	return election.Leadership{Key: h.Key, Value: h.Value, FencingToken: h.Token, LeaseID: h.LeaseID, Created: h.Created}
@@ -74,9 +81,11 @@ func (e *zkElection) Proclaim(ctx context.Context, value string) error {
 	}
 }
 
-// set writes value to the znode of term h and records it as the term's.
-// Helper.
+// set writes value to the znode of term h and records it as the term's,
+// after the writes of the Proclaims before. Helper.
 func (e *zkElection) set(h driver.Hold, value string) error {
+	e.proclaims.Lock()
+	defer e.proclaims.Unlock()
 	if _, err := e.s.conn.Set(h.Key, []byte(value), -1); err != nil {
 		if errors.Is(err, zk.ErrNoNode) {
 			return election.ErrNotLeader
