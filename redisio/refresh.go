@@ -126,6 +126,11 @@ func (s *Session) refresher() {
 	slots := make(chan struct{}, maxRefreshes)
 	var underway sync.WaitGroup
 	defer underway.Wait()
+	// At the session's end the refreshes under way stop at their current
+	// attempt (go-redis checks the context between its attempts), so that
+	// Close waits for one attempt at most.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	for {
 		select {
 		case <-t.C:
@@ -146,7 +151,7 @@ func (s *Session) refresher() {
 		go func() {
 			defer underway.Done()
 			defer func() { <-slots }()
-			s.refresh(cli, keys)
+			s.refresh(ctx, cli, keys)
 		}()
 	}
 }
@@ -154,10 +159,11 @@ func (s *Session) refresher() {
 // maxRefreshes bounds the refreshes under way at once: a TTL's worth.
 const maxRefreshes = 3
 
-// refresh sends one refresh of keys and tells the loop its outcome.
-func (s *Session) refresh(cli *redis.Client, keys []string) {
+// refresh sends one refresh of keys, until ctx ends or the TTL passes,
+// and tells the loop its outcome.
+func (s *Session) refresh(ctx context.Context, cli *redis.Client, keys []string) {
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+	ctx, cancel := context.WithTimeout(ctx, s.ttl)
 	res, err := refreshScript.Run(ctx, cli, keys, s.ttl.Milliseconds()).Result()
 	cancel()
 	if err != nil {
