@@ -3,7 +3,6 @@ package etcdio_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/fencing/guard/storetest"
-	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/internal/testkit"
 )
 
@@ -87,27 +85,6 @@ func TestMarkStoreBadInput(t *testing.T) {
 	}
 }
 
-// pausedClient returns a client of the test server whose every byte goes
-// through a proxy, and the proxy, so that a test can cut the client off.
-func pausedClient(t *testing.T) (*clientv3.Client, *faultproxy.Proxy) {
-	t.Helper()
-	u, err := url.Parse(etcdtest.Endpoints()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	px, err := faultproxy.Listen("127.0.0.1:0", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = px.Close() })
-	cli, err := embedded.NewClient([]string{"http://" + px.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli, px
-}
-
 // TestMarkStoreBoundsRequests: with etcd unreachable (the link to it holds
 // every byte), a Load or Raise whose context has no deadline ends within the
 // store's request timeout with an error wrapping context.DeadlineExceeded.
@@ -116,7 +93,7 @@ func TestMarkStoreBoundsRequests(t *testing.T) {
 	testkit.NoLeaks(t)
 	prefix := prefixOf(t) + "/"
 	dropPrefix(t, prefix)
-	cli, px := pausedClient(t)
+	cli, px := etcdtest.NewProxiedClient(t)
 	const bound = 500 * time.Millisecond
 	s, err := etcdio.NewMarkStore(cli, prefix, etcdio.WithMarkStoreTimeout(bound))
 	if err != nil {

@@ -2,13 +2,10 @@ package etcdio
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
-	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
-	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/internal/testkit"
 )
 
@@ -18,20 +15,7 @@ import (
 // attempt after the first ran out.
 func TestSemaphoreCloseUnreachableWaitsOneAttempt(t *testing.T) {
 	testkit.NoLeaks(t)
-	u, err := url.Parse(etcdtest.Endpoints()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	px, err := faultproxy.Listen("127.0.0.1:0", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = px.Close() })
-	cli, err := embedded.NewClient([]string{"http://" + px.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli, px := etcdtest.NewProxiedClient(t)
 	s, err := NewSession(cli, WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)

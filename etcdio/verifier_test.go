@@ -3,17 +3,14 @@ package etcdio_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
 	"github.com/ahrtr/disco/fencing"
-	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -158,20 +155,7 @@ func TestVerifierRWLock(t *testing.T) {
 // request as unverified and keeps its mark).
 func TestVerifierBounded(t *testing.T) {
 	testkit.NoLeaks(t)
-	u, err := url.Parse(etcdtest.Endpoints()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	px, err := faultproxy.Listen("127.0.0.1:0", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = px.Close() })
-	cli, err := embedded.NewClient([]string{"http://" + px.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli, px := etcdtest.NewProxiedClient(t)
 	v, err := etcdio.NewVerifier(cli, "lock", prefixOf(t), etcdio.WithVerifierTimeout(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

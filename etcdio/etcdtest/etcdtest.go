@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ahrtr/disco/etcdio/embedded"
+	"github.com/ahrtr/disco/internal/faultproxy"
 )
 
 // childEnv marks the child process that serves etcd for its parent.
@@ -44,6 +46,28 @@ func NewClient(t testing.TB) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// NewProxiedClient returns a client of the server Main started through a
+// fault proxy of its own (to cut the client off, delay or pause it), both
+// closed when t ends.
+func NewProxiedClient(t testing.TB) (*clientv3.Client, *faultproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := faultproxy.Listen("127.0.0.1:0", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	cli, err := embedded.NewClient([]string{"http://" + px.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli, px
 }
 
 // Main runs the tests of m against an etcd server, then checks that no
