@@ -83,26 +83,45 @@ func endpointsOf(eps []string) (scheme string, addrs []string, err error) {
 	return scheme, addrs, nil
 }
 
+// service is what the command knows of a coordination service before it
+// connects: the one place a scheme of --endpoints maps to a service.
+type service struct {
+	// name is the service's name in messages: "etcd", "ZooKeeper", "Redis".
+	name string
+	// checkName is its library's CheckName: the check its constructors make
+	// of a name, which connects to nothing.
+	checkName func(name string) error
+	// dial connects to the service at addrs, which has answered within the
+	// dial timeout.
+	dial func(g *globals, ctx context.Context, addrs []string) (backend, error)
+}
+
+// services are the services by scheme.
+var services = map[string]service{
+	schemeEtcd:  {"etcd", etcdio.CheckName, (*globals).dialEtcd},
+	schemeZK:    {"ZooKeeper", zkio.CheckName, (*globals).dialZK},
+	schemeRedis: {"Redis", redisio.CheckName, (*globals).dialRedis},
+}
+
+// service returns the service of g.endpoints and its addresses.
+func (g *globals) service() (service, []string, error) {
+	scheme, addrs, err := endpointsOf(g.endpoints)
+	if err != nil {
+		return service{}, nil, usageErr(err)
+	}
+	return services[scheme], addrs, nil
+}
+
 // serviceRefuses returns the usage error for a NAME that the service of
-// g.endpoints refuses, by its library's CheckName: the check its
-// constructors make of a name, which connects to nothing. The error names
-// NAME and the service and says which rule NAME breaks.
+// g.endpoints refuses. The error names NAME and the service and says which
+// rule NAME breaks.
 func (g *globals) serviceRefuses(name string) error {
-	scheme, _, err := endpointsOf(g.endpoints)
+	s, _, err := g.service()
 	if err != nil {
-		return usageErr(err)
+		return err
 	}
-	service := "etcd"
-	switch scheme {
-	case schemeZK:
-		service, err = "ZooKeeper", zkio.CheckName(name)
-	case schemeRedis:
-		service, err = "Redis", redisio.CheckName(name)
-	default:
-		err = etcdio.CheckName(name)
-	}
-	if err != nil {
-		return usageErr(fmt.Errorf("NAME %s: not a name disco can use on %s: %w", quote.Name(name), service, err))
+	if err := s.checkName(name); err != nil {
+		return usageErr(fmt.Errorf("NAME %s: not a name disco can use on %s: %w", quote.Name(name), s.name, err))
 	}
 	return nil
 }
@@ -110,16 +129,14 @@ func (g *globals) serviceRefuses(name string) error {
 // dial connects to the service of g.endpoints, which has answered within
 // the dial timeout.
 func (g *globals) dial(ctx context.Context) (backend, error) {
-	scheme, addrs, err := endpointsOf(g.endpoints)
+	s, addrs, err := g.service()
 	if err != nil {
-		return nil, usageErr(err)
+		return nil, err
 	}
-	switch scheme {
-	case schemeZK:
-		return g.dialZK(ctx, addrs)
-	case schemeRedis:
-		return g.dialRedis(ctx, addrs[0])
-	}
+	return s.dial(g, ctx, addrs)
+}
+
+func (g *globals) dialEtcd(ctx context.Context, addrs []string) (backend, error) {
 	cli, err := g.connect(ctx, addrs)
 	if err != nil {
 		return nil, err
@@ -227,7 +244,9 @@ type redisBackend struct {
 	cli *redis.Client
 }
 
-func (g *globals) dialRedis(ctx context.Context, addr string) (backend, error) {
+// dialRedis connects to addrs[0] (endpointsOf takes one Redis primary).
+func (g *globals) dialRedis(ctx context.Context, addrs []string) (backend, error) {
+	addr := addrs[0]
 	opt, err := redis.ParseURL("redis://" + addr)
 	if err != nil {
 		return nil, usageErr(fmt.Errorf("--endpoints redis://%s: %w", addr, err))

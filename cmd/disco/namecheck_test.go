@@ -79,8 +79,8 @@ func refusedNames() map[string]map[string]string {
 	}
 }
 
-// services are the stores' names in disco's messages.
-var services = map[string]string{"etcd": "etcd", "zookeeper": "ZooKeeper", "redis": "Redis"}
+// serviceNames are the stores' names in disco's messages.
+var serviceNames = map[string]string{"etcd": "etcd", "zookeeper": "ZooKeeper", "redis": "Redis"}
 
 // checkRefused runs each command on a NAME that the service at ep refuses
 // and fails t unless it exits 2 with a line that names NAME, the service
@@ -112,10 +112,10 @@ func TestRefusedNameBeforeConnecting(t *testing.T) {
 		t.Run(st.store, func(t *testing.T) {
 			addr, accepted := silentEndpoint(t)
 			for name, rule := range refusedNames()[st.store] {
-				checkRefused(t, st.scheme+addr, services[st.store], name, rule)
+				checkRefused(t, st.scheme+addr, serviceNames[st.store], name, rule)
 			}
 			if n := accepted(); n != 0 {
-				t.Errorf("disco connected %d times to the %s endpoint to refuse a NAME", n, services[st.store])
+				t.Errorf("disco connected %d times to the %s endpoint to refuse a NAME", n, serviceNames[st.store])
 			}
 		})
 	}
@@ -127,7 +127,7 @@ func TestRefusedNameMessageOnEveryStore(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			ep := st.start(t)
 			for name, rule := range refusedNames()[st.name] {
-				checkRefused(t, ep, services[st.name], name, rule)
+				checkRefused(t, ep, serviceNames[st.name], name, rule)
 			}
 		})
 	}
