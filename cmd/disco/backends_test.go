@@ -275,3 +275,26 @@ func TestHangupIgnoredUnderNohup(t *testing.T) {
 		t.Fatalf("after SIGTERM: exit status %d, stdout %q; want 0, CMD never told of the SIGHUP", code, p.stdout)
 	}
 }
+
+// --kind overrides the kind the layout tells, on every store: a lock's
+// holder read as an election is its leader, with its value; it is never
+// left out of the queue, as if nobody held.
+func TestStatusKindFlagOnEveryStore(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			ep := st.start(t)
+			name := nameOf(t) + "-" + st.name
+			holder := startDisco(t, "--endpoints", ep, "lock", "--value", "node-a", name, "--", "sh", "-c", holdScript)
+			holder.stdout.await(t, "token=", 15*time.Second)
+			code, out, errOut := runDisco(t, 15*time.Second, "--endpoints", ep, "status", "--kind", "election", name)
+			want := `(?m)^` + regexp.QuoteMeta(name) + `: election \(kind from flag\), 1 key.*\n.*\n1 +leader +"node-a" `
+			if code != 0 || !regexp.MustCompile(want).MatchString(out) {
+				t.Errorf("status --kind election of a held lock: exit %d, stderr %q, stdout:\n%s\nwant the holder as the leader (%s)", code, errOut, out, want)
+			}
+			holder.stdin.Close()
+			if code := holder.wait(t, 10*time.Second); code != 5 {
+				t.Fatalf("holder: exit %d, want CMD's 5; stderr:\n%s", code, holder.stderr)
+			}
+		})
+	}
+}

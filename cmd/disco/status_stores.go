@@ -106,8 +106,11 @@ func (b *zkBackend) status(ctx context.Context, name, kind string) (*report, err
 	}
 	writerAhead := false
 	for _, e := range a.es {
-		if e.kind != r.Kind {
-			continue
+		if r.KindFrom == "layout" && e.kind != r.Kind {
+			continue // another kind's znode under NAME: not this layout's
+		}
+		if r.Kind == kindRWLock && e.mode == "" {
+			e.mode = "write" // read as etcd's status reads a key not a reader's
 		}
 		q := queueEntry{Position: len(r.Queue) + 1, Key: e.node, CreatedRevision: e.stat.Czxid,
 			Lease: leaseHex(e.stat.EphemeralOwner), Mode: e.mode}
