@@ -81,7 +81,9 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption {
 // bound construction only (a backend's WithContext), never the Service's life.
 // Supervise owns every Service it builds and closes each before it builds
 // the next and before it returns, so nothing it campaigned with is left in
-// the backend. If fn panics, Supervise does not recover: the term is
+// the backend. A Service that newService returns along with an error
+// (built, then a later step failed) is closed at once and never used; such
+// a Service must be safe to Close. If fn panics, Supervise does not recover: the term is
 // resigned (as Lead resigns it), the Service closed and its events
 // delivered to OnEvent, and the panic goes on out of Supervise unchanged.
 //

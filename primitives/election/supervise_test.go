@@ -291,3 +291,30 @@ func TestLeadEndsWithErrClosedAtClose(t *testing.T) {
 		t.Fatalf("Lead = %v, want an error wrapping ErrClosed", err)
 	}
 }
+
+// A newService that returns a Service along with an error (built, then
+// a check of it failed) gets that Service closed: Supervise does not
+// campaign with it, and does not leak its session.
+func TestSuperviseClosesServiceReturnedWithError(t *testing.T) {
+	f := newFixture(t)
+	calls := 0
+	var failed election.Service
+	flaky := func(ctx context.Context) (election.Service, error) {
+		s, err := f.newService(ctx)
+		if calls++; calls == 1 && err == nil {
+			failed = s
+			return s, errors.New("warm-up failed")
+		}
+		return s, err
+	}
+	err := election.Supervise(testCtx(t, 20*time.Second), flaky, "v", func(ctx context.Context, l election.Leadership) error {
+		return nil
+	}, fast)
+	if err != nil {
+		t.Fatalf("Supervise = %v, want nil after one retry", err)
+	}
+	if failed == nil || !errors.Is(failed.Err(), primitives.ErrClosed) {
+		t.Fatalf("the service returned with an error: %v, want it closed", failed)
+	}
+	f.check(t)
+}

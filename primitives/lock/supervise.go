@@ -62,10 +62,12 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption {
 // primitives.ErrSuspended is lost, whatever fn returned, and Supervise
 // tries again; so are failed newService and Lock calls, with backoff, except
 // errors wrapping primitives.ErrInvalidArgument (backends' bad-input errors
-// do). Every
-// Service it builds is closed before the next is built and before it
-// returns. If fn panics, Supervise does not recover: the grant is released
-// (as Do releases it), the Service closed and its events delivered to
+// do). Every Service it builds is closed before the next is built and
+// before it returns. A Service that newService returns along with an error
+// (built, then a later step failed) is closed at once and never used, so
+// nothing it set up is left behind; such a Service must be safe to Close.
+// If fn panics, Supervise does not recover: the grant is released (as Do
+// releases it), the Service closed and its events delivered to
 // OnEvent, and the panic goes on out of Supervise unchanged.
 //
 // Where it is safer than a lease-based singleton (client-go's

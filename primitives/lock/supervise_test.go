@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -122,5 +123,62 @@ func TestSuperviseWorkerRejoinsAndStops(t *testing.T) {
 	}
 	if n := w.keys(t); n != 0 {
 		t.Fatalf("%d keys left", n)
+	}
+}
+
+// A newService that returns a Service along with an error (built, then
+// a check of it failed) gets that Service closed: Supervise does not use it,
+// and does not leak its session, whether it then retries, gives up on an
+// invalid argument, or returns because ctx ended.
+func TestSuperviseClosesServiceReturnedWithError(t *testing.T) {
+	w := newSingleton(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var failed []lock.Service
+	withError := func(err error) func(ctx context.Context) (lock.Service, error) {
+		return func(ctx context.Context) (lock.Service, error) {
+			s, nerr := w.newService(ctx)
+			if nerr != nil {
+				return nil, nerr
+			}
+			failed = append(failed, s)
+			return s, err
+		}
+	}
+	fn := func(ctx context.Context, g lock.Grant) error { return nil }
+
+	// Retried: the first Service came with an error, the second without.
+	calls := 0
+	flaky := func(ctx context.Context) (lock.Service, error) {
+		if calls++; calls == 1 {
+			return withError(errors.New("warm-up failed"))(ctx)
+		}
+		return w.newService(ctx)
+	}
+	if err := lock.Supervise(ctx, flaky, fn, fast); err != nil {
+		t.Fatalf("Supervise = %v, want nil after one retry", err)
+	}
+	// Permanent: an error wrapping ErrInvalidArgument.
+	bad := fmt.Errorf("bad option: %w", primitives.ErrInvalidArgument)
+	if err := lock.Supervise(ctx, withError(bad), fn, fast); !errors.Is(err, bad) {
+		t.Fatalf("Supervise = %v, want the constructor's error", err)
+	}
+	// ctx ended while newService ran.
+	cctx, ccancel := context.WithCancel(ctx)
+	ended := func(ctx context.Context) (lock.Service, error) {
+		s, err := withError(context.Canceled)(ctx)
+		ccancel()
+		return s, err
+	}
+	if err := lock.Supervise(cctx, ended, fn, fast); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Supervise = %v, want context.Canceled", err)
+	}
+	if len(failed) != 3 {
+		t.Fatalf("%d services came with an error, want 3", len(failed))
+	}
+	for i, s := range failed {
+		if !errors.Is(s.Err(), primitives.ErrClosed) {
+			t.Errorf("service %d, returned with an error: Err = %v, want it closed", i, s.Err())
+		}
 	}
 }

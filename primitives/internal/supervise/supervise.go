@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/ahrtr/disco/internal/ctxtime"
@@ -60,7 +61,8 @@ func lostTerm(err error) bool {
 // retry can cure comes up. helper names the caller in errors (e.g.
 // "election.Supervise"). Every service built is closed before Run returns,
 // and before the next one is built; also when term panics (fn did), which
-// Run lets go on.
+// Run lets go on. A non-nil service that newService returns along with an
+// error is closed at once and never used.
 func Run[S Service](ctx context.Context, helper string, newService func(context.Context) (S, error),
 	term func(context.Context, S) Result, opts []Option) error {
 	cfg, err := build(helper, opts)
@@ -80,6 +82,12 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 		var why error
 		if !r.live {
 			s, err := newService(ctx)
+			if err != nil && !isNil(s) {
+				// Built, then something failed: Run does not use it, and
+				// does not leak it either. Its Close error adds nothing to
+				// err.
+				_ = s.Close()
+			}
 			switch {
 			case err == nil && isNil(s):
 				return fmt.Errorf("%s: newService returned a nil Service and no error: %w", helper, primitives.ErrInvalidArgument)
@@ -164,10 +172,18 @@ func awaitResume(ctx context.Context, s Service) bool {
 	return true
 }
 
-// isNil reports whether s is a nil interface.
+// isNil reports whether s is nil: a nil interface, or one holding a nil
+// pointer (a constructor that returns (*T)(nil) as its Service).
 func isNil[S any](s S) bool {
-	var v any = s
-	return v == nil
+	v := reflect.ValueOf(any(s))
+	if !v.IsValid() {
+		return true
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Interface, reflect.Slice, reflect.UnsafePointer:
+		return v.IsNil()
+	}
+	return false
 }
 
 // runner holds the current service and the goroutine that forwards its

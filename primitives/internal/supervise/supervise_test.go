@@ -353,3 +353,58 @@ func TestBackoffResetsAfterLongTerm(t *testing.T) {
 		t.Fatalf("OnRetry attempts %v, want %s", attempts, want)
 	}
 }
+
+// A service that newService returns along with an error is closed, never
+// used: when Run retries, when it gives up on an invalid argument, and when
+// ctx ended. A nil one (a typed nil pointer, here) is not touched.
+func TestServiceReturnedWithErrorClosed(t *testing.T) {
+	var f factory
+	var failed []*service
+	withError := func() *service {
+		s, _ := f.new(context.Background())
+		failed = append(failed, s)
+		return s
+	}
+	flaky := errors.New("warm-up failed")
+	bad := fmt.Errorf("bad option: %w", primitives.ErrInvalidArgument)
+	calls := 0
+	newService := func(ctx context.Context) (*service, error) {
+		switch calls++; calls {
+		case 1:
+			return withError(), flaky
+		case 2:
+			return nil, flaky // a typed nil
+		}
+		return f.new(ctx)
+	}
+	var terms []int
+	term := func(ctx context.Context, s *service) Result {
+		terms = append(terms, s.id)
+		return Result{Ran: true, Began: time.Now()}
+	}
+	if err := Run(context.Background(), "test", newService, term, []Option{fast}); err != nil {
+		t.Fatalf("Run = %v, want nil after two retries", err)
+	}
+	if fmt.Sprint(terms) != "[2]" {
+		t.Fatalf("terms ran on services %v, want [2]: never on one returned with an error", terms)
+	}
+
+	err := Run(context.Background(), "test", func(context.Context) (*service, error) { return withError(), bad }, term, []Option{fast})
+	if !errors.Is(err, bad) {
+		t.Fatalf("Run = %v, want the constructor's error", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	err = Run(ctx, "test", func(context.Context) (*service, error) { cancel(); return withError(), flaky }, term, []Option{fast})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	if len(failed) != 3 {
+		t.Fatalf("%d services returned with an error, want 3", len(failed))
+	}
+	// A nil pointer and no error is no Service either.
+	err = Run(context.Background(), "test", func(context.Context) (*service, error) { return nil, nil }, term, nil)
+	if !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("Run with a constructor returning a nil *service and no error = %v, want ErrInvalidArgument", err)
+	}
+	f.allClosed(t)
+}
