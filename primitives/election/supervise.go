@@ -55,14 +55,16 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption {
 // from the start, with the new term's Leadership and its higher token.
 //
 // Supervise returns:
-//   - nil when fn returns nil with the term intact: fn's work is done, and
-//     Supervise does not campaign again;
-//   - fn's error when fn returns one with the term intact (joined with the
-//     resign's error if that failed);
+//   - nil when fn returns nil with the term intact while ctx is live: fn's
+//     work is done, and Supervise does not campaign again;
+//   - fn's error when fn returns one with the term intact while ctx is live
+//     (joined with the resign's error if that failed);
 //   - ctx.Err() once ctx has ended (joined with fn's error if fn returned
 //     one that is not ctx.Err()), after fn has returned and the term was
 //     resigned; so it composes with errgroup, where a sibling's failure
-//     cancels ctx;
+//     cancels ctx. The result is decided when fn returns: if ctx ends after
+//     that, during the resign, the two cases above stand; an fn that returns
+//     nil after ctx ended may have stopped early, and gets ctx.Err();
 //   - an error wrapping primitives.ErrInvalidArgument for a nil newService
 //     or fn, a bad option, or a newService error that wraps
 //     primitives.ErrInvalidArgument.
@@ -113,10 +115,11 @@ func Supervise(ctx context.Context, newService func(ctx context.Context) (Servic
 	if err := hold.Check("election.Supervise", false, fn == nil); err != nil {
 		return err
 	}
-	term := func(ctx context.Context, s Service) (res supervise.Result) {
-		res.Err = Lead(ctx, s, value, func(ctx context.Context, l Leadership) error {
+	term := func(superviseCtx context.Context, s Service) (res supervise.Result) {
+		res.Err = Lead(superviseCtx, s, value, func(ctx context.Context, l Leadership) error {
 			res.Ran, res.Began = true, time.Now()
 			res.FnErr = fn(ctx, l)
+			res.CtxEnded = superviseCtx.Err() != nil // before the release: see supervise.Run
 			return res.FnErr
 		})
 		return res

@@ -318,3 +318,66 @@ func TestSuperviseClosesServiceReturnedWithError(t *testing.T) {
 	}
 	f.check(t)
 }
+
+// resignHook is an election Service whose ResignTerm runs before first:
+// Lead resigns after fn returns, so before runs after fn's return and
+// before Supervise sees the term's outcome.
+type resignHook struct {
+	election.Service
+	before func()
+}
+
+func (r resignHook) ResignTerm(ctx context.Context, term election.Leadership) error {
+	r.before()
+	return r.Service.(election.TermResigner).ResignTerm(ctx, term)
+}
+
+// Supervise's result is decided when fn returns: if ctx was live then and
+// the term intact, fn's result stands, also when ctx ends during the
+// resign that follows (the work was done, or failed, before the end). An
+// fn that returns after ctx ended may have stopped early: that is ctx's
+// error.
+func TestSuperviseResultDecidedWhenFnReturns(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name      string
+		fnErr     error
+		cancelIn  string // "resign": after fn returned; "fn": before
+		want, not error
+	}{
+		{"nil, then ctx ended", nil, "resign", nil, context.Canceled},
+		{"error, then ctx ended", boom, "resign", boom, context.Canceled},
+		{"nil after ctx ended", nil, "fn", context.Canceled, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			ctx, cancel := context.WithCancel(testCtx(t, 20*time.Second))
+			defer cancel()
+			newService := func(ctx context.Context) (election.Service, error) {
+				s, err := f.newService(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return resignHook{s, func() {
+					if tc.cancelIn == "resign" {
+						cancel()
+					}
+				}}, nil
+			}
+			err := election.Supervise(ctx, newService, "v", func(fnCtx context.Context, l election.Leadership) error {
+				if tc.cancelIn == "fn" {
+					cancel()
+					<-fnCtx.Done()
+				}
+				return tc.fnErr
+			}, fast)
+			if (tc.want == nil) != (err == nil) || !errors.Is(err, tc.want) || (tc.not != nil && errors.Is(err, tc.not)) {
+				t.Fatalf("Supervise = %v, want %v (and not %v)", err, tc.want, tc.not)
+			}
+			if ctx.Err() == nil {
+				t.Fatal("ctx did not end: the test did not test")
+			}
+			f.check(t)
+		})
+	}
+}

@@ -54,11 +54,14 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption {
 // from the start, with the new Grant and its higher token.
 //
 // It returns what election.Supervise returns: nil when fn returns nil with
-// the hold intact (the work is done; Supervise does not lock again), fn's
-// error when fn returns one with the hold intact, ctx.Err() once ctx has
-// ended (joined with fn's own error, if any), and an error wrapping
-// primitives.ErrInvalidArgument for bad arguments or a newService error that
-// wraps it. A hold whose Do error wraps primitives.ErrLost or
+// the hold intact while ctx is live (the work is done; Supervise does not
+// lock again), fn's error when fn returns one with the hold intact while
+// ctx is live, ctx.Err() once ctx has ended (joined with fn's own error, if
+// any), and an error wrapping primitives.ErrInvalidArgument for bad
+// arguments or a newService error that wraps it. The result is decided when
+// fn returns: if ctx ends after that, during the release, fn's nil or error
+// stands; an fn that returns nil after ctx ended may have stopped early, and
+// gets ctx.Err(). A hold whose Do error wraps primitives.ErrLost or
 // primitives.ErrSuspended is lost, whatever fn returned, and Supervise
 // tries again; so are failed newService and Lock calls, with backoff, except
 // errors wrapping primitives.ErrInvalidArgument (backends' bad-input errors
@@ -82,10 +85,11 @@ func Supervise(ctx context.Context, newService func(ctx context.Context) (Servic
 	if err := hold.Check("lock.Supervise", false, fn == nil); err != nil {
 		return err
 	}
-	term := func(ctx context.Context, s Service) (res supervise.Result) {
-		res.Err = Do(ctx, s, func(ctx context.Context, g Grant) error {
+	term := func(superviseCtx context.Context, s Service) (res supervise.Result) {
+		res.Err = Do(superviseCtx, s, func(ctx context.Context, g Grant) error {
 			res.Ran, res.Began = true, time.Now()
 			res.FnErr = fn(ctx, g)
+			res.CtxEnded = superviseCtx.Err() != nil // before the release: see supervise.Run
 			return res.FnErr
 		})
 		return res

@@ -182,3 +182,68 @@ func TestSuperviseClosesServiceReturnedWithError(t *testing.T) {
 		}
 	}
 }
+
+// releaseHook is a lock Service whose Release runs before first: Do
+// releases after fn returns, so before runs after fn's return and before
+// Supervise sees the hold's outcome.
+type releaseHook struct {
+	lock.Service
+	before func()
+}
+
+func (r releaseHook) Release(ctx context.Context, g lock.Grant) error {
+	r.before()
+	return r.Service.Release(ctx, g)
+}
+
+// Supervise's result is decided when fn returns: if ctx was live then and
+// the hold intact, fn's result stands, also when ctx ends during the
+// release that follows (the work was done, or failed, before the end). An
+// fn that returns after ctx ended may have stopped early: that is ctx's
+// error.
+func TestSuperviseResultDecidedWhenFnReturns(t *testing.T) {
+	w := newSingleton(t)
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name      string
+		fnErr     error
+		cancelIn  string // "release": after fn returned; "fn": before
+		want, not error
+	}{
+		{"nil, then ctx ended", nil, "release", nil, context.Canceled},
+		{"error, then ctx ended", boom, "release", boom, context.Canceled},
+		{"nil after ctx ended", nil, "fn", context.Canceled, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			newService := func(ctx context.Context) (lock.Service, error) {
+				s, err := w.newService(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return releaseHook{s, func() {
+					if tc.cancelIn == "release" {
+						cancel()
+					}
+				}}, nil
+			}
+			err := lock.Supervise(ctx, newService, func(fnCtx context.Context, g lock.Grant) error {
+				if tc.cancelIn == "fn" {
+					cancel()
+					<-fnCtx.Done()
+				}
+				return tc.fnErr
+			}, fast)
+			if (tc.want == nil) != (err == nil) || !errors.Is(err, tc.want) || (tc.not != nil && errors.Is(err, tc.not)) {
+				t.Fatalf("Supervise = %v, want %v (and not %v)", err, tc.want, tc.not)
+			}
+			if ctx.Err() == nil {
+				t.Fatal("ctx did not end: the test did not test")
+			}
+			if n := w.keys(t); n != 0 {
+				t.Fatalf("%d keys left", n)
+			}
+		})
+	}
+}

@@ -25,13 +25,14 @@ type Service interface {
 }
 
 // Result is the outcome of one term: whether fn ran and since when, what fn
-// returned, and what the helper running the term (lock.Do, election.Lead)
-// returned.
+// returned, whether Run's ctx had ended by the time fn returned, and what
+// the helper running the term (lock.Do, election.Lead) returned.
 type Result struct {
-	Ran   bool
-	Began time.Time
-	FnErr error
-	Err   error
+	Ran      bool
+	Began    time.Time
+	FnErr    error
+	CtxEnded bool
+	Err      error
 }
 
 // holdPart is what the helper running the term added to fn's error (a
@@ -58,8 +59,11 @@ func lostTerm(err error) bool {
 
 // Run keeps building services with newService and running term on them
 // until ctx ends, term's fn returns without a loss, or an error that no
-// retry can cure comes up. helper names the caller in errors (e.g.
-// "election.Supervise"). Every service built is closed before Run returns,
+// retry can cure comes up. When fn returns without a loss while ctx is
+// live (Result.CtxEnded false), Run returns what the term returned, even
+// if ctx ended meanwhile; when ctx had ended by then, Run returns
+// ctx.Err(), joined with fn's error if that is another. helper names the
+// caller in errors (e.g. "election.Supervise"). Every service built is closed before Run returns,
 // and before the next one is built; also when term panics (fn did), which
 // Run lets go on. A non-nil service that newService returns along with an
 // error is closed at once and never used.
@@ -103,18 +107,20 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 		}
 		if why == nil {
 			res := term(ctx, r.s)
+			lost := lostTerm(res.holdPart())
+			if res.Ran && !lost && !res.CtxEnded {
+				// fn's own end, while ctx was live: nil, its error, or a
+				// failed release. ctx's end after it (during the release)
+				// does not undo work that fn reported done.
+				return r.finish(res.Err)
+			}
 			if ctx.Err() != nil {
 				if res.FnErr != nil && !errors.Is(res.FnErr, ctx.Err()) {
 					return errors.Join(ctx.Err(), res.FnErr)
 				}
 				return ctx.Err()
 			}
-			lost := lostTerm(res.holdPart())
-			switch {
-			case res.Ran && !lost:
-				// fn's own end: nil, its error, or a failed release.
-				return r.finish(res.Err)
-			case !res.Ran && errors.Is(res.Err, primitives.ErrInvalidArgument):
+			if !res.Ran && errors.Is(res.Err, primitives.ErrInvalidArgument) {
 				return res.Err
 			}
 			if res.Ran && time.Since(res.Began) >= cfg.max {

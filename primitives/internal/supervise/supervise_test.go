@@ -242,7 +242,7 @@ func TestContextEnds(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	err := Run(ctx, "test", f.new, func(ctx context.Context, s *service) Result {
 		cancel()
-		return Result{Ran: true, Began: time.Now(), FnErr: boom, Err: boom}
+		return Result{Ran: true, Began: time.Now(), FnErr: boom, CtxEnded: true, Err: boom}
 	}, nil)
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, boom) {
 		t.Fatalf("Run = %v, want context.Canceled and fn's error", err)
@@ -250,7 +250,37 @@ func TestContextEnds(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	err = Run(ctx, "test", f.new, func(ctx context.Context, s *service) Result {
 		cancel()
-		return Result{Ran: true, Began: time.Now(), FnErr: ctx.Err(), Err: ctx.Err()}
+		return Result{Ran: true, Began: time.Now(), FnErr: ctx.Err(), CtxEnded: true, Err: ctx.Err()}
+	}, nil)
+	if err != context.Canceled {
+		t.Fatalf("Run = %v, want context.Canceled alone", err)
+	}
+	// fn returned nil after ctx ended: it may have stopped early.
+	ctx, cancel = context.WithCancel(context.Background())
+	err = Run(ctx, "test", f.new, func(ctx context.Context, s *service) Result {
+		cancel()
+		return Result{Ran: true, Began: time.Now(), CtxEnded: true}
+	}, nil)
+	if err != context.Canceled {
+		t.Fatalf("Run = %v, want context.Canceled alone", err)
+	}
+	// fn returned while ctx was live, which ended during the release: fn's
+	// result stands, nil or its error.
+	for _, fnErr := range []error{nil, boom} {
+		ctx, cancel = context.WithCancel(context.Background())
+		err = Run(ctx, "test", f.new, func(ctx context.Context, s *service) Result {
+			cancel()
+			return Result{Ran: true, Began: time.Now(), FnErr: fnErr, Err: fnErr}
+		}, nil)
+		if err != fnErr {
+			t.Fatalf("Run = %v, want fn's %v alone", err, fnErr)
+		}
+	}
+	// Not when the hold was lost: that would have been retried.
+	ctx, cancel = context.WithCancel(context.Background())
+	err = Run(ctx, "test", f.new, func(ctx context.Context, s *service) Result {
+		cancel()
+		return Result{Ran: true, Began: time.Now(), Err: errTermLost}
 	}, nil)
 	if err != context.Canceled {
 		t.Fatalf("Run = %v, want context.Canceled alone", err)
