@@ -129,9 +129,11 @@ func (r Request) ParsedToken() (fencing.Token, error) {
 
 // ErrRefused is wrapped by the errors of an adapter's Write when the
 // resource answered that it did not apply the write, for a reason the
-// adapter cannot name more closely (an HTTP status other than 409, 403, 400
-// and 428; a gRPC code other than FailedPrecondition, PermissionDenied and
-// InvalidArgument).
+// adapter cannot name more closely (an HTTP status other than 2xx, 409,
+// 403, 400 and 428, and other than 500, 502 and 504, which leave the
+// outcome open; a gRPC code other than FailedPrecondition, PermissionDenied
+// and InvalidArgument, and other than Unavailable, Canceled,
+// DeadlineExceeded, Unknown and Internal, which leave it open).
 var ErrRefused = errors.New("fencetest: the resource refused the write")
 
 // historyTimeout bounds each history: every request it makes, and the

@@ -28,7 +28,13 @@ type GRPCAPI struct {
 	// FailedPrecondition is a stale token (fencing.ErrTokenStale),
 	// PermissionDenied a token of another scope, InvalidArgument a missing
 	// or malformed one; Unavailable, Canceled and DeadlineExceeded leave
-	// the outcome unknown; any other code is ErrRefused.
+	// the outcome unknown, and so do Unknown and Internal, as HTTP 500 does
+	// through HTTPAPI (a handler's plain error is Unknown, a response that
+	// failed to marshal or a broken stream Internal: either may come after
+	// the write was applied); any other code is ErrRefused. A resource
+	// that refuses a write for a reason of its own should answer one of
+	// those (Aborted, ResourceExhausted), never Unknown or Internal, for
+	// the kit to count it as refused.
 	Write func(ctx context.Context, conn grpc.ClientConnInterface, scope, value string) error
 	// Read makes the call that reads scope and returns the value, or "" if
 	// nothing was written there.
@@ -176,6 +182,8 @@ func grpcRefusal(err error) error {
 		reason = fencing.ErrNoToken
 	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
 		return err // the call may or may not have reached the resource
+	case codes.Unknown, codes.Internal:
+		return err // the handler may have failed after applying the write
 	default:
 		reason = ErrRefused
 	}
