@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/ahrtr/disco/internal/ctxtime"
@@ -36,15 +37,36 @@ type Spec[G any] struct {
 }
 
 // Check returns an error wrapping primitives.ErrInvalidArgument if the
-// service or fn given to helper (e.g. "lock.Do") is nil.
-func Check(helper string, serviceNil, fnNil bool) error {
-	switch {
-	case serviceNil:
+// service given to helper (e.g. "lock.Do") is nil (see IsNil) or fn is.
+func Check(helper string, service any, fnNil bool) error {
+	if IsNil(service) {
 		return fmt.Errorf("%s: nil Service: %w", helper, primitives.ErrInvalidArgument)
-	case fnNil:
+	}
+	return CheckFn(helper, fnNil)
+}
+
+// CheckFn returns an error wrapping primitives.ErrInvalidArgument if the fn
+// given to helper is nil.
+func CheckFn(helper string, fnNil bool) error {
+	if fnNil {
 		return fmt.Errorf("%s: nil fn: %w", helper, primitives.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// IsNil reports whether v is nil: a nil interface, or one holding a nil
+// pointer (or map, channel, func, slice), such as a constructor's typed nil
+// returned as a Service, whose every method would panic.
+func IsNil(v any) bool {
+	r := reflect.ValueOf(v)
+	if !r.IsValid() {
+		return true
+	}
+	switch r.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Interface, reflect.Slice, reflect.UnsafePointer:
+		return r.IsNil()
+	}
+	return false
 }
 
 // suspendReporter is an Owner that can tell, without waiting, whether its

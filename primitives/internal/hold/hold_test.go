@@ -169,14 +169,26 @@ func TestHoldIgnoresSuspendedByDefault(t *testing.T) {
 	}
 }
 
+// Check refuses a nil service (a nil interface, or a nil pointer in one)
+// and a nil fn; CheckFn a nil fn.
 func TestCheckRejectsNil(t *testing.T) {
-	for _, c := range []struct{ s, fn bool }{{true, false}, {false, true}} {
+	var nilOwner *owner
+	for _, c := range []struct {
+		s  any
+		fn bool
+	}{{nil, false}, {nilOwner, false}, {newOwner(), true}} {
 		if err := hold.Check("lock.Do", c.s, c.fn); !errors.Is(err, primitives.ErrInvalidArgument) {
-			t.Errorf("Check(%v, %v) = %v, want ErrInvalidArgument", c.s, c.fn, err)
+			t.Errorf("Check(%#v, %v) = %v, want ErrInvalidArgument", c.s, c.fn, err)
 		}
 	}
-	if err := hold.Check("lock.Do", false, false); err != nil {
+	if err := hold.Check("lock.Do", newOwner(), false); err != nil {
 		t.Errorf("Check of good input: %v", err)
+	}
+	if err := hold.CheckFn("lock.Supervise", true); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Errorf("CheckFn(true) = %v, want ErrInvalidArgument", err)
+	}
+	if err := hold.CheckFn("lock.Supervise", false); err != nil {
+		t.Errorf("CheckFn(false) = %v, want nil", err)
 	}
 }
 

@@ -8,11 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/internal/hold"
 )
 
 // Service is what every primitive's Service offers the supervisor: its
@@ -86,14 +86,14 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 		var why error
 		if !r.live {
 			s, err := newService(ctx)
-			if err != nil && !isNil(s) {
+			if err != nil && !hold.IsNil(s) {
 				// Built, then something failed: Run does not use it, and
 				// does not leak it either. Its Close error adds nothing to
 				// err.
 				_ = s.Close()
 			}
 			switch {
-			case err == nil && isNil(s):
+			case err == nil && hold.IsNil(s):
 				return fmt.Errorf("%s: newService returned a nil Service and no error: %w", helper, primitives.ErrInvalidArgument)
 			case err == nil:
 				r.adopt(s)
@@ -176,20 +176,6 @@ func awaitResume(ctx context.Context, s Service) bool {
 		return false
 	}
 	return true
-}
-
-// isNil reports whether s is nil: a nil interface, or one holding a nil
-// pointer (a constructor that returns (*T)(nil) as its Service).
-func isNil[S any](s S) bool {
-	v := reflect.ValueOf(any(s))
-	if !v.IsValid() {
-		return true
-	}
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Interface, reflect.Slice, reflect.UnsafePointer:
-		return v.IsNil()
-	}
-	return false
 }
 
 // runner holds the current service and the goroutine that forwards its
