@@ -212,6 +212,21 @@ func (svc *service) standing(match driver.Match) driver.Match {
 // A grant whose key was seen gone is not deleted again: settleVanished
 // tells whether it went with the lease.
 func (svc *service) release(ctx context.Context, match driver.Match) error {
+	g, vanished, err := svc.beginReleaseSeen(ctx, match)
+	if err != nil {
+		return err
+	}
+	if vanished {
+		return svc.settleVanished(ctx, g)
+	}
+	return svc.deleteHeld(ctx, g)
+}
+
+// beginReleaseSeen marks a release of the current grant (the one match
+// accepts) in flight, whether or not its key was seen gone, and returns
+// it and whether it was: such a release deletes nothing of the grant's
+// key and settles with settleVanished.
+func (svc *service) beginReleaseSeen(ctx context.Context, match driver.Match) (driver.Hold, bool, error) {
 	type begun struct {
 		g        driver.Hold
 		vanished bool
@@ -222,12 +237,9 @@ func (svc *service) release(ctx context.Context, match driver.Match) error {
 		})
 	})
 	if err != nil {
-		return svc.callErr(ctx, err)
+		return driver.Hold{}, false, svc.callErr(ctx, err)
 	}
-	if b.vanished {
-		return svc.settleVanished(ctx, b.g)
-	}
-	return svc.deleteHeld(ctx, b.g)
+	return b.g, b.vanished, nil
 }
 
 // settleVanished settles the release of g, whose key was seen gone before
@@ -295,19 +307,6 @@ func (svc *service) settle(ctx context.Context, withLease bool, f func() error) 
 		r.Answer(struct{}{}, f())
 	})
 	return err
-}
-
-// beginRelease marks a release of the current grant (the one match
-// accepts, not seen vanished) in flight and returns it; released settles
-// it.
-func (svc *service) beginRelease(ctx context.Context, match driver.Match) (driver.Hold, error) {
-	g, err := call(ctx, svc.s, func(r actor.Reply[driver.Hold]) {
-		svc.BeginReleaseFor(svc.standing(match), r.Answer)
-	})
-	if err != nil {
-		return driver.Hold{}, svc.callErr(ctx, err)
-	}
-	return g, nil
 }
 
 // released settles a release's delete, made in attempts (repeated: more than

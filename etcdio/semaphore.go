@@ -200,11 +200,18 @@ func (m semService) grant(g driver.Hold, err error) (semaphore.Grant, error) {
 
 // Release deletes g's queue key and, in the same transaction, its slot key
 // if the slot is still g's, only if the key is still g's, so a late retry
-// never frees a newer hold.
+// never frees a newer hold. A hold whose queue key was seen gone already
+// (deleted by someone else, or with the lease) ends as a lock's does (see
+// settleVanished): if the session's lease went, the session is
+// lost and Release returns an error wrapping primitives.ErrLost; else the
+// hold ends Lost, its slot key is deleted, and Release returns an error
+// wrapping semaphore.ErrNotHeld; if etcd does not say which before ctx
+// ends, Release returns ctx's error and the hold ends when the session
+// learns which.
 func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 	at := driver.CreatedAt(g.Created)
 	match := func(h driver.Hold) bool { return at(h) && m.slotOf(h.Created) == g.Slot }
-	cur, err := m.beginRelease(ctx, match)
+	cur, vanished, err := m.beginReleaseSeen(ctx, match)
 	if err != nil {
 		return err
 	}
@@ -214,13 +221,25 @@ func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 	// deletion by someone else meanwhile changes nothing, since the hold
 	// ends either way (partLost leaves a hold being released alone).
 	watched := m.stopWatchOf(cur.Created)
-	freeSlot := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(slotKey), "=", h.token)},
-		[]clientv3.Op{clientv3.OpDelete(slotKey)}, nil)
-	err = m.deleteHeld(ctx, cur, freeSlot)
-	if now, held := m.Current(); watched && held && now.Created == cur.Created {
-		// The delete failed and the hold stands: watch it again (the
+	if vanished {
+		err = m.settleVanished(ctx, cur)
+	} else {
+		freeSlot := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(slotKey), "=", h.token)},
+			[]clientv3.Op{clientv3.OpDelete(slotKey)}, nil)
+		err = m.deleteHeld(ctx, cur, freeSlot)
+	}
+	switch now, held := m.Current(); {
+	case held && now.Created == cur.Created:
+		// The release failed and the hold stands: watch it again (the
 		// watches' first read catches up with what happened meanwhile).
-		m.watchHold(m.service, h)
+		if watched {
+			m.watchHold(m.service, h)
+		}
+	case vanished && m.s.Err() == nil:
+		// The hold ended Lost, its queue key deleted by someone else:
+		// its slot key is left, which only this release deletes now
+		// (the hold's watches ended as it began).
+		m.dropHoldWithin(ctx, m.s, h)
 	}
 	return err
 }

@@ -190,13 +190,27 @@ func (st *semState) partLost(svc *service, h slotHold, part string) {
 // background until it succeeds or the session ends.
 func (st *semState) dropHold(s *Session, h slotHold) {
 	defer s.deletedOnce(h.key)
-	_ = s.persist("hold "+h.key, func(ctx context.Context) error {
-		_, err := s.cli.Txn(ctx).Then(
-			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.created)}, []clientv3.Op{clientv3.OpDelete(h.key)}, nil),
-			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(h.slotKey), "=", h.token)}, []clientv3.Op{clientv3.OpDelete(h.slotKey)}, nil),
-		).Commit()
-		return err
-	})
+	_ = s.persist("hold "+h.key, func(ctx context.Context) error { return st.dropRequest(ctx, s, h) })
+}
+
+// dropHoldWithin deletes what is left of h, in one transaction: once
+// within ctx, and if that fails in the background as dropHold does.
+func (st *semState) dropHoldWithin(ctx context.Context, s *Session, h slotHold) {
+	if err := s.once(ctx, func(ctx context.Context) error { return st.dropRequest(ctx, s, h) }); err != nil {
+		s.goHelper(func(context.Context) { st.dropHold(s, h) })
+		return
+	}
+	s.deletedOnce(h.key)
+}
+
+// dropRequest deletes h's queue key if it is still h's, and its slot key
+// if the claim is still h's, in one transaction.
+func (st *semState) dropRequest(ctx context.Context, s *Session, h slotHold) error {
+	_, err := s.cli.Txn(ctx).Then(
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.created)}, []clientv3.Op{clientv3.OpDelete(h.key)}, nil),
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(h.slotKey), "=", h.token)}, []clientv3.Op{clientv3.OpDelete(h.slotKey)}, nil),
+	).Commit()
+	return err
 }
 
 // dropClaim undoes the claim of w's key, whose acquisition ended without a

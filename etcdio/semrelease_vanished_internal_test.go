@@ -1,0 +1,226 @@
+package etcdio
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/internal/testhook"
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/semaphore"
+)
+
+// releaseAsks marks the context of a Release whose questions about the
+// lease heldLease tells from the session's own.
+type releaseAsks struct{}
+
+// heldLease holds back every TimeToLive made on the session's behalf (the
+// session's lease check, a hold watch's) until open is closed, whatever
+// their contexts say, and then answers it as etcd does then: a lease check
+// that takes that long. A question asked under a context marked with
+// releaseAsks (a Release's) closes asked as it comes and waits for answer
+// or its context's end.
+type heldLease struct {
+	clientv3.Lease
+	open, answer, asked chan struct{}
+	openOnce, askOnce   sync.Once
+}
+
+func newHeldLease(l clientv3.Lease, holdAnswer bool) *heldLease {
+	hl := &heldLease{Lease: l, open: make(chan struct{}), answer: make(chan struct{}), asked: make(chan struct{})}
+	if !holdAnswer {
+		close(hl.answer)
+	}
+	return hl
+}
+
+func (l *heldLease) TimeToLive(ctx context.Context, id clientv3.LeaseID, opts ...clientv3.LeaseOption) (*clientv3.LeaseTimeToLiveResponse, error) {
+	if ctx.Value(releaseAsks{}) != nil {
+		l.askOnce.Do(func() { close(l.asked) })
+		select {
+		case <-l.answer:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return l.Lease.TimeToLive(ctx, id, opts...)
+	}
+	<-l.open
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return l.Lease.TimeToLive(actx, id, opts...)
+}
+
+// letGo lets every check held back answer.
+func (l *heldLease) letGo() { l.openOnce.Do(func() { close(l.open) }) }
+
+// TestSemaphoreReleaseAfterTheHoldsKeyVanished: a holder's watch of its
+// session's own keys sees its queue key go, and its Release comes while the
+// lease check that follows has not answered. Release asks about the lease
+// itself, as a lock's Unlock does: if the lease was revoked, the hold was
+// lost with the session, and Release returns an error wrapping ErrLost
+// (before, it returned ErrNotHeld at once, blaming another client); if
+// someone else deleted the key, ErrNotHeld; if Release's ctx ends before
+// etcd answers, ctx's error, and the hold ends when the session's own check
+// answers, also when that check answered while Release's question was under
+// way. The hold ends Lost each time, and neither of its keys is left in
+// etcd.
+func TestSemaphoreReleaseAfterTheHoldsKeyVanished(t *testing.T) {
+	testkit.NoLeaks(t)
+	revoke := func(ctx context.Context, admin *clientv3.Client, s *Session, key string) error {
+		_, err := admin.Revoke(ctx, s.lease)
+		return err
+	}
+	deleteKey := func(ctx context.Context, admin *clientv3.Client, s *Session, key string) error {
+		_, err := admin.Delete(ctx, key)
+		return err
+	}
+	// giveUp ends Release's ctx once its question about the lease is
+	// under way, after letting the session's check answer if answered.
+	giveUp := func(answered bool) func(ctx context.Context, s *Session, hl *heldLease, cancel context.CancelFunc) {
+		return func(ctx context.Context, s *Session, hl *heldLease, cancel context.CancelFunc) {
+			select {
+			case <-hl.asked:
+			case <-ctx.Done():
+				return // Release returned without asking: the test says so
+			}
+			if answered {
+				hl.letGo()
+				for { // until the session's check answered (the test's ctx bounds it)
+					checking, err := call(ctx, s, func(r actor.Reply[bool]) { r.Answer(s.checking, nil) })
+					if err != nil || !checking {
+						break
+					}
+					time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+				}
+			}
+			cancel()
+		}
+	}
+	isLost := func(err error) bool {
+		return errors.Is(err, primitives.ErrLost) && !errors.Is(err, semaphore.ErrNotHeld)
+	}
+	isNotHeld := func(err error) bool { return errors.Is(err, semaphore.ErrNotHeld) }
+	isCanceled := func(err error) bool { return errors.Is(err, context.Canceled) }
+	cases := []struct {
+		name       string
+		fault      func(ctx context.Context, admin *clientv3.Client, s *Session, key string) error
+		holdAnswer bool // Release's question is not answered
+		during     func(ctx context.Context, s *Session, hl *heldLease, cancel context.CancelFunc)
+		want       func(error) bool
+		lostSays   string
+		// The hold's keys are gone as Release returns, before the
+		// checks held back answer; else once they did.
+		goneAtReturn bool
+	}{
+		{"lease revoked", revoke, false, nil, isLost, "was revoked", true},
+		{"key deleted", deleteKey, false, nil, isNotHeld, "deleted by another client", true},
+		{"no answer", revoke, true, giveUp(false), isCanceled, "was revoked", true},
+		{"no answer, the session's check answered", deleteKey, true, giveUp(true), isCanceled, "deleted by another client", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			releaseVanished(t, c.fault, c.holdAnswer, c.during, c.want, c.lostSays, c.goneAtReturn)
+		})
+	}
+}
+
+func releaseVanished(t *testing.T, fault func(ctx context.Context, admin *clientv3.Client, s *Session, key string) error,
+	holdAnswer bool, during func(ctx context.Context, s *Session, hl *heldLease, cancel context.CancelFunc),
+	want func(error) bool, lostSays string, goneAtReturn bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, admin := etcdtest.NewClient(t), etcdtest.NewClient(t)
+	prefix := "/test/" + t.Name()
+	defer admin.Delete(context.Background(), prefix, clientv3.WithPrefix())
+	hl := newHeldLease(cli.Lease, holdAnswer)
+	cli.Lease = hl
+	s, err := NewSession(cli, WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer hl.letGo() // before Close, which waits for the checks held back
+	sem, err := NewSemaphore(cli, prefix, 1, WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sem.Close()
+	m := sem.(semService)
+	events := sem.Subscribe(ctx)
+	g, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The keepalive must not be the one that finds the lease gone.
+	resume := make(chan struct{})
+	defer close(resume)
+	testhook.PauseRenewal(s, resume)
+	if err := fault(ctx, admin, s, g.Key); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the hold's key seen gone", func() bool {
+		seen, err := call(ctx, s, func(r actor.Reply[bool]) { r.Answer(m.vanished == g.Created, nil) })
+		return err == nil && seen
+	})
+	rctx, rcancel := context.WithCancel(context.WithValue(ctx, releaseAsks{}, true))
+	defer rcancel()
+	released := make(chan struct{})
+	duringDone := make(chan struct{})
+	if during != nil {
+		dctx, dcancel := context.WithCancel(ctx)
+		go func() {
+			<-released
+			dcancel()
+		}()
+		go func() {
+			defer close(duringDone)
+			during(dctx, s, hl, rcancel)
+		}()
+	} else {
+		close(duringDone)
+	}
+	err = sem.Release(rctx, g)
+	close(released)
+	<-duringDone
+	if !want(err) {
+		t.Fatalf("Release after the key went: %v", err)
+	}
+	keys := func() int64 {
+		resp, err := admin.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	if n := keys(); goneAtReturn && n != 0 {
+		t.Fatalf("%d keys of the hold left as Release returned", n)
+	}
+	hl.letGo()
+	lost := false
+	for ev := range events {
+		switch ev := ev.(type) {
+		case primitives.Lost:
+			if !errors.Is(ev.Err, primitives.ErrLost) || !strings.Contains(ev.Err.Error(), lostSays) {
+				t.Fatalf("Lost with %v, want ErrLost saying %q", ev.Err, lostSays)
+			}
+			lost = true
+		case primitives.Released:
+			t.Fatal("hold ended Released after its key went")
+		}
+		if lost {
+			break
+		}
+	}
+	if !lost {
+		t.Fatal("no Lost event")
+	}
+	testkit.Eventually(t, 10*time.Second, "the hold's keys gone from etcd", func() bool { return keys() == 0 })
+}
