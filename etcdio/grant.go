@@ -123,14 +123,27 @@ func (svc *service) endGrantFor(err error) []keyRev {
 	return []keyRev{{g.Key, g.Created}}
 }
 
-// checkGrant notices a grant whose key vanished, unless a release of it is in
-// flight, and asks the session whether its lease went too; Lost follows in
-// vanishedConfirmed (or with the session's end). Loop only.
+// checkGrant notices a grant whose key vanished and, unless a release of it
+// is in flight, asks the session whether its lease went too; Lost follows
+// in vanishedConfirmed (or with the session's end). A release in flight
+// settles it (see keyGone): the deletion is remembered for it, since a
+// mirror of the session's own keys remembers only its latest deletions,
+// and reports each once. Loop only.
 func (svc *service) checkGrant() {
-	if g := svc.Held(); g != nil && !g.Releasing() && svc.vanished != g.Created && svc.gone(g.Key, g.Created) {
-		svc.vanished = g.Created
+	g := svc.Held()
+	if g == nil || svc.vanished == g.Created || !svc.gone(g.Key, g.Created) {
+		return
+	}
+	svc.vanished = g.Created
+	if !g.Releasing() {
 		svc.s.checkLease()
 	}
+}
+
+// keyGone reports whether g's key is known to be deleted: seen gone while
+// g stood (checkGrant), or known so to the mirror now. Loop only.
+func (svc *service) keyGone(g driver.Hold) bool {
+	return svc.vanished == g.Created || svc.gone(g.Key, g.Created)
 }
 
 // vanishedConfirmed ends a vanished grant with Lost, its key deleted by
@@ -284,7 +297,7 @@ func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clie
 	// watched grant's vanishing does, before telling anyone.
 	withLease := terr == nil && !resp.Succeeded && !repeated && svc.s.leaseEnded(dctx)
 	return svc.settle(ctx, withLease, func() error {
-		if terr == nil || svc.gone(g.Key, g.Created) {
+		if terr == nil || svc.keyGone(g) {
 			svc.s.deletedOnce(g.Key)
 		}
 		return svc.released(g, resp, repeated, terr)
@@ -318,7 +331,8 @@ func (svc *service) released(g driver.Hold, resp *clientv3.TxnResponse, repeated
 		// given up, and may have deleted it: gone either way.
 		svc.seen = max(svc.seen, resp.Header.Revision)
 		return svc.SettleRelease(g, driver.Deleted, nil)
-	case terr != nil && svc.gone(g.Key, g.Created):
+	case terr != nil && svc.keyGone(g):
+		// Its own delete, whose answer was lost, or someone else's.
 		return svc.SettleRelease(g, driver.Deleted, nil)
 	case terr != nil:
 		return svc.SettleRelease(g, driver.Failed, terr)

@@ -235,7 +235,8 @@ func (m *mirror) gone(key string, rev int64) bool {
 	// Deletions only: the key was deleted lately, after it was created
 	// (a name is reused by its owner's later acquisitions), or it existed
 	// before the last load but not in it. (A deletion older than the recent
-	// ones was reported when it happened.)
+	// ones was reported when it happened: whoever needs it later remembers
+	// it, as checkGrant does.)
 	for _, d := range m.recent {
 		if d.key == key && d.rev > rev {
 			return true
