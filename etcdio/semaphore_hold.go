@@ -2,11 +2,9 @@ package etcdio
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ahrtr/disco/primitives"
@@ -131,7 +129,7 @@ func (st *semState) watchHold(svc *service, h slotHold) {
 		done(err)
 		switch {
 		case told.Load():
-		case err == nil && ttl.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound):
+		case leaseEnded(ttl, err):
 			if !told.Swap(true) {
 				s.post(s.leaseGone)
 			}

@@ -389,9 +389,13 @@ func (s *Session) leaseGone() {
 	s.end(fmt.Errorf("etcdio: lease %x was revoked or expired: %w", int64(s.lease), primitives.ErrLost))
 }
 
-// leaseEnded reports whether a TimeToLive's answer says the lease is gone.
+// leaseEnded reports whether a TimeToLive's answer says the lease is gone:
+// etcd answers TTL -1 for a lease it no longer has (an older etcd, an
+// error). A TTL of 0 is a lease etcd still has, with under a second left
+// (etcd truncates the time left to whole seconds): with a TTL of one
+// second, every answer.
 func leaseEnded(resp *clientv3.LeaseTimeToLiveResponse, err error) bool {
-	return err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound)
+	return err == nil && resp.TTL < 0 || errors.Is(err, rpctypes.ErrLeaseNotFound)
 }
 
 // leaseChecked ends the session if its lease is gone, and otherwise lets each
