@@ -50,7 +50,9 @@ import (
 // excludes as the old one alone does. An older disco left claims behind (a
 // Close on a shared session, an Acquire given up mid-claim) that name a
 // queue key no longer there; a claimant with no other free slot takes such a
-// claim over after waiting out one TTL of its lease (see patience).
+// claim over once it has seen it for one TTL of its lease: Acquire waits
+// for that, TryAcquire fails with ErrNoPermit until then (see
+// noteLeftovers).
 //
 // An uncontended Acquire is two writes: the queue key (with a read of the
 // queue and the slots in the same transaction) and the slot's claim.
@@ -105,6 +107,9 @@ type semState struct {
 	held   claimed // the slot of the service's latest claim
 	snap   snapshot
 	claims claimState
+	// leftovers: the claims naming gone queue keys that the latest claim
+	// saw, and when each may be taken over (see noteLeftovers).
+	leftovers map[leftover]time.Time
 }
 
 // PermitsSuffix is appended to a semaphore's prefix to name the key that

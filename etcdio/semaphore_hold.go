@@ -29,6 +29,7 @@ type slotHold struct {
 // semState.mu.
 type claimState struct {
 	started  int64              // the key whose claim started last
+	try      int64              // the latest key whose acquisition is a TryAcquire
 	gaveUp   int64              // the latest key whose acquisition was given up
 	watching int64              // the key whose hold watchHold follows
 	stop     context.CancelFunc // ends that watch
@@ -44,6 +45,25 @@ func (st *semState) begin(created int64) bool {
 	}
 	st.claims.started = created
 	return true
+}
+
+// tries records that the acquisition of the key created at created is a
+// TryAcquire, if try: its claim does not wait for a slot.
+func (st *semState) tries(created int64, try bool) {
+	if !try {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.claims.try = created
+}
+
+// isTry reports whether the acquisition of the key created at created is a
+// TryAcquire.
+func (st *semState) isTry(created int64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.claims.try == created
 }
 
 // giveUp records that the acquisition of the key created at created ended

@@ -58,6 +58,7 @@ func (m semService) enqueueSem(ctx context.Context, try bool) (driver.Hold, erro
 		m.keep(sn)
 	}
 	w.blockers = m.queueDir
+	m.tries(w.created, try)
 	pred := last(sn.queue, w.created)
 	g, err := m.park(ctx, w, func(r actor.Reply[driver.Hold]) { m.semEnqueued(w, count, pred, r) })
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
+	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
 // snapshot is one read of the queue and the slot keys, made at revision rev
@@ -97,9 +98,11 @@ type claimed struct {
 // g's key exists, even if its claim is deleted. It starts from what the
 // turn's watch or read found, if kept, and after a lost race from the read
 // that the failed claim made in its place. When no slot is free (a holder
-// that lost one of its keys has yet to delete the other), it waits for a
-// deletion under the prefix and reads again. It runs on a session helper
-// before the grant is recorded (the spec's token).
+// that lost one of its keys has yet to delete the other, or a leftover
+// claim, see noteLeftovers), it waits for a deletion under the prefix and
+// reads again; a TryAcquire's claim fails with ErrNoPermit instead. It
+// runs on a session helper before the grant is recorded (the spec's
+// token).
 func (st *semState) claim(ctx context.Context, svc *service, g driver.Hold) (int64, error) {
 	if !st.begin(g.Created) {
 		return 0, fmt.Errorf("key %s: the acquisition was given up: %w", g.Key, primitives.ErrLost)
@@ -124,7 +127,7 @@ func (st *semState) claim(ctx context.Context, svc *service, g driver.Hold) (int
 			return 0, err
 		}
 	}
-	var leftovers time.Time // when claims naming gone keys may be taken over
+	try := st.isTry(g.Created)
 	for {
 		slot, rev := sn.hint, int64(0) // a hinted slot's key was deleted
 		if !sn.hinted {
@@ -139,12 +142,13 @@ func (st *semState) claim(ctx context.Context, svc *service, g driver.Hold) (int
 				return st.claimed(svc, g, slot, kv.ModRevision), nil
 			}
 			var ok bool
-			stale := !leftovers.IsZero() && !time.Now().Before(leftovers)
-			if slot, rev, ok = st.free(sn.slot, sn.queue, stale); !ok {
-				if leftovers.IsZero() {
-					leftovers = time.Now().Add(st.patience(ctx, svc, sn))
+			if slot, rev, ok = st.free(sn.slot, sn.queue, time.Now()); !ok {
+				next := st.noteLeftovers(ctx, svc, sn)
+				if try {
+					return 0, fmt.Errorf("key %s: every slot is claimed (one naming a gone key is taken over once seen for a TTL): %w",
+						g.Key, semaphore.ErrNoPermit)
 				}
-				if err := st.awaitDelete(ctx, cli, sn.rev, leftovers); err != nil {
+				if err := st.awaitDelete(ctx, cli, sn.rev, next); err != nil {
 					return 0, err
 				}
 				var err error
@@ -178,28 +182,78 @@ func (st *semState) claimed(svc *service, g driver.Hold, slot int, tok int64) in
 	return tok
 }
 
-// patience is how long a claimant without a free slot waits before it takes
-// over a claim that names a queue key that no longer exists: the longest
-// TTL of such a claim's lease, and at least its own session's. A holder
-// whose queue key was deleted deletes its claim as soon as it is told Lost
-// (see watchHold), long before; a claim left after that is a leftover of an
-// older disco, which left claims behind after a Close on a shared session or
-// an Acquire given up mid-claim.
-func (st *semState) patience(ctx context.Context, svc *service, sn snapshot) time.Duration {
-	d := svc.s.ttl
+// A claim that names a queue key that no longer exists (a leftover) is
+// taken over by a claimant with no other free slot once the claimant's
+// service has seen it for a TTL of the claim's lease, at least its own
+// session's (patience). A holder whose queue key was deleted deletes its
+// claim as soon as it is told Lost (see watchHold), long before; a claim
+// left after that is a leftover of an older disco, which left claims
+// behind after a Close on a shared session or an Acquire given up
+// mid-claim. Acquire waits for that moment (or the claim's deletion);
+// TryAcquire does not wait: it fails with ErrNoPermit until then, and the
+// service remembers since when it has seen each leftover, so a later
+// TryAcquire takes it over.
+
+// leftover is a claim: its slot key and ModRevision.
+type leftover struct {
+	key string
+	rev int64
+}
+
+// noteLeftovers records when each leftover of sn (a claim naming a queue
+// key not in sn) may be taken over, for those first seen now, and forgets
+// leftovers no longer in sn. It returns when the next one may be taken
+// over, and in a second if there is none.
+func (st *semState) noteLeftovers(ctx context.Context, svc *service, sn snapshot) time.Time {
+	now := time.Now()
 	live := liveKeys(sn.queue)
+	seen := make(map[leftover]time.Time)
+	st.mu.Lock()
+	known := st.leftovers
+	st.mu.Unlock()
+	next := now.Add(time.Second)
 	for _, kv := range sn.slot {
-		if _, ok := st.claimOwner(kv, live); ok || kv.Lease == 0 {
+		if _, ok := st.claimOwner(kv, live); ok {
 			continue
 		}
-		rctx, done := svc.s.attempt(ctx)
-		resp, err := svc.s.cli.TimeToLive(rctx, clientv3.LeaseID(kv.Lease))
-		done(err)
-		if err == nil {
-			d = max(d, time.Duration(resp.GrantedTTL)*time.Second)
+		id := leftover{string(kv.Key), kv.ModRevision}
+		due, ok := known[id]
+		if !ok {
+			due = now.Add(st.patience(ctx, svc, kv))
+		}
+		seen[id] = due
+		if due.Before(next) {
+			next = due
 		}
 	}
+	st.mu.Lock()
+	st.leftovers = seen
+	st.mu.Unlock()
+	return next
+}
+
+// patience is how long a claimant waits before it takes over kv, a
+// leftover: the TTL of its lease, at least the claimant's session's.
+func (st *semState) patience(ctx context.Context, svc *service, kv *mvccpb.KeyValue) time.Duration {
+	d := svc.s.ttl
+	if kv.Lease == 0 {
+		return d
+	}
+	rctx, done := svc.s.attempt(ctx)
+	resp, err := svc.s.cli.TimeToLive(rctx, clientv3.LeaseID(kv.Lease))
+	done(err)
+	if err == nil {
+		d = max(d, time.Duration(resp.GrantedTTL)*time.Second)
+	}
 	return d
+}
+
+// overdue reports whether kv, a leftover, may be taken over at now.
+func (st *semState) overdue(kv *mvccpb.KeyValue, now time.Time) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	due, ok := st.leftovers[leftover{string(kv.Key), kv.ModRevision}]
+	return ok && !now.Before(due)
 }
 
 // awaitDelete returns once a key under the prefix is deleted after revision
@@ -233,10 +287,10 @@ func (sn snapshot) find(key string) *mvccpb.KeyValue {
 // free returns the lowest free slot and the ModRevision of its slot key (0:
 // absent). A slot is taken while its slot key exists or a live queue key
 // names it (a holder's key carries its slot's number), so exclusion
-// survives the deletion of either key. With stale, a slot key that names a
-// queue key that no longer exists (or names none) counts as free: see
-// patience.
-func (st *semState) free(slots, queue []*mvccpb.KeyValue, stale bool) (int, int64, bool) {
+// survives the deletion of either key. A slot key that names a queue key
+// that no longer exists (or names none) counts as free once it may be
+// taken over at now (see noteLeftovers).
+func (st *semState) free(slots, queue []*mvccpb.KeyValue, now time.Time) (int, int64, bool) {
 	live := liveKeys(queue)
 	taken := make([]bool, st.n)
 	revs := make([]int64, st.n)
@@ -251,7 +305,7 @@ func (st *semState) free(slots, queue []*mvccpb.KeyValue, stale bool) (int, int6
 			continue
 		}
 		revs[i] = kv.ModRevision
-		if _, ok := st.claimOwner(kv, live); ok || !stale {
+		if _, ok := st.claimOwner(kv, live); ok || !st.overdue(kv, now) {
 			taken[i] = true
 		}
 	}
