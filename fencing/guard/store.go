@@ -50,9 +50,9 @@ type RaiseLoader interface {
 	RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fencing.Token, error)
 }
 
-// ErrStore is wrapped (together with the store's own error, or the context
-// error of a store that did not answer in time) by the errors of a guard
-// whose store failed: the request was not admitted and the mark was not
+// ErrStore is wrapped (together with the store's own error, the context
+// error of a store that did not answer in time, or the value of a store
+// call that panicked) by the errors of a guard whose store failed: the request was not admitted and the mark was not
 // raised in memory. HTTP middleware answers 503, gRPC interceptors
 // Unavailable, and metrics count it with reason "store"; the client may
 // retry.
@@ -198,7 +198,7 @@ func (c *config) start(s *state, cl *call, f func(context.Context) (fencing.Toke
 	cl.cancel = cancel
 	go func() {
 		defer cancel()
-		v, err := f(ctx)
+		v, err := protect(ctx, f)
 		s.callMu.Lock()
 		cl.val, cl.err = v, err
 		if finish != nil {
@@ -207,6 +207,19 @@ func (c *config) start(s *state, cl *call, f func(context.Context) (fencing.Toke
 		s.callMu.Unlock()
 		close(cl.done)
 	}()
+}
+
+// protect calls f, turning a panic of f (a store's or a verifier's bug)
+// into an error: f runs on a goroutine of the guard's, where no one (not
+// net/http, not the caller) could recover it, so it would take the whole
+// process down.
+func protect(ctx context.Context, f func(context.Context) (fencing.Token, error)) (v fencing.Token, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = 0, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f(ctx)
 }
 
 // await counts the caller as a waiter of the call join returns (join runs

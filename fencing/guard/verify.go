@@ -26,10 +26,10 @@ type Verifier interface {
 	Verify(ctx context.Context, scope string, t fencing.Token) error
 }
 
-// ErrUnverified is wrapped (with the verifier's own error) by the errors of
-// a guard whose verifier could not tell whether a token above the mark is
-// that of a current grant: the request was not admitted and the mark was
-// not raised. HTTP middleware answers 503, gRPC interceptors Unavailable,
+// ErrUnverified is wrapped (with the verifier's own error, or the value of
+// a call that panicked) by the errors of a guard whose verifier could not
+// tell whether a token above the mark is that of a current grant: the
+// request was not admitted and the mark was not raised. HTTP middleware answers 503, gRPC interceptors Unavailable,
 // and metrics count it with reason "unverified"; the client may retry.
 var ErrUnverified = errors.New("guard: token could not be verified")
 
