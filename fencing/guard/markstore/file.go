@@ -19,7 +19,8 @@ import (
 )
 
 // ErrInvalidArgument is wrapped by the errors of constructors given bad
-// input.
+// input, of a raise to a token <= 0, and of the methods of a nil or zero
+// File or SQL (one that NewFile or NewSQL did not make).
 var ErrInvalidArgument = fmt.Errorf("markstore: %w", primitives.ErrInvalidArgument)
 
 // ErrCorrupt is wrapped by the errors of a Load that finds a stored mark it
@@ -92,6 +93,16 @@ func NewFile(dir string) (*File, error) {
 	return f, nil
 }
 
+// check refuses a File that NewFile did not make: nil (a NewFile error
+// ignored) or a zero File, which has no directory and would write to the
+// process's working directory.
+func (f *File) check(method string) error {
+	if f == nil || f.dir == "" {
+		return fmt.Errorf("markstore: File.%s on a File not made by NewFile: %w", method, ErrInvalidArgument)
+	}
+	return nil
+}
+
 // name returns the file name of scope's mark, the path of its lock file,
 // and its mutex in the process.
 func (f *File) name(scope string) (string, string, *sync.Mutex) {
@@ -103,6 +114,9 @@ func (f *File) name(scope string) (string, string, *sync.Mutex) {
 // Load returns the mark of scope, 0 if it has none. A file it cannot parse
 // gives an error wrapping ErrCorrupt.
 func (f *File) Load(ctx context.Context, scope string) (fencing.Token, error) {
+	if err := f.check("Load"); err != nil {
+		return 0, err
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -127,6 +141,9 @@ func (f *File) read(name string) (fencing.Token, error) {
 
 // Raise sets the mark of scope to t if t is above it, durably (see File).
 func (f *File) Raise(ctx context.Context, scope string, t fencing.Token) error {
+	if err := f.check("Raise"); err != nil {
+		return err
+	}
 	_, err := f.RaiseLoad(ctx, scope, t)
 	return err
 }
@@ -134,6 +151,9 @@ func (f *File) Raise(ctx context.Context, scope string, t fencing.Token) error {
 // RaiseLoad is Raise, and returns the mark of scope after it (at least t),
 // read under the scope's lock (guard.RaiseLoader).
 func (f *File) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fencing.Token, error) {
+	if err := f.check("RaiseLoad"); err != nil {
+		return 0, err
+	}
 	if t <= 0 {
 		return 0, fmt.Errorf("markstore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}

@@ -3,6 +3,8 @@ package markstore_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/ahrtr/disco/fencing/guard/markstore"
 	"github.com/ahrtr/disco/fencing/guard/storetest"
 	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -111,5 +114,61 @@ func TestBadInput(t *testing.T) {
 		if _, err := markstore.NewSQL(ctx, db, markstore.WithTable(bad)); err == nil {
 			t.Errorf("table %q accepted", bad)
 		}
+	}
+}
+
+// TestZeroStores: a nil or zero *File or *SQL (a NewFile or NewSQL error
+// ignored, a store declared but never made) is bad input: each method
+// returns an error wrapping primitives.ErrInvalidArgument, never a panic,
+// and a zero File writes nothing (it has no directory: it would write to
+// the process's working directory).
+func TestZeroStores(t *testing.T) {
+	ctx := context.Background()
+	t.Chdir(t.TempDir())
+	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "x.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	type store interface {
+		guard.RaiseLoader
+	}
+	for name, s := range map[string]store{
+		"nil *File": (*markstore.File)(nil),
+		"zero File": &markstore.File{},
+		"nil *SQL":  (*markstore.SQL)(nil),
+		"zero SQL":  &markstore.SQL{},
+	} {
+		t.Run(name, func(t *testing.T) {
+			mustInvalid := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, primitives.ErrInvalidArgument) {
+					t.Errorf("%s on a %s: %v, want an error wrapping primitives.ErrInvalidArgument", what, name, err)
+				}
+			}
+			call := func(what string, f func() error) {
+				t.Helper()
+				defer func() {
+					if r := recover(); r != nil {
+						t.Errorf("%s on a %s panicked: %v", what, name, r)
+					}
+				}()
+				mustInvalid(what, f())
+			}
+			call("Load", func() error { _, err := s.Load(ctx, "/a"); return err })
+			call("Raise", func() error { return s.Raise(ctx, "/a", 5) })
+			call("RaiseLoad", func() error { _, err := s.RaiseLoad(ctx, "/a", 5); return err })
+			if q, ok := s.(*markstore.SQL); ok {
+				call("CheckTx", func() error { return q.CheckTx(ctx, tx, "/a", 5) })
+			}
+		})
+	}
+	if ents, err := os.ReadDir("."); err != nil || len(ents) != 0 {
+		t.Errorf("the working directory holds %d files (%v) after calls on zero stores", len(ents), err)
 	}
 }

@@ -93,8 +93,20 @@ RETURNING mark`,
 	}, nil
 }
 
+// check refuses an SQL that NewSQL did not make: nil (a NewSQL error
+// ignored) or a zero SQL, which has no database and no statements.
+func (s *SQL) check(method string) error {
+	if s == nil || s.db == nil {
+		return fmt.Errorf("markstore: SQL.%s on an SQL not made by NewSQL: %w", method, ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Load returns the mark of scope, 0 if it has none.
 func (s *SQL) Load(ctx context.Context, scope string) (fencing.Token, error) {
+	if err := s.check("Load"); err != nil {
+		return 0, err
+	}
 	var m int64
 	err := s.db.QueryRowContext(ctx, s.load, scope).Scan(&m)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -111,6 +123,9 @@ func (s *SQL) Load(ctx context.Context, scope string) (fencing.Token, error) {
 
 // Raise sets the mark of scope to t if t is above it, in one statement.
 func (s *SQL) Raise(ctx context.Context, scope string, t fencing.Token) error {
+	if err := s.check("Raise"); err != nil {
+		return err
+	}
 	if t <= 0 {
 		return fmt.Errorf("markstore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}
@@ -123,6 +138,9 @@ func (s *SQL) Raise(ctx context.Context, scope string, t fencing.Token) error {
 // RaiseLoad is Raise, and returns the mark of scope after it (at least t),
 // in one statement (guard.RaiseLoader).
 func (s *SQL) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fencing.Token, error) {
+	if err := s.check("RaiseLoad"); err != nil {
+		return 0, err
+	}
 	if t <= 0 {
 		return 0, fmt.Errorf("markstore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}
@@ -158,6 +176,9 @@ func (s *SQL) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fen
 // (guard.WithStore) in front of the resource and CheckTx inside it share
 // them.
 func (s *SQL) CheckTx(ctx context.Context, tx *sql.Tx, scope string, t fencing.Token) error {
+	if err := s.check("CheckTx"); err != nil {
+		return err
+	}
 	if tx == nil {
 		return fmt.Errorf("markstore: CheckTx: nil *sql.Tx: %w", ErrInvalidArgument)
 	}
