@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
 )
 
 // Metrics is a set of Prometheus collectors a guard reports to
@@ -85,12 +86,12 @@ func WithScopeLabels() MetricsOption {
 }
 
 // NewMetrics creates the collectors and registers them on reg. It fails if
-// reg is nil or refuses them (for example, a second NewMetrics on the same
-// registry: wrap reg with prometheus.WrapRegistererWith to tell guards
-// apart).
+// reg is nil (an error wrapping primitives.ErrInvalidArgument) or refuses
+// them (for example, a second NewMetrics on the same registry: wrap reg
+// with prometheus.WrapRegistererWith to tell guards apart).
 func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, error) {
 	if reg == nil {
-		return nil, errors.New("guard: NewMetrics: nil Registerer")
+		return nil, fmt.Errorf("guard: NewMetrics: nil Registerer: %w", primitives.ErrInvalidArgument)
 	}
 	var mc metricsConfig
 	for _, o := range opts {

@@ -15,6 +15,7 @@ import (
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/fencing/guard/markstore"
+	"github.com/ahrtr/disco/primitives"
 )
 
 func TestMetrics(t *testing.T) {
@@ -26,8 +27,8 @@ func TestMetrics(t *testing.T) {
 	if _, err := guard.NewMetrics(reg); err == nil {
 		t.Fatal("a second NewMetrics on one registry succeeded")
 	}
-	if _, err := guard.NewMetrics(nil); err == nil {
-		t.Fatal("NewMetrics(nil) succeeded")
+	if _, err := guard.NewMetrics(nil); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("NewMetrics(nil): %v, want an error wrapping primitives.ErrInvalidArgument", err)
 	}
 	k := guard.NewKeyed(guard.WithMetrics(m))
 	ctx := context.Background()
