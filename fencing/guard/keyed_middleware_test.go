@@ -195,3 +195,38 @@ func TestKeyedMiddlewareEdges(t *testing.T) {
 		t.Fatalf("mark %d after failed raises, want 3", m)
 	}
 }
+
+// TestKeyedWrongScopeQuotesABoundedPart: a token of another scope is
+// refused (403, PermissionDenied) with a message that names both scopes,
+// but only the start of a huge one: the client's header is repeated
+// neither whole into the response nor into the error, as a malformed
+// token or scope is not.
+func TestKeyedWrongScopeQuotesABoundedPart(t *testing.T) {
+	k := guard.NewKeyed()
+	huge := "/locks/" + strings.Repeat("x", 64<<10)
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("a wrong scope reached the handler") })
+	h := k.HTTPMiddleware(func(*http.Request) string { return "/locks/a" }, next)
+	r := httptest.NewRequest(http.MethodPut, "/x", nil)
+	fencing.InjectScopedHTTP(r, huge, 3)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusForbidden {
+		t.Fatalf("token of another scope: %d, want 403", w.Code)
+	}
+	if n := w.Body.Len(); n > 512 {
+		t.Errorf("403 body of %d bytes for a scope of %d bytes: %.120s...", n, len(huge), w.Body.String())
+	}
+
+	icpt := k.UnaryInterceptor(func(context.Context, string, any) string { return "/locks/a" })
+	ctx := metadata.NewIncomingContext(context.Background(), fencing.ToScopedGRPCMetadata(huge, 3))
+	_, err := icpt(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/svc/M"}, func(context.Context, any) (any, error) {
+		t.Error("a wrong scope reached the handler")
+		return nil, nil
+	})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("token of another scope over gRPC: %v, want PermissionDenied", err)
+	}
+	if n := len(status.Convert(err).Message()); n > 512 {
+		t.Errorf("PermissionDenied message of %d bytes for a scope of %d bytes", n, len(huge))
+	}
+}
