@@ -180,10 +180,15 @@ type call struct {
 	vals context.Context
 	// Under state.callMu: the requests waiting for it; when the last one
 	// gives up before it returned, it is abandoned (its context
-	// cancelled). cancel is nil until it starts.
+	// cancelled) and onAbandon, if set, runs (under state.callMu): a
+	// shared call is taken from the state then, so that later requests
+	// call the store afresh rather than wait for a call that may never
+	// return (a store that ignores its context). cancel is nil until it
+	// starts.
 	waiters   int
 	abandoned bool
 	cancel    context.CancelFunc
+	onAbandon func()
 }
 
 func newCall(ctx context.Context) *call {
@@ -267,6 +272,9 @@ func (s *state) leave(cl *call) bool {
 		default:
 			cl.abandoned = true
 			cl.cancel()
+			if cl.onAbandon != nil {
+				cl.onAbandon()
+			}
 		}
 	}
 	return was
@@ -337,13 +345,15 @@ func (c *config) load(ctx context.Context, s *state, scope string) error {
 			if s.loading == nil {
 				cl := newCall(ctx)
 				s.loading = cl
-				c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
-					return c.loadStored(ctx, s, scope)
-				}, func() {
+				forget := func() {
 					if s.loading == cl {
 						s.loading = nil
 					}
-				})
+				}
+				cl.onAbandon = forget
+				c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
+					return c.loadStored(ctx, s, scope)
+				}, forget)
 			}
 			return s.loading
 		})
@@ -363,7 +373,9 @@ func (c *config) load(ctx context.Context, s *state, scope string) error {
 // requests that arrive meanwhile share the read that starts once it
 // returns. So each request's answer is a read that began after it, and the
 // store sees at most one read of a scope at a time however many requests
-// arrive.
+// arrive, but for reads that every waiter gave up on: the next read starts
+// then, without waiting for such a read to return (a store that ignores
+// its context might never return it).
 func (c *config) read(ctx context.Context, s *state, scope string) (fencing.Token, error) {
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
@@ -387,19 +399,24 @@ func (c *config) read(ctx context.Context, s *state, scope string) (fencing.Toke
 	return cl.val, nil
 }
 
-// startRead starts cl, the read of s; once it returns, the next read
-// starts if anyone waits for it.
+// startRead starts cl, the read of s; once it returns, or every waiter
+// gave up on it, the next read starts if anyone waits for it.
 func (c *config) startRead(s *state, scope string, cl *call) {
-	c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
-		return c.loadStored(ctx, s, scope)
-	}, func() {
+	over := func() {
+		if s.reading != cl {
+			return // given up on, and followed by another read already
+		}
 		next := s.nextRead
 		s.reading, s.nextRead = nil, nil
 		if next != nil && next.waiters > 0 {
 			s.reading = next
 			c.startRead(s, scope, next)
 		}
-	})
+	}
+	cl.onAbandon = over
+	c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
+		return c.loadStored(ctx, s, scope)
+	}, over)
 }
 
 // loadStored loads the stored mark of s and records it (stored).

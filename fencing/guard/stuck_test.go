@@ -1,0 +1,100 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
+)
+
+// stuckOnce wraps a real store; after stick, its next Load blocks, whatever
+// its context says, until the test ends (a call on a dead connection of a
+// driver that ignores its context), while every later Load answers.
+type stuckOnce struct {
+	guard.MarkStore
+	mu      sync.Mutex
+	armed   bool
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func newStuckOnce(t *testing.T) *stuckOnce {
+	s := &stuckOnce{MarkStore: fileStore(t, t.TempDir()), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	t.Cleanup(func() { close(s.gate) })
+	return s
+}
+
+func (s *stuckOnce) stick() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = true
+}
+
+func (s *stuckOnce) Load(ctx context.Context, scope string) (fencing.Token, error) {
+	s.mu.Lock()
+	stuck := s.armed
+	s.armed = false
+	s.mu.Unlock()
+	if stuck {
+		s.entered <- struct{}{}
+		<-s.gate
+	}
+	return s.MarkStore.Load(ctx, scope)
+}
+
+// TestStuckCallDoesNotWedgeTheScope: a store call that never returns (it
+// ignores its context) fails the requests that wait for it within the
+// store timeout; once its waiters have given up, later requests of the
+// scope do not wait for it, but call the store afresh, which answers.
+// Before, a stuck read of a shared store (a token at the mark) or a stuck
+// first Load failed every later request of its scope until it returned.
+func TestStuckCallDoesNotWedgeTheScope(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	for _, mode := range []string{"read", "load"} {
+		t.Run(mode, func(t *testing.T) {
+			store := newStuckOnce(t)
+			opts := []guard.Option{guard.WithStore(store), guard.WithStoreTimeout(timeout)}
+			if mode == "load" {
+				opts = append(opts, guard.WithExclusiveStore())
+			}
+			for _, keyed := range []bool{false, true} {
+				var check func(fencing.Token) error
+				if keyed {
+					k := guard.NewKeyed(opts...)
+					check = func(tok fencing.Token) error { return k.Check("/s", tok) }
+				} else {
+					check = guard.New(opts...).Check
+				}
+				if mode == "read" {
+					if err := check(5); err != nil { // a raise: loaded, mark 5
+						t.Fatal(err)
+					}
+				} else if err := store.Raise(context.Background(), scopeOf(keyed), 5); err != nil {
+					t.Fatal(err)
+				}
+				store.stick()
+				mustStoreRejection(t, within(t, 2*time.Second, "a request on a stuck "+mode, func() error { return check(5) }), "stuck "+mode)
+				recv(t, store.entered, "the stuck call")
+				for i := range 3 {
+					if err := within(t, 2*time.Second, "a request after the stuck call was given up", func() error { return check(5) }); err != nil {
+						t.Fatalf("keyed %v: request %d at the mark after the stuck %s was given up, with the store answering: %v", keyed, i, mode, err)
+					}
+				}
+				if err := check(4); !errors.Is(err, fencing.ErrTokenStale) {
+					t.Fatalf("Check(4) below the mark 5: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func scopeOf(keyed bool) string {
+	if keyed {
+		return "/s"
+	}
+	return ""
+}
