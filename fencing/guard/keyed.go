@@ -50,6 +50,21 @@ func NewKeyed(opts ...Option) *Keyed {
 	return k
 }
 
+// validRequest rejects, before a scope's state is looked at (or made), a
+// request no scope could accept: a scope no token can name, or no usable
+// token (t <= 0). Without a store a Keyed never drops a scope, so such
+// requests must leave none behind.
+func (k *Keyed) validRequest(scope string, t fencing.Token) error {
+	err := validScope(scope)
+	if err == nil && t <= 0 {
+		err = noTokenError(t)
+	}
+	if err != nil {
+		k.cfg.metrics.reject(err)
+	}
+	return err
+}
+
 // validScope rejects the scopes no token can name: "" (the resource named
 // none: answered like a missing token) and overlong ones.
 func validScope(scope string) error {
@@ -119,8 +134,7 @@ func (k *Keyed) Check(scope string, t fencing.Token) error {
 // CheckContext is Guard.CheckContext for the mark of scope; scope errors as
 // Check.
 func (k *Keyed) CheckContext(ctx context.Context, scope string, t fencing.Token) error {
-	if err := validScope(scope); err != nil {
-		k.cfg.metrics.reject(err)
+	if err := k.validRequest(scope, t); err != nil {
 		return err
 	}
 	s := k.get(scope, true)
@@ -131,8 +145,7 @@ func (k *Keyed) CheckContext(ctx context.Context, scope string, t fencing.Token)
 // Admit is Guard.Admit for the mark of scope; scope errors as Check. The
 // scope's state stays in memory until done is called.
 func (k *Keyed) Admit(ctx context.Context, scope string, t fencing.Token) (context.Context, func(), error) {
-	if err := validScope(scope); err != nil {
-		k.cfg.metrics.reject(err)
+	if err := k.validRequest(scope, t); err != nil {
 		return nil, noop, err
 	}
 	s := k.get(scope, true)

@@ -105,3 +105,24 @@ func TestKeyedAdmitIsPerScope(t *testing.T) {
 		t.Fatalf("overlong scope: %v", err)
 	}
 }
+
+// TestKeyedBadTokenKeepsNoScope: a request with no usable token (t <= 0)
+// is rejected before its scope is looked at, so it leaves nothing behind:
+// without a store a Keyed never drops a scope it holds, and requests with
+// bad tokens and ever new scopes would grow it without bound.
+func TestKeyedBadTokenKeepsNoScope(t *testing.T) {
+	k := guard.NewKeyed()
+	for i := range 100 {
+		scope := fmt.Sprintf("/locks/%d", i)
+		if err := k.Check(scope, fencing.Token(-i)); !errors.Is(err, fencing.ErrNoToken) {
+			t.Fatalf("Check(%q, %d): %v, want an error wrapping fencing.ErrNoToken", scope, -i, err)
+		}
+		if _, done, err := k.Admit(context.Background(), scope, 0); !errors.Is(err, fencing.ErrNoToken) {
+			done()
+			t.Fatalf("Admit(%q, 0): %v, want an error wrapping fencing.ErrNoToken", scope, err)
+		}
+	}
+	if n := k.Scopes(); n != 0 {
+		t.Fatalf("%d scopes held after requests with no usable token, want 0", n)
+	}
+}
