@@ -92,3 +92,24 @@ func TestFromGRPCMetadataAnyCase(t *testing.T) {
 		t.Fatal("two spellings of the key, two tokens: no error")
 	}
 }
+
+// TestInjectIntoNilRequest: InjectHTTP and InjectScopedHTTP have no
+// request to stamp in a nil one, and do nothing, as FromHTTP and
+// ScopeFromHTTP answer a nil request with "no token" rather than panic.
+func TestInjectIntoNilRequest(t *testing.T) {
+	for name, f := range map[string]func(){
+		"InjectHTTP(nil, 5)":             func() { fencing.InjectHTTP(nil, 5) },
+		"InjectHTTP(nil, 0)":             func() { fencing.InjectHTTP(nil, 0) },
+		`InjectScopedHTTP(nil, "/a", 5)`: func() { fencing.InjectScopedHTTP(nil, "/a", 5) },
+		`InjectScopedHTTP(nil, "", 0)`:   func() { fencing.InjectScopedHTTP(nil, "", 0) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s panicked: %v", name, r)
+				}
+			}()
+			f()
+		}()
+	}
+}

@@ -153,8 +153,12 @@ func scopeFromValues(vs []string, where string) (string, error) {
 
 // InjectScopedHTTP sets the token and scope headers of req (InjectHTTP for
 // the token). A token <= 0 removes both headers; an empty scope removes the
-// scope header and leaves a plain, unscoped token.
+// scope header and leaves a plain, unscoped token. A nil req is left as
+// it is.
 func InjectScopedHTTP(req *http.Request, scope string, t Token) {
+	if req == nil {
+		return
+	}
 	InjectHTTP(req, t)
 	if t <= 0 || scope == "" {
 		setHeader(req.Header, ScopeHTTPHeader, "")

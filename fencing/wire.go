@@ -12,8 +12,12 @@ import (
 // If t is not a valid token (t <= 0) it removes the header instead, so the
 // request carries no token at all rather than a stale or bogus one; a guard
 // then answers 428 Precondition Required. It modifies req in place; an
-// http.RoundTripper must not, and should use NewTransport instead.
+// http.RoundTripper must not, and should use NewTransport instead. A nil
+// req is left as it is.
 func InjectHTTP(req *http.Request, t Token) {
+	if req == nil {
+		return
+	}
 	if t <= 0 {
 		setHeader(req.Header, HTTPHeader, "")
 		return
