@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
 
 	"github.com/ahrtr/disco/fencing"
 )
@@ -29,9 +32,60 @@ const DefaultTable = "disco_fencing_marks"
 // the table and fence as one resource (guard.WithStore). A resource that
 // is itself in the database can check tokens in its own transactions:
 // see CheckTx.
+//
+// On SQLite, a write finds the database busy (SQLITE_BUSY) while another
+// connection writes, and database/sql keeps several connections even for
+// one *sql.DB. NewSQL, Load, Raise and RaiseLoad wait that out: they try
+// again, backing off, until the statement goes through, its context ends
+// or 10 s have passed, so the database needs no busy_timeout. (CheckTx
+// runs in the caller's transaction, and does not.)
 type SQL struct {
 	db                              *sql.DB
 	load, raise, raiseLoad, checkTx string
+}
+
+// busyWait bounds how long a statement of SQL waits out a busy SQLite
+// database (see SQL) when its context allows longer.
+const busyWait = 10 * time.Second
+
+// retryBusy runs f, and runs it again while it fails only because an
+// SQLite database is busy, until ctx ends or busyWait has passed. Every
+// statement it runs is safe to repeat: a CREATE TABLE IF NOT EXISTS, a
+// read, a raise that never lowers a mark.
+func retryBusy(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(busyWait)
+	delay := time.Millisecond
+	for {
+		err := f()
+		if err == nil || !isBusy(err) || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		timer := time.NewTimer(delay/2 + rand.N(delay)) // jittered: writers do not retry in step
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return err
+		case <-timer.C:
+		}
+		delay = min(2*delay, 64*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err says that an SQLite database is busy or
+// locked by another connection: SQLITE_BUSY or SQLITE_LOCKED (primary
+// codes 5 and 6), told by the driver's error code (modernc.org/sqlite) or
+// by SQLite's message (drivers without a Code method).
+func isBusy(err error) bool {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		switch coded.Code() & 0xff {
+		case 5, 6:
+			return true
+		}
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "database is locked") || strings.Contains(msg, "database table is locked")
 }
 
 // SQLOption configures NewSQL.
@@ -75,7 +129,10 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 		return nil, fmt.Errorf("markstore: NewSQL: table name %q is not a plain identifier: %w", c.table, ErrInvalidArgument)
 	}
 	create := `CREATE TABLE IF NOT EXISTS ` + c.table + ` (scope TEXT PRIMARY KEY, mark BIGINT NOT NULL)`
-	if _, err := db.ExecContext(ctx, create); err != nil {
+	if err := retryBusy(ctx, func() error {
+		_, err := db.ExecContext(ctx, create)
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("markstore: creating table %s: %w", c.table, err)
 	}
 	upsert := `INSERT INTO ` + c.table + ` (scope, mark) VALUES ($1, $2)
@@ -108,7 +165,7 @@ func (s *SQL) Load(ctx context.Context, scope string) (fencing.Token, error) {
 		return 0, err
 	}
 	var m int64
-	err := s.db.QueryRowContext(ctx, s.load, scope).Scan(&m)
+	err := retryBusy(ctx, func() error { return s.db.QueryRowContext(ctx, s.load, scope).Scan(&m) })
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -129,7 +186,10 @@ func (s *SQL) Raise(ctx context.Context, scope string, t fencing.Token) error {
 	if t <= 0 {
 		return fmt.Errorf("markstore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}
-	if _, err := s.db.ExecContext(ctx, s.raise, scope, int64(t)); err != nil {
+	if err := retryBusy(ctx, func() error {
+		_, err := s.db.ExecContext(ctx, s.raise, scope, int64(t))
+		return err
+	}); err != nil {
 		return fmt.Errorf("markstore: raising the mark of %q to %d: %w", scope, t, err)
 	}
 	return nil
@@ -145,7 +205,7 @@ func (s *SQL) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fen
 		return 0, fmt.Errorf("markstore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}
 	var m int64
-	if err := s.db.QueryRowContext(ctx, s.raiseLoad, scope, int64(t)).Scan(&m); err != nil {
+	if err := retryBusy(ctx, func() error { return s.db.QueryRowContext(ctx, s.raiseLoad, scope, int64(t)).Scan(&m) }); err != nil {
 		return 0, fmt.Errorf("markstore: raising the mark of %q to %d: %w", scope, t, err)
 	}
 	return fencing.Token(m), nil
