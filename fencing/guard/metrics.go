@@ -133,9 +133,14 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 	return m, nil
 }
 
-// reason classifies a rejection.
+// reason classifies a rejection. A failure of the store or the verifier
+// comes first: the error it wraps says nothing about the client's token.
 func reason(err error) string {
 	switch {
+	case errors.Is(err, ErrStore):
+		return ReasonStore
+	case errors.Is(err, ErrUnverified):
+		return ReasonUnverified
 	case errors.Is(err, fencing.ErrWrongScope):
 		return ReasonWrongScope
 	case errors.Is(err, fencing.ErrTokenStale):
@@ -144,12 +149,8 @@ func reason(err error) string {
 		return ReasonMalformed
 	case errors.Is(err, fencing.ErrNoToken):
 		return ReasonMissing
-	case errors.Is(err, ErrStore):
-		return ReasonStore
 	case errors.Is(err, fencing.ErrTokenForged):
 		return ReasonForged
-	case errors.Is(err, ErrUnverified):
-		return ReasonUnverified
 	default:
 		return ReasonCanceled
 	}

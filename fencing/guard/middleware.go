@@ -49,9 +49,13 @@ func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
 }
 
 // httpStatus is the status of a rejection: see HTTPMiddleware and
-// Keyed.HTTPMiddleware.
+// Keyed.HTTPMiddleware. A failure of the store or the verifier comes
+// first: the error it wraps (a corrupt stored mark, say) says nothing
+// about the client's token.
 func httpStatus(err error) int {
 	switch {
+	case errors.Is(err, ErrStore), errors.Is(err, ErrUnverified):
+		return http.StatusServiceUnavailable
 	case errors.Is(err, fencing.ErrTokenStale), errors.Is(err, fencing.ErrTokenForged):
 		return http.StatusConflict
 	case errors.Is(err, fencing.ErrWrongScope):
@@ -123,14 +127,14 @@ func (g *Guard) admitGRPC(ctx context.Context) (context.Context, func(), error) 
 func grpcError(err error) error {
 	code := codes.Canceled
 	switch {
+	case errors.Is(err, ErrStore), errors.Is(err, ErrUnverified): // first, as in httpStatus
+		code = codes.Unavailable
 	case errors.Is(err, fencing.ErrTokenStale), errors.Is(err, fencing.ErrTokenForged):
 		code = codes.FailedPrecondition
 	case errors.Is(err, fencing.ErrWrongScope):
 		code = codes.PermissionDenied
 	case errors.Is(err, fencing.ErrNoToken):
 		code = codes.InvalidArgument
-	case errors.Is(err, ErrStore), errors.Is(err, ErrUnverified):
-		code = codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	}

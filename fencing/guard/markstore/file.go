@@ -134,7 +134,9 @@ func (f *File) read(name string) (fencing.Token, error) {
 	}
 	t, err := fencing.ParseToken(strings.TrimSuffix(string(b), "\n"))
 	if err != nil {
-		return 0, fmt.Errorf("markstore: %s: %w: %w", name, ErrCorrupt, err)
+		// err (fencing's parse error) is told, not wrapped: it wraps
+		// fencing.ErrNoToken, and it is no client's token that is bad.
+		return 0, fmt.Errorf("markstore: %s: %w: %v", name, ErrCorrupt, err)
 	}
 	return t, nil
 }
