@@ -164,9 +164,12 @@ func New(opts ...Option) *Guard {
 	return g
 }
 
-// Mark returns the high-water mark: the highest token this Guard has seen
-// (in Check or Admit, admitted or not, or in its store), or the initial
-// mark if it is higher. It never decreases. A Guard on a store reads the
+// Mark returns the high-water mark: the highest token this Guard has
+// accepted (in Check or Admit, including an Admit that raised the mark and
+// then gave up waiting for lower tokens to finish) or read from its store,
+// or the initial mark if it is higher. A token it refused (stale, forged
+// or unverified with WithVerifier, or one whose raise in the store failed)
+// leaves it where it was. It never decreases. A Guard on a store reads the
 // stored mark at its first Check or Admit (or at Load); until then Mark
 // does not include it. On a store shared with other guards it is this
 // guard's view, possibly behind the store's: the store, not Mark, decides

@@ -94,3 +94,43 @@ func TestStorePanicIsARejection(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkIgnoresRefusedTokens: Mark is the highest token accepted (or
+// read from the store), not the highest seen: a token refused as forged,
+// unverified, or because its raise in the store failed leaves it where it
+// was; an Admit that raised the mark and gave up waiting keeps it raised.
+func TestMarkIgnoresRefusedTokens(t *testing.T) {
+	v := newGrants()
+	v.grant("", 5)
+	store := &panicking{MarkStore: fileStore(t, t.TempDir())}
+	g := guard.New(guard.WithVerifier(v), guard.WithStore(store))
+	if err := g.Check(5); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Check(1 << 40); !errors.Is(err, fencing.ErrTokenForged) {
+		t.Fatalf("forged token: %v", err)
+	}
+	v.grant("", 9)
+	store.on.Store(true)
+	if err := g.Check(9); !errors.Is(err, guard.ErrStore) {
+		t.Fatalf("token 9 on a failing store: %v", err)
+	}
+	if m := g.Mark(); m != 5 {
+		t.Fatalf("Mark %d after refusals, want 5", m)
+	}
+
+	p := guard.New()
+	_, done, err := p.Admit(context.Background(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := p.Admit(ctx, 4); err == nil {
+		t.Fatal("Admit(4) with a lower token in flight and its context over succeeded")
+	}
+	if m := p.Mark(); m != 4 {
+		t.Fatalf("Mark %d after an Admit of 4 that gave up waiting, want 4", m)
+	}
+}
