@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/internal/quote"
 )
 
 // Keyed is a guard for a resource that follows many locks: it keeps one mark
@@ -72,7 +73,7 @@ func validScope(scope string) error {
 		return fmt.Errorf("guard: the resource named no scope for this request: %w", fencing.ErrNoScope)
 	}
 	if len(scope) > MaxScopeLen {
-		return fmt.Errorf("guard: scope %q... is longer than %d bytes: %w", scope[:32], MaxScopeLen, fencing.ErrMalformedScope)
+		return fmt.Errorf("guard: scope %s is longer than %d bytes: %w", quote.Name(scope), MaxScopeLen, fencing.ErrMalformedScope)
 	}
 	return nil
 }

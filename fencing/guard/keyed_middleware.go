@@ -8,25 +8,16 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/internal/quote"
 )
 
 // wrongScope is the rejection of a token that names another scope than the
 // one the request needs.
-func wrongScope(need, have string) error {
-	return fmt.Errorf("guard: this request needs a token of scope %s, got one of scope %s: %w", quoteScope(need), quoteScope(have), fencing.ErrWrongScope)
-}
-
-// maxQuotedScope bounds how much of a scope an error repeats: have is the
+// Both are quoted by their start only if long (quote.Name): have is the
 // client's header, as long as the server lets a header be, and the error
 // goes into the response.
-const maxQuotedScope = 64
-
-// quoteScope returns scope quoted, only its start if it is long.
-func quoteScope(scope string) string {
-	if len(scope) <= maxQuotedScope {
-		return fmt.Sprintf("%q", scope)
-	}
-	return fmt.Sprintf("%q... (%d bytes)", scope[:maxQuotedScope], len(scope))
+func wrongScope(need, have string) error {
+	return fmt.Errorf("guard: this request needs a token of scope %s, got one of scope %s: %w", quote.Name(need), quote.Name(have), fencing.ErrWrongScope)
 }
 
 // HTTPMiddleware is Guard.HTTPMiddleware for many locks: scopeOf tells, from

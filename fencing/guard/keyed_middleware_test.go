@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
@@ -228,5 +229,28 @@ func TestKeyedWrongScopeQuotesABoundedPart(t *testing.T) {
 	}
 	if n := len(status.Convert(err).Message()); n > 512 {
 		t.Errorf("PermissionDenied message of %d bytes for a scope of %d bytes", n, len(huge))
+	}
+}
+
+// TestKeyedLongScopesQuotedInWholeRunes: a scope too long to take, and a
+// token of another, long scope, are refused with messages that show the
+// scope's start in whole runes (as every backend shows a long name), never
+// a rune cut into escaped bytes.
+func TestKeyedLongScopesQuotedInWholeRunes(t *testing.T) {
+	k := guard.NewKeyed()
+	long := "/" + strings.Repeat("é", 600)
+	errs := map[string]error{"overlong scope": k.Check(long, 1)}
+	icpt := k.UnaryInterceptor(func(context.Context, string, any) string { return "/locks/a" })
+	ctx := metadata.NewIncomingContext(context.Background(), fencing.ToScopedGRPCMetadata("/"+strings.Repeat("é", 100), 3))
+	_, errs["another scope"] = icpt(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/svc/M"}, func(context.Context, any) (any, error) {
+		return nil, nil
+	})
+	for what, err := range errs {
+		if err == nil {
+			t.Fatalf("%s: accepted", what)
+		}
+		if msg := err.Error(); !utf8.ValidString(msg) || strings.Contains(msg, `\x`) {
+			t.Errorf("%s: %s: a rune of the scope cut", what, msg)
+		}
 	}
 }
