@@ -63,6 +63,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Token is a fencing token: a number issued by the coordination service with
@@ -126,10 +127,20 @@ func (e *malformedError) Unwrap() error { return ErrMalformedToken }
 const maxQuoted = 32
 
 func malformed(input, reason string) error {
-	if len(input) > maxQuoted {
-		input = input[:maxQuoted] + "..."
+	return &malformedError{input: clip(input), reason: reason}
+}
+
+// clip returns s, or its first maxQuoted bytes or a few fewer, cut between
+// runes (a rune cut in two would show as escaped bytes), followed by "...".
+func clip(s string) string {
+	if len(s) <= maxQuoted {
+		return s
 	}
-	return &malformedError{input: input, reason: reason}
+	cut := maxQuoted
+	for cut > maxQuoted-utf8.UTFMax && !utf8.RuneStart(s[cut]) {
+		cut-- // at most UTFMax-1 bytes back in valid UTF-8; not valid: cut anywhere
+	}
+	return s[:cut] + "..."
 }
 
 // missing reports a token that is absent; where says where it was looked for.

@@ -3,7 +3,9 @@ package fencing_test
 import (
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/metadata"
 
@@ -111,5 +113,22 @@ func TestInjectIntoNilRequest(t *testing.T) {
 			}()
 			f()
 		}()
+	}
+}
+
+// TestLongBadValuesQuotedInWholeRunes: a malformed token or scope is shown
+// in errors by its start only, cut between runes: never a rune cut into
+// escaped bytes.
+func TestLongBadValuesQuotedInWholeRunes(t *testing.T) {
+	bad := "1" + strings.Repeat("é", 40)
+	_, errTok := fencing.ParseToken(bad)
+	_, errScope := fencing.DecodeScope(bad)
+	for what, err := range map[string]error{"token": errTok, "scope": errScope} {
+		if err == nil {
+			t.Fatalf("%s %q accepted", what, bad)
+		}
+		if msg := err.Error(); !utf8.ValidString(msg) || strings.Contains(msg, `\x`) {
+			t.Errorf("%s: %s: a rune of the value cut", what, msg)
+		}
 	}
 }

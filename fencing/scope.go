@@ -130,9 +130,7 @@ func unhex(c byte) int {
 }
 
 func scopeMalformed(s, reason string) error {
-	if len(s) > maxQuoted {
-		s = s[:maxQuoted] + "..."
-	}
+	s = clip(s)
 	return fmt.Errorf("fencing: malformed scope %q: %s: %w", s, reason, ErrMalformedScope)
 }
 
