@@ -81,9 +81,10 @@
 // file read, a SELECT, a linearizable etcd Get), shared by the requests of
 // a scope that arrive while one read is in flight (each is answered by a
 // read that began after it arrived, never an older one, so at most one
-// read of a scope is in flight per guard, but for a read every request
+// read of a scope is in flight per guard, but for reads every request
 // gave up on, which a store that ignores its context may leave running:
-// the next read does not wait for it), and one round trip per raise.
+// the next read does not wait for up to four of them), and one round trip
+// per raise.
 // What it does not do: a guard's Admit drains the requests of lower tokens
 // in flight before it admits a higher token, but only its own; a request
 // that another replica admitted with a lower token may still be running

@@ -54,6 +54,9 @@ type state struct {
 	reading   *call
 	nextRead  *call
 	verifying map[fencing.Token]*call
+	// detached counts the shared calls given up on and taken from the
+	// state that have not returned (see maxDetached).
+	detached int
 	// refs counts the users of a Keyed's state (calls in progress and
 	// admitted requests); a state with refs 0 may be dropped.
 	refs atomic.Int64

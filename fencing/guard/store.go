@@ -181,15 +181,24 @@ type call struct {
 	// Under state.callMu: the requests waiting for it; when the last one
 	// gives up before it returned, it is abandoned (its context
 	// cancelled) and onAbandon, if set, runs (under state.callMu): a
-	// shared call is taken from the state then, so that later requests
-	// call the store afresh rather than wait for a call that may never
-	// return (a store that ignores its context). cancel is nil until it
-	// starts.
+	// shared call is taken from the state then (detached), so that later
+	// requests call the store afresh rather than wait for a call that may
+	// never return (a store that ignores its context), unless
+	// maxDetached calls of the state are detached and still running.
+	// cancel is nil until it starts.
 	waiters   int
 	abandoned bool
+	detached  bool
 	cancel    context.CancelFunc
 	onAbandon func()
 }
+
+// maxDetached bounds the shared calls of a scope that every waiter gave
+// up on and that have not returned (see call), so that a store that hangs
+// for good and ignores contexts holds a few goroutines per scope, not one
+// per store timeout for as long as requests come. Beyond it, requests
+// wait for such a call again.
+const maxDetached = 4
 
 func newCall(ctx context.Context) *call {
 	return &call{done: make(chan struct{}), vals: context.WithoutCancel(ctx)}
@@ -205,6 +214,9 @@ func (c *config) start(s *state, cl *call, f func(context.Context) (fencing.Toke
 		defer cancel()
 		v, err := protect(ctx, f)
 		s.callMu.Lock()
+		if cl.detached {
+			s.detached--
+		}
 		cl.val, cl.err = v, err
 		if finish != nil {
 			finish()
@@ -272,7 +284,9 @@ func (s *state) leave(cl *call) bool {
 		default:
 			cl.abandoned = true
 			cl.cancel()
-			if cl.onAbandon != nil {
+			if cl.onAbandon != nil && s.detached < maxDetached {
+				s.detached++
+				cl.detached = true
 				cl.onAbandon()
 			}
 		}
@@ -375,7 +389,7 @@ func (c *config) load(ctx context.Context, s *state, scope string) error {
 // store sees at most one read of a scope at a time however many requests
 // arrive, but for reads that every waiter gave up on: the next read starts
 // then, without waiting for such a read to return (a store that ignores
-// its context might never return it).
+// its context might never return it), up to maxDetached such reads.
 func (c *config) read(ctx context.Context, s *state, scope string) (fencing.Token, error) {
 	ctx, cancel := c.bound(ctx)
 	defer cancel()

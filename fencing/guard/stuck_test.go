@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,4 +98,47 @@ func scopeOf(keyed bool) string {
 		return "/s"
 	}
 	return ""
+}
+
+// hungLoads is a store whose every Load, once on is set, blocks, whatever
+// its context says, until the test ends; it counts the Loads in progress.
+type hungLoads struct {
+	guard.MarkStore
+	on      atomic.Bool
+	gate    chan struct{}
+	running atomic.Int64
+}
+
+func (h *hungLoads) Load(ctx context.Context, scope string) (fencing.Token, error) {
+	if !h.on.Load() {
+		return h.MarkStore.Load(ctx, scope)
+	}
+	h.running.Add(1)
+	defer h.running.Add(-1)
+	<-h.gate
+	return h.MarkStore.Load(ctx, scope)
+}
+
+// TestStuckCallsAreBounded: a store that hangs every read and ignores its
+// context holds a goroutine per read the guard started. Later requests do
+// not wait for a read every waiter gave up on (TestStuckCallDoesNotWedgeTheScope),
+// but only up to a few such reads per scope: then they wait again, so a
+// store that hangs for good does not cost a goroutine per store timeout
+// for as long as requests come.
+func TestStuckCallsAreBounded(t *testing.T) {
+	store := &hungLoads{MarkStore: fileStore(t, t.TempDir()), gate: make(chan struct{})}
+	t.Cleanup(func() { close(store.gate) })
+	g := guard.New(guard.WithStore(store), guard.WithStoreTimeout(30*time.Millisecond))
+	if err := g.Check(5); err != nil {
+		t.Fatal(err)
+	}
+	store.on.Store(true)
+	for range 20 {
+		if err := g.Check(5); !errors.Is(err, guard.ErrStore) {
+			t.Fatalf("Check on a hung store: %v, want an error wrapping guard.ErrStore", err)
+		}
+	}
+	if n := store.running.Load(); n > 5 {
+		t.Fatalf("%d reads of one scope hung at once, want at most 5", n)
+	}
 }
