@@ -100,7 +100,7 @@ func (s *MarkStore) get(ctx context.Context, key string) (fencing.Token, int64, 
 	kv := resp.Kvs[0]
 	t, err := fencing.ParseToken(string(kv.Value))
 	if err != nil {
-		return 0, 0, fmt.Errorf("etcdio: MarkStore: key %q does not hold a mark: %w", key, err)
+		return 0, 0, corrupt(key, err)
 	}
 	return t, kv.ModRevision, nil
 }
@@ -154,8 +154,15 @@ func (s *MarkStore) RaiseLoad(ctx context.Context, scope string, t fencing.Token
 			rev = kvs[0].ModRevision
 			cur, err = fencing.ParseToken(string(kvs[0].Value))
 			if err != nil {
-				err = fmt.Errorf("etcdio: MarkStore: key %q does not hold a mark: %w", key, err)
+				err = corrupt(key, err)
 			}
 		}
 	}
+}
+
+// corrupt is the error of key, which holds no mark: the parse error is
+// told, not wrapped, since it wraps fencing's token errors and it is no
+// client's token that is bad (a guard answers a store failure, 503).
+func corrupt(key string, parseErr error) error {
+	return fmt.Errorf("etcdio: MarkStore: key %q does not hold a mark: %v", key, parseErr)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/etcdio/embedded"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
+	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
 	"github.com/ahrtr/disco/fencing/guard/storetest"
 	"github.com/ahrtr/disco/internal/testkit"
@@ -137,5 +138,30 @@ func TestMarkStoreBoundsRequests(t *testing.T) {
 	}
 	if m, err := s.Load(ctx, "/a"); err != nil || m < 5 {
 		t.Fatalf("Load once etcd is reachable again: %d, %v; want at least 5", m, err)
+	}
+}
+
+// A key that holds no mark is the store's failure, not the client's token:
+// Load and Raise fail with an error that names the key and wraps none of
+// fencing's token errors, so a guard answers 503, not 400 "malformed".
+func TestMarkStoreCorruptMark(t *testing.T) {
+	prefix := prefixOf(t) + "/"
+	dropPrefix(t, prefix)
+	cli := newClient(t)
+	s, err := etcdio.NewMarkStore(cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 10*time.Second)
+	if _, err := cli.Put(ctx, prefix+"orders", "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	_, lerr := s.Load(ctx, "orders")
+	rerr := s.Raise(ctx, "orders", 7)
+	for call, err := range map[string]error{"Load": lerr, "Raise": rerr} {
+		if err == nil || !strings.Contains(err.Error(), "does not hold a mark") ||
+			errors.Is(err, fencing.ErrNoToken) || errors.Is(err, fencing.ErrMalformedToken) {
+			t.Errorf("%s of a corrupt mark: %v; want an error saying the key holds no mark, wrapping no token error", call, err)
+		}
 	}
 }
