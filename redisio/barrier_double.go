@@ -260,9 +260,9 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 // then it returns the round, and the key stays the party's.
 func (d *doubleBarrier) giveUp(key string) (round string, in bool) {
 	v := d.v
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := v.s.ownCtx(context.Background(), opTimeout)
 	defer cancel()
-	res, err := dbWithdrawScript.Run(ctx, v.s.cli, []string{v.granted, v.queue, key}, v.wake).StringSlice()
+	res, err := ownScript(ctx, v.s, dbWithdrawScript, []string{v.granted, v.queue, key}, v.wake).StringSlice()
 	if err == nil && len(res) == 2 && res[0] == "1" {
 		return res[1], true
 	}
@@ -277,9 +277,9 @@ func (d *doubleBarrier) giveUp(key string) (round string, in bool) {
 // and forgets it: the party is gone (its service ended, its session or
 // key lost).
 func (d *doubleBarrier) withdraw(key string) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := d.v.s.ownCtx(context.Background(), opTimeout)
 	defer cancel()
-	if _, err := d.v.s.release(ctx, nil, d.v.ref(key)); err != nil {
+	if _, err := d.v.s.releaseOwn(ctx, nil, d.v.ref(key), time.Time{}); err != nil {
 		d.v.s.log.Debug("redisio: double barrier withdraw", zap.String("key", key), zap.Error(err))
 	}
 	d.forget(key)

@@ -314,8 +314,9 @@
 //     results to the loop's mailbox, which never blocks; the loop answers
 //     callers through replies that never block either.
 //   - Who may block: callers (on their reply or their script, until their
-//     context ends) and helpers (each request bounded by a timeout). Never
-//     the loop.
+//     context ends) and helpers (each request bounded by a timeout, the
+//     TTL at most, and by a Close's deadline: see Close below). Never the
+//     loop.
 //   - A slow subscriber never stalls the loop: events are queued per
 //     subscriber; Acquired, Released, Lost, Suspended and Resumed are never
 //     dropped or coalesced; LeaderChanged and Observe states may be
@@ -346,6 +347,26 @@
 // usable. Close instead ends the primitives at once (Released for what
 // they held) and deletes the holds and the session key before it returns,
 // so others proceed at once rather than after the TTL.
+//
+// # Close
+//
+// Close, of a Session or of a primitive, returns within the session's TTL
+// (WithTTL, DefaultTTL by default; a shared session's for a primitive made
+// WithSession), whatever the client's timeouts. One deadline, the TTL
+// after the call, bounds everything it waits for: an acquisition under
+// way withdrawing its hold, the deletes, and for a session, or a
+// primitive on its own session, the session's helpers. Every request the
+// session makes on its own behalf (a refresh, a release or withdrawal, a
+// leader watch's read) ends by that deadline, however the client's
+// ReadTimeout compares: an attempt that the client's timeouts would carry
+// past it runs on a clone of the client with shorter ones, as a refresh
+// does when the client's exceed the TTL (go-redis runs none of the
+// client's hooks on such a clone). So no goroutine of a closed session is
+// left once Close returns. If Redis does not answer by then, Close gives
+// up on what is not done, ends the session or the primitive all the same,
+// and returns an error wrapping context.DeadlineExceeded that names what
+// it gave up on; what it left in Redis expires with the TTL, as after a
+// loss. In an outage Close takes the TTL, 10 s by default, and no more.
 //
 // # Metrics
 //

@@ -2,6 +2,7 @@ package redisio
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -59,9 +60,9 @@ func (v *service) checkHeldLoop(gone map[string]bool) {
 	s.goHelper(func() {
 		defer v.cleaning.CompareAndSwap(&done, nil)
 		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := s.ownCtx(context.Background(), opTimeout)
 		defer cancel()
-		if _, err := s.release(ctx, nil, ref); err != nil {
+		if _, err := s.releaseOwn(ctx, nil, ref, time.Time{}); err != nil {
 			s.log.Debug("redisio: remove a deleted hold", zap.String("key", g.Key), zap.Error(err))
 		}
 		if hook != nil {

@@ -34,7 +34,7 @@ func (s *Session) unsubscribe(ch string) {
 		return
 	}
 	delete(s.subs, ch)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := s.ownCtx(context.Background(), opTimeout)
 	defer cancel()
 	if err := s.ps.Unsubscribe(ctx, ch); err != nil {
 		s.log.Debug("redisio: unsubscribe", zap.String("channel", ch), zap.Error(err))

@@ -258,9 +258,9 @@ func (v *service) check(ctx context.Context, key string) ([]int64, error) {
 // findNonce returns the key of the hold that an enqueue with nonce
 // queued, or "" if none is queued.
 func (v *service) findNonce(nonce string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := v.s.ownCtx(context.Background(), opTimeout)
 	defer cancel()
-	return findScript.Run(ctx, v.s.cli, []string{v.queue, v.s.key}, nonce).Text()
+	return ownScript(ctx, v.s, findScript, []string{v.queue, v.s.key}, nonce).Text()
 }
 
 // withdrawNonce withdraws the hold that an enqueue with nonce queued, if
@@ -300,9 +300,9 @@ func (v *service) tryWithdrawNonce(nonce string) error {
 // withdraw forgets a waiting key and deletes it in Redis.
 func (v *service) withdraw(key string) {
 	v.s.mb.Post(func() { delete(v.waiting, key) })
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := v.s.ownCtx(context.Background(), opTimeout)
 	defer cancel()
-	if _, err := v.s.release(ctx, nil, v.ref(key)); err != nil {
+	if _, err := v.s.releaseOwn(ctx, nil, v.ref(key), time.Time{}); err != nil {
 		v.s.log.Debug("redisio: withdraw", zap.String("key", key), zap.Error(err))
 	}
 }

@@ -159,12 +159,20 @@ func (s *Session) refresher() {
 // maxRefreshes bounds the refreshes under way at once: a TTL's worth.
 const maxRefreshes = 3
 
-// refresh sends one refresh of keys, until ctx ends or the TTL passes,
-// and tells the loop its outcome.
+// refresh sends one refresh of keys, until ctx ends or the TTL passes
+// (or a Close's deadline: see ownCtx), and tells the loop its outcome.
 func (s *Session) refresh(ctx context.Context, cli *redis.Client, keys []string) {
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, s.ttl)
-	res, err := refreshScript.Run(ctx, cli, keys, s.ttl.Milliseconds()).Result()
+	ctx, cancel := s.ownCtx(ctx, s.ttl)
+	var res any
+	var err error
+	if s.ownDeadline.Load() != 0 {
+		// A Close is under way: the refresh ends by its deadline.
+		cli, err = s.ownClient(time.Time{})
+	}
+	if err == nil {
+		res, err = refreshScript.Run(ctx, cli, keys, s.ttl.Milliseconds()).Result()
+	}
 	cancel()
 	if err != nil {
 		s.log.Debug("redisio: refresh", zap.Int64("session", s.id), zap.Error(err))

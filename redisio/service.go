@@ -159,7 +159,7 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 	}
 	if v.onNameChannel() {
 		if err := s.subscribe(ctx, v.wake); err != nil {
-			v.finish()
+			v.finish(time.Now().Add(v.s.ttl))
 			return nil, err
 		}
 	}
@@ -173,7 +173,7 @@ func newService(cli *redis.Client, name string, k kind, opts []Option) (*service
 		}
 		return struct{}{}, nil
 	}); err != nil {
-		v.finish()
+		v.finish(time.Now().Add(v.s.ttl))
 		return nil, err
 	}
 	return v, nil
@@ -224,48 +224,73 @@ func lookSpread(place int64) int64 {
 	return min(1+max(place, 0)/8, 4)
 }
 
-// closeTimeout bounds Close's wait for an acquisition under way.
-const closeTimeout = 2 * opTimeout
-
 // Close ends the service at once (Released for its hold, its waiters
 // failing, its subscriptions closed, ErrClosed after), then deletes its
 // keys in Redis, so that others proceed before Close returns. An
 // acquisition under way, whose script may have queued or granted a hold
 // that the service does not know of yet, ends with ErrClosed and
-// withdraws that hold before Close returns (within closeTimeout): once
-// Close returns nothing of the service is left in Redis, on a session
-// that lives on too.
+// withdraws that hold before Close returns: once Close returns nothing of
+// the service is left in Redis, on a session that lives on too.
+//
+// Close returns within its session's TTL (WithTTL, DefaultTTL by
+// default; the shared session's with WithSession), whatever the client's
+// timeouts: one deadline, the TTL after the call, bounds all it waits
+// for, closing the service's own session included (see Session.Close).
+// If Redis does not answer by then, Close gives up on what is not done,
+// ends the service all the same, and returns an error wrapping
+// context.DeadlineExceeded that says what it gave up on; what it left in
+// Redis expires with the TTL. A second Close returns an error wrapping
+// primitives.ErrClosed.
 func (v *service) Close() error {
 	if err := v.ClosedBefore(); err != nil {
 		<-v.Done() // the first Close is done
 		return err
 	}
+	deadline := time.Now().Add(v.s.ttl)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if v.own {
+		// The session ends with the service: its own requests (its
+		// refreshes, its helpers') end by the deadline too.
+		v.s.limit(deadline)
+	}
+	// The loop never waits on Redis: it answers at once.
 	refs, err := loopCall(v.s, context.Background(), func() ([]holdRef, error) {
 		if v.Ended() {
 			return nil, v.Err()
 		}
 		return v.endLoop(v.errf("%w", primitives.ErrClosed), ""), nil
 	})
+	var undone []string
 	if err == nil {
 		// The acquisition under way ends first: a party's Enter may keep
 		// its key (in a complete round) as the service ends, and Close
 		// deletes it then.
-		wait, stop := context.WithTimeout(context.Background(), closeTimeout)
-		v.awaitAcquisition(wait)
-		stop()
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		if !v.awaitAcquisition(ctx) {
+			undone = append(undone, "an acquisition under way")
+		}
 		for _, r := range refs {
-			if _, err := v.s.release(ctx, nil, r); err != nil {
+			if ctx.Err() != nil {
+				undone = append(undone, "the release of "+r.key)
+				continue
+			}
+			if _, err := v.s.releaseOwn(ctx, nil, r, deadline); err != nil {
 				v.s.log.Debug("redisio: release at Close", zap.String("key", r.key), zap.Error(err))
+				if pastDeadline(ctx, err) {
+					undone = append(undone, "the release of "+r.key)
+				}
 			}
 		}
-		cancel()
 	}
-	v.finish()
+	serr := v.finish(deadline)
 	if errors.Is(err, primitives.ErrClosed) {
 		return err
 	}
-	return nil
+	var gerr error
+	if len(undone) > 0 {
+		gerr = v.errf("close: %w", gaveUp(v.s.ttl, undone))
+	}
+	return errors.Join(gerr, serr)
 }
 
 // beginAcquisition marks an acquisition under way (see busy); false if the
@@ -288,12 +313,15 @@ func (v *service) endAcquisition() { <-v.busy }
 
 // awaitAcquisition waits, once the service has ended, for the acquisition
 // under way, if any, to return, and keeps any other from starting: it
-// fails at Err after beginAcquisition. Bounded by ctx (closeTimeout).
-func (v *service) awaitAcquisition(ctx context.Context) {
+// fails at Err after beginAcquisition. Bounded by ctx (Close's deadline):
+// false if ctx ended first.
+func (v *service) awaitAcquisition(ctx context.Context) bool {
 	select {
 	case v.busy <- struct{}{}:
+		return true
 	case <-ctx.Done():
 		v.s.log.Warn("redisio: Close gave up waiting for an acquisition under way", zap.String("name", v.name))
+		return false
 	}
 }
 
@@ -309,16 +337,21 @@ func (v *service) onNameChannel() bool {
 }
 
 // finish drops the service's channel subscription and, if the session
-// was its own, closes the session.
-func (v *service) finish() {
+// was its own, closes the session by deadline, returning what that Close
+// returned if it gave up.
+func (v *service) finish(deadline time.Time) error {
+	var err error
 	v.finishOnce.Do(func() {
 		if v.onNameChannel() {
 			v.s.unsubscribe(v.wake)
 		}
 		if v.own {
-			v.s.Close()
+			if serr := v.s.closeBy(deadline); errors.Is(serr, context.DeadlineExceeded) {
+				err = serr
+			}
 		}
 	})
+	return err
 }
 
 // endLoop ends the service with err, which wraps primitives.ErrClosed

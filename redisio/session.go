@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +25,9 @@ const (
 	sessionCounter = "disco/sessions"
 	sessionPrefix  = sessionTree + "/"
 	// opTimeout bounds the requests a session makes on its own behalf
-	// (withdrawing, cleaning up) and those it makes when its caller's
-	// context has already ended.
+	// (withdrawing, cleaning up: see ownCtx and ownClient, which bound
+	// them by the TTL and a Close's deadline too) and those it makes when
+	// its caller's context has already ended.
 	opTimeout = 5 * time.Second
 )
 
@@ -51,6 +53,10 @@ type Session struct {
 	helpers  sync.WaitGroup
 	closeMu  sync.Mutex
 	quitOnce sync.Once
+	// ownDeadline is the deadline of the first Close, in Unix nanoseconds
+	// (0 before it): no request the session makes on its own behalf ends
+	// after it (see ownClient).
+	ownDeadline atomic.Int64
 
 	enqueues atomic.Uint64 // the nonces of this session's enqueues
 	// leaderReads numbers the reads of elections' leaders, so that a
@@ -123,7 +129,9 @@ func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, er
 	s.ps = cli.Subscribe(ctx, s.key)
 	if _, err := s.ps.Receive(ctx); err != nil {
 		s.ps.Close()
-		s.cleanup(nil)
+		cctx, cancel := s.ownCtx(context.Background(), opTimeout)
+		s.cleanup(cctx, nil, time.Time{})
+		cancel()
 		return nil, fmt.Errorf("redisio: subscribe: %w", reach.Failed(ctx, "Redis", []string{cli.Options().Addr}, sent, "", err))
 	}
 	msgs := s.ps.Channel()
@@ -165,17 +173,38 @@ func (s *Session) Err() error {
 }
 
 // Close ends every primitive on the session (they see Released for what
-// they held), waits (within closeTimeout) for their acquisitions under way
-// to withdraw what their scripts wrote, as a primitive's Close does,
-// deletes their keys and the session's key in Redis, and stops the loop.
-// It never closes the client.
-func (s *Session) Close() error {
+// they held), waits for their acquisitions under way to withdraw what
+// their scripts wrote, as a primitive's Close does, deletes their keys
+// and the session's key in Redis, and stops the loop and its helpers. It
+// never closes the client.
+//
+// Close returns within the session's TTL (WithTTL, DefaultTTL by
+// default), whatever the client's timeouts: one deadline, the TTL after
+// the call, bounds all it waits for, each request it makes or waits for
+// on the session's behalf included (a refresh, a release, a withdrawal,
+// a leader watch's read), and no goroutine of the session is left once
+// it returns. If Redis does not answer by then,
+// Close gives up on what is not done (an acquisition's withdrawal, the
+// deletes), stops the session all the same, and returns an error
+// wrapping context.DeadlineExceeded that says what it gave up on; what it
+// left in Redis expires with the TTL, as after a loss. Close of a session
+// a Close ended returns an error wrapping primitives.ErrClosed; Close of
+// a lost session returns nil.
+func (s *Session) Close() error { return s.closeBy(time.Now().Add(s.ttl)) }
+
+// closeBy is Close, everything in it bounded by deadline (a primitive's
+// Close, closing its own session, passes its own).
+func (s *Session) closeBy(deadline time.Time) error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
+	s.limit(deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	type ended struct {
 		refs     []holdRef
 		services []*service
 	}
+	// The loop never waits on Redis: it answers at once.
 	e, err := loopCall(s, context.Background(), func() (ended, error) {
 		if s.ended {
 			return ended{}, s.Err()
@@ -189,19 +218,101 @@ func (s *Session) Close() error {
 		s.end(err)
 		return e, nil
 	})
+	var undone []string
 	if err == nil {
-		wait, stop := context.WithTimeout(context.Background(), closeTimeout)
+		n := 0
 		for _, v := range e.services {
-			v.awaitAcquisition(wait)
+			if !v.awaitAcquisition(ctx) {
+				n++
+			}
 		}
-		stop()
-		s.cleanup(e.refs)
+		switch {
+		case n == 1:
+			undone = append(undone, "an acquisition under way")
+		case n > 1:
+			undone = append(undone, fmt.Sprintf("%d acquisitions under way", n))
+		}
+		undone = append(undone, s.cleanup(ctx, e.refs, deadline)...)
 	}
 	s.shutdown()
 	if errors.Is(err, primitives.ErrClosed) {
 		return err
 	}
+	if len(undone) > 0 {
+		return fmt.Errorf("redisio: session %d: close: %w", s.id, gaveUp(s.ttl, undone))
+	}
 	return nil
+}
+
+// gaveUp is the error of a Close that gave up at its deadline, the TTL
+// after it began, on what undone names.
+func gaveUp(ttl time.Duration, undone []string) error {
+	return fmt.Errorf("gave up after the TTL %v, Redis not answering, on %s (left to expire with the TTL): %w",
+		ttl, strings.Join(undone, ", "), context.DeadlineExceeded)
+}
+
+// limit records deadline as the latest end of any request the session
+// makes on its own behalf from now on (see ownCtx and ownClient), unless
+// an earlier one is recorded.
+func (s *Session) limit(deadline time.Time) {
+	d := deadline.UnixNano()
+	for {
+		old := s.ownDeadline.Load()
+		if old != 0 && old <= d {
+			return
+		}
+		if s.ownDeadline.CompareAndSwap(old, d) {
+			return
+		}
+	}
+}
+
+// ownCtx returns the context of a request the session makes on its own
+// behalf (withdrawing, cleaning up, reading a leader for a watch): it ends
+// after d, and no later than a Close's deadline, so that no attempt
+// begins after that. Each attempt runs on ownClient.
+func (s *Session) ownCtx(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(d)
+	if c := s.ownDeadline.Load(); c != 0 && c < deadline.UnixNano() {
+		deadline = time.Unix(0, c)
+	}
+	return context.WithDeadline(parent, deadline)
+}
+
+// ownClient returns the client for one attempt of a request on the
+// session's own behalf, which ends within the TTL, by a Close's deadline
+// and by by (if not zero) even on a client whose context deadline
+// go-redis does not heed (ContextTimeoutEnabled unset): the session's
+// client if its timeouts end by then, else a clone of it (sharing its
+// connections; go-redis runs no hook of the client on it) whose timeouts
+// do, as for a refresh. So a request under way when Close begins ends
+// within the TTL, and one begun later by Close's deadline. Past that
+// deadline (or by) it returns errPastDeadline, which no attempt repeats
+// (see retriable): the request ends there.
+func (s *Session) ownClient(by time.Time) (*redis.Client, error) {
+	limit := time.Now().Add(s.ttl)
+	if c := s.ownDeadline.Load(); c != 0 && c < limit.UnixNano() {
+		limit = time.Unix(0, c)
+	}
+	if !by.IsZero() && by.Before(limit) {
+		limit = by
+	}
+	left := time.Until(limit)
+	if left <= 0 {
+		return nil, errPastDeadline
+	}
+	return withTimeoutAtMost(s.cli, left), nil
+}
+
+// errPastDeadline is the error of a request on a session's own behalf
+// begun after a Close's deadline.
+var errPastDeadline = fmt.Errorf("redisio: Close's deadline passed: %w", context.DeadlineExceeded)
+
+// pastDeadline reports whether a request under Close's ctx failed with err
+// because Close's deadline came: ctx ended, or ownClient found the
+// deadline passed before ctx's timer fired.
+func pastDeadline(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)
 }
 
 // goHelper runs f on a helper goroutine, which shutdown waits for. Loop
@@ -242,11 +353,31 @@ type holdRef struct {
 // repeat that finds the key gone after an attempt whose reply was lost
 // counts it deleted: that attempt may have deleted it.
 func (s *Session) release(ctx context.Context, stop <-chan struct{}, ref holdRef) (int64, error) {
+	return s.releaseOn(ctx, stop, ref, func() (*redis.Client, error) { return s.cli, nil })
+}
+
+// releaseOwn is release on the session's own behalf (ctx from ownCtx, or
+// a Close's): each attempt on ownClient(by).
+func (s *Session) releaseOwn(ctx context.Context, stop <-chan struct{}, ref holdRef, by time.Time) (int64, error) {
+	return s.releaseOn(ctx, stop, ref, func() (*redis.Client, error) { return s.ownClient(by) })
+}
+
+// releaseOn is release with each attempt on the client cli returns (or
+// its error).
+func (s *Session) releaseOn(ctx context.Context, stop <-chan struct{}, ref holdRef, cli func() (*redis.Client, error)) (int64, error) {
 	if ref.party {
-		return dbLeaveScript.Run(ctx, s.cli, []string{ref.granted, ref.queue, ref.key}, "", ref.wake).Int64()
+		c, err := cli()
+		if err != nil {
+			return 0, err
+		}
+		return dbLeaveScript.Run(ctx, c, []string{ref.granted, ref.queue, ref.key}, "", ref.wake).Int64()
 	}
 	n, repeated, err := inAttempts(ctx, stop, func() (int64, error) {
-		return releaseScript.Run(ctx, onceScripter{s.cli}, []string{ref.seq, ref.queue, ref.granted, s.key, ref.key},
+		c, err := cli()
+		if err != nil {
+			return 0, err
+		}
+		return releaseScript.Run(ctx, onceScripter{c}, []string{ref.seq, ref.queue, ref.granted, s.key, ref.key},
 			ref.wake, ref.handoff).Int64()
 	})
 	if err == nil && repeated && n == 0 {
@@ -281,19 +412,43 @@ func (s *Session) releaseBounded(ctx context.Context, ref holdRef) (int64, error
 	}
 }
 
-// cleanup releases keys and deletes the session's key, bounded by
-// opTimeout; errors only log (the keys expire with the TTL anyway).
-func (s *Session) cleanup(keys []holdRef) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
+// cleanup releases keys and deletes the session's key, in attempts
+// until ctx ends (ctx from ownCtx, or Close's), each on ownClient(by);
+// errors only log (the keys expire with the TTL anyway). It returns what
+// it left because ctx ended first.
+func (s *Session) cleanup(ctx context.Context, keys []holdRef, by time.Time) (undone []string) {
 	for _, k := range keys {
-		if _, err := s.release(ctx, nil, k); err != nil {
+		if ctx.Err() != nil {
+			undone = append(undone, "the release of "+k.key)
+			continue
+		}
+		if _, err := s.releaseOwn(ctx, nil, k, by); err != nil {
 			s.log.Debug("redisio: release at session end", zap.String("key", k.key), zap.Error(err))
+			if pastDeadline(ctx, err) {
+				undone = append(undone, "the release of "+k.key)
+			}
 		}
 	}
-	if err := s.cli.Del(ctx, s.key).Err(); err != nil {
-		s.log.Debug("redisio: delete session key", zap.String("key", s.key), zap.Error(err))
+	if ctx.Err() != nil {
+		return append(undone, "the delete of "+s.key)
 	}
+	_, _, err := inAttempts(ctx, nil, func() (int64, error) {
+		// Sent once per attempt: go-redis's own resends would outlast ctx.
+		c, err := s.ownClient(by)
+		if err != nil {
+			return 0, err
+		}
+		del := redis.NewCmd(ctx, "del", s.key)
+		_ = c.Process(ctx, onceCmd{del})
+		return del.Int64()
+	})
+	if err != nil {
+		s.log.Debug("redisio: delete session key", zap.String("key", s.key), zap.Error(err))
+		if pastDeadline(ctx, err) {
+			undone = append(undone, "the delete of "+s.key)
+		}
+	}
+	return undone
 }
 
 // end records the session's end. Loop only.
@@ -322,7 +477,11 @@ func (s *Session) lose(cause error, why string) {
 		refs = append(refs, v.endLoop(err, why)...)
 	}
 	s.end(err)
-	s.goHelper(func() { s.cleanup(refs) })
+	s.goHelper(func() {
+		ctx, cancel := s.ownCtx(context.Background(), opTimeout)
+		defer cancel()
+		s.cleanup(ctx, refs, time.Time{})
+	})
 }
 
 // loseAsync asks the loop to end the session as lost; any goroutine.
@@ -386,4 +545,16 @@ func (s *Session) run() {
 		}
 		timer.Reset(s.untilNext())
 	}
+}
+
+// ownScript runs script on the session's own behalf, on ownClient (or
+// fails with its error).
+func ownScript(ctx context.Context, s *Session, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cli, err := s.ownClient(time.Time{})
+	if err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	return script.Run(ctx, cli, keys, args...)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/fencing"
@@ -17,7 +18,7 @@ import (
 
 // readLeader reads the election's head.
 func (v *service) readLeader(ctx context.Context) (election.Leadership, error) {
-	return v.s.readLeader(ctx, v.name, v.queue, v.granted, v.wake)
+	return v.s.readLeader(ctx, v.s.cli, v.name, v.queue, v.granted, v.wake)
 }
 
 // readLeaderUntil reads the leader, repeating a read that failed after
@@ -43,8 +44,8 @@ const readRetry = 100 * time.Millisecond
 
 // readLeader reads the head of the election on name, whose keys are queue
 // and granted and whose channel is wake.
-func (s *Session) readLeader(ctx context.Context, name, queue, granted, wake string) (election.Leadership, error) {
-	res, err := leaderScript.Run(ctx, s.cli, []string{queue, granted}, wake).Slice()
+func (s *Session) readLeader(ctx context.Context, cli *redis.Client, name, queue, granted, wake string) (election.Leadership, error) {
+	res, err := leaderScript.Run(ctx, cli, []string{queue, granted}, wake).Slice()
 	if err != nil {
 		return election.Leadership{}, fmt.Errorf("redisio: election %q: read leader: %w", name, err)
 	}
@@ -201,7 +202,15 @@ func (s *Session) followLeader(ctx context.Context, w *leaderWatch) {
 		}
 		t.Reset(w.recheck)
 		seq := s.leaderReads.Add(1)
-		l, err := s.readLeader(ctx, w.name, w.queue, w.granted, w.wake)
+		// A read on the session's own behalf: one under way when Close
+		// begins ends within the TTL (see ownClient).
+		rctx, cancel := s.ownCtx(ctx, opTimeout)
+		var l election.Leadership
+		cli, err := s.ownClient(time.Time{})
+		if err == nil {
+			l, err = s.readLeader(rctx, cli, w.name, w.queue, w.granted, w.wake)
+		}
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Debug("redisio: watch leader", zap.String("name", w.name), zap.Error(err))

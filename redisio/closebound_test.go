@@ -1,0 +1,246 @@
+package redisio_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/redisio"
+)
+
+// scriptsOn is a go-redis hook that counts, once armed, the scripts sent
+// whose first key is one of name's.
+type scriptsOn struct {
+	name  string
+	armed atomic.Bool
+	n     atomic.Int64
+}
+
+func (c *scriptsOn) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *scriptsOn) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (c *scriptsOn) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if c.armed.Load() && len(a) > 3 && (a[0] == "evalsha" || a[0] == "eval") && strings.HasPrefix(fmt.Sprint(a[3]), c.name+"/") {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// closer is a Session or a primitive: what the test closes.
+type closer interface {
+	Close() error
+	Err() error
+}
+
+// TestCloseWithinTTLInOutage: Close, of a Session and of every primitive,
+// returns within the session's TTL while Redis does not answer (the
+// client's timeouts at go-redis's defaults, longer than the TTL), with an
+// error wrapping context.DeadlineExceeded that says it gave up, and leaves
+// no goroutine behind. The test allows the bound twice over again, for a
+// loaded machine. Each step of Close had its own bound (10 s for an
+// acquisition under way, 5 s for the deletes, each request on top of
+// it the client's ReadTimeout), so Close took 10 s and more, and said
+// nothing of what it left.
+func TestCloseWithinTTLInOutage(t *testing.T) {
+	const ttl = 2 * time.Second
+	// bound is the documented bound, the TTL, and twice as much again for
+	// a loaded machine.
+	const bound = 3 * ttl
+	type acquire func(ctx context.Context) error
+	type kind struct {
+		name string
+		// open makes the primitive on cli with opts, and returns what
+		// starts an acquisition on it.
+		open func(cli *redis.Client, name string, opts ...redisio.Option) (closer, acquire, error)
+	}
+	kinds := []kind{
+		{"lock", func(cli *redis.Client, name string, opts ...redisio.Option) (closer, acquire, error) {
+			l, err := redisio.NewLock(cli, name, opts...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return l, func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, nil
+		}},
+		{"rwlock", func(cli *redis.Client, name string, opts ...redisio.Option) (closer, acquire, error) {
+			l, err := redisio.NewRWLock(cli, name, opts...)
+			if err != nil {
+				return nil, nil, err
+			}
+			// A writer's Lock.
+			return l, func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, nil
+		}},
+		{"election", func(cli *redis.Client, name string, opts ...redisio.Option) (closer, acquire, error) {
+			e, err := redisio.NewElection(cli, name, opts...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return e, func(ctx context.Context) error { return e.Campaign(ctx, "v") }, nil
+		}},
+		{"semaphore", func(cli *redis.Client, name string, opts ...redisio.Option) (closer, acquire, error) {
+			m, err := redisio.NewSemaphore(cli, name, 2, opts...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return m, func(ctx context.Context) error { _, err := m.Acquire(ctx); return err }, nil
+		}},
+		{"double barrier", func(cli *redis.Client, name string, opts ...redisio.Option) (closer, acquire, error) {
+			d, err := redisio.NewDoubleBarrier(cli, name, 2, opts...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return d, d.Enter, nil
+		}},
+	}
+
+	// outage runs a case: made opens what the case closes on cli (through
+	// a proxy, the client's options at their defaults) with a session of
+	// the TTL, holding or not, and returns it and the acquisition on name
+	// to start once Redis stops answering (nil: none), which Close then
+	// finds under way.
+	outage := func(t *testing.T, name string, made func(t *testing.T, cli *redis.Client) (closer, acquire)) {
+		r := testserver.StartRedis(t)
+		testkit.NoLeaks(t)
+		px, cli := proxied(t, r, redis.Options{})
+		sent := &scriptsOn{name: name}
+		cli.AddHook(sent)
+		c, acq := made(t, cli)
+		px.BlackholeTx()
+		px.BlackholeRx()
+		defer func() { px.UnblackholeTx(); px.UnblackholeRx() }()
+		sent.armed.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		acquired := make(chan error, 1)
+		if acq != nil {
+			go func() { acquired <- acq(ctx) }()
+			testkit.Eventually(t, 10*time.Second, "the acquisition's script sent", func() bool { return sent.n.Load() >= 1 })
+		} else {
+			acquired <- nil
+		}
+		start := time.Now()
+		err := c.Close()
+		took := time.Since(start)
+		t.Logf("Close took %v: %v", took, err)
+		if took > bound {
+			t.Errorf("Close took %v while Redis did not answer, beyond its bound, the TTL %v (allowing %v)", took, ttl, bound)
+		}
+		var aerr error
+		select {
+		case aerr = <-acquired:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the acquisition did not return within 30s of Close")
+		}
+		switch {
+		case errors.Is(aerr, primitives.ErrLost) || errors.Is(c.Err(), primitives.ErrLost):
+			// The session was lost before Close: nothing was left to give
+			// up on.
+			t.Logf("the session was lost before Close (%v)", aerr)
+		case !errors.Is(err, context.DeadlineExceeded):
+			t.Errorf("Close: %v, want an error wrapping context.DeadlineExceeded: it gave up", err)
+		}
+	}
+
+	t.Run("session", func(t *testing.T) {
+		const name = "close-bound/session"
+		outage(t, name, func(t *testing.T, cli *redis.Client) (closer, acquire) {
+			s, err := redisio.NewSession(cli, redisio.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, err := redisio.NewLock(cli, name+"-held", redisio.WithSession(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := held.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			l, err := redisio.NewLock(cli, name, redisio.WithSession(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, func(ctx context.Context) error { _, err := l.Lock(ctx); return err }
+		})
+	})
+	t.Run("held lock", func(t *testing.T) {
+		const name = "close-bound/held"
+		outage(t, name, func(t *testing.T, cli *redis.Client) (closer, acquire) {
+			l, err := redisio.NewLock(cli, name, redisio.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return l, nil // no acquisition under way
+		})
+	})
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			name := "close-bound/" + strings.ReplaceAll(k.name, " ", "-")
+			outage(t, name, func(t *testing.T, cli *redis.Client) (closer, acquire) {
+				c, acq, err := k.open(cli, name, redisio.WithTTL(ttl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c, acq
+			})
+		})
+	}
+}
+
+// TestCloseOfLostSessionWithinTTL: Close of a session lost in an outage,
+// as its helper still tries to delete what the session held, returns
+// within the TTL too (allowing it twice over again), and leaves no
+// goroutine behind. The helper repeated its deletes until its own
+// timeout (5 s) whatever Close's deadline, and Close waited for it.
+func TestCloseOfLostSessionWithinTTL(t *testing.T) {
+	const ttl = time.Second
+	const bound = 3 * ttl
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	px, cli := proxied(t, r, redis.Options{})
+	s, err := redisio.NewSession(cli, redisio.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := redisio.NewLock(cli, "close-bound/lost", redisio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	px.BlackholeTx()
+	px.BlackholeRx()
+	defer func() { px.UnblackholeTx(); px.UnblackholeRx() }()
+	select {
+	case <-s.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the session was not lost within 30s of the outage")
+	}
+	start := time.Now()
+	err = s.Close()
+	took := time.Since(start)
+	t.Logf("Close took %v: %v", took, err)
+	if took > bound {
+		t.Errorf("Close of the lost session took %v while Redis did not answer, beyond its bound, the TTL %v (allowing %v)", took, ttl, bound)
+	}
+	if err != nil {
+		t.Errorf("Close of a lost session: %v, want nil", err)
+	}
+}
