@@ -123,6 +123,9 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		if cerr := ctxtime.Ended(ctx); cerr != nil {
 			return v.errf("enter: %w (%v)", cerr, err)
 		}
+		if verr := v.Err(); verr != nil { // closed, or its session ended
+			return v.errf("enter: %w (%v)", verr, err)
+		}
 		return v.errf("enter: %w", err)
 	}
 	switch res[0] {

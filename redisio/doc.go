@@ -367,6 +367,10 @@
 // and returns an error wrapping context.DeadlineExceeded that names what
 // it gave up on; what it left in Redis expires with the TTL, as after a
 // loss. In an outage Close takes the TTL, 10 s by default, and no more.
+// An acquisition that Close gave up on (Lock, Campaign, Acquire, a double
+// barrier's Enter, on the caller's goroutine) returns an error wrapping
+// primitives.ErrClosed once its request under way ends, within the
+// client's own timeouts (ReadTimeout).
 //
 // # Metrics
 //
