@@ -51,7 +51,6 @@ func TestMetrics(t *testing.T) {
 	if got := testkit.Gather(t, reg)[`disco_wakeups_total{kind="lock"}`]; got != 0 {
 		t.Errorf("%v wakeups before any release, want 0: a timed look is no wakeup", got)
 	}
-	looks := testkit.Gather(t, reg)[`disco_rechecks_total{kind="lock"}`]
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +58,12 @@ func TestMetrics(t *testing.T) {
 	if wg.err != nil {
 		t.Fatal(wg.err)
 	}
-	// The release's wake message woke the waiter, unless the waiter's
-	// timed look, due meanwhile, found its grant first (a busy machine
-	// can delay the message past it).
-	after := testkit.Gather(t, reg)
-	if after[`disco_wakeups_total{kind="lock"}`] < 1 && after[`disco_rechecks_total{kind="lock"}`] <= looks {
-		t.Errorf("the waiter was granted with neither a wakeup nor a timed look")
-	}
+	// Whether the release's wake message or a timed look found the grant
+	// is the scheduler's: a look is counted as its timer fires, so one
+	// counted before the Unlock may find the grant, and the message then
+	// finds no waiter to wake. TestWakeBeforeTheWaiterRegisters counts the
+	// wakeup of a handoff where nothing else can find it.
+
 	// The waiter's session key deleted: a loss with cause lease_revoked.
 	if err := admin.Del(ctx, fmt.Sprintf("disco/session/%d", wg.g.LeaseID)).Err(); err != nil {
 		t.Fatal(err)
@@ -136,7 +134,7 @@ func TestMetrics(t *testing.T) {
 		`disco_leader_changes_total`:                              -1,
 		// The release's wake message reached the waiter's session alone
 		// (on its own channel); whether it or a timed look found the
-		// grant is checked at the handoff.
+		// grant is the scheduler's (see the handoff above).
 		`disco_wake_messages_total{kind="lock"}`: -1,
 		`disco_rechecks_total{kind="lock"}`:      -1,
 	}
