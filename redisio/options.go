@@ -138,8 +138,9 @@ const constructTimeout = 10 * time.Second
 // a context's deadline only on a client made with
 // redis.Options.ContextTimeoutEnabled; on others, a server that accepts the
 // connection and does not answer holds construction for the client's own
-// timeouts (ReadTimeout, 3 s by default, and its retries) instead. Either
-// way the error names the server and says it did not answer.
+// timeouts (ReadTimeout, 5 s by default in go-redis v9.23, and its
+// retries) instead. Either way the error names the server and says it did
+// not answer.
 func WithContext(ctx context.Context) Option {
 	return func(o *options) {
 		if ctx != nil {

@@ -56,7 +56,7 @@ func TestConnBroken(t *testing.T) {
 // connection goes silent after Redis ran it) while Redis answers every
 // other request does not lose the session: the next refresh goes out on
 // time, on another connection, and confirms the session. The refresher
-// waited for the client's own ReadTimeout (3 s by default) and go-redis's
+// waited for the client's own ReadTimeout (5 s by default) and go-redis's
 // resends, sending nothing meanwhile, so a session with a TTL under about
 // 4.5 s was lost.
 func TestRefreshReplyLostKeepsSession(t *testing.T) {
