@@ -1,67 +1,46 @@
 package memio_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 
-	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/fencing/guard/verifiertest"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/memio"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
 
+// TestVerifier: memio's verifiers pass the verifier kit's laws for every
+// kind (verifiertest.RunKinds), and refuse bad input.
 func TestVerifier(t *testing.T) {
-	ctx := context.Background()
 	st := memio.NewStore()
-	check := func(v *memio.Verifier, what, scope string, tok fencing.Token, valid bool) {
-		t.Helper()
-		err := v.Verify(ctx, scope, tok)
-		if valid && err != nil || !valid && !errors.Is(err, fencing.ErrTokenForged) {
-			t.Errorf("%s (token %d): %v, want valid %v", what, tok, err, valid)
-		}
-	}
-	lv, err := memio.NewVerifier(st, "lock", "/l")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := memio.NewLock(st, "/l")
-	b, _ := memio.NewLock(st, "/l")
-	defer a.Close()
-	defer b.Close()
-	g1, err := a.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check(lv, "the holder's token", "", g1.Token(), true)
-	check(lv, "a token above every grant", "", g1.Token()+100, false)
-	check(lv, "the holder's token on another name", "/m", g1.Token(), false)
-	var g2 lock.Grant
-	done := make(chan error, 1)
-	go func() { g2, err = b.Lock(ctx); done <- err }()
-	if err := a.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	check(lv, "a released holder's token", "", g1.Token(), false)
-	check(lv, "the next holder's token", "", g2.Token(), true)
-
-	sv, err := memio.NewVerifier(st, "semaphore", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := memio.NewSemaphore(st, "/s", 2)
-	defer s.Close()
-	sg, err := s.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check(sv, "the slot holder's token", sg.Scope(), sg.Token(), true)
-	check(sv, "the token on another slot", semaphore.Scope("/s", sg.Slot+1), sg.Token(), false)
-	check(sv, "a scope with no slot", "/s", sg.Token(), false)
+	verifiertest.RunKinds(t, verifiertest.Kinds{
+		NewVerifier: func(t *testing.T, kind, name string) guard.Verifier {
+			v, err := memio.NewVerifier(st, kind, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		},
+		Name: func(t *testing.T, suffix string) string { return "/" + t.Name() + "/" + suffix },
+		NewLock: func(t *testing.T, name string) lock.Service {
+			return testkit.ClosedAtEnd[lock.Service](t)(memio.NewLock(st, name))
+		},
+		NewRWLock: func(t *testing.T, name string) rwlock.Service {
+			return testkit.ClosedAtEnd[rwlock.Service](t)(memio.NewRWLock(st, name))
+		},
+		NewElection: func(t *testing.T, name string) election.Service {
+			return testkit.ClosedAtEnd[election.Service](t)(memio.NewElection(st, name))
+		},
+		NewSemaphore: func(t *testing.T, name string, n int) semaphore.Service {
+			return testkit.ClosedAtEnd[semaphore.Service](t)(memio.NewSemaphore(st, name, n))
+		},
+	})
 	if _, err := memio.NewVerifier(st, "mutex", ""); !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Errorf("unknown kind: %v, want ErrInvalidArgument", err)
 	}

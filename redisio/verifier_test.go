@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/fencing/guard/verifiertest"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
@@ -19,109 +21,39 @@ import (
 	"github.com/ahrtr/disco/redisio"
 )
 
-func verifyToken(t *testing.T, v *redisio.Verifier, what, scope string, tok fencing.Token, valid bool) {
-	t.Helper()
-	err := v.Verify(context.Background(), scope, tok)
-	if valid && err != nil || !valid && !errors.Is(err, fencing.ErrTokenForged) {
-		t.Errorf("%s (token %d): %v, want valid %v", what, tok, err, valid)
-	}
-}
-
+// TestVerifier: redisio's verifiers pass the verifier kit's laws for
+// every kind (verifiertest.RunKinds), and refuse bad input.
 func TestVerifier(t *testing.T) {
 	t.Parallel()
 	r := testserver.StartRedis(t)
 	cli := newClient(t, r)
-	ctx := context.Background()
 	s, err := redisio.NewSession(cli)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	on := redisio.WithSession(s)
-
-	t.Run("lock", func(t *testing.T) {
-		const name = "verify/lock"
-		v, err := redisio.NewVerifier(cli, "lock", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(cli, name, on))
-		b := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(cli, name, on))
-		g1, err := a.Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "the holder's token", "", g1.Token(), true)
-		verifyToken(t, v, "a token above every grant", "", g1.Token()+1000, false)
-		verifyToken(t, v, "a token below the holder's", "", g1.Token()-1, false)
-		verifyToken(t, v, "the holder's token on another name", "verify/other", g1.Token(), false)
-		if err := a.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "a released holder's token", "", g1.Token(), false)
-		g2, err := b.Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "the next holder's token", name, g2.Token(), true)
-	})
-	t.Run("election", func(t *testing.T) {
-		const name = "verify/election"
-		v, err := redisio.NewVerifier(cli, "election", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, name, on))
-		if err := a.Campaign(ctx, "a"); err != nil {
-			t.Fatal(err)
-		}
-		l, _ := a.Term()
-		verifyToken(t, v, "the leader's token", name, l.Token(), true)
-		if err := a.Resign(ctx); err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "a resigned leader's token", name, l.Token(), false)
-	})
-	t.Run("rwlock", func(t *testing.T) {
-		const name = "verify/rwlock"
-		v, err := redisio.NewVerifier(cli, "rwlock", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := testkit.ClosedAtEnd[rwlock.Service](t)(redisio.NewRWLock(cli, name, on))
-		b := testkit.ClosedAtEnd[rwlock.Service](t)(redisio.NewRWLock(cli, name, on))
-		w, err := a.Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "the writer's token", "", w.Token(), true)
-		if err := a.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "a released writer's token", "", w.Token(), false)
-		r1, err := a.RLock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.RLock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "the readers' token", "", r1.Token(), true)
-	})
-	t.Run("semaphore", func(t *testing.T) {
-		const name = "verify/semaphore"
-		v, err := redisio.NewVerifier(cli, "semaphore", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sem := testkit.ClosedAtEnd[semaphore.Service](t)(redisio.NewSemaphore(cli, name, 2, on))
-		g, err := sem.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "the slot holder's token", g.Scope(), g.Token(), true)
-		verifyToken(t, v, "its token on another slot", semaphore.Scope(name, g.Slot+1), g.Token(), false)
-		verifyToken(t, v, "a scope with no slot", name, g.Token(), false)
+	verifiertest.RunKinds(t, verifiertest.Kinds{
+		NewVerifier: func(t *testing.T, kind, name string) guard.Verifier {
+			v, err := redisio.NewVerifier(cli, kind, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		},
+		Name: func(t *testing.T, suffix string) string { return "verify/" + t.Name() + "/" + suffix },
+		NewLock: func(t *testing.T, name string) lock.Service {
+			return testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(cli, name, on))
+		},
+		NewRWLock: func(t *testing.T, name string) rwlock.Service {
+			return testkit.ClosedAtEnd[rwlock.Service](t)(redisio.NewRWLock(cli, name, on))
+		},
+		NewElection: func(t *testing.T, name string) election.Service {
+			return testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, name, on))
+		},
+		NewSemaphore: func(t *testing.T, name string, n int) semaphore.Service {
+			return testkit.ClosedAtEnd[semaphore.Service](t)(redisio.NewSemaphore(cli, name, n, on))
+		},
 	})
 	t.Run("bad input", func(t *testing.T) {
 		if _, err := redisio.NewVerifier(nil, "lock", "x"); !errors.Is(err, primitives.ErrInvalidArgument) {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/fencing/guard/verifiertest"
 	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
@@ -17,120 +19,39 @@ import (
 	"github.com/ahrtr/disco/zkio"
 )
 
-func verifyToken(t *testing.T, v *zkio.Verifier, what, scope string, tok fencing.Token, valid bool) {
-	t.Helper()
-	err := v.Verify(context.Background(), scope, tok)
-	if valid && err != nil || !valid && !errors.Is(err, fencing.ErrTokenForged) {
-		t.Errorf("%s (token %d): %v, want valid %v", what, tok, err, valid)
-	}
-}
-
+// TestVerifier: zkio's verifiers pass the verifier kit's laws for every
+// kind (verifiertest.RunKinds), and refuse bad input.
 func TestVerifier(t *testing.T) {
 	t.Parallel()
 	servers := startZooKeeper(t)
-	ctx := context.Background()
 	s, err := zkio.NewSession(servers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	on := zkio.WithSession(s)
-
-	t.Run("lock", func(t *testing.T) {
-		const p = "/verify/lock"
-		v, err := zkio.NewVerifier(s, "lock", p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, p, on))
-		b := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, p, on))
-		g1, err := a.Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "the holder's token", "", g1.Token(), true)
-		verifyToken(t, v, "a token above every grant", "", g1.Token()+1<<20, false)
-		verifyToken(t, v, "a token below the holder's", "", g1.Token()-1, false)
-		verifyToken(t, v, "the holder's token on another path", "/verify/other", g1.Token(), false)
-		if err := a.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "a released holder's token", "", g1.Token(), false)
-		g2, err := b.Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "the next holder's token", p, g2.Token(), true)
-	})
-	t.Run("election", func(t *testing.T) {
-		const p = "/verify/election"
-		v, err := zkio.NewVerifier(s, "election", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, p, on))
-		if err := a.Campaign(ctx, "a"); err != nil {
-			t.Fatal(err)
-		}
-		l, _ := a.Term()
-		verifyToken(t, v, "the leader's token", p, l.Token(), true)
-		if err := a.Resign(ctx); err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "a resigned leader's token", p, l.Token(), false)
-	})
-	t.Run("rwlock", func(t *testing.T) {
-		const p = "/verify/rwlock"
-		v, err := zkio.NewVerifier(s, "rwlock", p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := testkit.ClosedAtEnd[rwlock.Service](t)(zkio.NewRWLock(nil, p, on))
-		b := testkit.ClosedAtEnd[rwlock.Service](t)(zkio.NewRWLock(nil, p, on))
-		w, err := a.Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "the writer's token", "", w.Token(), true)
-		if err := a.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "a released writer's token", "", w.Token(), false)
-		r1, err := a.RLock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r2, err := b.RLock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "the readers' token", "", r1.Token(), true)
-		verifyToken(t, v, "the other reader's token", "", r2.Token(), r2.Token() == r1.Token())
-		verifyToken(t, v, "the writer's token among readers", "", w.Token(), false)
-		_ = a.RUnlock(ctx)
-		_ = b.RUnlock(ctx)
-		if err := zkio.RetireRWLock(ctx, s, p); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Run("semaphore", func(t *testing.T) {
-		const p = "/verify/semaphore"
-		v, err := zkio.NewVerifier(s, "semaphore", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, p, 2, on))
-		g, err := sem.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "the slot holder's token", g.Scope(), g.Token(), true)
-		verifyToken(t, v, "its token on another slot", semaphore.Scope(p, g.Slot+1), g.Token(), false)
-		verifyToken(t, v, "a scope with no slot", p, g.Token(), false)
-		if err := sem.Release(ctx, g); err != nil {
-			t.Fatal(err)
-		}
-		verifyToken(t, v, "a released slot holder's token", g.Scope(), g.Token(), false)
+	verifiertest.RunKinds(t, verifiertest.Kinds{
+		NewVerifier: func(t *testing.T, kind, name string) guard.Verifier {
+			v, err := zkio.NewVerifier(s, kind, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		},
+		Name: func(t *testing.T, suffix string) string { return "/verify/" + t.Name() + "/" + suffix },
+		NewLock: func(t *testing.T, name string) lock.Service {
+			return testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, name, on))
+		},
+		NewRWLock: func(t *testing.T, name string) rwlock.Service {
+			t.Cleanup(func() { _ = zkio.RetireRWLock(context.Background(), s, name) })
+			return testkit.ClosedAtEnd[rwlock.Service](t)(zkio.NewRWLock(nil, name, on))
+		},
+		NewElection: func(t *testing.T, name string) election.Service {
+			return testkit.ClosedAtEnd[election.Service](t)(zkio.NewElection(nil, name, on))
+		},
+		NewSemaphore: func(t *testing.T, name string, n int) semaphore.Service {
+			return testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(nil, name, n, on))
+		},
 	})
 	t.Run("bad input", func(t *testing.T) {
 		if _, err := zkio.NewVerifier(nil, "lock", "/x"); !errors.Is(err, primitives.ErrInvalidArgument) {

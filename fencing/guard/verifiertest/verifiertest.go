@@ -3,8 +3,10 @@
 // holder's token is admitted, a token above every grant or one no holder
 // ever had is refused without moving the mark, a released holder's token
 // is refused even by a fresh guard, and with the store down a raise is
-// refused as unverified within the guard's store timeout. Each backend
-// runs it with its NewVerifier; a user writing a verifier can run it too.
+// refused as unverified within the guard's store timeout (Run). RunKinds
+// checks the verifiers of every kind of primitive directly: a lock's, a
+// read/write lock's, an election's, a semaphore slot's. Each backend runs
+// both with its NewVerifier; a user writing a verifier can run them too.
 package verifiertest
 
 import (
