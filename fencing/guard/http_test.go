@@ -162,3 +162,36 @@ func TestHTTPMiddlewareWaitEndsWith503(t *testing.T) {
 	}
 	lowDone()
 }
+
+// A middleware given no next handler answers every request 500, saying so,
+// and admits none: the mark does not move for a request no handler
+// served, and nothing panics.
+func TestHTTPMiddlewareNilNext(t *testing.T) {
+	g, k := guard.New(), guard.NewKeyed()
+	scope := func(*http.Request) string { return "/orders" }
+	for name, h := range map[string]http.Handler{
+		"Guard": g.HTTPMiddleware(nil),
+		"Keyed": k.HTTPMiddleware(scope, nil),
+	} {
+		req := httptest.NewRequest(http.MethodPut, "/orders", nil)
+		fencing.InjectScopedHTTP(req, "/orders", 7)
+		rec := httptest.NewRecorder()
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s.HTTPMiddleware(nil) panicked serving a request: %v", name, p)
+				}
+			}()
+			h.ServeHTTP(rec, req)
+		}()
+		if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "nil next handler") {
+			t.Errorf("%s.HTTPMiddleware(nil): %d %q, want 500 saying there is no next handler", name, rec.Code, rec.Body)
+		}
+	}
+	if m := g.Mark(); m != 0 {
+		t.Errorf("Guard's mark %d after a request no handler served, want 0", m)
+	}
+	if m := k.Mark("/orders"); m != 0 {
+		t.Errorf("Keyed's mark %d after a request no handler served, want 0", m)
+	}
+}

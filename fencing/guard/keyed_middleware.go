@@ -32,7 +32,12 @@ func wrongScope(need, have string) error {
 //   - 403 Forbidden: the token names another scope (fencing.ErrWrongScope).
 //
 // A nil scopeOf names no scope for any request (every request gets 428).
+// Given a nil next, every request gets 500 Internal Server Error saying so,
+// and none is admitted.
 func (k *Keyed) HTTPMiddleware(scopeOf func(*http.Request) string, next http.Handler) http.Handler {
+	if next == nil {
+		return noNext("Keyed.HTTPMiddleware")
+	}
 	if scopeOf == nil {
 		scopeOf = func(*http.Request) string { return "" }
 	}

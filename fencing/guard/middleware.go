@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"google.golang.org/grpc"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
 )
 
 // HTTPMiddleware returns a handler that reads the token of every request
@@ -30,7 +32,13 @@ import (
 //     the request's context or the store timeout (WithStore,
 //     WithStoreTimeout), or the verifier could not tell whether the token
 //     is of a current grant (ErrUnverified); the client may retry.
+//
+// Given a nil next, every request gets 500 Internal Server Error saying so,
+// and none is admitted.
 func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
+	if next == nil {
+		return noNext("Guard.HTTPMiddleware")
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, err := fencing.FromHTTP(r)
 		if err != nil {
@@ -45,6 +53,17 @@ func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
 		}
 		defer done()
 		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// noNext is the handler of a middleware given a nil next handler: it
+// answers every request 500, with an error wrapping
+// primitives.ErrInvalidArgument, and admits none, so that no mark moves for
+// a request no handler serves.
+func noNext(middleware string) http.Handler {
+	err := fmt.Errorf("guard: %s: nil next handler: %w", middleware, primitives.ErrInvalidArgument)
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
 	})
 }
 
