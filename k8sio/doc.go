@@ -48,7 +48,9 @@
 // creation's version, above the delete's, above v1. Either way r2 >= v1 >
 // r1. A Lease that does not exist is first created with no holder, and then
 // taken by a conditioned update like any other, so a recreated Lease never
-// repeats a token. NewSession (and NewElection) refuse an API server older
+// repeats a token. (Every update carries the uid of the Lease it was made
+// from: the API server would otherwise apply a PUT of a Lease deleted
+// meanwhile as its creation, whatever resourceVersion it names.) NewSession (and NewElection) refuse an API server older
 // than 1.35, by its version, with ErrServerTooOld.
 //
 // # Leading and losing

@@ -185,6 +185,15 @@ func recordOf(l *coordinationv1.Lease) record {
 // withTerm returns a copy of l taken by holder at token (l's
 // resourceVersion) with value: the fields client-go's LeaseLock writes when
 // it takes a Lease, and disco's annotations.
+//
+// Every update of the election's Lease (withTerm, renewed, released,
+// proclaimed) is a copy of the Lease as read, and must keep its uid: the
+// API server creates a Lease that does not exist on a PUT, whatever
+// resourceVersion the PUT carries (the Lease's AllowCreateOnUpdate), and
+// the uid is the precondition that refuses it (Conflict) instead. Without
+// it a take that reached the server after the Lease was deleted would
+// recreate it in a term whose token an earlier leader may hold too
+// (TestCampaignRaceHeldTakeAfterDelete in k8sio/e2e).
 func withTerm(l *coordinationv1.Lease, holder, value string, token fencing.Token, ttl time.Duration, now time.Time) *coordinationv1.Lease {
 	c := l.DeepCopy()
 	tr := transitionsOf(l) + 1
