@@ -30,9 +30,11 @@ import (
 // namespace, on a session of its own (made as NewSession makes one) or on
 // the one WithSession gives. A session has at most one candidate per
 // election: its identity is the holderIdentity. Bad input (a nil client,
-// a namespace or name Kubernetes refuses, a name with ".disco-candidate-",
-// bad options) is an error wrapping primitives.ErrInvalidArgument; a server
-// older than Kubernetes 1.35 one wrapping ErrServerTooOld.
+// also a nil *kubernetes.Clientset, or one with no REST client to ask the
+// server's version with, as client-go's fake clientset; a namespace or
+// name Kubernetes refuses, a name with ".disco-candidate-", bad options)
+// is an error wrapping primitives.ErrInvalidArgument; a server older than
+// Kubernetes 1.35 one wrapping ErrServerTooOld.
 //
 // See the package doc for the token, what waiting costs and how it
 // interoperates with client-go's leaderelection.
@@ -44,7 +46,7 @@ func NewElection(cs kubernetes.Interface, namespace, name string, opts ...Option
 	if err != nil {
 		return nil, fail(err)
 	}
-	if cs == nil {
+	if isNil(cs) {
 		return nil, fail(fmt.Errorf("nil client: %w", ErrInvalidArgument))
 	}
 	if err := checkNames(namespace, name); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
 	"github.com/ahrtr/disco/k8sio"
@@ -83,6 +84,8 @@ func TestBadInput(t *testing.T) {
 		opts     []k8sio.Option
 	}{
 		{"nil client", nil, "default", "x", nil},
+		{"typed nil client", (*kubernetes.Clientset)(nil), "default", "x", nil},
+		{"client without discovery (client-go's fake)", fake.NewClientset(), "default", "x", nil},
 		{"empty name", cs, "default", "", nil},
 		{"bad namespace", cs, "Default", "x", nil},
 		{"empty namespace", cs, "", "x", nil},
@@ -103,5 +106,8 @@ func TestBadInput(t *testing.T) {
 	}
 	if n := others.Load(); n != 0 {
 		t.Fatalf("%d requests reached the server", n)
+	}
+	if _, err := k8sio.NewSession((*kubernetes.Clientset)(nil)); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Errorf("NewSession of a typed nil client: %v, want an error wrapping ErrInvalidArgument", err)
 	}
 }
