@@ -3,6 +3,7 @@ package k8sio
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"go.uber.org/zap"
@@ -30,8 +31,9 @@ type options struct {
 	identity   string
 }
 
-// WithTTL sets the session's time to live, in whole seconds, at least 1 s:
-// the leaseDurationSeconds of every Lease it holds. Not with WithSession.
+// WithTTL sets the session's time to live, in whole seconds, at least 1 s
+// and at most math.MaxInt32 s: the leaseDurationSeconds of every Lease it
+// holds. Not with WithSession.
 func WithTTL(d time.Duration) Option { return func(o *options) { o.TTL, o.TTLSet = d, true } }
 
 // WithSuspendAfter sets the part of the TTL (0 < part < 1, default 1/2) a
@@ -84,6 +86,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.TTL%time.Second != 0 {
 		return o, fmt.Errorf("TTL %v: must be whole seconds (leaseDurationSeconds): %w", o.TTL, ErrInvalidArgument)
+	}
+	if o.TTL/time.Second > math.MaxInt32 {
+		return o, fmt.Errorf("TTL %v: more than %d s, the most leaseDurationSeconds (an int32) holds: %w", o.TTL, math.MaxInt32, ErrInvalidArgument)
 	}
 	if o.identity != "" && o.session != nil {
 		return o, fmt.Errorf("WithIdentity and WithSession together: the session has its own: %w", ErrInvalidArgument)

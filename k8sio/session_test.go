@@ -93,6 +93,7 @@ func TestBadInput(t *testing.T) {
 		{"reserved", cs, "default", "a.disco-candidate-b", nil},
 		{"too long", cs, "default", strings.Repeat("a", 230), nil},
 		{"TTL below 1 s", cs, "default", "x", []k8sio.Option{k8sio.WithTTL(500 * time.Millisecond)}},
+		{"TTL beyond an int32 of seconds", cs, "default", "x", []k8sio.Option{k8sio.WithTTL((1 << 31) * time.Second)}},
 		{"TTL not whole seconds", cs, "default", "x", []k8sio.Option{k8sio.WithTTL(1500 * time.Millisecond)}},
 		{"nil option", cs, "default", "x", []k8sio.Option{nil}},
 		{"nil session", cs, "default", "x", []k8sio.Option{k8sio.WithSession(nil)}},
