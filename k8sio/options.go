@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
+	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives/driver"
 )
@@ -66,8 +68,9 @@ func WithSession(s *Session) Option { return func(o *options) { o.session, o.ses
 
 // WithIdentity sets the session's identity, the holderIdentity its Leases
 // carry (as client-go's resourcelock.ResourceLockConfig.Identity): a pod's
-// name, say. It must be unique among the candidates of an election. The
-// default is the host's name with a random suffix. Not with WithSession.
+// name, say. It must be unique among the candidates of an election, and
+// valid UTF-8. The default is the host's name with a random suffix. Not
+// with WithSession.
 func WithIdentity(id string) Option { return func(o *options) { o.identity = id } }
 
 func buildOptions(opts []Option) (options, error) {
@@ -95,6 +98,10 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if len(o.identity) > maxIdentity {
 		return o, fmt.Errorf("identity of %d bytes, more than %d: %w", len(o.identity), maxIdentity, ErrInvalidArgument)
+	}
+	if !utf8.ValidString(o.identity) {
+		// AnnotationTerm names the holder in JSON, which cannot hold it.
+		return o, fmt.Errorf("identity %s is not valid UTF-8: %w", quote.Name(o.identity), ErrInvalidArgument)
 	}
 	return o, nil
 }

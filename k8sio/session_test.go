@@ -98,6 +98,7 @@ func TestBadInput(t *testing.T) {
 		{"nil option", cs, "default", "x", []k8sio.Option{nil}},
 		{"nil session", cs, "default", "x", []k8sio.Option{k8sio.WithSession(nil)}},
 		{"suspend part", cs, "default", "x", []k8sio.Option{k8sio.WithSuspendAfter(1)}},
+		{"identity not UTF-8", cs, "default", "x", []k8sio.Option{k8sio.WithIdentity("pod-\xff")}},
 		{"identity too long", cs, "default", "x", []k8sio.Option{k8sio.WithIdentity(strings.Repeat("i", 2000))}},
 	} {
 		e, err := k8sio.NewElection(tc.cs, tc.ns, tc.name, tc.opts...)
