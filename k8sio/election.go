@@ -120,7 +120,7 @@ type service struct {
 	// Loop only.
 	stop    context.CancelFunc // stops the followers
 	cur     *coordinationv1.Lease
-	curRV   fencing.Token // the resourceVersion cur is known at (0: nothing known)
+	curRV   fencing.Token // the resourceVersion cur is known at (0: nothing known; cur nil: absent, or stale after a conflict)
 	rec     record        // cur's record, and when it was first seen
 	seenAt  time.Time
 	leader  election.Leadership // the latest told to observers
@@ -443,7 +443,10 @@ func (v *service) update(ctx context.Context, h *driver.Hold, f func(*coordinati
 			v.observed(upd, upd.ResourceVersion)
 			return nil
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			v.curRV, v.cur = 0, nil
+			// cur is stale: read the Lease again. curRV stays, so that,
+			// should that read fail, no state older than cur (a watch
+			// event still queued) is taken for the Lease's meanwhile.
+			v.cur = nil
 		default:
 			return err
 		}
