@@ -54,6 +54,7 @@ type Session struct {
 	err     error
 	helpers sync.WaitGroup
 	closeMu sync.Mutex
+	closed  bool // Close was called; under closeMu
 
 	// Loop only.
 	services  map[*service]struct{}
@@ -184,13 +185,18 @@ func (s *Session) Err() error {
 // Close ends every election on the session: each leader resigns (its
 // subscribers see Released), each waiting Campaign fails with an error
 // wrapping primitives.ErrClosed and its record is deleted. Then the loop
-// stops. A second Close returns an error wrapping primitives.ErrClosed.
+// stops. A second Close returns an error wrapping primitives.ErrClosed,
+// also after the session was lost.
 func (s *Session) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
-	_, err := loopCall(s, context.Background(), func() (struct{}, error) {
+	if s.closed {
+		return fmt.Errorf("k8sio: session %s: already closed: %w", s.id, primitives.ErrClosed)
+	}
+	s.closed = true
+	_, _ = loopCall(s, context.Background(), func() (struct{}, error) {
 		if s.ended {
-			return struct{}{}, s.Err()
+			return struct{}{}, nil // lost: nothing is left to release
 		}
 		err := fmt.Errorf("k8sio: session %s: %w", s.id, primitives.ErrClosed)
 		for v := range s.services {
@@ -201,9 +207,6 @@ func (s *Session) Close() error {
 	})
 	s.cancel()
 	s.helpers.Wait()
-	if errors.Is(err, primitives.ErrClosed) {
-		return err
-	}
 	return nil
 }
 

@@ -113,3 +113,42 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("NewSession of a typed nil client: %v, want an error wrapping ErrInvalidArgument", err)
 	}
 }
+
+// A session lost (its server stopped answering) is closed once: its first
+// Close returns nil and a second one an error wrapping ErrClosed, as after
+// a session that was not lost. Before, every Close of a lost session
+// returned nil.
+func TestSecondCloseOfLostSession(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"), goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"), goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+	var answered atomic.Bool
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/version" && answered.CompareAndSwap(false, true) {
+			fmt.Fprint(w, `{"major":"1","minor":"37","gitVersion":"v1.37.0"}`)
+			return
+		}
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer ts.Close()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: ts.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := k8sio.NewSession(cs, k8sio.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session outlived its TTL by 9 s with its server down")
+	}
+	if err := s.Err(); !errors.Is(err, primitives.ErrLost) {
+		t.Fatalf("Err of a session whose server went down: %v, want ErrLost", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("first Close of a lost session: %v", err)
+	}
+	if err := s.Close(); !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("second Close of a lost session: %v, want an error wrapping ErrClosed", err)
+	}
+}
