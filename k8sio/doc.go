@@ -89,7 +89,10 @@
 // primitives.ErrLost). A Campaign keeps one record, under one name,
 // however many times its create is tried; the record is deleted when the
 // Campaign ends (a failed delete is tried again for a few seconds, and a
-// record still left is swept as a crashed candidate's is). The
+// record still left is swept as a crashed candidate's is). A take of a
+// Campaign that ended without it, which the API server applies late (its
+// client had given up), leaves a term nobody holds: the candidate resigns
+// it as soon as it sees it. The
 // API server expires nothing, so a record carries a lease of its own: its
 // leaseDurationSeconds is the candidate's TTL, and the candidate moves its
 // renewTime on every other renewal round (about every two thirds of the

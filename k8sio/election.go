@@ -126,6 +126,12 @@ type service struct {
 	leader  election.Leadership // the latest told to observers
 	camp    *campaign
 	dropped <-chan struct{} // closed once the last Campaign's record is deleted
+	// orphan is the token of a take whose Campaign ended without it, and
+	// that may still land (the API server may apply a write after its
+	// client gave up on it): nobody holds that term, so the service
+	// resigns it if the Lease shows it. 0: none. Once the Lease is past
+	// that version in any other state, the take can no longer land.
+	orphan fencing.Token
 }
 
 // campaign is a Campaign waiting for the Lease.
@@ -195,6 +201,13 @@ func (v *service) observed(l *coordinationv1.Lease, rv string) {
 	}
 	if h := v.Held(); h != nil && !h.Releasing() && !v.mine(l, h) {
 		v.Lose(v.KeyDeleted(v.key), metrics.CauseKeyDeleted)
+	}
+	if v.orphan != 0 && n > v.orphan {
+		if tok, ok := termOf(l); ok && tok == v.orphan && holderOf(l) == v.s.id {
+			v.s.post(v.resignOrphan)
+		} else {
+			v.orphan = 0
+		}
 	}
 	if c := v.camp; c != nil {
 		// A free or vanished Lease is tried at once; a held one when its
@@ -388,8 +401,34 @@ func (v *service) resignTried(c *campaign) {
 	h := driver.Hold{Key: v.key, Created: int64(c.tried), Token: c.tried}
 	ctx, cancel := v.s.reqCtx()
 	defer cancel()
-	if err := v.writeRelease(ctx, &h); err != nil && !errors.Is(err, errGone) {
+	err := v.writeRelease(ctx, &h)
+	if err != nil && !errors.Is(err, errGone) {
 		v.s.log.Debug("k8sio: resign the term of a take whose answer was lost", zap.String("lease", v.key), zap.Error(err))
+	}
+	if err != nil {
+		// Not (yet) on the Lease, or not resigned: watch for it.
+		v.orphan = c.tried
+	}
+}
+
+// resignOrphan resigns the term of v.orphan if the Lease still shows it
+// and the service does not hold it. Loop only.
+func (v *service) resignOrphan() {
+	tok := v.orphan
+	if tok == 0 || v.Ended() || v.camp != nil {
+		return // a waiting Campaign takes the Lease over itself
+	}
+	if h := v.Held(); h != nil && h.Token == tok {
+		return
+	}
+	h := driver.Hold{Key: v.key, Created: int64(tok), Token: tok}
+	ctx, cancel := v.s.reqCtx()
+	defer cancel()
+	switch err := v.writeRelease(ctx, &h); {
+	case err == nil || errors.Is(err, errGone):
+		v.orphan = 0
+	default:
+		v.s.log.Debug("k8sio: resign the term of a take applied after its Campaign ended", zap.String("lease", v.key), zap.Error(err))
 	}
 }
 
@@ -705,6 +744,7 @@ func (v *service) closeLoop(err error) {
 		}
 		cancel()
 	}
+	v.resignOrphan()
 	v.endLoop(err, "")
 }
 
