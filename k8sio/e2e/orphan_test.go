@@ -69,9 +69,7 @@ func TestLateTakeAfterCampaignGaveUp(t *testing.T) {
 	lease := leaseName(t.Name())
 	ctx := background(t)
 	leases := admin().CoordinationV1().Leases(namespace)
-	if _, err := leases.Create(ctx, freeLease(lease), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createFree(t, lease)
 	lt := lateTake{lease: lease, once: new(sync.Once), arrived: make(chan struct{}), abandon: make(chan struct{}),
 		release: make(chan struct{}), landed: make(chan struct{}), status: new(int)}
 	cs, err := srv.Client(func(rt http.RoundTripper) http.RoundTripper { lt.next = rt; return lt })

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ahrtr/disco/fencing"
@@ -84,9 +85,19 @@ func leaseTerm(t *testing.T, w election.Service) (string, fencing.Token) {
 	return ld.Value, ld.Token()
 }
 
-// freeLease is a Lease nobody holds.
-func freeLease(name string) *coordinationv1.Lease {
-	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+// createFree creates the Lease name, held by nobody, in place of any
+// Lease of that name a run before left.
+func createFree(t *testing.T, name string) *coordinationv1.Lease {
+	t.Helper()
+	leases := admin().CoordinationV1().Leases(namespace)
+	if err := leases.Delete(background(t), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	l, err := leases.Create(background(t), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // The Campaign race, Campaign against Campaign on a free Lease: both read
@@ -100,9 +111,7 @@ func TestCampaignRaceHeldTakeLoses(t *testing.T) {
 	t.Cleanup(func() { noneLeft(t) }) // last, after the candidates' Close
 	lease := leaseName(t.Name())
 	ctx := background(t)
-	if _, err := admin().CoordinationV1().Leases(namespace).Create(ctx, freeLease(lease), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createFree(t, lease)
 	a, held := racer(t, lease, "race-a")
 	b := newDisco(t, lease, "race-b")
 	aWon := make(chan error, 1)
@@ -151,9 +160,7 @@ func TestCampaignRaceHeldTakeAfterDelete(t *testing.T) {
 	lease := leaseName(t.Name())
 	ctx := background(t)
 	leases := admin().CoordinationV1().Leases(namespace)
-	if _, err := leases.Create(ctx, freeLease(lease), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createFree(t, lease)
 	a, held := racer(t, lease, "race-del-a")
 	b := newDisco(t, lease, "race-del-b")
 	bEvents := b.Subscribe(ctx)

@@ -64,10 +64,7 @@ func TestConflictKeepsWhatTheLeaderKnew(t *testing.T) {
 	lease := leaseName(t.Name())
 	ctx := background(t)
 	leases := admin().CoordinationV1().Leases(namespace)
-	l, err := leases.Create(ctx, freeLease(lease), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := createFree(t, lease)
 	release, failReads := make(chan struct{}), new(atomic.Bool)
 	cs, err := srv.Client(func(rt http.RoundTripper) http.RoundTripper { return lagging{rt, release, failReads} })
 	if err != nil {
