@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,14 +20,21 @@ import (
 // is closed (their events queue up, as behind a slow watch), and whose
 // reads of one Lease (a GET with a field selector, not a watch) fail while
 // failReads is set.
+// watching is closed at the first watch, which the service's follower
+// starts once its first read of the Lease is delivered.
 type lagging struct {
 	next      http.RoundTripper
 	release   chan struct{}
 	failReads *atomic.Bool
+	watching  chan struct{}
+	once      *sync.Once
 }
 
 func (l lagging) RoundTrip(r *http.Request) (*http.Response, error) {
 	isWatch := strings.Contains(r.URL.RawQuery, "watch=true")
+	if isWatch {
+		l.once.Do(func() { close(l.watching) })
+	}
 	if r.Method == http.MethodGet && !isWatch && strings.Contains(r.URL.RawQuery, "fieldSelector") && l.failReads.Load() {
 		return nil, errors.New("connection refused")
 	}
@@ -65,8 +73,10 @@ func TestConflictKeepsWhatTheLeaderKnew(t *testing.T) {
 	ctx := background(t)
 	leases := admin().CoordinationV1().Leases(namespace)
 	l := createFree(t, lease)
-	release, failReads := make(chan struct{}), new(atomic.Bool)
-	cs, err := srv.Client(func(rt http.RoundTripper) http.RoundTripper { return lagging{rt, release, failReads} })
+	release, failReads, watching := make(chan struct{}), new(atomic.Bool), make(chan struct{})
+	cs, err := srv.Client(func(rt http.RoundTripper) http.RoundTripper {
+		return lagging{rt, release, failReads, watching, new(sync.Once)}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +92,9 @@ func TestConflictKeepsWhatTheLeaderKnew(t *testing.T) {
 		e.Close()
 	})
 	events := e.Subscribe(ctx)
+	// The follower has read the free Lease: what comes next reaches the
+	// service through its (held) watch alone.
+	within(t, watching, 10*time.Second, "the service's watch started")
 
 	// An earlier holder comes and goes (events the leader's watch holds).
 	prev, dur := "earlier-holder", int32(1)
