@@ -18,6 +18,7 @@ import (
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/nilness"
 	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
@@ -46,7 +47,7 @@ func NewElection(cs kubernetes.Interface, namespace, name string, opts ...Option
 	if err != nil {
 		return nil, fail(err)
 	}
-	if isNil(cs) {
+	if nilness.Is(cs) {
 		return nil, fail(fmt.Errorf("nil client: %w", ErrInvalidArgument))
 	}
 	if err := checkNames(namespace, name); err != nil {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/nilness"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -81,7 +81,7 @@ func NewSession(cs kubernetes.Interface, opts ...Option) (*Session, error) {
 }
 
 func newSession(cs kubernetes.Interface, o options) (*Session, error) {
-	if isNil(cs) {
+	if nilness.Is(cs) {
 		return nil, fmt.Errorf("k8sio: nil client: %w", ErrInvalidArgument)
 	}
 	id := o.identity
@@ -115,11 +115,11 @@ func newSession(cs kubernetes.Interface, o options) (*Session, error) {
 // resourceVersion promised to be an integer that orders every write of a
 // resource (KEP-5504), which k8sio's tokens rely on. NewSession calls it.
 func CheckServer(ctx context.Context, cs kubernetes.Interface) error {
-	if isNil(cs) {
+	if nilness.Is(cs) {
 		return fmt.Errorf("k8sio: nil client: %w", ErrInvalidArgument)
 	}
 	d := cs.Discovery()
-	if isNil(d) || isNil(d.RESTClient()) {
+	if nilness.Is(d) || nilness.Is(d.RESTClient()) {
 		return fmt.Errorf("k8sio: the client has no REST client to ask the API server's version with (client-go's fake clientset has none): %w", ErrInvalidArgument)
 	}
 	raw, err := d.RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
@@ -140,20 +140,6 @@ func CheckServer(ctx context.Context, cs kubernetes.Interface) error {
 			v.GitVersion, major, minor, minVersion[0], minVersion[1], ErrServerTooOld)
 	}
 	return nil
-}
-
-// isNil reports whether x is nil or an interface holding a nil pointer
-// (a *kubernetes.Clientset left nil by a failed NewForConfig, say).
-func isNil(x any) bool {
-	if x == nil {
-		return true
-	}
-	v := reflect.ValueOf(x)
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return v.IsNil()
-	}
-	return false
 }
 
 func randomHex(n int) string {

@@ -6,10 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/nilness"
 	"github.com/ahrtr/disco/primitives"
 )
 
@@ -37,9 +37,10 @@ type Spec[G any] struct {
 }
 
 // Check returns an error wrapping primitives.ErrInvalidArgument if the
-// service given to helper (e.g. "lock.Do") is nil (see IsNil) or fn is.
+// service given to helper (e.g. "lock.Do") is nil (a typed nil too: see
+// nilness.Is) or fn is.
 func Check(helper string, service any, fnNil bool) error {
-	if IsNil(service) {
+	if nilness.Is(service) {
 		return fmt.Errorf("%s: nil Service: %w", helper, primitives.ErrInvalidArgument)
 	}
 	return CheckFn(helper, fnNil)
@@ -52,21 +53,6 @@ func CheckFn(helper string, fnNil bool) error {
 		return fmt.Errorf("%s: nil fn: %w", helper, primitives.ErrInvalidArgument)
 	}
 	return nil
-}
-
-// IsNil reports whether v is nil: a nil interface, or one holding a nil
-// pointer (or map, channel, func, slice), such as a constructor's typed nil
-// returned as a Service, whose every method would panic.
-func IsNil(v any) bool {
-	r := reflect.ValueOf(v)
-	if !r.IsValid() {
-		return true
-	}
-	switch r.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Interface, reflect.Slice, reflect.UnsafePointer:
-		return r.IsNil()
-	}
-	return false
 }
 
 // suspendReporter is an Owner that can tell, without waiting, whether its

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/nilness"
 	"github.com/ahrtr/disco/primitives"
-	"github.com/ahrtr/disco/primitives/internal/hold"
 )
 
 // Service is what every primitive's Service offers the supervisor: its
@@ -86,14 +86,14 @@ func Run[S Service](ctx context.Context, helper string, newService func(context.
 		var why error
 		if !r.live {
 			s, err := newService(ctx)
-			if err != nil && !hold.IsNil(s) {
+			if err != nil && !nilness.Is(s) {
 				// Built, then something failed: Run does not use it, and
 				// does not leak it either. Its Close error adds nothing to
 				// err.
 				_ = s.Close()
 			}
 			switch {
-			case err == nil && hold.IsNil(s):
+			case err == nil && nilness.Is(s):
 				return fmt.Errorf("%s: newService returned a nil Service and no error: %w", helper, primitives.ErrInvalidArgument)
 			case err == nil:
 				r.adopt(s)
