@@ -137,5 +137,5 @@
 // defaults: WithTTL (10 s, whole seconds: leaseDurationSeconds),
 // WithSuspendAfter (1/2), WithCancelOnSuspend, WithMetrics, WithLogger,
 // WithContext (bounds the version check), WithSession; and WithIdentity.
-// Values are at most MaxValueSize (64 KiB).
+// Values are at most MaxValueSize (64 KiB), and valid UTF-8.
 package k8sio

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -508,9 +509,16 @@ func (v *service) renew(ctx context.Context, sent time.Time) error {
 	return err
 }
 
+// checkValue refuses a value the Lease cannot carry as it is: over
+// MaxValueSize, or not valid UTF-8 (the term's annotation is a string,
+// which JSON, client-go's default encoding, carries with U+FFFD in place
+// of bad bytes).
 func (v *service) checkValue(what, value string) error {
 	if len(value) > MaxValueSize {
 		return fmt.Errorf("%s: %s: value of %d bytes, more than %d: %w", v.Spec().Name, what, len(value), MaxValueSize, ErrInvalidArgument)
+	}
+	if !utf8.ValidString(value) {
+		return fmt.Errorf("%s: %s: value %s is not valid UTF-8: %w", v.Spec().Name, what, quote.Name(value), ErrInvalidArgument)
 	}
 	return nil
 }
