@@ -14,14 +14,19 @@ const Show = 64
 
 // Name returns name quoted (strconv.Quote) if it has at most Show bytes;
 // else its first Show bytes or fewer, ending at a rune's boundary, quoted
-// and followed by "... (N bytes)".
+// and followed by "... (N bytes)". Bytes that are not UTF-8 are shown
+// escaped, as strconv.Quote shows them: a cut moves back no further than a
+// rune's length.
 func Name(name string) string {
 	if len(name) <= Show {
 		return strconv.Quote(name)
 	}
 	cut := Show
-	for cut > 0 && !utf8.RuneStart(name[cut]) {
+	for cut > Show-utf8.UTFMax && !utf8.RuneStart(name[cut]) {
 		cut--
+	}
+	if !utf8.RuneStart(name[cut]) {
+		cut = Show // no rune starts in reach: not UTF-8 there
 	}
 	return strconv.Quote(name[:cut]) + fmt.Sprintf("... (%d bytes)", len(name))
 }
