@@ -17,30 +17,6 @@ import (
 	"github.com/ahrtr/disco/redisio"
 )
 
-// scriptsOn is a go-redis hook that counts, once armed, the scripts sent
-// whose first key is one of name's.
-type scriptsOn struct {
-	name  string
-	armed atomic.Bool
-	n     atomic.Int64
-}
-
-func (c *scriptsOn) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *scriptsOn) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (c *scriptsOn) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		a := cmd.Args()
-		if c.armed.Load() && len(a) > 3 && (a[0] == "evalsha" || a[0] == "eval") && strings.HasPrefix(fmt.Sprint(a[3]), c.name+"/") {
-			c.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
 // closer is a Session or a primitive: what the test closes.
 type closer interface {
 	Close() error
@@ -118,13 +94,17 @@ func TestCloseWithinTTLInOutage(t *testing.T) {
 		r := testserver.StartRedis(t)
 		testkit.NoLeaks(t)
 		px, cli := proxied(t, r, redis.Options{})
-		sent := &scriptsOn{name: name}
+		// Once armed, the scripts sent whose first key is one of name's.
+		var armed atomic.Bool
+		sent := &countScripts{match: func(a []any) bool {
+			return armed.Load() && len(a) > 3 && (a[0] == "evalsha" || a[0] == "eval") && strings.HasPrefix(fmt.Sprint(a[3]), name+"/")
+		}}
 		cli.AddHook(sent)
 		c, acq := made(t, cli)
 		px.BlackholeTx()
 		px.BlackholeRx()
 		defer func() { px.UnblackholeTx(); px.UnblackholeRx() }()
-		sent.armed.Store(true)
+		armed.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		acquired := make(chan error, 1)
