@@ -1,12 +1,13 @@
 package etcdio_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/ahrtr/disco/etcdio"
-	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/internal/testkit"
 )
 
 // CheckName, which needs no client, refuses exactly the names the
@@ -14,44 +15,28 @@ import (
 // a nil client, a constructor fails on the name if CheckName refuses it,
 // and otherwise on the client.
 func TestCheckName(t *testing.T) {
-	for _, c := range []struct {
-		name, why string // why: "" if accepted
-	}{
-		{"/jobs/nightly", ""},
-		{"jobs", ""},
-		{"/jobs/", ""},
-		{"/" + strings.Repeat("x", 1023), ""},
-		{"", "empty prefix"},
-		{"/", `prefix "/"`},
-		{"/" + strings.Repeat("x", 1024), "prefix of 1025 bytes, more than 1024"},
-	} {
-		err := etcdio.CheckName(c.name)
-		show := c.name[:min(len(c.name), 20)]
-		if c.why == "" {
-			if err != nil {
-				t.Errorf("CheckName(%q): %v, want nil", show, err)
-			}
-		} else if !errors.Is(err, etcdio.ErrInvalidArgument) || !errors.Is(err, primitives.ErrInvalidArgument) || !strings.Contains(err.Error(), c.why) {
-			t.Errorf("CheckName(%q): %v, want an error saying %q wrapping ErrInvalidArgument", show, err, c.why)
-		}
-		for ctor, cerr := range map[string]error{
-			"NewLock":          second(etcdio.NewLock(nil, c.name)),
-			"NewRWLock":        second(etcdio.NewRWLock(nil, c.name)),
-			"NewElection":      second(etcdio.NewElection(nil, c.name)),
-			"NewSemaphore":     second(etcdio.NewSemaphore(nil, c.name, 1)),
-			"NewBarrier":       second(etcdio.NewBarrier(nil, c.name)),
-			"NewDoubleBarrier": second(etcdio.NewDoubleBarrier(nil, c.name, 2)),
-		} {
-			switch {
-			case cerr == nil:
-				t.Errorf("%s(nil, %q) succeeded", ctor, show)
-			case err != nil && !strings.Contains(cerr.Error(), err.Error()):
-				t.Errorf("%s(nil, %q): %v; want CheckName's %q", ctor, show, cerr, err)
-			case err == nil && !strings.Contains(cerr.Error(), "nil etcd client"):
-				t.Errorf("%s(nil, %q): %v; want it to take the name CheckName takes, and refuse the nil client", ctor, show, cerr)
-			}
-		}
-	}
+	var cli *clientv3.Client
+	testkit.CheckNames(t, testkit.NameRule{
+		Check:    etcdio.CheckName,
+		Sentinel: etcdio.ErrInvalidArgument,
+		Make: map[string]func(string) error{
+			"NewLock":      testkit.Made(t, func(n string) (any, error) { return etcdio.NewLock(cli, n) }),
+			"NewRWLock":    testkit.Made(t, func(n string) (any, error) { return etcdio.NewRWLock(cli, n) }),
+			"NewElection":  testkit.Made(t, func(n string) (any, error) { return etcdio.NewElection(cli, n) }),
+			"NewSemaphore": testkit.Made(t, func(n string) (any, error) { return etcdio.NewSemaphore(cli, n, 1) }),
+			"NewBarrier":   testkit.Made(t, func(n string) (any, error) { return etcdio.NewBarrier(cli, n) }),
+			"NewDoubleBarrier": testkit.Made(t, func(n string) (any, error) {
+				return etcdio.NewDoubleBarrier(cli, n, 2)
+			}),
+		},
+		Past: func(err error) bool { return strings.Contains(err.Error(), "nil etcd client") },
+	}, []testkit.NameCase{
+		{Name: "/jobs/nightly"},
+		{Name: "jobs"},
+		{Name: "/jobs/"},
+		{Name: "/" + strings.Repeat("x", 1023)},
+		{Name: "", Refusal: "empty prefix"},
+		{Name: "/", Refusal: `prefix "/"`},
+		{Name: "/" + strings.Repeat("x", 1024), Refusal: "prefix of 1025 bytes, more than 1024"},
+	})
 }
-
-func second[T any](_ T, err error) error { return err }

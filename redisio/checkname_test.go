@@ -1,13 +1,13 @@
 package redisio_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/redisio"
 )
@@ -21,49 +21,30 @@ func TestCheckName(t *testing.T) {
 	cli := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer cli.Close()
 	bad := redisio.WithTTL(time.Nanosecond)
-	for _, c := range []struct {
-		name, why string // why: "" if accepted
-	}{
-		{"/jobs/nightly", ""},
-		{"jobs", ""},
-		{"/jobs/", ""},
-		{"disco/sessionsx", ""},
-		{"/disco/session", ""},
-		{"/" + strings.Repeat("x", 1023), ""},
-		{"", `name ""`},
-		{"/", `name "/"`},
-		{"/" + strings.Repeat("x", 1024), "(1025 bytes): more than 1024"},
-		{"disco/session", "which disco keeps for its sessions"},
-		{"disco/session/1", "which disco keeps for its sessions"},
-		{"disco/sessions", "which disco keeps for its sessions"},
-	} {
-		err := redisio.CheckName(c.name)
-		show := c.name[:min(len(c.name), 20)]
-		if c.why == "" {
-			if err != nil {
-				t.Errorf("CheckName(%q): %v, want nil", show, err)
-			}
-		} else if !errors.Is(err, primitives.ErrInvalidArgument) || !strings.Contains(err.Error(), c.why) {
-			t.Errorf("CheckName(%q): %v, want an error saying %q wrapping ErrInvalidArgument", show, err, c.why)
-		}
-		for ctor, cerr := range map[string]error{
-			"NewLock":          second(redisio.NewLock(cli, c.name, bad)),
-			"NewRWLock":        second(redisio.NewRWLock(cli, c.name, bad)),
-			"NewElection":      second(redisio.NewElection(cli, c.name, bad)),
-			"NewSemaphore":     second(redisio.NewSemaphore(cli, c.name, 1, bad)),
-			"NewBarrier":       second(redisio.NewBarrier(cli, c.name, bad)),
-			"NewDoubleBarrier": second(redisio.NewDoubleBarrier(cli, c.name, 2, bad)),
-		} {
-			switch {
-			case cerr == nil:
-				t.Errorf("%s(%q) succeeded", ctor, show)
-			case err != nil && !strings.Contains(cerr.Error(), err.Error()):
-				t.Errorf("%s(%q): %v; want CheckName's %q", ctor, show, cerr, err)
-			case err == nil && !strings.Contains(cerr.Error(), "TTL 1ns below"):
-				t.Errorf("%s(%q): %v; want it to take the name CheckName takes, and refuse the TTL", ctor, show, cerr)
-			}
-		}
-	}
+	testkit.CheckNames(t, testkit.NameRule{
+		Check:    redisio.CheckName,
+		Sentinel: primitives.ErrInvalidArgument,
+		Make: map[string]func(string) error{
+			"NewLock":          testkit.Made(t, func(n string) (any, error) { return redisio.NewLock(cli, n, bad) }),
+			"NewRWLock":        testkit.Made(t, func(n string) (any, error) { return redisio.NewRWLock(cli, n, bad) }),
+			"NewElection":      testkit.Made(t, func(n string) (any, error) { return redisio.NewElection(cli, n, bad) }),
+			"NewSemaphore":     testkit.Made(t, func(n string) (any, error) { return redisio.NewSemaphore(cli, n, 1, bad) }),
+			"NewBarrier":       testkit.Made(t, func(n string) (any, error) { return redisio.NewBarrier(cli, n, bad) }),
+			"NewDoubleBarrier": testkit.Made(t, func(n string) (any, error) { return redisio.NewDoubleBarrier(cli, n, 2, bad) }),
+		},
+		Past: func(err error) bool { return strings.Contains(err.Error(), "TTL 1ns below") },
+	}, []testkit.NameCase{
+		{Name: "/jobs/nightly"},
+		{Name: "jobs"},
+		{Name: "/jobs/"},
+		{Name: "disco/sessionsx"},
+		{Name: "/disco/session"},
+		{Name: "/" + strings.Repeat("x", 1023)},
+		{Name: "", Refusal: `name ""`},
+		{Name: "/", Refusal: `name "/"`},
+		{Name: "/" + strings.Repeat("x", 1024), Refusal: "(1025 bytes): more than 1024"},
+		{Name: "disco/session", Refusal: "which disco keeps for its sessions"},
+		{Name: "disco/session/1", Refusal: "which disco keeps for its sessions"},
+		{Name: "disco/sessions", Refusal: "which disco keeps for its sessions"},
+	})
 }
-
-func second[T any](_ T, err error) error { return err }

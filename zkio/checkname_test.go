@@ -1,11 +1,10 @@
 package zkio_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
-	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -14,49 +13,32 @@ import (
 // no servers, a constructor fails on the path if CheckName refuses it, and
 // otherwise on the servers.
 func TestCheckName(t *testing.T) {
-	for _, c := range []struct {
-		name, why string // why: "" if accepted
-	}{
-		{"/jobs/nightly", ""},
-		{"/jobs/", ""},
-		{"/a/lock-x", ""},
-		{"/" + strings.Repeat("x", 1023), ""},
-		{"", "empty path"},
-		{"/", `path "/"`},
-		{"jobs", "must start with /"},
-		{"/" + strings.Repeat("x", 1024), "(1025 bytes): more than 1024"},
-		{"/a//b", "empty segment"},
-		{"/a/..", `segment ".."`},
-		{"/a\x01b", "which ZooKeeper refuses"},
-		{"/zookeeper/x", "ZooKeeper's own"},
-		{"/a/b" + zkio.EpochSuffix, "epoch znode"},
-		{"/a/_c_0f-lock-0000000001/b", "named as a lock"},
-	} {
-		err := zkio.CheckName(c.name)
-		show := c.name[:min(len(c.name), 20)]
-		if c.why == "" {
-			if err != nil {
-				t.Errorf("CheckName(%q): %v, want nil", show, err)
-			}
-		} else if !errors.Is(err, zkio.ErrInvalidArgument) || !errors.Is(err, primitives.ErrInvalidArgument) || !strings.Contains(err.Error(), c.why) {
-			t.Errorf("CheckName(%q): %v, want an error saying %q wrapping ErrInvalidArgument", show, err, c.why)
-		}
-		for ctor, cerr := range map[string]error{
-			"NewLock":          second(zkio.NewLock(nil, c.name)),
-			"NewRWLock":        second(zkio.NewRWLock(nil, c.name)),
-			"NewElection":      second(zkio.NewElection(nil, c.name)),
-			"NewSemaphore":     second(zkio.NewSemaphore(nil, c.name, 1)),
-			"NewBarrier":       second(zkio.NewBarrier(nil, c.name)),
-			"NewDoubleBarrier": second(zkio.NewDoubleBarrier(nil, c.name, 2)),
-		} {
-			switch {
-			case cerr == nil:
-				t.Errorf("%s(nil, %q) succeeded", ctor, show)
-			case err != nil && !strings.Contains(cerr.Error(), err.Error()):
-				t.Errorf("%s(nil, %q): %v; want CheckName's %q", ctor, show, cerr, err)
-			case err == nil && !strings.Contains(cerr.Error(), "no ZooKeeper servers"):
-				t.Errorf("%s(nil, %q): %v; want it to take the path CheckName takes, and refuse no servers", ctor, show, cerr)
-			}
-		}
-	}
+	testkit.CheckNames(t, testkit.NameRule{
+		Check:    zkio.CheckName,
+		Sentinel: zkio.ErrInvalidArgument,
+		Make: map[string]func(string) error{
+			"NewLock":          testkit.Made(t, func(p string) (any, error) { return zkio.NewLock(nil, p) }),
+			"NewRWLock":        testkit.Made(t, func(p string) (any, error) { return zkio.NewRWLock(nil, p) }),
+			"NewElection":      testkit.Made(t, func(p string) (any, error) { return zkio.NewElection(nil, p) }),
+			"NewSemaphore":     testkit.Made(t, func(p string) (any, error) { return zkio.NewSemaphore(nil, p, 1) }),
+			"NewBarrier":       testkit.Made(t, func(p string) (any, error) { return zkio.NewBarrier(nil, p) }),
+			"NewDoubleBarrier": testkit.Made(t, func(p string) (any, error) { return zkio.NewDoubleBarrier(nil, p, 2) }),
+		},
+		Past: func(err error) bool { return strings.Contains(err.Error(), "no ZooKeeper servers") },
+	}, []testkit.NameCase{
+		{Name: "/jobs/nightly"},
+		{Name: "/jobs/"},
+		{Name: "/a/lock-x"},
+		{Name: "/" + strings.Repeat("x", 1023)},
+		{Name: "", Refusal: "empty path"},
+		{Name: "/", Refusal: `path "/"`},
+		{Name: "jobs", Refusal: "must start with /"},
+		{Name: "/" + strings.Repeat("x", 1024), Refusal: "(1025 bytes): more than 1024"},
+		{Name: "/a//b", Refusal: "empty segment"},
+		{Name: "/a/..", Refusal: `segment ".."`},
+		{Name: "/a\x01b", Refusal: "which ZooKeeper refuses"},
+		{Name: "/zookeeper/x", Refusal: "ZooKeeper's own"},
+		{Name: "/a/b" + zkio.EpochSuffix, Refusal: "epoch znode"},
+		{Name: "/a/_c_0f-lock-0000000001/b", Refusal: "named as a lock"},
+	})
 }
