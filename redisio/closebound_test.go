@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
 )
 
@@ -114,13 +116,7 @@ func TestCloseWithinTTLInOutage(t *testing.T) {
 		} else {
 			acquired <- nil
 		}
-		start := time.Now()
-		err := c.Close()
-		took := time.Since(start)
-		t.Logf("Close took %v: %v", took, err)
-		if took > bound {
-			t.Errorf("Close took %v while Redis did not answer, beyond its bound, the TTL %v (allowing %v)", took, ttl, bound)
-		}
+		err := closeWithin(t, "Close", c, ttl, bound)
 		var aerr error
 		select {
 		case aerr = <-acquired:
@@ -145,17 +141,7 @@ func TestCloseWithinTTLInOutage(t *testing.T) {
 	t.Run("session", func(t *testing.T) {
 		const name = "close-bound/session"
 		outage(t, name, func(t *testing.T, cli *redis.Client) (closer, acquire) {
-			s, err := redisio.NewSession(cli, redisio.WithTTL(ttl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			held, err := redisio.NewLock(cli, name+"-held", redisio.WithSession(s))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := held.Lock(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			s, _ := heldOnSession(t, cli, ttl, name+"-held")
 			l, err := redisio.NewLock(cli, name, redisio.WithSession(s))
 			if err != nil {
 				t.Fatal(err)
@@ -201,17 +187,7 @@ func TestCloseOfLostSessionWithinTTL(t *testing.T) {
 	r := testserver.StartRedis(t)
 	testkit.NoLeaks(t)
 	px, cli := proxied(t, r, redis.Options{})
-	s, err := redisio.NewSession(cli, redisio.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := redisio.NewLock(cli, "close-bound/lost", redisio.WithSession(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Lock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := heldOnSession(t, cli, ttl, "close-bound/lost")
 	px.BlackholeTx()
 	px.BlackholeRx()
 	defer func() { px.UnblackholeTx(); px.UnblackholeRx() }()
@@ -220,14 +196,73 @@ func TestCloseOfLostSessionWithinTTL(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the session was not lost within 30s of the outage")
 	}
+	if err := closeWithin(t, "Close of the lost session", s, ttl, bound); err != nil {
+		t.Errorf("Close of a lost session: %v, want nil", err)
+	}
+}
+
+// TestCloseLeavesNoReleaseOfUnlockInOutage: an Unlock that returned early,
+// its context ended while Redis did not answer, leaves its release script
+// running on the session; the session's Close, which returns within the
+// TTL, leaves no goroutine of that release behind (go-redis's ReadTimeout
+// at its default, 5 s, longer than the TTL). The release ran on a
+// goroutine of its own that Close did not wait for, on the client's
+// timeouts: it outlived Close until the client's read timed out.
+func TestCloseLeavesNoReleaseOfUnlockInOutage(t *testing.T) {
+	const ttl = 2 * time.Second
+	const bound = 3 * ttl
+	const name = "close-bound/unlock"
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	px, cli := proxied(t, r, redis.Options{})
+	// Every goroutine started from here on but the proxy's must be gone
+	// once Close returns.
+	before := goleak.IgnoreCurrent()
+	s, l := heldOnSession(t, cli, ttl, name)
+	px.BlackholeTx()
+	px.BlackholeRx()
+	defer func() { px.UnblackholeTx(); px.UnblackholeRx() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	// Unlock returns as its context ends, its release under way.
+	if err := l.Unlock(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock while Redis does not answer: %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	closeWithin(t, "Close", s, ttl, bound)
+	if err := goleak.Find(before, goleak.IgnoreAnyFunction("github.com/ahrtr/disco/internal/faultproxy.(*Proxy).pump")); err != nil {
+		t.Errorf("goroutines left once Close returned: %v", err)
+	}
+}
+
+// heldOnSession returns a new session of ttl on cli and a lock on name on
+// it, held.
+func heldOnSession(t *testing.T, cli *redis.Client, ttl time.Duration, name string) (*redisio.Session, lock.Service) {
+	t.Helper()
+	s, err := redisio.NewSession(cli, redisio.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := redisio.NewLock(cli, name, redisio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, l
+}
+
+// closeWithin closes c and fails t if that, what, took longer than bound
+// (the TTL ttl, allowing more for a loaded machine) while Redis did not
+// answer; it returns Close's error.
+func closeWithin(t *testing.T, what string, c interface{ Close() error }, ttl, bound time.Duration) error {
+	t.Helper()
 	start := time.Now()
-	err = s.Close()
+	err := c.Close()
 	took := time.Since(start)
 	t.Logf("Close took %v: %v", took, err)
 	if took > bound {
-		t.Errorf("Close of the lost session took %v while Redis did not answer, beyond its bound, the TTL %v (allowing %v)", took, ttl, bound)
+		t.Errorf("%s took %v while Redis did not answer, beyond its bound, the TTL %v (allowing %v)", what, took, ttl, bound)
 	}
-	if err != nil {
-		t.Errorf("Close of a lost session: %v, want nil", err)
-	}
+	return err
 }

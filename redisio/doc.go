@@ -308,9 +308,11 @@
 // Its rules:
 //
 //   - Nothing blocks the loop. Every Redis request runs elsewhere: a
-//     caller's own script (Lock, Unlock, Campaign, Proclaim) on the
-//     caller's goroutine, the session's own (refresh, an election's leader
-//     reads, cleanup) on the session's helper goroutines. They post their
+//     caller's own script (Lock, Campaign, Proclaim) on the caller's
+//     goroutine, a release's (Unlock, Release, Resign) on a goroutine of
+//     the session that its caller waits for until its context ends, the
+//     session's own (refresh, an election's leader reads, cleanup) on the
+//     session's helper goroutines. They post their
 //     results to the loop's mailbox, which never blocks; the loop answers
 //     callers through replies that never block either.
 //   - Who may block: callers (on their reply or their script, until their
@@ -356,8 +358,9 @@
 // after the call, bounds everything it waits for: an acquisition under
 // way withdrawing its hold, the deletes, and for a session, or a
 // primitive on its own session, the session's helpers. Every request the
-// session makes on its own behalf (a refresh, a release or withdrawal, a
-// leader watch's read) ends by that deadline, however the client's
+// session makes on its own behalf (a refresh, a release or withdrawal,
+// an Unlock's or a Resign's too, which may run on after its caller's
+// context ended, a leader watch's read) ends by that deadline, however the client's
 // ReadTimeout compares: an attempt that the client's timeouts would carry
 // past it runs on a clone of the client with shorter ones, as a refresh
 // does when the client's exceed the TTL (go-redis runs none of the

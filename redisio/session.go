@@ -43,14 +43,18 @@ type Session struct {
 	log     *zap.Logger
 	metrics *metrics.Metrics
 
-	mb       *actor.Mailbox[func()]
-	quit     chan struct{} // closed to stop the loop and the helpers
-	stopped  chan struct{} // closed when the loop has returned
-	done     chan struct{} // closed when the session is lost or closed
-	endOnce  sync.Once
-	errMu    sync.Mutex
-	err      error
-	helpers  sync.WaitGroup
+	mb      *actor.Mailbox[func()]
+	quit    chan struct{} // closed to stop the loop and the helpers
+	stopped chan struct{} // closed when the loop has returned
+	done    chan struct{} // closed when the session is lost or closed
+	endOnce sync.Once
+	errMu   sync.Mutex
+	err     error
+	helpers sync.WaitGroup
+	// stopping is set, under stopMu, once shutdown waits for the
+	// helpers: goTracked starts none after it.
+	stopMu   sync.Mutex
+	stopping bool
 	closeMu  sync.Mutex
 	quitOnce sync.Once
 	// ownDeadline is the deadline of the first Close, in Unix nanoseconds
@@ -325,9 +329,24 @@ func (s *Session) goHelper(f func()) {
 	}()
 }
 
+// goTracked is goHelper from any goroutine: false, f not run, once
+// shutdown has begun waiting for the helpers.
+func (s *Session) goTracked(f func()) bool {
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	if s.stopping {
+		return false
+	}
+	s.goHelper(f)
+	return true
+}
+
 // shutdown stops the loop and every helper and waits for them.
 func (s *Session) shutdown() {
 	s.stop()
+	s.stopMu.Lock()
+	s.stopping = true
+	s.stopMu.Unlock()
 	s.helpers.Wait()
 }
 
@@ -346,25 +365,16 @@ type holdRef struct {
 	party                                   bool // a double barrier's party key: dbLeaveScript
 }
 
-// release runs releaseScript for ref on behalf of the session s
+// releaseOwn runs releaseScript for ref on behalf of the session s
 // (dbLeaveScript, which may run twice, for a party's key), in attempts
-// (see inAttempts) until ctx ends or stop is closed. It returns 1 if the
-// hold's key was the session's and is deleted now, 0 if it was gone. A
-// repeat that finds the key gone after an attempt whose reply was lost
-// counts it deleted: that attempt may have deleted it.
-func (s *Session) release(ctx context.Context, stop <-chan struct{}, ref holdRef) (int64, error) {
-	return s.releaseOn(ctx, stop, ref, func() (*redis.Client, error) { return s.cli, nil })
-}
-
-// releaseOwn is release on the session's own behalf (ctx from ownCtx, or
-// a Close's): each attempt on ownClient(by).
+// (see inAttempts) until ctx ends or stop is closed, each on
+// ownClient(by), so that it ends within the TTL and by a Close's
+// deadline. It returns 1 if the hold's key was the session's and is
+// deleted now, 0 if it was gone. A repeat that finds the key gone after
+// an attempt whose reply was lost counts it deleted: that attempt may
+// have deleted it.
 func (s *Session) releaseOwn(ctx context.Context, stop <-chan struct{}, ref holdRef, by time.Time) (int64, error) {
-	return s.releaseOn(ctx, stop, ref, func() (*redis.Client, error) { return s.ownClient(by) })
-}
-
-// releaseOn is release with each attempt on the client cli returns (or
-// its error).
-func (s *Session) releaseOn(ctx context.Context, stop <-chan struct{}, ref holdRef, cli func() (*redis.Client, error)) (int64, error) {
+	cli := func() (*redis.Client, error) { return s.ownClient(by) }
 	if ref.party {
 		c, err := cli()
 		if err != nil {
@@ -386,22 +396,26 @@ func (s *Session) releaseOn(ctx context.Context, stop <-chan struct{}, ref holdR
 	return n, err
 }
 
-// releaseBounded is release, ended early, its outcome unknown, when ctx
-// ends or the session does: once the session is lost its keys expire with
-// it, and the caller learns the loss now rather than when the client's own
+// releaseBounded is a caller's release (releaseOwn until ctx ends or
+// the session does), ended early, its outcome unknown, when ctx ends or
+// the session does: once the session is lost its keys expire with it,
+// and the caller learns the loss now rather than when the client's own
 // read timeout fires (go-redis heeds a context only between commands
 // unless the client was made with ContextTimeoutEnabled). The script, if
-// it runs on, ends within the client's own timeouts.
+// it runs on, runs on a goroutine of the session that Close waits for,
+// and ends within the TTL and by Close's deadline (see ownClient).
 func (s *Session) releaseBounded(ctx context.Context, ref holdRef) (int64, error) {
 	type result struct {
 		n   int64
 		err error
 	}
 	ch := make(chan result, 1)
-	go func() {
-		n, err := s.release(ctx, s.done, ref)
+	if !s.goTracked(func() {
+		n, err := s.releaseOwn(ctx, s.done, ref, time.Time{})
 		ch <- result{n, err}
-	}()
+	}) {
+		return 0, s.Err() // Close has ended the session
+	}
 	select {
 	case r := <-ch:
 		return r.n, r.err
