@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -265,4 +266,44 @@ func closeWithin(t *testing.T, what string, c interface{ Close() error }, ttl, b
 		t.Errorf("%s took %v while Redis did not answer, beyond its bound, the TTL %v (allowing %v)", what, took, ttl, bound)
 	}
 	return err
+}
+
+// TestCloseWithinTTLWhilePubSubReconnects: the session's Close returns
+// within the TTL while the session's pub/sub connection, broken, is
+// being opened again and Redis does not answer the new one (the
+// client's ReadTimeout longer than the TTL).
+func TestCloseWithinTTLWhilePubSubReconnects(t *testing.T) {
+	const ttl = time.Second
+	const bound = 3 * ttl
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	admin := newClient(t, r)
+	px, cli := proxied(t, r, redis.Options{ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	s, _ := heldOnSession(t, cli, ttl, "close-bound/pubsub")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Nothing sent reaches Redis, and Redis drops the pub/sub connection:
+	// go-redis opens another, and waits for the answer to its handshake.
+	px.PauseTx()
+	defer px.UnpauseTx()
+	if err := admin.Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the pub/sub connection opened again", func() bool {
+		return goroutineIn("go-redis/v9.(*PubSub).reconnect(")
+	})
+	closeWithin(t, "Close", s, ttl, bound)
+}
+
+// goroutineIn reports whether a goroutine's stack holds a frame of fn (a
+// function's name as runtime.Stack shows it, with its "(").
+func goroutineIn(fn string) bool {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Contains(string(buf[:n]), fn)
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }

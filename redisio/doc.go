@@ -364,8 +364,10 @@
 // ReadTimeout compares: an attempt that the client's timeouts would carry
 // past it runs on a clone of the client with shorter ones, as a refresh
 // does when the client's exceed the TTL (go-redis runs none of the
-// client's hooks on such a clone). So no goroutine of a closed session is
-// left once Close returns. If Redis does not answer by then, Close gives
+// client's hooks on such a clone). The session's pub/sub connection runs
+// on such a clone too, with timeouts of a quarter of the TTL at most: when
+// it breaks, go-redis opens it again, and Close waits for that handshake.
+// So no goroutine of a closed session is left once Close returns. If Redis does not answer by then, Close gives
 // up on what is not done, ends the session or the primitive all the same,
 // and returns an error wrapping context.DeadlineExceeded that names what
 // it gave up on; what it left in Redis expires with the TTL, as after a

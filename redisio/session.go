@@ -129,8 +129,13 @@ func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, er
 	}
 	// The session's own channel, its key, on which its waiters are woken,
 	// opens the pub/sub connection at once, so that names' channels
-	// subscribed later share it.
-	s.ps = cli.Subscribe(ctx, s.key)
+	// subscribed later share it. go-redis opens that connection again
+	// when it breaks, holding the PubSub's lock through the handshake,
+	// which PubSub.Close (in stop) and every (un)subscribe wait for: on a
+	// clone of the client whose timeouts are at most pubSubTimeout, Close
+	// waits that long for such an attempt (and its dial), not the
+	// client's ReadTimeout. The wait for messages has no timeout.
+	s.ps = withTimeoutAtMost(cli, pubSubTimeout(o.TTL)).Subscribe(ctx, s.key)
 	if _, err := s.ps.Receive(ctx); err != nil {
 		s.ps.Close()
 		cctx, cancel := s.ownCtx(context.Background(), opTimeout)
@@ -150,6 +155,12 @@ func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, er
 	}()
 	return s, nil
 }
+
+// pubSubTimeout bounds each read and write of the session's pub/sub
+// connection but its wait for messages (see newSession): a quarter of the
+// TTL, so that a Close that finds go-redis opening that connection again
+// waits for its handshake a part of the TTL at most.
+func pubSubTimeout(ttl time.Duration) time.Duration { return ttl / 4 }
 
 // LeaseID is the session's id, the number in its key: every grant's
 // LeaseID on this session.
