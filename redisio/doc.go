@@ -312,9 +312,9 @@
 //     goroutine, a release's (Unlock, Release, Resign) on a goroutine of
 //     the session that its caller waits for until its context ends, the
 //     session's own (refresh, an election's leader reads, cleanup) on the
-//     session's helper goroutines. They post their
-//     results to the loop's mailbox, which never blocks; the loop answers
-//     callers through replies that never block either.
+//     session's helper goroutines. They post their results to the loop's
+//     mailbox, which never blocks; the loop answers callers through
+//     replies that never block either.
 //   - Who may block: callers (on their reply or their script, until their
 //     context ends) and helpers (each request bounded by a timeout, the
 //     TTL at most, and by a Close's deadline: see Close below). Never the
@@ -360,17 +360,18 @@
 // primitive on its own session, the session's helpers. Every request the
 // session makes on its own behalf (a refresh, a release or withdrawal,
 // an Unlock's or a Resign's too, which may run on after its caller's
-// context ended, a leader watch's read) ends by that deadline, however the client's
-// ReadTimeout compares: an attempt that the client's timeouts would carry
-// past it runs on a clone of the client with shorter ones, as a refresh
-// does when the client's exceed the TTL (go-redis runs none of the
-// client's hooks on such a clone). The session's pub/sub connection runs
-// on such a clone too, with timeouts of a quarter of the TTL at most: when
-// it breaks, go-redis opens it again, and Close waits for that handshake.
-// So no goroutine of a closed session is left once Close returns. If Redis does not answer by then, Close gives
-// up on what is not done, ends the session or the primitive all the same,
-// and returns an error wrapping context.DeadlineExceeded that names what
-// it gave up on; what it left in Redis expires with the TTL, as after a
+// context ended, a leader watch's read) ends by that deadline, however
+// the client's ReadTimeout compares: an attempt that the client's
+// timeouts would carry past it runs on a clone of the client with shorter
+// ones, as a refresh does when the client's exceed the TTL (go-redis runs
+// none of the client's hooks on such a clone). The session's pub/sub
+// connection runs on such a clone too, with timeouts of a quarter of the
+// TTL at most: when it breaks, go-redis opens it again, and Close waits
+// for that handshake. So no goroutine of a closed session is left once
+// Close returns. If Redis does not answer by then, Close gives up on what
+// is not done, ends the session or the primitive all the same, and
+// returns an error wrapping context.DeadlineExceeded that names what it
+// gave up on; what it left in Redis expires with the TTL, as after a
 // loss. In an outage Close takes the TTL, 10 s by default, and no more.
 // An acquisition that Close gave up on (Lock, Campaign, Acquire, a double
 // barrier's Enter, on the caller's goroutine) returns an error wrapping
