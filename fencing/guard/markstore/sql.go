@@ -3,11 +3,13 @@ package markstore
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ahrtr/disco/fencing"
 )
@@ -20,6 +22,18 @@ const DefaultTable = "disco_fencing_marks"
 // UPDATE ... WHERE, RETURNING and $n placeholders: SQLite (3.35 or later,
 // for example modernc.org/sqlite) and PostgreSQL (for example pgx's stdlib
 // driver).
+//
+// The scope column holds the scope itself, but on a database that does not
+// take every string as text: PostgreSQL refuses a NUL byte and invalid
+// UTF-8 in a TEXT column (SQLite stores any bytes). There, a scope that is
+// not valid UTF-8, holds a NUL byte or starts with the reserved prefix
+// "\x7fb64:" (DEL, then "b64:") is stored as that prefix followed by the
+// scope's bytes in standard padded base64; every other scope is stored as
+// it is. NewSQL finds out which kind
+// of database it has by sending it such a string (one statement; PostgreSQL
+// logs its refusal). So a guard may use any scope with any of these
+// databases, and every process that shares the table stores a scope
+// under the same row.
 //
 // Raise is one statement, a conditional upsert that writes only a higher
 // mark, so concurrent raises (from any number of processes sharing the
@@ -42,6 +56,40 @@ const DefaultTable = "disco_fencing_marks"
 type SQL struct {
 	db                              *sql.DB
 	load, raise, raiseLoad, checkTx string
+	// encode: the database does not take every string as text, so the
+	// scope column holds key(scope) (see SQL).
+	encode bool
+}
+
+// encodedPrefix starts the stored form of a scope that the database could
+// not take as text (see SQL). DEL starts no scope anyone writes, so a
+// table of an earlier version holds no scope that starts with it.
+const encodedPrefix = "\x7fb64:"
+
+// key returns what the scope column holds for scope: scope itself, or, on
+// a database that refuses some text, encodedPrefix and base64 for a scope
+// that is not valid UTF-8, holds a NUL byte or starts with encodedPrefix.
+// Distinct scopes have distinct keys: the scopes stored as they are do not
+// start with encodedPrefix, and the others do, followed by an injective
+// encoding.
+func (s *SQL) key(scope string) string {
+	if !s.encode || utf8.ValidString(scope) && !strings.ContainsRune(scope, 0) && !strings.HasPrefix(scope, encodedPrefix) {
+		return scope
+	}
+	return encodedPrefix + base64.StdEncoding.EncodeToString([]byte(scope))
+}
+
+// takesAnyText reports whether the database returns a string of a NUL
+// byte and invalid UTF-8 as it was sent, as SQLite does. PostgreSQL
+// refuses it (SQLSTATE 22021).
+func takesAnyText(ctx context.Context, db *sql.DB) (bool, error) {
+	const probe = "\x00\xff"
+	var got []byte
+	err := retryBusy(ctx, func() error { return db.QueryRowContext(ctx, `SELECT $1`, probe).Scan(&got) })
+	if err != nil && ctx.Err() != nil {
+		return false, err
+	}
+	return err == nil && string(got) == probe, nil
 }
 
 // busyWait bounds how long a statement of SQL waits out a busy SQLite
@@ -135,12 +183,17 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("markstore: creating table %s: %w", c.table, err)
 	}
+	anyText, err := takesAnyText(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("markstore: NewSQL: %w", err)
+	}
 	upsert := `INSERT INTO ` + c.table + ` (scope, mark) VALUES ($1, $2)
 ON CONFLICT (scope) DO UPDATE SET mark = `
 	return &SQL{
-		db:    db,
-		load:  `SELECT mark FROM ` + c.table + ` WHERE scope = $1`,
-		raise: upsert + `excluded.mark WHERE ` + c.table + `.mark < excluded.mark`,
+		db:     db,
+		encode: !anyText,
+		load:   `SELECT mark FROM ` + c.table + ` WHERE scope = $1`,
+		raise:  upsert + `excluded.mark WHERE ` + c.table + `.mark < excluded.mark`,
 		// The update reads the row it locked, the latest one, so the mark
 		// it returns is the stored mark after the raise.
 		raiseLoad: upsert + `CASE WHEN ` + c.table + `.mark < excluded.mark THEN excluded.mark ELSE ` + c.table + `.mark END
@@ -165,7 +218,7 @@ func (s *SQL) Load(ctx context.Context, scope string) (fencing.Token, error) {
 		return 0, err
 	}
 	var m int64
-	err := retryBusy(ctx, func() error { return s.db.QueryRowContext(ctx, s.load, scope).Scan(&m) })
+	err := retryBusy(ctx, func() error { return s.db.QueryRowContext(ctx, s.load, s.key(scope)).Scan(&m) })
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -187,7 +240,7 @@ func (s *SQL) Raise(ctx context.Context, scope string, t fencing.Token) error {
 		return fmt.Errorf("markstore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}
 	if err := retryBusy(ctx, func() error {
-		_, err := s.db.ExecContext(ctx, s.raise, scope, int64(t))
+		_, err := s.db.ExecContext(ctx, s.raise, s.key(scope), int64(t))
 		return err
 	}); err != nil {
 		return fmt.Errorf("markstore: raising the mark of %q to %d: %w", scope, t, err)
@@ -205,7 +258,7 @@ func (s *SQL) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fen
 		return 0, fmt.Errorf("markstore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}
 	var m int64
-	if err := retryBusy(ctx, func() error { return s.db.QueryRowContext(ctx, s.raiseLoad, scope, int64(t)).Scan(&m) }); err != nil {
+	if err := retryBusy(ctx, func() error { return s.db.QueryRowContext(ctx, s.raiseLoad, s.key(scope), int64(t)).Scan(&m) }); err != nil {
 		return 0, fmt.Errorf("markstore: raising the mark of %q to %d: %w", scope, t, err)
 	}
 	return fencing.Token(m), nil
@@ -246,7 +299,7 @@ func (s *SQL) CheckTx(ctx context.Context, tx *sql.Tx, scope string, t fencing.T
 		return fmt.Errorf("markstore: CheckTx: %d is not a token (tokens are > 0): %w", t, fencing.ErrNoToken)
 	}
 	var m int64
-	err := tx.QueryRowContext(ctx, s.checkTx, scope, int64(t)).Scan(&m)
+	err := tx.QueryRowContext(ctx, s.checkTx, s.key(scope), int64(t)).Scan(&m)
 	if err == nil {
 		return nil
 	}
@@ -254,7 +307,7 @@ func (s *SQL) CheckTx(ctx context.Context, tx *sql.Tx, scope string, t fencing.T
 		return fmt.Errorf("markstore: checking token %d of %q: %w", t, scope, err)
 	}
 	// No row updated: the stored mark is above t. Read it to say so.
-	if err := tx.QueryRowContext(ctx, s.load, scope).Scan(&m); err == nil && m > int64(t) {
+	if err := tx.QueryRowContext(ctx, s.load, s.key(scope)).Scan(&m); err == nil && m > int64(t) {
 		return fmt.Errorf("markstore: token %d of %q is below the mark %d: %w", t, scope, m, fencing.ErrTokenStale)
 	}
 	return fmt.Errorf("markstore: token %d of %q is below the mark: %w", t, scope, fencing.ErrTokenStale)
