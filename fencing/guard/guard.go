@@ -55,7 +55,9 @@
 //     store that fails or does not answer is a rejection wrapping
 //     [ErrStore], never a hang: every wait on the store is bounded by the
 //     request's context and by [WithStoreTimeout] ([DefaultStoreTimeout]
-//     for Check).
+//     for Check). The middleware and interceptors tell the client only
+//     that the store failed (503, Unavailable), and log the store's error
+//     to [WithLogger]'s logger.
 //   - By hand: persist the mark alongside the data it protects and
 //     atomically with it (in the same transaction, the same row, the same
 //     file write), so that no write is ever durable without the mark that

@@ -44,7 +44,7 @@ func (k *Keyed) HTTPMiddleware(scopeOf func(*http.Request) string, next http.Han
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, done, err := k.admitHTTP(scopeOf, r)
 		if err != nil {
-			http.Error(w, err.Error(), httpStatus(err))
+			http.Error(w, k.cfg.told(err), httpStatus(err))
 			return
 		}
 		defer done()
@@ -129,11 +129,11 @@ func (k *Keyed) admitGRPC(ctx context.Context, need string) (context.Context, fu
 	}
 	if err != nil {
 		k.cfg.metrics.reject(err)
-		return nil, noop, grpcError(err)
+		return nil, noop, k.cfg.grpcError(err)
 	}
 	actx, done, err := k.Admit(ctx, need, t)
 	if err != nil {
-		return nil, noop, grpcError(err)
+		return nil, noop, k.cfg.grpcError(err)
 	}
 	return actx, done, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,6 +34,12 @@ import (
 //     WithStoreTimeout), or the verifier could not tell whether the token
 //     is of a current grant (ErrUnverified); the client may retry.
 //
+// The body of a 503 for a failure of the store or the verifier is the text
+// of ErrStore or ErrUnverified alone: their own errors (a database
+// driver's, a file system's, a coordination service's) may name the
+// resource's hosts, tables or files, and go to the guard's logger
+// (WithLogger) instead. Admit returns them whole.
+//
 // Given a nil next, every request gets 500 Internal Server Error saying so,
 // and none is admitted.
 func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
@@ -48,7 +55,7 @@ func (g *Guard) HTTPMiddleware(next http.Handler) http.Handler {
 		}
 		ctx, done, err := g.Admit(r.Context(), t)
 		if err != nil {
-			http.Error(w, err.Error(), httpStatus(err))
+			http.Error(w, g.cfg.told(err), httpStatus(err))
 			return
 		}
 		defer done()
@@ -65,6 +72,22 @@ func noNext(middleware string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	})
+}
+
+// told is what a rejected client is told of err: err's text, but for a
+// failure of the store or the verifier only the text of ErrStore or
+// ErrUnverified, for their errors may name the resource's hosts, tables
+// or files. Such an err is logged, whole, at Warn.
+func (c *config) told(err error) string {
+	for _, failed := range []error{ErrStore, ErrUnverified} {
+		if errors.Is(err, failed) {
+			if c.logger != nil {
+				c.logger.Warn("guard: request rejected", zap.Error(err))
+			}
+			return failed.Error()
+		}
+	}
+	return err.Error()
 }
 
 // httpStatus is the status of a rejection: see HTTPMiddleware and
@@ -102,6 +125,10 @@ func httpStatus(err error) int {
 //     the verifier could not tell (ErrUnverified);
 //   - codes.Canceled or codes.DeadlineExceeded: the call's context ended while
 //     it waited for calls with lower tokens to finish.
+//
+// The message of an Unavailable status for a failure of the store or the
+// verifier is the text of ErrStore or ErrUnverified alone, as the body of
+// HTTPMiddleware's 503 is.
 func (g *Guard) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		actx, done, err := g.admitGRPC(ctx)
@@ -132,18 +159,18 @@ func (g *Guard) admitGRPC(ctx context.Context) (context.Context, func(), error) 
 	t, err := fencing.FromIncomingContext(ctx)
 	if err != nil {
 		g.cfg.metrics.reject(err)
-		return nil, noop, grpcError(err)
+		return nil, noop, g.cfg.grpcError(err)
 	}
 	actx, done, err := g.Admit(ctx, t)
 	if err != nil {
-		return nil, noop, grpcError(err)
+		return nil, noop, g.cfg.grpcError(err)
 	}
 	return actx, done, nil
 }
 
 // grpcError is the status of a rejection: see UnaryInterceptor and
-// Keyed.UnaryInterceptor.
-func grpcError(err error) error {
+// Keyed.UnaryInterceptor. Its message is told's.
+func (c *config) grpcError(err error) error {
 	code := codes.Canceled
 	switch {
 	case errors.Is(err, ErrStore), errors.Is(err, ErrUnverified): // first, as in httpStatus
@@ -157,7 +184,7 @@ func grpcError(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	}
-	return status.Error(code, err.Error())
+	return status.Error(code, c.told(err))
 }
 
 // admittedStream is a grpc.ServerStream whose Context is the admitted one.

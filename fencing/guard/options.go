@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/ahrtr/disco/fencing"
 )
 
@@ -25,6 +27,7 @@ type config struct {
 	// tokens equal to the mark are answered from memory.
 	exclusive bool
 	verifier  Verifier
+	logger    *zap.Logger
 }
 
 func (c *config) apply(opts []Option) {
@@ -107,6 +110,14 @@ func WithVerifier(v Verifier) Option {
 // context.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) { c.storeTimeout = d }
+}
+
+// WithLogger makes the guard log to l, at Warn, each request that its HTTP
+// middleware or gRPC interceptors reject because the store or the
+// verifier failed, with the error: the client is told only that (see
+// HTTPMiddleware). A nil l, or none, means no logs.
+func WithLogger(l *zap.Logger) Option {
+	return func(c *config) { c.logger = l }
 }
 
 // WithMetrics makes the guard report to m (see NewMetrics). A nil m means
