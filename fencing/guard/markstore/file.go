@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,12 +65,14 @@ const (
 
 // NewFile returns a File store in dir, creating the directory if needed and
 // removing temporary files a killed process left behind (those of a scope
-// whose lock no process holds).
+// whose lock no process holds). When it creates dir (or directories above
+// it), it fsyncs the directory that holds each one, so that dir is there
+// after a crash of the machine.
 func NewFile(dir string) (*File, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("markstore: NewFile: empty directory: %w", ErrInvalidArgument)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirDurable(dir); err != nil {
 		return nil, fmt.Errorf("markstore: NewFile: %w", err)
 	}
 	ents, err := os.ReadDir(dir)
@@ -91,6 +94,28 @@ func NewFile(dir string) (*File, error) {
 		}
 	}
 	return f, nil
+}
+
+// mkdirDurable is os.MkdirAll(dir), then fsyncs the parent of each
+// directory it created: a directory's entry is its parent's, and a mark
+// fsynced into a directory that a crash took away would be lost with it.
+func mkdirDurable(dir string) error {
+	var made []string
+	for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		made = append(made, d)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i := len(made) - 1; i >= 0; i-- {
+		if err := syncDir(filepath.Dir(made[i])); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // check refuses a File that NewFile did not make: nil (a NewFile error
@@ -198,7 +223,7 @@ func (f *File) write(name string, t fencing.Token) (err error) {
 	if _, err = tmp.WriteString(t.String() + "\n"); err != nil {
 		return err
 	}
-	if err = tmp.Sync(); err != nil {
+	if err = fsync(tmp); err != nil {
 		return err
 	}
 	if err = tmp.Close(); err != nil {
@@ -207,10 +232,31 @@ func (f *File) write(name string, t fencing.Token) (err error) {
 	if err = os.Rename(tmp.Name(), filepath.Join(f.dir, name)); err != nil {
 		return err
 	}
-	d, err := os.Open(f.dir)
+	return syncDir(f.dir)
+}
+
+// syncHook, if set (by this package's tests), is called before each fsync
+// of a File store with the path of the file or directory, and an error it
+// returns is that of the fsync.
+var syncHook func(path string) error
+
+// fsync fsyncs f (see syncHook).
+func fsync(f *os.File) error {
+	if syncHook != nil {
+		if err := syncHook(f.Name()); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+// syncDir fsyncs the directory dir: the entries it holds (a file created
+// or renamed into it) are durable then.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	return d.Sync()
+	return fsync(d)
 }

@@ -1,0 +1,71 @@
+package markstore
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// syncs records the fsyncs of the File stores under one directory through
+// syncHook, failing those fail says to fail.
+type syncs struct {
+	mu    sync.Mutex
+	under string
+	paths []string
+	fail  func(path string) bool
+}
+
+var errSyncFailed = errors.New("fsync failed (injected)")
+
+// recordSyncs makes the stores' fsyncs of paths under dir go through a new
+// syncs, until the test ends.
+func recordSyncs(t *testing.T, dir string) *syncs {
+	s := &syncs{under: dir}
+	syncHook = func(path string) error {
+		if path != dir && !strings.HasPrefix(path, dir+string(filepath.Separator)) && !strings.HasPrefix(dir, path+string(filepath.Separator)) {
+			return nil
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.fail != nil && s.fail(path) {
+			return errSyncFailed
+		}
+		s.paths = append(s.paths, path)
+		return nil
+	}
+	t.Cleanup(func() { syncHook = nil })
+	return s
+}
+
+// synced reports how many times path was fsynced.
+func (s *syncs) synced(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, p := range s.paths {
+		if p == path {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNewFileSyncsTheDirectoriesItMakes: the directory NewFile creates,
+// and those it creates above it, are entries of their parents: NewFile
+// fsyncs each parent before it returns, so that after a crash of the
+// machine the directory, and the marks fsynced into it, are still there.
+func TestNewFileSyncsTheDirectoriesItMakes(t *testing.T) {
+	top := t.TempDir()
+	dir := filepath.Join(top, "a", "marks")
+	s := recordSyncs(t, dir)
+	if _, err := NewFile(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, parent := range []string{top, filepath.Join(top, "a")} {
+		if s.synced(parent) == 0 {
+			t.Errorf("NewFile(%s) created a directory in %s and did not fsync %s", dir, parent, parent)
+		}
+	}
+}
