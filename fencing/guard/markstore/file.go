@@ -176,7 +176,10 @@ func (f *File) Raise(ctx context.Context, scope string, t fencing.Token) error {
 }
 
 // RaiseLoad is Raise, and returns the mark of scope after it (at least t),
-// read under the scope's lock (guard.RaiseLoader).
+// read under the scope's lock (guard.RaiseLoader). A mark at or above t
+// that it finds is made durable too (the directory fsynced) before it is
+// reported: a raise that failed, or a process killed, after renaming the
+// mark into place may have left it unsynced.
 func (f *File) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fencing.Token, error) {
 	if err := f.check("RaiseLoad"); err != nil {
 		return 0, err
@@ -200,6 +203,12 @@ func (f *File) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fe
 		return 0, err // never overwrite a mark it cannot read: it might be higher
 	}
 	if t <= cur {
+		// cur may not be durable yet: a raise that failed to fsync the
+		// directory after its rename (or a process killed in between)
+		// left it. Reported, it lets a guard accept tokens by it.
+		if err := syncDir(f.dir); err != nil {
+			return 0, fmt.Errorf("markstore: syncing the mark of %q: %w", scope, err)
+		}
 		return cur, nil
 	}
 	if err := f.write(name, t); err != nil {

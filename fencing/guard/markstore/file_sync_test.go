@@ -1,6 +1,7 @@
 package markstore
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -67,5 +68,36 @@ func TestNewFileSyncsTheDirectoriesItMakes(t *testing.T) {
 		if s.synced(parent) == 0 {
 			t.Errorf("NewFile(%s) created a directory in %s and did not fsync %s", dir, parent, parent)
 		}
+	}
+}
+
+// TestFileReportsOnlySyncedMarks: a raise whose fsync of the directory
+// failed has renamed the new mark into place, not durably. A later
+// RaiseLoad (or Raise) that finds that mark must not report it, and a
+// guard accept a token by it, before it is durable: it fsyncs the
+// directory first.
+func TestFileReportsOnlySyncedMarks(t *testing.T) {
+	dir := t.TempDir()
+	s := recordSyncs(t, dir)
+	f, err := NewFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s.fail = func(path string) bool { return path == dir }
+	if _, err := f.RaiseLoad(ctx, "/a", 5); !errors.Is(err, errSyncFailed) {
+		t.Fatalf("RaiseLoad(5) with the directory's fsync failing: %v", err)
+	}
+	s.fail = nil
+	before := s.synced(dir)
+	if m, err := f.RaiseLoad(ctx, "/a", 5); err != nil || m != 5 {
+		t.Fatalf("RaiseLoad(5) again = %d, %v; want 5", m, err)
+	}
+	if s.synced(dir) == before {
+		t.Fatalf("RaiseLoad(5) reported the mark 5, which a failed raise left unsynced, without fsyncing %s", dir)
+	}
+	s.fail = func(path string) bool { return path == dir }
+	if m, err := f.RaiseLoad(ctx, "/a", 4); err == nil {
+		t.Fatalf("RaiseLoad(4) with the directory's fsync failing = %d, nil; want the fsync's error", m)
 	}
 }
