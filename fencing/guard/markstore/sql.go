@@ -29,11 +29,11 @@ const DefaultTable = "disco_fencing_marks"
 // not valid UTF-8, holds a NUL byte or starts with the reserved prefix
 // "\x7fb64:" (DEL, then "b64:") is stored as that prefix followed by the
 // scope's bytes in standard padded base64; every other scope is stored as
-// it is. NewSQL finds out which kind
-// of database it has by sending it such a string (one statement; PostgreSQL
-// logs its refusal). So a guard may use any scope with any of these
-// databases, and every process that shares the table stores a scope
-// under the same row.
+// it is. So a guard may use any scope on either database, and the
+// processes that share a table agree on each scope's row. NewSQL tells the
+// two kinds of database apart by sending the database such a string (one
+// statement; PostgreSQL logs its refusal, and NewSQL then sends a plain
+// string, to tell a refusal from a failure).
 //
 // Raise is one statement, a conditional upsert that writes only a higher
 // mark, so concurrent raises (from any number of processes sharing the
@@ -62,8 +62,8 @@ type SQL struct {
 }
 
 // encodedPrefix starts the stored form of a scope that the database could
-// not take as text (see SQL). DEL starts no scope anyone writes, so a
-// table of an earlier version holds no scope that starts with it.
+// not take as text (see SQL). It starts with DEL, which no scope people
+// write starts with.
 const encodedPrefix = "\x7fb64:"
 
 // key returns what the scope column holds for scope: scope itself, or, on
@@ -81,15 +81,27 @@ func (s *SQL) key(scope string) string {
 
 // takesAnyText reports whether the database returns a string of a NUL
 // byte and invalid UTF-8 as it was sent, as SQLite does. PostgreSQL
-// refuses it (SQLSTATE 22021).
+// refuses it (SQLSTATE 22021); a database that refuses it but returns a
+// plain string has refused it, and one that fails both has failed: that
+// is an error, not a kind of database.
 func takesAnyText(ctx context.Context, db *sql.DB) (bool, error) {
-	const probe = "\x00\xff"
-	var got []byte
-	err := retryBusy(ctx, func() error { return db.QueryRowContext(ctx, `SELECT $1`, probe).Scan(&got) })
-	if err != nil && ctx.Err() != nil {
-		return false, err
+	echo := func(v string) (string, error) {
+		var got []byte
+		err := retryBusy(ctx, func() error { return db.QueryRowContext(ctx, `SELECT $1`, v).Scan(&got) })
+		return string(got), err
 	}
-	return err == nil && string(got) == probe, nil
+	const probe = "\x00\xff"
+	got, err := echo(probe)
+	if err == nil {
+		return got == probe, nil
+	}
+	if got, err = echo("a"); err != nil {
+		return false, fmt.Errorf("sending the database a string: %w", err)
+	}
+	if got != "a" {
+		return false, fmt.Errorf("the database returned %q for the string \"a\"", got)
+	}
+	return false, nil
 }
 
 // busyWait bounds how long a statement of SQL waits out a busy SQLite
