@@ -293,11 +293,16 @@ func (st *Store) tokenFor(q *queue, k *key) int64 {
 	}
 }
 
-// announce tells q's elections who leads now, if that changed. Locked.
+// announce tells q's elections who leads now, if that changed. A first
+// key that does not hold is of a session that is ending, on its way out:
+// it never leads, and the leader is announced once it is gone. Locked.
 func (st *Store) announce(q *queue) {
 	var now election.Leadership
 	if len(q.keys) > 0 {
 		k := q.keys[0]
+		if !k.held {
+			return
+		}
 		now = election.Leadership{Key: k.name, Value: k.value, FencingToken: fencing.Token(k.created),
 			LeaseID: k.svc.s.id, Created: k.created}
 	}
