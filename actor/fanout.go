@@ -22,27 +22,38 @@ type subscriber[E any] struct {
 	queue  []E
 	closed bool // no more events will be queued
 	wake   chan struct{}
+	// last is the latest coalescable event queued for the reader (it may
+	// have been received since), before the one queued before last: what
+	// a replaceable tail (last) is compared with.
+	last, before       E
+	hasLast, hasBefore bool
 }
 
 // NewFanout returns a Fanout. coalescable, if not nil, marks the events that
 // may replace an unread coalescable event queued just before them (states,
 // of which a slow reader needs only the latest); all other events are
-// delivered one by one. An event that would replace one queued right after
-// an event equal to it (==) removes it instead, so that a reader never
-// receives one state twice in a row. Coalescable events must be of
-// comparable types.
+// delivered one by one. An event that would replace one whose coalescable
+// predecessor for the reader (queued or already received, whatever other
+// events came between) is equal to it (==) removes it instead, so that a
+// reader never receives one state twice in a row among the coalescable
+// events. Coalescable events must be of comparable types.
 func NewFanout[E any](coalescable func(E) bool) *Fanout[E] {
 	return &Fanout[E]{coalescable: coalescable, subs: make(map[*subscriber[E]]struct{})}
 }
 
 // Subscribe returns a channel that receives first the given events, then
-// every event published after Subscribe returns, in order. The channel is
+// every event published after Subscribe returns, in order (the given
+// events are queued as published ones are, coalescable ones coalesced
+// alike). The channel is
 // closed when ctx ends, or after the last queued event has been received
 // once the Fanout is closed. A subscriber that stops reading must cancel ctx
 // to free its goroutine.
 func (f *Fanout[E]) Subscribe(ctx context.Context, first ...E) <-chan E {
 	out := make(chan E)
-	s := &subscriber[E]{wake: make(chan struct{}, 1), queue: append([]E(nil), first...)}
+	s := &subscriber[E]{wake: make(chan struct{}, 1)}
+	for _, e := range first {
+		f.queue(s, e, f.coalescable != nil && f.coalescable(e))
+	}
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
@@ -101,22 +112,7 @@ func (f *Fanout[E]) Publish(e E) {
 	f.mu.Lock()
 	for s := range f.subs {
 		s.mu.Lock()
-		// Only an unread tail may be replaced: the head (index 0) may be
-		// in the middle of being sent, so it is never touched here.
-		if n := len(s.queue); co && n > 1 && f.coalescable(s.queue[n-1]) {
-			if prev := s.queue[n-2]; f.coalescable(prev) && any(prev) == any(e) {
-				// Back to the state before the tail: the reader is to
-				// see it once. The head may be read meanwhile; it is
-				// only looked at.
-				var zero E
-				s.queue[n-1] = zero
-				s.queue = s.queue[:n-1]
-			} else {
-				s.queue[n-1] = e
-			}
-		} else {
-			s.queue = append(s.queue, e)
-		}
+		f.queue(s, e, co)
 		s.mu.Unlock()
 		select {
 		case s.wake <- struct{}{}:
@@ -124,6 +120,33 @@ func (f *Fanout[E]) Publish(e E) {
 		}
 	}
 	f.mu.Unlock()
+}
+
+// queue queues e for s; co says whether e is coalescable. s.mu held (or s
+// not yet shared).
+func (f *Fanout[E]) queue(s *subscriber[E], e E, co bool) {
+	// Only an unread tail may be replaced: the head (index 0) may be in
+	// the middle of being sent, so it is never touched here.
+	if n := len(s.queue); co && n > 1 && f.coalescable(s.queue[n-1]) {
+		// The tail is s.last, and s.before the state the reader has
+		// (or will have) before it.
+		if s.hasBefore && any(s.before) == any(e) {
+			// Back to the state before the tail: the reader is to see
+			// it once.
+			var zero E
+			s.queue[n-1] = zero
+			s.queue = s.queue[:n-1]
+			s.last, s.hasBefore = s.before, false
+			return
+		}
+		s.queue[n-1], s.last = e, e
+		return
+	}
+	s.queue = append(s.queue, e)
+	if co {
+		s.before, s.hasBefore = s.last, s.hasLast
+		s.last, s.hasLast = e, true
+	}
 }
 
 // Close ends every subscription: each subscriber still receives what was
