@@ -164,3 +164,30 @@ func TestAcquireWaitOnAFakeClock(t *testing.T) {
 	}
 	t.Fatal("no disco_acquire_wait_seconds")
 }
+
+// TestLeaderChangesOnThePrimitivesMetrics: an election given WithMetrics
+// on a session given none counts its changes of leader there, as its
+// grants are, and as on etcd, ZooKeeper and Redis.
+func TestLeaderChangesOnThePrimitivesMetrics(t *testing.T) {
+	reg, m := testkit.NewMetrics(t)
+	st := memio.NewStore()
+	s, err := memio.NewSession(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e := testkit.ClosedAtEnd[election.Service](t)(memio.NewElection(st, "/metrics/leader", memio.WithSession(s), memio.WithMetrics(m)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Campaign(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// The change is told just after Campaign's answer.
+	testkit.Eventually(t, 5*time.Second, "a leader change counted", func() bool {
+		return testkit.Gather(t, reg)["disco_leader_changes_total"] >= 1
+	})
+	testkit.WantSeries(t, testkit.Gather(t, reg), map[string]float64{
+		`disco_acquisitions_total{kind="election"}`: 1,
+		`disco_leader_changes_total`:                1,
+	})
+}

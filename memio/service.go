@@ -296,7 +296,7 @@ func (svc *service) Close() error {
 // leaderChanged tells an election's subscribers and observers who leads
 // now. Locked.
 func (svc *service) leaderChanged(now election.Leadership) {
-	svc.s.metrics.LeaderChanged()
+	svc.Spec().Metrics.LeaderChanged()
 	svc.Publish(primitives.LeaderChanged{Key: now.Key, Value: now.Value, Token: now.FencingToken})
 	svc.observers.Publish(now)
 }
