@@ -191,3 +191,19 @@ func TestLeaderChangesOnThePrimitivesMetrics(t *testing.T) {
 		`disco_leader_changes_total`:                1,
 	})
 }
+
+// TestSuspendOfAnEndedSessionCountsNothing: Suspend of a session that was
+// closed or expired does nothing, as Resume does: no suspension counted.
+func TestSuspendOfAnEndedSessionCountsNothing(t *testing.T) {
+	reg, m := testkit.NewMetrics(t)
+	st := memio.NewStore()
+	for _, end := range []func(*memio.Session){func(s *memio.Session) { s.Close() }, (*memio.Session).Expire} {
+		s, err := memio.NewSession(st, memio.WithMetrics(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		end(s)
+		s.Suspend()
+	}
+	testkit.WantSeries(t, testkit.Gather(t, reg), map[string]float64{`disco_suspensions_total`: 0})
+}

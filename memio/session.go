@@ -124,10 +124,13 @@ func (s *Session) Expire() {
 // with the deadline one TTL from now, and the session expires then unless
 // Resume comes first. Its requests still reach the store meanwhile (a
 // grant made while suspended is followed by Suspended); to freeze them
-// too, use Pause.
+// too, use Pause. It does nothing to a session that ended.
 func (s *Session) Suspend() {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
+	if s.err != nil {
+		return
+	}
 	s.stopRenewals()
 	s.apply(s.clock.Broken(s.st.clock.Now()))
 	s.arm()
