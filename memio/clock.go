@@ -59,7 +59,8 @@ func (c *FakeClock) AfterFunc(d time.Duration, f func()) Timer {
 
 // Advance moves the clock on by d and runs, in the order of their times and
 // before it returns, every call that falls due; a call scheduled by one
-// that runs falls due too if it is within d.
+// that runs falls due too if it is within d. The clock never goes back:
+// an Advance that ends while another has moved it further leaves it there.
 func (c *FakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	end := c.now.Add(d)
@@ -70,13 +71,21 @@ func (c *FakeClock) Advance(d time.Duration) {
 		}
 		t := c.timers[0]
 		c.timers = c.timers[1:]
-		c.now = t.at
+		c.now = later(c.now, t.at)
 		c.mu.Unlock()
 		t.f()
 		c.mu.Lock()
 	}
-	c.now = end
+	c.now = later(c.now, end)
 	c.mu.Unlock()
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 type fakeTimer struct {
