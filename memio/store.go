@@ -244,25 +244,22 @@ func (q *queue) holds(i int) bool {
 // announces a new leader. A grant whose caller gave up is undone and its
 // key deleted. Locked.
 func (st *Store) settle(q *queue) {
-	for again := true; again; {
-		again = false
-		for i, k := range q.keys {
-			// A key of a session that is ending waits for its removal:
-			// nothing is granted on a session that is gone.
-			if k.held || k.svc.s.err != nil || !q.holds(i) {
-				continue
-			}
-			k.held = true
-			k.token = st.tokenFor(q, k)
-			h := driver.Hold{Key: k.name, Created: k.created, Token: fencing.Token(k.token), Mode: k.mode,
-				Value: k.value, Slot: k.slot, LeaseID: k.svc.s.id, Waited: k.waited}
-			if !k.svc.Grant(h, k.start, func(h driver.Hold) bool { return k.reply.Answer(h, nil) }) {
-				k.held = false
-				st.remove(k) // settles q again
-				return
-			}
-			k.reply = actor.Reply[driver.Hold]{}
+	for i, k := range q.keys {
+		// A key of a session that is ending waits for its removal:
+		// nothing is granted on a session that is gone.
+		if k.held || k.svc.s.err != nil || !q.holds(i) {
+			continue
 		}
+		k.held = true
+		k.token = st.tokenFor(q, k)
+		h := driver.Hold{Key: k.name, Created: k.created, Token: fencing.Token(k.token), Mode: k.mode,
+			Value: k.value, Slot: k.slot, LeaseID: k.svc.s.id, Waited: k.waited}
+		if !k.svc.Grant(h, k.start, func(h driver.Hold) bool { return k.reply.Answer(h, nil) }) {
+			k.held = false
+			st.remove(k) // settles q again
+			return
+		}
+		k.reply = actor.Reply[driver.Hold]{}
 	}
 	if q.kind == kindElection {
 		st.announce(q)
