@@ -71,7 +71,13 @@ func newSession(st *Store, o options) *Session {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.nextID++
-	return &Session{st: st, id: st.nextID, ttl: o.TTL, log: o.Logger, metrics: o.Metrics,
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log = log.With(zap.Int64("session", st.nextID))
+	log.Debug("session started", zap.Duration("ttl", o.TTL))
+	return &Session{st: st, id: st.nextID, ttl: o.TTL, log: log, metrics: o.Metrics,
 		done: make(chan struct{}), renewing: true,
 		clock:    driver.NewClock(st.clock.Now(), o.TTL, driver.SuspendPart(o.TTL, o.SuspendAfter)),
 		services: map[*service]struct{}{}, parties: map[*doubleParty]struct{}{}, keys: map[*key]struct{}{}}
@@ -305,9 +311,15 @@ func (s *Session) expire() {
 	}
 }
 
-// end ends the session and everything on it with err. Locked.
+// end ends the session and everything on it with err; cause is the
+// metrics' cause of a loss, "" for a Close. Locked.
 func (s *Session) end(err error, cause string) {
 	s.err = err
+	if cause != "" {
+		s.log.Warn("session lost", zap.Error(err))
+	} else {
+		s.log.Debug("session closed")
+	}
 	if s.timer != nil {
 		s.timer.Stop()
 		s.timer = nil
