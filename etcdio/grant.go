@@ -232,7 +232,7 @@ func (svc *service) release(ctx context.Context, match driver.Match) error {
 	if vanished {
 		return svc.settleVanished(ctx, g)
 	}
-	return svc.deleteHeld(ctx, g)
+	return svc.deleteHeld(ctx, g, nil)
 }
 
 // beginReleaseSeen marks a release of the current grant (the one match
@@ -284,10 +284,13 @@ func (svc *service) settleVanished(ctx context.Context, g driver.Hold) error {
 // with extra in the same transaction whether or not it is (extra's deletes
 // carry their own conditions: a semaphore's claim goes even if its queue
 // key was deleted by someone else), in attempts, and settles the release
-// (see released). The delete ends with the session too: once it is lost,
-// the lease takes the key, and the caller learns the loss now, not at
-// ctx's end.
-func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clientv3.Op) error {
+// (see released). A transaction that deleted g's key asks partGone (if
+// not nil) whether it found another part of the hold deleted by someone
+// else (a semaphore's slot key): if it names one, the hold was lost before
+// the release (see partGone). The delete ends with the session too: once
+// it is lost, the lease takes the key, and the caller learns the loss now,
+// not at ctx's end.
+func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, partGone func(*clientv3.TxnResponse) string, extra ...clientv3.Op) error {
 	dctx, cancel := ctxtime.WithDone(ctx, svc.s.done)
 	defer cancel()
 	resp, repeated, terr := svc.s.txn(dctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Created)},
@@ -300,8 +303,33 @@ func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, extra ...clie
 		if terr == nil || svc.keyGone(g) {
 			svc.s.deletedOnce(g.Key)
 		}
+		if terr == nil && resp.Succeeded && partGone != nil {
+			if part := partGone(resp); part != "" {
+				return svc.partGone(g, part)
+			}
+		}
 		return svc.released(g, resp, repeated, terr)
 	})
+}
+
+// partGone settles the release of g, which deleted g's key and found part
+// of the hold (another key of it) deleted by someone else: the hold was
+// lost before the release, so it ends Lost and the release returns an
+// error wrapping the spec's ErrNotHeld, as one that finds g's key gone
+// does. An earlier release of g that failed did not delete part, or it
+// would have deleted g's key with it. Loop only.
+func (svc *service) partGone(g driver.Hold, part string) error {
+	if err := svc.SettleRelease(g, driver.Unsent, nil); err != nil {
+		return err
+	}
+	svc.End(g.Lost(svc.partDeleted(part)), metrics.CauseKeyDeleted)
+	return fmt.Errorf("%s: %s was already gone: %w", svc.name, part, svc.spec.errNotHeld)
+}
+
+// partDeleted is the loss of a hold part of which (a key, named by part)
+// someone else deleted.
+func (svc *service) partDeleted(part string) error {
+	return fmt.Errorf("%s: %s deleted by another client: %w", svc.name, part, primitives.ErrLost)
 }
 
 // settle runs f on the loop, whether or not ctx ended, to settle a release

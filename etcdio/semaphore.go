@@ -205,7 +205,10 @@ func (m semService) grant(g driver.Hold, err error) (semaphore.Grant, error) {
 
 // Release deletes g's queue key and, in the same transaction, its slot key
 // if the slot is still g's, only if the key is still g's, so a late retry
-// never frees a newer hold. A hold whose queue key was seen gone already
+// never frees a newer hold. If the transaction finds the slot key deleted
+// by someone else (the queue key still there), the hold was lost: it ends
+// Lost, as when its watch sees the deletion first, and Release returns an
+// error wrapping semaphore.ErrNotHeld. A hold whose queue key was seen gone already
 // (deleted by someone else, or with the lease) ends as a lock's does (see
 // settleVanished): if the session's lease went, the session is
 // lost and Release returns an error wrapping primitives.ErrLost; else the
@@ -231,7 +234,12 @@ func (m semService) Release(ctx context.Context, g semaphore.Grant) error {
 	} else {
 		freeSlot := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(slotKey), "=", h.token)},
 			[]clientv3.Op{clientv3.OpDelete(slotKey)}, nil)
-		err = m.deleteHeld(ctx, cur, freeSlot)
+		err = m.deleteHeld(ctx, cur, func(resp *clientv3.TxnResponse) string {
+			if resp.Responses[1].GetResponseTxn().Succeeded {
+				return ""
+			}
+			return "slot key " + slotKey // deleted by someone else: the queue key was there
+		}, freeSlot)
 	}
 	switch now, held := m.Current(); {
 	case held && now.Created == cur.Created:

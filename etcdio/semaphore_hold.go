@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/ahrtr/disco/primitives"
 )
 
 // A hold of a semaphore is two keys: the holder's queue key, which names its
@@ -199,7 +197,7 @@ func (st *semState) partLost(svc *service, h slotHold, part string) {
 		if g.Releasing() {
 			return // the release deletes what is left
 		}
-		svc.Lose(fmt.Errorf("%s: %s deleted by another client: %w", svc.name, part, primitives.ErrLost), CauseKeyDeleted)
+		svc.Lose(svc.partDeleted(part), CauseKeyDeleted)
 	}
 	svc.s.goHelper(func(context.Context) { st.dropHold(svc.s, h) })
 }

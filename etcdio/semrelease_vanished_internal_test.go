@@ -3,6 +3,7 @@ package etcdio
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -223,4 +224,62 @@ func releaseVanished(t *testing.T, fault func(ctx context.Context, admin *client
 		t.Fatal("no Lost event")
 	}
 	testkit.Eventually(t, 10*time.Second, "the hold's keys gone from etcd", func() bool { return keys() == 0 })
+}
+
+// TestSemaphoreReleaseAfterItsSlotKeyWasDeleted: someone else deletes only
+// the hold's slot key (etcdctl del), and Release comes while the hold's
+// watch asks whether the lease lives. The hold was lost, as a lock's is when
+// its key is deleted: Release returns an error wrapping ErrNotHeld, the hold
+// ends Lost naming the slot key, never Released, and nothing of it is left
+// in etcd.
+func TestSemaphoreReleaseAfterItsSlotKeyWasDeleted(t *testing.T) {
+	testkit.NoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, admin := etcdtest.NewClient(t), etcdtest.NewClient(t)
+	prefix := "/test/" + t.Name()
+	defer admin.Delete(context.Background(), prefix, clientv3.WithPrefix())
+	gl := newGatedLease(cli.Lease, 1)
+	cli.Lease = gl
+	s, err := NewSession(cli, WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer gl.open() // before Close, which waits for the check held back
+	sem, err := NewSemaphore(cli, prefix, 1, WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sem.Close()
+	events := sem.Subscribe(ctx)
+	g, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slotKey := prefix + "/slot/" + strconv.Itoa(g.Slot)
+	if _, err := admin.Delete(ctx, slotKey); err != nil {
+		t.Fatal(err)
+	}
+	wait(ctx, t, gl.arrived[0], "lease check after the slot key went") // the hold's watch saw it go
+	if err := sem.Release(ctx, g); !errors.Is(err, semaphore.ErrNotHeld) {
+		t.Fatalf("Release after the slot key was deleted: %v, want ErrNotHeld", err)
+	}
+	gl.open()
+	for ev := range events {
+		switch ev := ev.(type) {
+		case primitives.Lost:
+			if !errors.Is(ev.Err, primitives.ErrLost) || !strings.Contains(ev.Err.Error(), "slot key "+slotKey+" deleted by another client") {
+				t.Fatalf("Lost with %v, want ErrLost naming the slot key", ev.Err)
+			}
+			testkit.Eventually(t, 10*time.Second, "the hold's keys gone from etcd", func() bool {
+				resp, err := admin.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+				return err == nil && resp.Count == 0
+			})
+			return
+		case primitives.Released:
+			t.Fatal("hold ended Released after its slot key was deleted")
+		}
+	}
+	t.Fatal("no Lost event")
 }
