@@ -66,7 +66,9 @@
 //
 // If a held key disappears, the session asks etcd whether its lease is
 // still there: if not, the session is lost (the cause names the lease);
-// if so, only that hold ends with Lost and the primitive stays usable.
+// if so, only that hold ends with Lost and the primitive stays usable. A
+// question etcd does not answer is asked again: until etcd says, the hold
+// stands (at most until the session's deadline).
 //
 // # Queues, tokens and watches
 //

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/internal/reach"
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/primitives"
@@ -368,17 +369,30 @@ func (s *Session) ownPrefix(prefix string) string {
 
 // checkLease asks etcd, off the loop, whether the lease still exists, and
 // tells leaseChecked. A key of this session that vanished was deleted either
-// by someone else or with the lease: the answer says which. Loop only.
+// by someone else or with the lease: the answer says which. A question etcd
+// does not answer says neither, and is asked again, after a growing pause,
+// until etcd answers or the session ends (at its deadline, if etcd stays
+// silent). Loop only.
 func (s *Session) checkLease() {
 	if s.checking {
 		return
 	}
 	s.checking = true
 	s.goHelper(func(ctx context.Context) {
-		rctx, done := s.attempt(ctx)
-		resp, err := s.cli.TimeToLive(rctx, s.lease)
-		done(err)
-		s.post(func() { s.leaseChecked(resp, err) })
+		backoff := ctxtime.NewBackoff(100*time.Millisecond, 2*time.Second)
+		for {
+			rctx, done := s.attempt(ctx)
+			resp, err := s.cli.TimeToLive(rctx, s.lease)
+			done(err)
+			if err == nil || leaseEnded(resp, err) {
+				s.post(func() { s.leaseChecked(resp, err) })
+				return
+			}
+			s.log.Debug("lease check failed; asking again", zap.Error(err))
+			if !backoff.Wait(ctx) {
+				return
+			}
+		}
 	})
 }
 
