@@ -270,14 +270,23 @@ func (svc *service) settleVanished(ctx context.Context, g driver.Hold) error {
 	ended, aerr := svc.s.askLease(dctx)
 	return svc.settle(ctx, ended, func() error {
 		if aerr != nil {
-			if svc.SettleRelease(g, driver.Unsent, nil) == nil {
-				svc.s.checkLease()
-			}
-			return fmt.Errorf("%s: release %s, seen gone: ask for lease: %w", svc.name, g.Key, svc.callErr(ctx, aerr))
+			return svc.leaseUnknown(ctx, g, aerr)
 		}
 		svc.s.deletedOnce(g.Key) // an unsure write of it may still land
 		return svc.SettleRelease(g, driver.Gone, nil)
 	})
+}
+
+// leaseUnknown undoes the release of g, whose key is gone, when etcd did
+// not say whether the lease lives (aerr is why): the key stands seen gone,
+// and the session's lease check (the one under way, or a new one) ends the
+// grant for the cause it finds; the release fails with aerr. Loop only.
+func (svc *service) leaseUnknown(ctx context.Context, g driver.Hold, aerr error) error {
+	if svc.SettleRelease(g, driver.Unsent, nil) == nil {
+		svc.vanished = g.Created
+		svc.s.checkLease()
+	}
+	return fmt.Errorf("%s: release %s, seen gone: ask for lease: %w", svc.name, g.Key, svc.callErr(ctx, aerr))
 }
 
 // deleteHeld deletes g's key, being released, only if it is still g's,
@@ -297,11 +306,20 @@ func (svc *service) deleteHeld(ctx context.Context, g driver.Hold, partGone func
 		append([]clientv3.Op{clientv3.OpDelete(g.Key)}, extra...), extra...)
 	// A key found gone went with the lease (the session lost: the hold is
 	// Lost with it) or was deleted by someone else: ask which, as a
-	// watched grant's vanishing does, before telling anyone.
-	withLease := terr == nil && !resp.Succeeded && !repeated && svc.s.leaseEnded(dctx)
+	// watched grant's vanishing does, before telling anyone. If etcd does
+	// not say, neither is told: the release fails (see leaseUnknown).
+	gone := terr == nil && !resp.Succeeded && !repeated
+	var withLease bool
+	var aerr error
+	if gone {
+		withLease, aerr = svc.s.askLease(dctx)
+	}
 	return svc.settle(ctx, withLease, func() error {
 		if terr == nil || svc.keyGone(g) {
 			svc.s.deletedOnce(g.Key)
+		}
+		if gone && aerr != nil {
+			return svc.leaseUnknown(ctx, g, aerr)
 		}
 		if terr == nil && resp.Succeeded && partGone != nil {
 			if part := partGone(resp); part != "" {

@@ -426,13 +426,6 @@ func (s *Session) leaseChecked(resp *clientv3.LeaseTimeToLiveResponse, err error
 	}
 }
 
-// leaseEnded asks etcd whether the session's lease is gone; false if etcd
-// does not answer within ctx.
-func (s *Session) leaseEnded(ctx context.Context) bool {
-	ended, _ := s.askLease(ctx)
-	return ended
-}
-
 // askLease asks etcd whether the session's lease is gone; err is why etcd
 // did not say, within ctx.
 func (s *Session) askLease(ctx context.Context) (ended bool, err error) {
