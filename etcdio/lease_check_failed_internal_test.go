@@ -24,7 +24,7 @@ import (
 // counted under a lease cause, never as deleted by another client.
 func TestFailedLeaseCheckBlamesNoClient(t *testing.T) {
 	revokeWithCheckFailing(t, nil, func(ctx context.Context, gl *gatedLease, l lock.Service) {
-		wait(ctx, t, gl.returned[0], "the first lease check's failure")
+		wait(ctx, t, gl.session.failed, "the first lease check's failure")
 	})
 }
 
@@ -45,15 +45,15 @@ func TestUnlockWhoseLeaseCheckFailsBlamesNoClient(t *testing.T) {
 }
 
 // revokeWithCheckFailing locks a lock, runs held on the loop, revokes the
-// session's lease while its keepalive is paused, holding back the first
-// question about the lease until its attempt's bound ends it, runs then,
-// and wants the hold Lost for the lease.
+// session's lease while its keepalive is paused, holding back every
+// question about the lease (the first one ends at its attempt's bound),
+// runs then, lets the questions go, and wants the hold Lost for the lease.
 func revokeWithCheckFailing(t *testing.T, held func(l lock.Service), then func(ctx context.Context, gl *gatedLease, l lock.Service)) {
 	testkit.NoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli, admin := etcdtest.NewClient(t), etcdtest.NewClient(t)
-	gl := newGatedLease(cli.Lease, 1)
+	gl := newGatedLease(cli.Lease, false)
 	cli.Lease = gl
 	reg, m := testkit.NewMetrics(t)
 	s, err := NewSession(cli, WithMetrics(m))
@@ -86,6 +86,7 @@ func revokeWithCheckFailing(t *testing.T, held func(l lock.Service), then func(c
 		t.Fatal(err)
 	}
 	then(ctx, gl, l)
+	gl.open()
 	wantLostForTheLease(t, events, reg)
 }
 

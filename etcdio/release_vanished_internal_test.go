@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,55 +17,69 @@ import (
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
-// gatedLease holds back the first holdBack calls of TimeToLive, each until
-// its gate is closed. Call n (from 1) closes arrived[n-1] when it comes and
-// returned[n-1] once it has its answer. The first is the session's lease
-// check.
+// releaseAsks marks the context of a release (Unlock, Release) whose
+// questions about the lease gatedLease tells from the session's own.
+type releaseAsks struct{}
+
+// gatedLease holds back questions about the lease (TimeToLive), each at
+// its gate until the gate opens: a release's (asked under a context marked
+// with releaseAsks) at release, every other (the session's lease check, a
+// semaphore hold watch's) at session. A question held back ends with its
+// context (a request's bound, the caller's end), as one etcd does not
+// answer does; one let through asks etcd.
 type gatedLease struct {
 	clientv3.Lease
-	calls    atomic.Int32
-	gates    []chan struct{}
-	arrived  []chan struct{}
-	returned []chan struct{}
+	session, release *leaseGate
 }
 
-func newGatedLease(l clientv3.Lease, holdBack int) *gatedLease {
-	gl := &gatedLease{Lease: l}
-	for range max(holdBack, 2) {
-		gl.gates = append(gl.gates, make(chan struct{}))
-		gl.arrived = append(gl.arrived, make(chan struct{}))
-		gl.returned = append(gl.returned, make(chan struct{}))
+// leaseGate is one gate of gatedLease. arrived closes as the first
+// question comes, failed as the first held back ends with its context,
+// answered as the first let through has etcd's answer.
+type leaseGate struct {
+	opened, arrived, failed, answered          chan struct{}
+	openOnce, arriveOnce, failOnce, answerOnce sync.Once
+}
+
+func newLeaseGate(open bool) *leaseGate {
+	g := &leaseGate{opened: make(chan struct{}), arrived: make(chan struct{}), failed: make(chan struct{}), answered: make(chan struct{})}
+	if open {
+		g.open()
 	}
-	for i := holdBack; i < len(gl.gates); i++ {
-		close(gl.gates[i])
-	}
-	return gl
+	return g
+}
+
+// open lets the questions held back at g, and every later one, go.
+func (g *leaseGate) open() { g.openOnce.Do(func() { close(g.opened) }) }
+
+// newGatedLease holds the session's questions back, and a release's if
+// holdRelease.
+func newGatedLease(l clientv3.Lease, holdRelease bool) *gatedLease {
+	return &gatedLease{Lease: l, session: newLeaseGate(false), release: newLeaseGate(!holdRelease)}
 }
 
 func (l *gatedLease) TimeToLive(ctx context.Context, id clientv3.LeaseID, opts ...clientv3.LeaseOption) (*clientv3.LeaseTimeToLiveResponse, error) {
-	n := int(l.calls.Add(1))
-	if n > len(l.gates) {
-		return l.Lease.TimeToLive(ctx, id, opts...)
+	g := l.session
+	if ctx.Value(releaseAsks{}) != nil {
+		g = l.release
 	}
-	close(l.arrived[n-1])
-	defer close(l.returned[n-1])
+	g.arriveOnce.Do(func() { close(g.arrived) })
 	select {
-	case <-l.gates[n-1]:
+	case <-g.opened:
 	case <-ctx.Done():
+		g.failOnce.Do(func() { close(g.failed) })
 		return nil, ctx.Err()
 	}
-	return l.Lease.TimeToLive(ctx, id, opts...)
+	resp, err := l.Lease.TimeToLive(ctx, id, opts...)
+	if err == nil || leaseEnded(resp, err) {
+		g.answerOnce.Do(func() { close(g.answered) })
+	}
+	return resp, err
 }
 
-// open lets every call held back go.
+// open lets every question go.
 func (l *gatedLease) open() {
-	for _, g := range l.gates {
-		select {
-		case <-g:
-		default:
-			close(g)
-		}
-	}
+	l.session.open()
+	l.release.open()
 }
 
 // wait waits for ch or fails t.
@@ -101,10 +115,10 @@ func TestUnlockAfterTheHoldsKeyVanished(t *testing.T) {
 	// under way, after letting the session's check answer if answered.
 	giveUp := func(answered bool) func(ctx context.Context, t *testing.T, gl *gatedLease, cancel context.CancelFunc) {
 		return func(ctx context.Context, t *testing.T, gl *gatedLease, cancel context.CancelFunc) {
-			wait(ctx, t, gl.arrived[1], "question from Unlock")
+			wait(ctx, t, gl.release.arrived, "question from Unlock")
 			if answered {
-				close(gl.gates[0])
-				wait(ctx, t, gl.returned[0], "answer to the session's check")
+				gl.session.open()
+				wait(ctx, t, gl.session.answered, "answer to the session's check")
 			}
 			cancel()
 		}
@@ -113,32 +127,32 @@ func TestUnlockAfterTheHoldsKeyVanished(t *testing.T) {
 	isNotHeld := func(err error) bool { return errors.Is(err, lock.ErrNotHeld) }
 	isCanceled := func(err error) bool { return errors.Is(err, context.Canceled) }
 	cases := []struct {
-		name     string
-		fault    func(ctx context.Context, admin *clientv3.Client, s *Session, key string) error
-		holdBack int // lease checks held back
-		during   func(ctx context.Context, t *testing.T, gl *gatedLease, cancel context.CancelFunc)
-		want     func(error) bool
-		lostSays string // the hold's Lost, before the session's own deadline
+		name        string
+		fault       func(ctx context.Context, admin *clientv3.Client, s *Session, key string) error
+		holdRelease bool // Unlock's question is held back too
+		during      func(ctx context.Context, t *testing.T, gl *gatedLease, cancel context.CancelFunc)
+		want        func(error) bool
+		lostSays    string // the hold's Lost, before the session's own deadline
 	}{
-		{"lease revoked", revoke, 1, nil, isLost, "was revoked"},
-		{"key deleted", deleteKey, 1, nil, isNotHeld, "deleted by another client"},
-		{"no answer", revoke, 2, giveUp(false), isCanceled, "was revoked"},
-		{"no answer, the session's check answered", deleteKey, 2, giveUp(true), isCanceled, "deleted by another client"},
+		{"lease revoked", revoke, false, nil, isLost, "was revoked"},
+		{"key deleted", deleteKey, false, nil, isNotHeld, "deleted by another client"},
+		{"no answer", revoke, true, giveUp(false), isCanceled, "was revoked"},
+		{"no answer, the session's check answered", deleteKey, true, giveUp(true), isCanceled, "deleted by another client"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			unlockVanished(t, c.fault, c.holdBack, c.during, c.want, c.lostSays)
+			unlockVanished(t, c.fault, c.holdRelease, c.during, c.want, c.lostSays)
 		})
 	}
 }
 
 func unlockVanished(t *testing.T, fault func(ctx context.Context, admin *clientv3.Client, s *Session, key string) error,
-	holdBack int, during func(ctx context.Context, t *testing.T, gl *gatedLease, cancel context.CancelFunc), want func(error) bool,
+	holdRelease bool, during func(ctx context.Context, t *testing.T, gl *gatedLease, cancel context.CancelFunc), want func(error) bool,
 	lostSays string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli, admin := etcdtest.NewClient(t), etcdtest.NewClient(t)
-	gl := newGatedLease(cli.Lease, holdBack)
+	gl := newGatedLease(cli.Lease, holdRelease)
 	cli.Lease = gl
 	defer gl.open()
 	s, err := NewSession(cli, WithTTL(5*time.Second))
@@ -163,8 +177,8 @@ func unlockVanished(t *testing.T, fault func(ctx context.Context, admin *clientv
 	if err := fault(ctx, admin, s, g.Key); err != nil {
 		t.Fatal(err)
 	}
-	wait(ctx, t, gl.arrived[0], "lease check after the key went") // the hold's watch saw it go
-	uctx, ucancel := context.WithCancel(ctx)
+	wait(ctx, t, gl.session.arrived, "lease check after the key went") // the hold's watch saw it go
+	uctx, ucancel := context.WithCancel(context.WithValue(ctx, releaseAsks{}, true))
 	defer ucancel()
 	if during != nil {
 		go during(ctx, t, gl, ucancel)

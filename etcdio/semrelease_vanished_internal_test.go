@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,49 +17,6 @@ import (
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/semaphore"
 )
-
-// releaseAsks marks the context of a Release whose questions about the
-// lease heldLease tells from the session's own.
-type releaseAsks struct{}
-
-// heldLease holds back every TimeToLive made on the session's behalf (the
-// session's lease check, a hold watch's) until open is closed, whatever
-// their contexts say, and then answers it as etcd does then: a lease check
-// that takes that long. A question asked under a context marked with
-// releaseAsks (a Release's) closes asked as it comes and waits for answer
-// or its context's end.
-type heldLease struct {
-	clientv3.Lease
-	open, answer, asked chan struct{}
-	openOnce, askOnce   sync.Once
-}
-
-func newHeldLease(l clientv3.Lease, holdAnswer bool) *heldLease {
-	hl := &heldLease{Lease: l, open: make(chan struct{}), answer: make(chan struct{}), asked: make(chan struct{})}
-	if !holdAnswer {
-		close(hl.answer)
-	}
-	return hl
-}
-
-func (l *heldLease) TimeToLive(ctx context.Context, id clientv3.LeaseID, opts ...clientv3.LeaseOption) (*clientv3.LeaseTimeToLiveResponse, error) {
-	if ctx.Value(releaseAsks{}) != nil {
-		l.askOnce.Do(func() { close(l.asked) })
-		select {
-		case <-l.answer:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return l.Lease.TimeToLive(ctx, id, opts...)
-	}
-	<-l.open
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	return l.Lease.TimeToLive(actx, id, opts...)
-}
-
-// letGo lets every check held back answer.
-func (l *heldLease) letGo() { l.openOnce.Do(func() { close(l.open) }) }
 
 // TestSemaphoreReleaseAfterTheHoldsKeyVanished: a holder's watch of its
 // session's own keys sees its queue key go, and its Release comes while the
@@ -85,15 +41,15 @@ func TestSemaphoreReleaseAfterTheHoldsKeyVanished(t *testing.T) {
 	}
 	// giveUp ends Release's ctx once its question about the lease is
 	// under way, after letting the session's check answer if answered.
-	giveUp := func(answered bool) func(ctx context.Context, s *Session, hl *heldLease, cancel context.CancelFunc) {
-		return func(ctx context.Context, s *Session, hl *heldLease, cancel context.CancelFunc) {
+	giveUp := func(answered bool) func(ctx context.Context, s *Session, gl *gatedLease, cancel context.CancelFunc) {
+		return func(ctx context.Context, s *Session, gl *gatedLease, cancel context.CancelFunc) {
 			select {
-			case <-hl.asked:
+			case <-gl.release.arrived:
 			case <-ctx.Done():
 				return // Release returned without asking: the test says so
 			}
 			if answered {
-				hl.letGo()
+				gl.session.open()
 				for { // until the session's check answered (the test's ctx bounds it)
 					checking, err := call(ctx, s, func(r actor.Reply[bool]) { r.Answer(s.checking, nil) })
 					if err != nil || !checking {
@@ -114,7 +70,7 @@ func TestSemaphoreReleaseAfterTheHoldsKeyVanished(t *testing.T) {
 		name       string
 		fault      func(ctx context.Context, admin *clientv3.Client, s *Session, key string) error
 		holdAnswer bool // Release's question is not answered
-		during     func(ctx context.Context, s *Session, hl *heldLease, cancel context.CancelFunc)
+		during     func(ctx context.Context, s *Session, gl *gatedLease, cancel context.CancelFunc)
 		want       func(error) bool
 		lostSays   string
 		// The hold's keys are gone as Release returns, before the
@@ -134,21 +90,21 @@ func TestSemaphoreReleaseAfterTheHoldsKeyVanished(t *testing.T) {
 }
 
 func releaseVanished(t *testing.T, fault func(ctx context.Context, admin *clientv3.Client, s *Session, key string) error,
-	holdAnswer bool, during func(ctx context.Context, s *Session, hl *heldLease, cancel context.CancelFunc),
+	holdAnswer bool, during func(ctx context.Context, s *Session, gl *gatedLease, cancel context.CancelFunc),
 	want func(error) bool, lostSays string, goneAtReturn bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli, admin := etcdtest.NewClient(t), etcdtest.NewClient(t)
 	prefix := "/test/" + t.Name()
 	defer admin.Delete(context.Background(), prefix, clientv3.WithPrefix())
-	hl := newHeldLease(cli.Lease, holdAnswer)
-	cli.Lease = hl
+	gl := newGatedLease(cli.Lease, holdAnswer)
+	cli.Lease = gl
 	s, err := NewSession(cli, WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	defer hl.letGo() // before Close, which waits for the checks held back
+	defer gl.open() // before Close, which waits for the checks held back
 	sem, err := NewSemaphore(cli, prefix, 1, WithSession(s))
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +139,7 @@ func releaseVanished(t *testing.T, fault func(ctx context.Context, admin *client
 		}()
 		go func() {
 			defer close(duringDone)
-			during(dctx, s, hl, rcancel)
+			during(dctx, s, gl, rcancel)
 		}()
 	} else {
 		close(duringDone)
@@ -204,7 +160,7 @@ func releaseVanished(t *testing.T, fault func(ctx context.Context, admin *client
 	if n := keys(); goneAtReturn && n != 0 {
 		t.Fatalf("%d keys of the hold left as Release returned", n)
 	}
-	hl.letGo()
+	gl.open()
 	lost := false
 	for ev := range events {
 		switch ev := ev.(type) {
@@ -239,7 +195,7 @@ func TestSemaphoreReleaseAfterItsSlotKeyWasDeleted(t *testing.T) {
 	cli, admin := etcdtest.NewClient(t), etcdtest.NewClient(t)
 	prefix := "/test/" + t.Name()
 	defer admin.Delete(context.Background(), prefix, clientv3.WithPrefix())
-	gl := newGatedLease(cli.Lease, 1)
+	gl := newGatedLease(cli.Lease, false)
 	cli.Lease = gl
 	s, err := NewSession(cli, WithTTL(5*time.Second))
 	if err != nil {
@@ -261,7 +217,7 @@ func TestSemaphoreReleaseAfterItsSlotKeyWasDeleted(t *testing.T) {
 	if _, err := admin.Delete(ctx, slotKey); err != nil {
 		t.Fatal(err)
 	}
-	wait(ctx, t, gl.arrived[0], "lease check after the slot key went") // the hold's watch saw it go
+	wait(ctx, t, gl.session.arrived, "lease check after the slot key went") // the hold's watch saw it go
 	if err := sem.Release(ctx, g); !errors.Is(err, semaphore.ErrNotHeld) {
 		t.Fatalf("Release after the slot key was deleted: %v, want ErrNotHeld", err)
 	}
