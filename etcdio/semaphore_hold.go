@@ -187,8 +187,11 @@ func (st *semState) watchHold(svc *service, h slotHold) {
 }
 
 // partLost: one of h's keys was deleted by someone else while the lease
-// lives. The driver.Hold, if still h's and not being released, ends with Lost;
-// then h's other key is deleted, which frees the slot. Loop only.
+// lives. The driver.Hold, if still h's and not being released, ends with Lost
+// (also after a release of it failed: a release deletes both keys in one
+// transaction, never one alone, so unlike a lock's key, the deletion is not
+// perhaps the failed release's); then h's other key is deleted, which frees
+// the slot. Loop only.
 func (st *semState) partLost(svc *service, h slotHold, part string) {
 	if svc.Ended() {
 		return
@@ -197,7 +200,7 @@ func (st *semState) partLost(svc *service, h slotHold, part string) {
 		if g.Releasing() {
 			return // the release deletes what is left
 		}
-		svc.Lose(svc.partDeleted(part), CauseKeyDeleted)
+		svc.End(g.Lost(svc.partDeleted(part)), CauseKeyDeleted)
 	}
 	svc.s.goHelper(func(context.Context) { st.dropHold(svc.s, h) })
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,19 +191,67 @@ func releaseVanished(t *testing.T, fault func(ctx context.Context, admin *client
 // in etcd.
 func TestSemaphoreReleaseAfterItsSlotKeyWasDeleted(t *testing.T) {
 	testkit.NoLeaks(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cli, admin := etcdtest.NewClient(t), etcdtest.NewClient(t)
-	prefix := "/test/" + t.Name()
-	defer admin.Delete(context.Background(), prefix, clientv3.WithPrefix())
+	cli := etcdtest.NewClient(t)
 	gl := newGatedLease(cli.Lease, false)
 	cli.Lease = gl
+	slotKeyDeleted(t, cli, gl, func(ctx context.Context, sem semaphore.Service, g semaphore.Grant, deleteSlot func()) {
+		deleteSlot()
+		wait(ctx, t, gl.session.arrived, "lease check after the slot key went") // the hold's watch saw it go
+		if err := sem.Release(ctx, g); !errors.Is(err, semaphore.ErrNotHeld) {
+			t.Fatalf("Release after the slot key was deleted: %v, want ErrNotHeld", err)
+		}
+		gl.open()
+	})
+}
+
+// TestSemaphoreSlotKeyDeletedAfterAFailedRelease: a Release fails (its
+// delete does not answer before its ctx ends), the hold stands, and then
+// someone else deletes its slot key alone. The hold ends Lost, as with no
+// failed release before: that release deletes both keys in one
+// transaction, so it cannot have deleted one alone. (A lock's hold ends
+// Released there, since its one key's deletion may be the failed
+// release's.)
+func TestSemaphoreSlotKeyDeletedAfterAFailedRelease(t *testing.T) {
+	testkit.NoLeaks(t)
+	cli := etcdtest.NewClient(t)
+	var silent atomic.Bool // the release's delete gets no answer
+	prefix := "/test/" + t.Name()
+	cli.KV = &hookedKV{KV: cli.KV, silentTxn: func(then []clientv3.Op) bool {
+		return silent.Load() && len(then) > 0 && then[0].IsDelete() && strings.HasPrefix(string(then[0].KeyBytes()), prefix+"/q/")
+	}}
+	slotKeyDeleted(t, cli, nil, func(ctx context.Context, sem semaphore.Service, g semaphore.Grant, deleteSlot func()) {
+		silent.Store(true)
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		err := sem.Release(rctx, g)
+		rcancel()
+		silent.Store(false)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Release whose delete got no answer: %v, want its ctx's error", err)
+		}
+		deleteSlot()
+	})
+}
+
+// slotKeyDeleted acquires a semaphore of one permit on "/test/"+t.Name(),
+// on a session of its own on cli (whose lease questions gl, if not nil,
+// holds back), and runs run, which deletes the hold's slot key behind its
+// back with deleteSlot. The hold must end Lost for its slot key, and
+// nothing of it be left in etcd.
+func slotKeyDeleted(t *testing.T, cli *clientv3.Client, gl *gatedLease,
+	run func(ctx context.Context, sem semaphore.Service, g semaphore.Grant, deleteSlot func())) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := etcdtest.NewClient(t)
+	prefix := "/test/" + t.Name()
+	defer admin.Delete(context.Background(), prefix, clientv3.WithPrefix())
 	s, err := NewSession(cli, WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	defer gl.open() // before Close, which waits for the check held back
+	if gl != nil {
+		defer gl.open() // before Close, which waits for the checks held back
+	}
 	sem, err := NewSemaphore(cli, prefix, 1, WithSession(s))
 	if err != nil {
 		t.Fatal(err)
@@ -214,14 +263,11 @@ func TestSemaphoreReleaseAfterItsSlotKeyWasDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	slotKey := prefix + "/slot/" + strconv.Itoa(g.Slot)
-	if _, err := admin.Delete(ctx, slotKey); err != nil {
-		t.Fatal(err)
-	}
-	wait(ctx, t, gl.session.arrived, "lease check after the slot key went") // the hold's watch saw it go
-	if err := sem.Release(ctx, g); !errors.Is(err, semaphore.ErrNotHeld) {
-		t.Fatalf("Release after the slot key was deleted: %v, want ErrNotHeld", err)
-	}
-	gl.open()
+	run(ctx, sem, g, func() {
+		if _, err := admin.Delete(ctx, slotKey); err != nil {
+			t.Fatal(err)
+		}
+	})
 	for ev := range events {
 		switch ev := ev.(type) {
 		case primitives.Lost:
