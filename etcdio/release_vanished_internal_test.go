@@ -82,12 +82,20 @@ func (l *gatedLease) open() {
 	l.release.open()
 }
 
-// wait waits for ch or fails t.
-func wait(ctx context.Context, t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
+// came waits for ch until ctx ends, and reports whether ch came first.
+func came(ctx context.Context, ch <-chan struct{}) bool {
 	select {
 	case <-ch:
+		return true
 	case <-ctx.Done():
+		return false
+	}
+}
+
+// wait waits for ch or fails t. On the test's goroutine only.
+func wait(ctx context.Context, t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	if !came(ctx, ch) {
 		t.Fatalf("no %s", what)
 	}
 }
@@ -114,13 +122,19 @@ func TestUnlockAfterTheHoldsKeyVanished(t *testing.T) {
 	// giveUp ends Unlock's ctx once its question about the lease is
 	// under way, after letting the session's check answer if answered.
 	giveUp := func(answered bool) func(ctx context.Context, t *testing.T, gl *gatedLease, cancel context.CancelFunc) {
+		// It runs on a goroutine of its own: it reports, never stops t.
 		return func(ctx context.Context, t *testing.T, gl *gatedLease, cancel context.CancelFunc) {
-			wait(ctx, t, gl.release.arrived, "question from Unlock")
+			defer cancel()
+			if !came(ctx, gl.release.arrived) {
+				t.Error("no question from Unlock")
+				return
+			}
 			if answered {
 				gl.session.open()
-				wait(ctx, t, gl.session.answered, "answer to the session's check")
+				if !came(ctx, gl.session.answered) {
+					t.Error("no answer to the session's check")
+				}
 			}
-			cancel()
 		}
 	}
 	isLost := func(err error) bool { return errors.Is(err, primitives.ErrLost) && !errors.Is(err, lock.ErrNotHeld) }
