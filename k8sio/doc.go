@@ -92,7 +92,9 @@
 // record still left is swept as a crashed candidate's is). A take of a
 // Campaign that ended without it, which the API server applies late (its
 // client had given up), leaves a term nobody holds: the candidate resigns
-// it as soon as it sees it. The
+// it as soon as it sees it, and tries a resign that fails again until it
+// goes through or the Lease shows another term, with growing waits from a
+// twentieth of the TTL to a third of it. The
 // API server expires nothing, so a record carries a lease of its own: its
 // leaseDurationSeconds is the candidate's TTL, and the candidate moves its
 // renewTime on every other renewal round (about every two thirds of the

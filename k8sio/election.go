@@ -134,6 +134,11 @@ type service struct {
 	// resigns it if the Lease shows it. 0: none. Once the Lease is past
 	// that version in any other state, the take can no longer land.
 	orphan fencing.Token
+	// orphanRetry is when a resign of orphan that failed is tried again
+	// (zero: none due), whether or not the Lease changes meanwhile;
+	// orphanWait is the wait before the retry after that.
+	orphanRetry time.Time
+	orphanWait  time.Duration
 }
 
 // campaign is a Campaign waiting for the Lease.
@@ -378,10 +383,18 @@ func (v *service) grant(tok fencing.Token) {
 	if !v.Grant(h, c.began, func(h driver.Hold) bool { return c.reply.Answer(h, nil) }) {
 		ctx, cancel := v.s.reqCtx()
 		defer cancel()
-		if err := v.writeRelease(ctx, &h); err != nil {
+		if err := v.writeRelease(ctx, &h); err != nil && !errors.Is(err, errGone) {
 			v.s.log.Debug("k8sio: resign a term nobody took", zap.String("lease", v.key), zap.Error(err))
+			v.orphaned(tok)
 		}
 	}
+}
+
+// orphaned records tok as the orphan after its resign failed, and has the
+// resign tried again retryAfter later. Loop only.
+func (v *service) orphaned(tok fencing.Token) {
+	v.orphan, v.orphanWait = tok, v.retryAfter()
+	v.orphanRetry = time.Now().Add(v.orphanWait)
 }
 
 // endCampaign fails the waiting Campaign with err. Loop only.
@@ -403,22 +416,31 @@ func (v *service) resignTried(c *campaign) {
 	h := driver.Hold{Key: v.key, Created: int64(c.tried), Token: c.tried}
 	ctx, cancel := v.s.reqCtx()
 	defer cancel()
-	err := v.writeRelease(ctx, &h)
-	if err != nil && !errors.Is(err, errGone) {
-		v.s.log.Debug("k8sio: resign the term of a take whose answer was lost", zap.String("lease", v.key), zap.Error(err))
-	}
-	if err != nil {
-		// Not (yet) on the Lease, or not resigned: watch for it.
+	switch err := v.writeRelease(ctx, &h); {
+	case errors.Is(err, errGone):
+		// Not (yet) on the Lease: watch for it.
 		v.orphan = c.tried
+	case err != nil:
+		v.s.log.Debug("k8sio: resign the term of a take whose answer was lost", zap.String("lease", v.key), zap.Error(err))
+		v.orphaned(c.tried)
 	}
 }
 
 // resignOrphan resigns the term of v.orphan if the Lease still shows it
-// and the service does not hold it. Loop only.
+// and the service does not hold it. A resign that fails is tried again,
+// each wait twice the one before up to a third of the TTL, until it goes
+// through, the Lease shows another state or the service ends. Loop only.
 func (v *service) resignOrphan() {
 	tok := v.orphan
-	if tok == 0 || v.Ended() || v.camp != nil {
-		return // a waiting Campaign takes the Lease over itself
+	v.orphanRetry = time.Time{}
+	if tok == 0 || v.Ended() {
+		return
+	}
+	if v.camp != nil {
+		// A waiting Campaign takes the Lease over itself; should it end
+		// without, the resign is still due.
+		v.orphanRetry = time.Now().Add(v.retryAfter())
+		return
 	}
 	if h := v.Held(); h != nil && h.Token == tok {
 		return
@@ -427,10 +449,15 @@ func (v *service) resignOrphan() {
 	ctx, cancel := v.s.reqCtx()
 	defer cancel()
 	switch err := v.writeRelease(ctx, &h); {
-	case err == nil || errors.Is(err, errGone):
+	case err == nil:
 		v.orphan = 0
+	case errors.Is(err, errGone):
+		// The Lease, just read, does not show the term: observed has
+		// forgotten the orphan if the take can no longer land.
 	default:
 		v.s.log.Debug("k8sio: resign the term of a take applied after its Campaign ended", zap.String("lease", v.key), zap.Error(err))
+		v.orphanWait = max(v.retryAfter(), min(2*v.orphanWait, v.s.ttl/3))
+		v.orphanRetry = time.Now().Add(v.orphanWait)
 	}
 }
 

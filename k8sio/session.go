@@ -272,9 +272,9 @@ func (s *Session) reqCtx() (context.Context, context.CancelFunc) {
 
 // run is the session's event loop: the functions posted to its mailbox
 // and its timer, set to the next renewal round, the clock's next
-// suspension point or deadline, or the moment a waiting candidate may take
-// its Lease, whichever comes first. The loop makes its requests itself,
-// one at a time, each bounded by reqCtx.
+// suspension point or deadline, the moment a waiting candidate may take
+// its Lease, or a failed resign's retry, whichever comes first. The loop
+// makes its requests itself, one at a time, each bounded by reqCtx.
 func (s *Session) run() {
 	defer s.helpers.Done()
 	defer close(s.stopped)
@@ -316,12 +316,16 @@ func (s *Session) next() time.Time {
 		if c := v.camp; c != nil && c.wakeAt.Before(at) {
 			at = c.wakeAt
 		}
+		if r := v.orphanRetry; !r.IsZero() && r.Before(at) {
+			at = r
+		}
 	}
 	return at
 }
 
-// tick acts on the clock, renews when a round is due, and lets waiting
-// candidates whose time has come try. Loop only.
+// tick acts on the clock, renews when a round is due, lets waiting
+// candidates whose time has come try, and tries again the failed resigns
+// that are due. Loop only.
 func (s *Session) tick() {
 	if s.ended || s.observe(s.clock.Tick(time.Now())) {
 		return
@@ -335,6 +339,12 @@ func (s *Session) tick() {
 	for v := range s.services {
 		if c := v.camp; c != nil && !time.Now().Before(c.wakeAt) {
 			v.try()
+			if s.ended {
+				return
+			}
+		}
+		if r := v.orphanRetry; !r.IsZero() && !time.Now().Before(r) {
+			v.resignOrphan()
 			if s.ended {
 				return
 			}

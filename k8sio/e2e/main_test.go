@@ -75,14 +75,7 @@ func noneLeft(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		buf := make([]byte, 1<<22)
-		buf = buf[:runtime.Stack(buf, true)]
-		var left []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "github.com/ahrtr/disco/k8sio.") {
-				left = append(left, g)
-			}
-		}
+		left := goroutines("github.com/ahrtr/disco/k8sio.")
 		if len(left) == 0 {
 			return
 		}
@@ -91,6 +84,24 @@ func noneLeft(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
 	}
+}
+
+// goroutines returns the stacks of the goroutines whose stack has every
+// one of marks.
+func goroutines(marks ...string) []string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var found []string
+next:
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		for _, m := range marks {
+			if !strings.Contains(g, m) {
+				continue next
+			}
+		}
+		found = append(found, g)
+	}
+	return found
 }
 
 func background(t *testing.T) context.Context {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
+	"github.com/ahrtr/disco/primitives/election"
 )
 
 // lateTake is a RoundTripper that holds the first update (PUT) of the
@@ -58,6 +60,19 @@ func (l lateTake) RoundTrip(r *http.Request) (*http.Response, error) {
 	return nil, errors.New("request timed out")
 }
 
+// giveUpAtTake starts a Campaign of e and gives it up once its take has
+// reached the client's transport (arrived is closed); the Campaign's
+// answer comes on the channel.
+func giveUpAtTake(t *testing.T, ctx context.Context, e election.Service, arrived <-chan struct{}) <-chan error {
+	t.Helper()
+	cctx, giveUp := context.WithCancel(ctx)
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- e.Campaign(cctx, "v") }()
+	within(t, arrived, 10*time.Second, "the take sent")
+	giveUp()
+	return campaigned
+}
+
 // A take the API server applies after its Campaign gave up (the client
 // timed out; the server wrote it later) leaves a term nobody holds. The
 // candidate, which knows the token it tried, resigns that term as soon as
@@ -76,16 +91,8 @@ func TestLateTakeAfterCampaignGaveUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := k8sio.NewElection(cs, namespace, lease, k8sio.WithIdentity("late-take")) // the default TTL, 10 s
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	cctx, giveUp := context.WithCancel(ctx)
-	campaigned := make(chan error, 1)
-	go func() { campaigned <- e.Campaign(cctx, "v") }()
-	within(t, lt.arrived, 10*time.Second, "the take sent")
-	giveUp()
+	e := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithIdentity("late-take"))) // the default TTL, 10 s
+	campaigned := giveUpAtTake(t, ctx, e, lt.arrived)
 	close(lt.abandon)
 	if err := <-campaigned; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Campaign given up: %v, want context.Canceled", err)
@@ -99,6 +106,85 @@ func TestLateTakeAfterCampaignGaveUp(t *testing.T) {
 		l, err := leases.Get(ctx, lease, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
+		}
+		return l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == ""
+	})
+	if _, leading := e.Term(); leading {
+		t.Fatal("a Campaign that gave up leads")
+	}
+}
+
+// failPut is a RoundTripper that fails the updates (PUT) of the Lease lease
+// from the from-th to the to-th unsent, counting them in puts.
+type failPut struct {
+	next     http.RoundTripper
+	lease    string
+	from, to int32
+	puts     *atomic.Int32
+}
+
+func (f failPut) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/leases/"+f.lease) && f.fails(f.puts.Add(1)) {
+		return nil, errors.New("connection refused")
+	}
+	return f.next.RoundTrip(r)
+}
+
+func (f failPut) fails(n int32) bool { return n >= f.from && n <= f.to }
+
+// A take that lands after its Campaign's caller gave up makes a term nobody
+// holds, which the candidate resigns at once; a resign that fails is tried
+// again until it goes through, so that other candidates need not wait out
+// the term's lease duration. Before, the failed resign was only logged, and
+// the term stayed on the Lease, leaderless, for its whole lease duration.
+func TestGaveUpTakeResignFails(t *testing.T) {
+	t.Cleanup(func() { noneLeft(t) })
+	lease := leaseName(t.Name())
+	ctx := background(t)
+	leases := admin().CoordinationV1().Leases(namespace)
+	createFree(t, lease)
+	held, puts := newHoldTake(lease), new(atomic.Int32)
+	cs, err := srv.Client(func(rt http.RoundTripper) http.RoundTripper {
+		// The take goes through; its resign fails, and so does the one the
+		// take's watch event brings, so that only a retry resigns the term.
+		return held.wrap(failPut{next: rt, lease: lease, from: 2, to: 3, puts: puts})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 30 * time.Second // the lease duration a leaderless term blocks others for
+	e := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithTTL(ttl), k8sio.WithIdentity("gave-up-resign-fails")))
+	campaigned := giveUpAtTake(t, ctx, e, held.arrived)
+	// The caller has given up once its Campaign withdraws (waiting for the
+	// loop, busy with the take) or has returned.
+	var cerr error
+	returned := false
+	testkit.Eventually(t, 10*time.Second, "the Campaign given up", func() bool {
+		select {
+		case cerr = <-campaigned:
+			returned = true
+			return true
+		default:
+		}
+		return len(goroutines("k8sio.(*service).Campaign(", "k8sio.loopCall[")) > 0
+	})
+	close(held.release) // the take lands, and its resign fails
+	if !returned {
+		cerr = <-campaigned
+	}
+	if !errors.Is(cerr, context.Canceled) {
+		t.Fatalf("Campaign given up: %v, want context.Canceled", cerr)
+	}
+	if n := puts.Load(); n < 2 {
+		t.Fatalf("%d updates of the Lease, want the take and its resign: the test shows nothing", n)
+	}
+	testkit.Eventually(t, 10*time.Second, "the term resigned, well within its lease duration of "+ttl.String(), func() bool {
+		l, err := leases.Get(ctx, lease, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr := l.Spec.LeaseTransitions; tr == nil || *tr != 1 {
+			t.Fatalf("the Lease's transitions %v, want 1: the take did not land, the test shows nothing", tr)
 		}
 		return l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == ""
 	})
