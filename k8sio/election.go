@@ -744,15 +744,16 @@ func (v *service) Observe(ctx context.Context) <-chan election.Leadership {
 }
 
 // Close resigns (or withdraws a waiting Campaign, deleting its record) and
-// ends the service; with its own session, the session is closed too. A second Close returns
-// an error wrapping primitives.ErrClosed.
+// ends the service; with its own session, the session is closed too. A
+// resign that fails is tried again for a few seconds (5 s at most). A
+// second Close returns an error wrapping primitives.ErrClosed.
 func (v *service) Close() error {
 	if err := v.ClosedBefore(); err != nil {
 		return err
 	}
 	err := fmt.Errorf("%s: closed: %w", v.Spec().Name, primitives.ErrClosed)
 	dropped, _ := loopCall(v.s, context.Background(), func() (<-chan struct{}, error) {
-		v.closeLoop(err)
+		v.closeLoop(err, time.Now().Add(opTimeout))
 		return v.dropped, nil
 	})
 	if dropped != nil {
@@ -767,21 +768,47 @@ func (v *service) Close() error {
 	return nil
 }
 
-// closeLoop resigns what the service holds and ends it with err. Loop only.
-func (v *service) closeLoop(err error) {
+// closeLoop resigns what the service holds and ends it with err; a resign
+// that fails is tried again until until has passed. Loop only.
+func (v *service) closeLoop(err error, until time.Time) {
 	if v.Ended() {
 		return
 	}
 	if h, err := v.BeginRelease(driver.Any); err == nil {
 		// The release is in flight: the Lease's change is not a loss.
-		ctx, cancel := v.s.reqCtx()
-		if werr := v.writeRelease(ctx, &h); werr != nil && !errors.Is(werr, errGone) {
+		if werr := v.retry(until, func(ctx context.Context) error { return v.writeRelease(ctx, &h) }); werr != nil && !errors.Is(werr, errGone) {
 			v.s.log.Debug("k8sio: resign at close", zap.String("lease", v.key), zap.Error(werr))
 		}
-		cancel()
 	}
 	v.resignOrphan()
 	v.endLoop(err, "")
+}
+
+// retry calls f, bounded as a request of the loop, until it returns nil or
+// errGone, with growing waits between the calls; it returns f's last
+// error. The first call is always made; the others only before until, and
+// bounded by it. Loop only.
+func (v *service) retry(until time.Time, f func(context.Context) error) error {
+	pause := ctxtime.NewBackoff(v.retryAfter(), opTimeout/5)
+	for first := true; ; first = false {
+		rctx, cancel := v.s.reqCtx()
+		ctx, cancelUntil := rctx, context.CancelFunc(func() {})
+		if !first {
+			ctx, cancelUntil = context.WithDeadline(rctx, until)
+		}
+		err := f(ctx)
+		cancelUntil()
+		cancel()
+		if err == nil || errors.Is(err, errGone) {
+			return err
+		}
+		wctx, cancel := context.WithDeadline(v.s.ctx, until)
+		waited := pause.Wait(wctx)
+		cancel()
+		if !waited {
+			return err
+		}
+	}
 }
 
 // endLoop ends the service with err: its term ends (Released if err wraps

@@ -169,7 +169,8 @@ func (s *Session) Err() error {
 }
 
 // Close ends every election on the session: each leader resigns (its
-// subscribers see Released), each waiting Campaign fails with an error
+// subscribers see Released; resigns that fail are tried again for 5 s at
+// most, all together), each waiting Campaign fails with an error
 // wrapping primitives.ErrClosed and its record is deleted. Then the loop
 // stops. A second Close returns an error wrapping primitives.ErrClosed,
 // also after the session was lost.
@@ -185,8 +186,9 @@ func (s *Session) Close() error {
 			return struct{}{}, nil // lost: nothing is left to release
 		}
 		err := fmt.Errorf("k8sio: session %s: %w", s.id, primitives.ErrClosed)
+		until := time.Now().Add(opTimeout) // for every failed resign together
 		for v := range s.services {
-			v.closeLoop(err)
+			v.closeLoop(err, until)
 		}
 		s.end(err)
 		return struct{}{}, nil
