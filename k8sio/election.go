@@ -445,10 +445,9 @@ func (v *service) resignOrphan() {
 	if h := v.Held(); h != nil && h.Token == tok {
 		return
 	}
-	h := driver.Hold{Key: v.key, Created: int64(tok), Token: tok}
 	ctx, cancel := v.s.reqCtx()
 	defer cancel()
-	switch err := v.writeRelease(ctx, &h); {
+	switch err := v.releaseOrphan(ctx, tok); {
 	case err == nil:
 		v.orphan = 0
 	case errors.Is(err, errGone):
@@ -459,6 +458,13 @@ func (v *service) resignOrphan() {
 		v.orphanWait = max(v.retryAfter(), min(2*v.orphanWait, v.s.ttl/3))
 		v.orphanRetry = time.Now().Add(v.orphanWait)
 	}
+}
+
+// releaseOrphan lets go of the Lease in the term of tok, the orphan, as
+// writeRelease does. Loop only.
+func (v *service) releaseOrphan(ctx context.Context, tok fencing.Token) error {
+	h := driver.Hold{Key: v.key, Created: int64(tok), Token: tok}
+	return v.writeRelease(ctx, &h)
 }
 
 // dropCampaign forgets the Campaign and deletes its record, if any, on a
@@ -768,8 +774,9 @@ func (v *service) Close() error {
 	return nil
 }
 
-// closeLoop resigns what the service holds and ends it with err; a resign
-// that fails is tried again until until has passed. Loop only.
+// closeLoop resigns what the service holds, ends its waiting Campaign and
+// resigns the orphan, then ends the service with err; a resign that fails
+// is tried again until until has passed. Loop only.
 func (v *service) closeLoop(err error, until time.Time) {
 	if v.Ended() {
 		return
@@ -780,7 +787,17 @@ func (v *service) closeLoop(err error, until time.Time) {
 			v.s.log.Debug("k8sio: resign at close", zap.String("lease", v.key), zap.Error(werr))
 		}
 	}
-	v.resignOrphan()
+	// A waiting Campaign ends first: the term of its last take, if that
+	// may have landed, becomes the orphan, resigned below.
+	v.endCampaign(err)
+	if tok := v.orphan; tok != 0 {
+		switch werr := v.retry(until, func(ctx context.Context) error { return v.releaseOrphan(ctx, tok) }); {
+		case werr == nil:
+			v.orphan = 0
+		case !errors.Is(werr, errGone):
+			v.s.log.Debug("k8sio: resign the term of a take whose Campaign ended, at close", zap.String("lease", v.key), zap.Error(werr))
+		}
+	}
 	v.endLoop(err, "")
 }
 
