@@ -271,18 +271,20 @@ func (m semService) dropClaim(w *waiter) {
 // not take the delete of the queue key, the slot key goes in the
 // background too: Close waits for one attempt, as every Close does.
 func (m semService) Close() error {
-	m.stopWatch()
-	g, held, err := m.closeEnding()
-	m.stopWatch() // one a grant made meanwhile started
-	if held && !m.owned && m.s.Err() == nil {
-		if slot := m.slotOf(g.Created); slot >= 0 {
-			h := slotHold{key: g.Key, created: g.Created, slotKey: m.slotDir + fmt.Sprint(slot), token: int64(g.Token)}
-			if err != nil {
-				m.s.goHelper(func(context.Context) { m.dropHold(m.s, h) })
-			} else {
-				m.dropHold(m.s, h)
+	return m.CloseOnce(func() error {
+		m.stopWatch()
+		g, held, err := m.closeEnding()
+		m.stopWatch() // one a grant made meanwhile started
+		if held && !m.owned && m.s.Err() == nil {
+			if slot := m.slotOf(g.Created); slot >= 0 {
+				h := slotHold{key: g.Key, created: g.Created, slotKey: m.slotDir + fmt.Sprint(slot), token: int64(g.Token)}
+				if err != nil {
+					m.s.goHelper(func(context.Context) { m.dropHold(m.s, h) })
+				} else {
+					m.dropHold(m.s, h)
+				}
 			}
 		}
-	}
-	return err
+		return err
+	})
 }

@@ -350,17 +350,16 @@ func (svc *service) finish(err error) {
 // does not answer, Close waits for one attempt of the delete (see the
 // package doc: 2 s at first, up to 8 s) and returns its error.
 func (svc *service) Close() error {
-	_, _, err := svc.closeEnding()
-	return err
+	return svc.CloseOnce(func() error {
+		_, _, err := svc.closeEnding()
+		return err
+	})
 }
 
-// closeEnding is Close, also returning the grant it ended, if any (held):
-// the one the loop held when Close's turn came, which may have been
-// granted after Close was called.
+// closeEnding is the first Close's work (see driver.Shell.CloseOnce), also
+// returning the grant it ended, if any (held): the one the loop held when
+// Close's turn came, which may have been granted after Close was called.
 func (svc *service) closeEnding() (ended driver.Hold, held bool, _ error) {
-	if err := svc.ClosedBefore(); err != nil {
-		return driver.Hold{}, false, err
-	}
 	c, err := call(context.Background(), svc.s, svc.closed)
 	ended, held = c.ended, c.held
 	keys := c.keys

@@ -752,11 +752,12 @@ func (v *service) Observe(ctx context.Context) <-chan election.Leadership {
 // Close resigns (or withdraws a waiting Campaign, deleting its record) and
 // ends the service; with its own session, the session is closed too. A
 // resign that fails is tried again for a few seconds (5 s at most). A
-// second Close returns an error wrapping primitives.ErrClosed.
-func (v *service) Close() error {
-	if err := v.ClosedBefore(); err != nil {
-		return err
-	}
+// second Close returns an error wrapping primitives.ErrClosed once the
+// first has returned.
+func (v *service) Close() error { return v.CloseOnce(v.close) }
+
+// close is the first Close's work (see driver.Shell.CloseOnce).
+func (v *service) close() error {
 	err := fmt.Errorf("%s: closed: %w", v.Spec().Name, primitives.ErrClosed)
 	dropped, _ := loopCall(v.s, context.Background(), func() (<-chan struct{}, error) {
 		v.closeLoop(err, time.Now().Add(opTimeout))

@@ -275,22 +275,21 @@ func (svc *service) finish(err error) {
 // session is closed too. A second Close returns an error wrapping
 // primitives.ErrClosed.
 func (svc *service) Close() error {
-	if err := svc.ClosedBefore(); err != nil {
-		return err
-	}
-	err := fmt.Errorf("%s: closed: %w", svc.Spec().Name, primitives.ErrClosed)
-	svc.st.mu.Lock()
-	if !svc.Ended() {
-		svc.EndFor(err, "")
-		svc.finish(err)
-	}
-	svc.st.mu.Unlock()
-	if svc.own {
-		if err := svc.s.Close(); err != nil && !errors.Is(err, primitives.ErrClosed) {
-			return err
+	return svc.CloseOnce(func() error {
+		err := fmt.Errorf("%s: closed: %w", svc.Spec().Name, primitives.ErrClosed)
+		svc.st.mu.Lock()
+		if !svc.Ended() {
+			svc.EndFor(err, "")
+			svc.finish(err)
 		}
-	}
-	return nil
+		svc.st.mu.Unlock()
+		if svc.own {
+			if err := svc.s.Close(); err != nil && !errors.Is(err, primitives.ErrClosed) {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // leaderChanged tells an election's subscribers and observers who leads

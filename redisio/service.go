@@ -240,12 +240,11 @@ func lookSpread(place int64) int64 {
 // ends the service all the same, and returns an error wrapping
 // context.DeadlineExceeded that says what it gave up on; what it left in
 // Redis expires with the TTL. A second Close returns an error wrapping
-// primitives.ErrClosed.
-func (v *service) Close() error {
-	if err := v.ClosedBefore(); err != nil {
-		<-v.Done() // the first Close is done
-		return err
-	}
+// primitives.ErrClosed once the first Close has returned.
+func (v *service) Close() error { return v.CloseOnce(v.close) }
+
+// close is the first Close's work (see driver.Shell.CloseOnce).
+func (v *service) close() error {
 	deadline := time.Now().Add(v.s.ttl)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()

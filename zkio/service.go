@@ -407,12 +407,13 @@ const closeTimeout = 10 * time.Second
 
 // Close releases what the service holds and withdraws a waiting
 // acquisition, in ZooKeeper too, before it returns; then the service is
-// done with ErrClosed. On its own session it closes the session too.
-func (svc *service) Close() error {
-	if err := svc.ClosedBefore(); err != nil {
-		<-svc.Done() // the first Close is done
-		return err
-	}
+// done with ErrClosed. On its own session it closes the session too. A
+// second Close returns an error wrapping primitives.ErrClosed once the
+// first has returned.
+func (svc *service) Close() error { return svc.CloseOnce(svc.close) }
+
+// close is the first Close's work (see driver.Shell.CloseOnce).
+func (svc *service) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	// The loop stops the service's acquisitions (they withdraw their

@@ -44,6 +44,8 @@ import (
 //   - CloseReleasesPromptly: the next candidate does not wait for a TTL;
 //     ErrClosed everywhere; Observe channels close, also one asked of a fresh
 //     Service.
+//   - ConcurrentCloses: of two Closes of the leader at once, one returns nil
+//     and the other ErrClosed, each only once the term is resigned.
 //   - PausedLeaderIsFenced: the next candidate leads after the TTL; the paused
 //     leader sees Lost when it resumes.
 //   - ResignTerm: ends only the term it names by Created.
@@ -79,6 +81,7 @@ func TestElection(t *testing.T, b Backend) {
 	law(t, "ResignAfterKeyDeleted", func(t *testing.T) { electResignKeyGone(t, b) })
 	law(t, "KillSession", func(t *testing.T) { electKillSession(t, b) })
 	law(t, "CloseReleasesPromptly", func(t *testing.T) { electClose(t, b) })
+	law(t, "ConcurrentCloses", func(t *testing.T) { electConcurrentCloses(t, b) })
 	law(t, "PausedLeaderIsFenced", func(t *testing.T) { electPause(t, b) })
 	law(t, "ResignTerm", func(t *testing.T) { electResignTerm(t, b) })
 	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "election") })
@@ -619,6 +622,23 @@ func electClose(t *testing.T, b Backend) {
 
 	watcher := b.NewElection(t, name(t))
 	errIs(t, takeErr(watcher.Leader(ctx)), election.ErrNoLeader, "Leader right after the leader closed and the candidate withdrew")
+}
+
+// electConcurrentCloses: see concurrentCloses; the next candidate's
+// Campaign wins within prompt().
+func electConcurrentCloses(t *testing.T, b Backend) {
+	ctx := b.ctx(t)
+	e := b.NewElection(t, name(t))
+	mustCampaign(t, b, e, "closing")
+	next := []election.Service{b.NewElection(t, name(t)), b.NewElection(t, name(t))}
+	concurrentCloses(t, b, e, func(i int) error {
+		cctx, cancel := context.WithTimeout(ctx, b.prompt())
+		defer cancel()
+		if err := next[i].Campaign(cctx, "next"); err != nil {
+			return fmt.Errorf("campaign: %w", err)
+		}
+		return next[i].Resign(ctx)
+	})
 }
 
 // electPause: a leader paused past its TTL is replaced by the next candidate

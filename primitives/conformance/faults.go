@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -390,4 +391,50 @@ func electWaiterKeyDeleted(t *testing.T, b Backend) {
 		t.Fatalf("Leader = %+v, %v after the lost candidate; want the next one, %s", lead, err, got.Key)
 	}
 	ok(t, c.Resign(ctx), "Resign")
+}
+
+// concurrentCloses: two Closes of svc, which holds (a deferred Close and a
+// shutdown's, say), at once: one returns nil, the other an error wrapping
+// ErrClosed, and each only once the hold is released in the backend:
+// right after either returns, free(i) (i: 0, then 1) of another owner
+// succeeds. svc's session is paused while the two start, for brief, so
+// that neither can finish meanwhile; one that returns then must have
+// released all the same.
+func concurrentCloses(t *testing.T, b Backend, svc io.Closer, free func(i int) error) {
+	ctx := b.ctx(t)
+	var nils, frees int
+	returned := func(err error) {
+		t.Helper()
+		switch {
+		case err == nil:
+			nils++
+		case !errors.Is(err, primitives.ErrClosed):
+			t.Fatalf("one of two Closes: %v, want nil or ErrClosed", err)
+		}
+		ok(t, free(frees), "right after one of two concurrent Closes of the holder returned")
+		frees++
+	}
+	resume := sync.OnceFunc(b.Pause(t, svc))
+	defer resume() // also when t fails meanwhile
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- svc.Close() }()
+	}
+	select {
+	case err := <-errs:
+		returned(err)
+	case <-time.After(brief):
+	}
+	resume()
+	for frees < 2 {
+		select {
+		case err := <-errs:
+			returned(err)
+		case <-ctx.Done():
+			t.Fatalf("Close did not return: %v", ctx.Err())
+		}
+	}
+	if nils != 1 {
+		t.Fatalf("%d of two concurrent Closes returned nil, want 1", nils)
+	}
 }

@@ -33,6 +33,8 @@ import (
 //     nothing and loses nothing.
 //   - CloseReleasesPromptly: the next owner does not wait for a TTL; then
 //     ErrClosed everywhere.
+//   - ConcurrentCloses: of two Closes of a holder at once, one returns nil
+//     and the other ErrClosed, each only once the hold is released.
 //   - KillSession: Lost, Do's context cancelled with ErrLost, Done, ErrLost
 //     everywhere (Close then returns nil, a second one ErrClosed); the
 //     successor's higher token fences the zombie.
@@ -77,6 +79,7 @@ func TestLock(t *testing.T, b Backend) {
 	law(t, "Events", func(t *testing.T) { lockEvents(t, b) })
 	law(t, "SlowSubscriberMissesNothing", func(t *testing.T) { lockSlowSubscriber(t, b) })
 	law(t, "CloseReleasesPromptly", func(t *testing.T) { lockClose(t, b) })
+	law(t, "ConcurrentCloses", func(t *testing.T) { lockConcurrentCloses(t, b) })
 	law(t, "KillSession", func(t *testing.T) { lockKillSession(t, b) })
 	law(t, "KillSessionOfWaiter", func(t *testing.T) { lockKillWaiter(t, b) })
 	law(t, "UnlockRacingLoss", func(t *testing.T) { lockUnlockRacingLoss(t, b) })
@@ -343,6 +346,24 @@ func lockClose(t *testing.T, b Backend) {
 	}
 	ok(t, c.Release(ctx, gc), "Release")
 	lockFree(t, b, e, "after the waiter closed and the holder released")
+}
+
+// lockConcurrentCloses: see concurrentCloses; the next owner's TryLock
+// succeeds.
+func lockConcurrentCloses(t *testing.T, b Backend) {
+	ctx := b.ctx(t)
+	a := b.NewLock(t, name(t))
+	mustLock(t, b, a)
+	// Made first: making one takes a session, time in which a Close would
+	// finish.
+	next := []lock.Service{b.NewLock(t, name(t)), b.NewLock(t, name(t))}
+	concurrentCloses(t, b, a, func(i int) error {
+		g, err := next[i].TryLock(ctx)
+		if err != nil {
+			return fmt.Errorf("TryLock: %w", err)
+		}
+		return next[i].Release(ctx, g)
+	})
 }
 
 // lockKillSession: when the holder's session dies, the hold ends with Lost,

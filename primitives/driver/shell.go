@@ -52,8 +52,10 @@ type Shell struct {
 	errMu sync.Mutex
 	err   error
 	term  atomic.Pointer[Hold] // a copy of the loop's hold, for Current
-	// closing is set by the service's first Close (ClosedBefore).
+	// closing is set by the service's first Close (CloseOnce), and
+	// closed closed once that Close has returned.
 	closing atomic.Bool
+	closed  chan struct{}
 	// until is the session's suspension while it lasts: written by the
 	// loop alone (Suspend, Resume), read anywhere.
 	until atomic.Pointer[suspension]
@@ -92,6 +94,7 @@ func NewShell(sp Spec) *Shell {
 		events: actor.NewFanout(primitives.Coalescable),
 		done:   make(chan struct{}),
 		sem:    make(chan struct{}, 1),
+		closed: make(chan struct{}),
 	}
 }
 
@@ -229,14 +232,18 @@ var notSuspended = func() chan struct{} {
 	return c
 }()
 
-// ClosedBefore is a service's Close's first step: nil for the first Close
-// of the service, and for every later one an error wrapping
-// primitives.ErrClosed, which that Close returns. Any goroutine.
-func (sh *Shell) ClosedBefore() error {
+// CloseOnce is a service's Close: the first call runs release, the
+// service's own closing, and returns its error; every later one waits until
+// the first has returned, then returns an error wrapping
+// primitives.ErrClosed. So whichever of several Closes returns, the service
+// has let go of what it held, as far as release does. Any goroutine.
+func (sh *Shell) CloseOnce(release func() error) error {
 	if sh.closing.Swap(true) {
+		<-sh.closed
 		return fmt.Errorf("%s: already closed: %w", sh.spec.Name, primitives.ErrClosed)
 	}
-	return nil
+	defer close(sh.closed)
+	return release()
 }
 
 // Held returns the grant the service holds, nil if none. Loop only.
