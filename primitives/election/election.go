@@ -78,6 +78,8 @@ type Service interface {
 	// primitives.ErrLost or primitives.ErrClosed.
 	Err() error
 	// Close withdraws the candidacy or resigns, promptly, in the backend too.
+	// A later Close returns an error wrapping primitives.ErrClosed once the
+	// first has returned.
 	Close() error
 }
 

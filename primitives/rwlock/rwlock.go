@@ -95,7 +95,9 @@ type Service interface {
 	// Err is nil while the Service is usable; then it wraps
 	// primitives.ErrLost or primitives.ErrClosed.
 	Err() error
-	// Close releases everything the Service holds or waits for.
+	// Close releases everything the Service holds or waits for. A later
+	// Close returns an error wrapping primitives.ErrClosed once the first
+	// has returned.
 	Close() error
 }
 

@@ -89,7 +89,8 @@ type Service interface {
 	// primitives.ErrLost or primitives.ErrClosed.
 	Err() error
 	// Close releases everything the Service holds or waits for, promptly,
-	// in the backend too.
+	// in the backend too. A later Close returns an error wrapping
+	// primitives.ErrClosed once the first has returned.
 	Close() error
 }
 
