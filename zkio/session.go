@@ -146,11 +146,8 @@ func newSession(servers []string, o options) (*Session, error) {
 			learnt = nil
 		case <-ctx.Done():
 			err := reach.Failed(ctx, "ZooKeeper", servers, began, "", ctx.Err())
-			// The client's Close waits up to a second for an answer to its
-			// close request, which no server gives a connection that never
-			// got a session; it is waited for all the same, so that no
-			// goroutine outlives the constructor.
-			conn.Close()
+			// No goroutine outlives the constructor.
+			s.closeConn()
 			return nil, fmt.Errorf("zkio: no session: %w", err)
 		}
 	}
@@ -409,10 +406,24 @@ func (s *Session) end(err error, cause string) {
 	close(s.done)
 	// Closing the connection ends the session at the server (if it still
 	// lives), deleting its ephemeral znodes; Session.Close waits for it.
-	s.helper(s.conn.Close)
+	s.helper(s.closeConn)
 	s.helperMu.Lock()
 	s.helpersClosed = true
 	s.helperMu.Unlock()
+}
+
+// closeConn closes the ZooKeeper client and returns once its goroutines
+// have ended. The client's Close waits up to a second for the server's
+// answer to its close request (none comes to a connection that never got
+// a session, or that no server answers), and its goroutines would then
+// run on until a read timed out, two thirds of the session timeout later:
+// so the wire's connections are closed under it, and the client's events
+// close once it has returned.
+func (s *Session) closeConn() {
+	s.conn.Close()
+	s.wire.shutDown()
+	for range s.zkev {
+	}
 }
 
 // zkLogger routes the ZooKeeper client's logs to the session's logger, and

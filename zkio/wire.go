@@ -2,6 +2,7 @@ package zkio
 
 import (
 	"encoding/binary"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -34,11 +35,14 @@ type wire struct {
 	replied time.Time // when that answer came
 	broken  time.Time // when a connection last failed or closed
 	expired bool      // a server said the session expired
+	conns   map[*wireConn]struct{}
+	shut    bool // shutDown was called: no connection is made
 }
 
 func newWire(session any, quit <-chan struct{}) *wire {
 	now := time.Now()
-	return &wire{session: session, quit: quit, heardCh: make(chan struct{}, 1), heard: now, replied: now}
+	return &wire{session: session, quit: quit, heardCh: make(chan struct{}, 1), heard: now, replied: now,
+		conns: map[*wireConn]struct{}{}}
 }
 
 // lastHeard returns the send time of the last request the server
@@ -88,12 +92,49 @@ func (w *wire) answered(sent time.Time) {
 
 func (w *wire) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	testhook.WaitRenewal(w.session, w.quit)
+	if w.isShut() {
+		return nil, errWireShut
+	}
 	c, err := net.DialTimeout(network, addr, timeout)
 	if err != nil {
 		w.breaks()
 		return nil, err
 	}
-	return &wireConn{Conn: c, w: w, closed: make(chan struct{}), sent: map[int32][]time.Time{}}, nil
+	wc := &wireConn{Conn: c, w: w, closed: make(chan struct{}), sent: map[int32][]time.Time{}}
+	w.mu.Lock()
+	shut := w.shut
+	if !shut {
+		w.conns[wc] = struct{}{}
+	}
+	w.mu.Unlock()
+	if shut {
+		c.Close()
+		return nil, errWireShut
+	}
+	return wc, nil
+}
+
+// errWireShut is the dial's error once the wire is shut down.
+var errWireShut = errors.New("zkio: the session's connection is closed")
+
+func (w *wire) isShut() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.shut
+}
+
+// shutDown closes the wire's connections and refuses new ones, so that a
+// client closed while no server answers stops at once, rather than when
+// a read times out.
+func (w *wire) shutDown() {
+	w.mu.Lock()
+	w.shut = true
+	conns := w.conns
+	w.conns = nil
+	w.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
 }
 
 // wireConn is one connection of the wire. Its client writes from one
@@ -178,6 +219,9 @@ func (c *wireConn) Write(p []byte) (int, error) {
 func (c *wireConn) Close() error {
 	c.once.Do(func() {
 		close(c.closed)
+		c.w.mu.Lock()
+		delete(c.w.conns, c)
+		c.w.mu.Unlock()
 		c.w.breaks()
 	})
 	return c.Conn.Close()

@@ -1,0 +1,65 @@
+package zkio_test
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ahrtr/disco/zkio"
+)
+
+// TestCloseInOutage: Close of a session, or of a lock holder on its own
+// session, while ZooKeeper does not answer returns within the session
+// timeout and leaves no goroutine of the session or of its ZooKeeper
+// client behind, though the connection stays open. Before, the client's
+// goroutines ran on after Session.Close until a read timed out, two
+// thirds of the session timeout later.
+func TestCloseInOutage(t *testing.T) {
+	servers := startZooKeeper(t)
+	const timeout = 6 * time.Second
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T, ctx context.Context, via string) io.Closer
+	}{
+		{"session", func(t *testing.T, ctx context.Context, via string) io.Closer {
+			s, err := zkio.NewSession([]string{via}, zkio.WithSessionTimeout(timeout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
+		{"lock holder", func(t *testing.T, ctx context.Context, via string) io.Closer {
+			l, err := zkio.NewLock([]string{via}, "/outage/close", zkio.WithSessionTimeout(timeout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := goleak.IgnoreCurrent() // the shared server's, started
+			p, via := newPartition(t, servers[0])
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c := tc.open(t, ctx, via)
+			p.cut()
+			began := time.Now()
+			_ = c.Close()
+			if took := time.Since(began); took > timeout {
+				t.Fatalf("Close took %v in an outage, more than the session timeout %v", took, timeout)
+			}
+			// While the partition still holds the connection open.
+			if err := goleak.Find(before,
+				goleak.IgnoreAnyFunction("github.com/ahrtr/disco/internal/faultproxy.(*Proxy).pump"),
+				goleak.IgnoreAnyFunction("github.com/ahrtr/disco/internal/faultproxy.(*Proxy).accept")); err != nil {
+				t.Fatalf("goroutines outlived Close: %v", err)
+			}
+		})
+	}
+}
