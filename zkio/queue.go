@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -161,6 +162,45 @@ func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 	return false
 }
 
+// request runs req, a request of a caller's, on a session helper, and returns
+// its error once it is done, or ctx's error once ctx ends first: the
+// client's requests take no context, and a caller that gave up does not
+// wait on ZooKeeper. The request then runs on until ZooKeeper answers or
+// the connection fails, and what it sets must not be read: abandoned, if
+// not nil, is called with its error then, on the helper, to undo what it
+// did.
+func (s *Session) request(ctx context.Context, req func() error, abandoned func(error)) error {
+	var mu sync.Mutex
+	answered, left := false, false
+	done := make(chan error, 1)
+	if !s.helper(func() {
+		err := req()
+		mu.Lock()
+		answered = true
+		gaveUp := left
+		mu.Unlock()
+		if !gaveUp {
+			done <- err
+		} else if abandoned != nil {
+			abandoned(err)
+		}
+	}) {
+		return req() // the session has ended: the client fails it at once
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		if answered {
+			return <-done
+		}
+		left = true
+		return ctx.Err()
+	}
+}
+
 // requestConn is what a create of a queue's or a double barrier's znode,
 // its lookup when the answer was lost, deleteNode and a barrier's Wait
 // ask of the connection.
@@ -200,7 +240,11 @@ func (svc *service) createAs(ctx context.Context, dir, marker string, data []byt
 			return giveUp(err)
 		}
 		if unknown {
-			found, err := svc.findGUID(dir, guid)
+			var found string
+			err := svc.s.request(ctx, func() (err error) {
+				found, err = svc.findGUID(dir, guid)
+				return err
+			}, nil)
 			switch {
 			case err == nil && found != "":
 				return found, nil
@@ -215,10 +259,24 @@ func (svc *service) createAs(ctx context.Context, dir, marker string, data []byt
 				return giveUp(fmt.Errorf("zkio: look up a create in %s: %w", dir, err))
 			}
 		}
-		p, err := conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+		var p string
+		err := svc.s.request(ctx, func() (err error) {
+			p, err = conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+			return err
+		}, func(err error) {
+			// Given up on while it ran: what it made goes.
+			switch {
+			case err == nil:
+				svc.s.forgetNode(p)
+			case retryable(err):
+				svc.s.forget(dir, guid)
+			}
+		})
 		switch {
 		case err == nil:
 			return p, nil
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			return giveUp(err) // the create, left running, cleans up after itself
 		case errors.Is(err, zk.ErrNoNode):
 			if err := svc.createParents(ctx, dir); err != nil {
 				return giveUp(err)
@@ -304,7 +362,7 @@ func (svc *service) created(ctx context.Context, o *own) (int64, error) {
 	case errors.Is(r.err, zk.ErrNoNode):
 		return 0, lostOwn(o.node)
 	}
-	svc.withdraw(o.node)
+	svc.withdraw(ctx, o.node)
 	if retryable(r.err) {
 		return 0, svc.cause(ctx)
 	}
@@ -374,14 +432,25 @@ func (svc *service) cause(ctx context.Context) error {
 	return fmt.Errorf("zkio: %s: connection to ZooKeeper lost", svc.path)
 }
 
-// withdraw deletes a znode this service no longer wants, now, or by a
-// session helper if the connection is down.
-func (svc *service) withdraw(node string) {
-	err := svc.s.conn.Delete(node, -1)
-	if err == nil || errors.Is(err, zk.ErrNoNode) {
-		return
+// withdraw deletes a znode this service no longer wants. A session helper
+// sends the delete, and tries again while it fails with the connection
+// (see forgetNode); withdraw waits for the first try's answer, or for
+// ctx's end: a caller that gave up does not wait on ZooKeeper.
+func (svc *service) withdraw(ctx context.Context, node string) {
+	tried := make(chan struct{})
+	if !svc.s.helper(func() {
+		_, err := svc.s.deleteNode(context.Background(), nil, node, false)
+		close(tried)
+		if err != nil {
+			svc.s.forgetNode(node)
+		}
+	}) {
+		return // the session has ended, and its znodes with it
 	}
-	svc.s.forgetNode(node)
+	select {
+	case <-tried:
+	case <-ctx.Done():
+	}
 }
 
 // wait queues the znode and returns once it holds (see blocker), and
@@ -402,7 +471,7 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 	node := o.node
 	base := node[strings.LastIndex(node, "/")+1:]
 	fail := func(err error) error {
-		svc.withdraw(node)
+		svc.withdraw(ctx, node)
 		return err
 	}
 	// A wait watches its own znode only once it is WaitWatchAfter old
@@ -435,7 +504,11 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 			}
 		}
 		if look {
-			children, _, err := conn.Children(dir)
+			var children []string
+			err := svc.s.request(ctx, func() (err error) {
+				children, _, err = conn.Children(dir)
+				return err
+			}, nil)
 			if err != nil {
 				if retryable(err) && svc.pauseRetry(ctx) {
 					continue
@@ -457,7 +530,11 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 			// never comes back), and a handoff often deletes the znode
 			// ahead between the listing and this read.
 			path := dir + "/" + blocking.name
-			_, _, ch, err := conn.GetW(path)
+			var ch <-chan zk.Event
+			err = svc.s.request(ctx, func() (err error) {
+				_, _, ch, err = conn.GetW(path)
+				return err
+			}, nil)
 			switch {
 			case errors.Is(err, zk.ErrNoNode):
 				continue
