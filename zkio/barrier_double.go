@@ -583,8 +583,9 @@ func (d *zkDoubleBarrier) remove(ctx context.Context, node string) error {
 }
 
 // Close takes the party out of the barrier (it withdraws its znode, if it
-// has one) and ends it; on its own session it ends the session too. A
-// second Close returns an error wrapping primitives.ErrClosed.
+// has one) and ends it; on its own session it ends the session too. Its
+// error is a primitive's Close's (see service.Close). A second Close
+// returns an error wrapping primitives.ErrClosed.
 func (d *zkDoubleBarrier) Close() error {
 	first := false
 	d.closeOnce.Do(func() { first = true })
@@ -598,10 +599,15 @@ func (d *zkDoubleBarrier) Close() error {
 		close(d.closed)
 	}
 	d.turn <- struct{}{} // Enter and Leave under way see closed and return
+	var err error
 	if d.node != "" && !d.left && d.s.Err() == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-		if _, err := d.s.deleteNode(ctx, nil, d.node, !d.own); err != nil && !d.own {
-			d.s.forgetNode(d.node)
+		if _, derr := d.s.deleteNode(ctx, nil, d.node, !d.own); derr != nil {
+			// ZooKeeper does not answer: nothing more is asked of it.
+			if !d.own {
+				d.s.forgetNode(d.node)
+				err = leftNode(d.name, d.node, derr)
+			}
 		} else if kids, ready, version, _, err := d.members(); err == nil && ready && len(kids) == 0 {
 			// The last party of a round to close without leaving clears
 			// it, as the last Leave does.
@@ -612,8 +618,8 @@ func (d *zkDoubleBarrier) Close() error {
 	d.node = ""
 	<-d.turn
 	if d.own {
-		_ = d.s.Close()
+		err = d.s.closeOwn()
 	}
 	<-d.done
-	return nil
+	return err
 }

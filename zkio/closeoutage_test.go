@@ -2,6 +2,7 @@ package zkio_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"testing"
 	"time"
@@ -13,10 +14,12 @@ import (
 
 // TestCloseInOutage: Close of a session, or of a lock holder on its own
 // session, while ZooKeeper does not answer returns within the session
-// timeout and leaves no goroutine of the session or of its ZooKeeper
-// client behind, though the connection stays open. Before, the client's
-// goroutines ran on after Session.Close until a read timed out, two
-// thirds of the session timeout later.
+// timeout, with an error wrapping context.DeadlineExceeded (its znodes
+// stay until ZooKeeper expires the session), and leaves no goroutine of
+// the session or of its ZooKeeper client behind, though the connection
+// stays open. Before, the client's goroutines ran on after Session.Close
+// until a read timed out, two thirds of the session timeout later; and
+// Close returned nil.
 func TestCloseInOutage(t *testing.T) {
 	servers := startZooKeeper(t)
 	const timeout = 6 * time.Second
@@ -41,6 +44,16 @@ func TestCloseInOutage(t *testing.T) {
 			}
 			return l
 		}},
+		{"double barrier party", func(t *testing.T, ctx context.Context, via string) io.Closer {
+			d, err := zkio.NewDoubleBarrier([]string{via}, "/outage/close-double", 1, zkio.WithSessionTimeout(timeout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Enter(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := goleak.IgnoreCurrent() // the shared server's, started
@@ -50,9 +63,14 @@ func TestCloseInOutage(t *testing.T) {
 			c := tc.open(t, ctx, via)
 			p.cut()
 			began := time.Now()
-			_ = c.Close()
+			err := c.Close()
 			if took := time.Since(began); took > timeout {
 				t.Fatalf("Close took %v in an outage, more than the session timeout %v", took, timeout)
+			}
+			// Nothing was deleted: ZooKeeper ends the session, and its
+			// znodes, at its timeout.
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Close in an outage = %v, want an error wrapping context.DeadlineExceeded", err)
 			}
 			// While the partition still holds the connection open.
 			if err := goleak.Find(before,

@@ -250,5 +250,14 @@
 // after the session timeout; on its own session it also ends the session.
 // On a shared session, a delete that fails with the connection is tried
 // again for up to 10 seconds; a znode still left then is deleted once the
-// session reaches ZooKeeper again, or goes with the session.
+// session reaches ZooKeeper again, or goes with the session, and Close
+// returns an error that names it. On its own session a primitive tries the
+// delete once, then ends the session (Session.Close): the server deletes
+// the session's znodes when it ends it. Session.Close waits a second for
+// the server's answer; if none comes, it returns an error wrapping
+// context.DeadlineExceeded, and so does the Close of a primitive on its
+// own session: the server ends the session, and deletes its znodes,
+// within its timeout. So in an outage Close returns within the session
+// timeout, and no goroutine of the session or of its ZooKeeper client
+// outlives it.
 package zkio

@@ -402,14 +402,23 @@ func (svc *service) end(err error, cause string) {
 	svc.leader.end()
 }
 
+// leftNode is the error of a Close on a shared session that could not
+// delete node: a session helper deletes it later.
+func leftNode(name, node string, err error) error {
+	return fmt.Errorf("zkio: close %s: delete %s: %w (deleted once the session reaches ZooKeeper again, or with the session)",
+		name, node, err)
+}
+
 // closeTimeout bounds a Close's wait for what it withdraws and deletes.
 const closeTimeout = 10 * time.Second
 
 // Close releases what the service holds and withdraws a waiting
 // acquisition, in ZooKeeper too, before it returns; then the service is
-// done with ErrClosed. On its own session it closes the session too. A
-// second Close returns an error wrapping primitives.ErrClosed once the
-// first has returned.
+// done with ErrClosed. On its own session it closes the session too; its
+// error is then that of a close no server answered (see Session.Close),
+// on a shared session that of a delete that failed. A second Close
+// returns an error wrapping primitives.ErrClosed once the first has
+// returned.
 func (svc *service) Close() error { return svc.CloseOnce(svc.close) }
 
 // close is the first Close's work (see driver.Shell.CloseOnce).
@@ -456,10 +465,11 @@ func (svc *service) close() error {
 	})
 	if svc.own {
 		// Ending the session deletes whatever the service left.
-		svc.s.Close()
+		err = svc.s.closeOwn()
 	} else if derr != nil {
 		svc.s.forgetNode(g.h.Key)
+		err = leftNode(svc.path, g.h.Key, derr)
 	}
 	<-svc.Done()
-	return nil
+	return err
 }

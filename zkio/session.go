@@ -54,6 +54,10 @@ type Session struct {
 	helpersClosed bool // no new helper starts
 
 	closeOnce sync.Once
+	// closeErr is set by closeConn when no server answered the close:
+	// the session, and its ephemeral znodes, live on at the server until
+	// its timeout. Read once the helpers are done.
+	closeErr error
 
 	// leaderAsked numbers the reads of who leads the loop asks for, on
 	// every follow: a read started after an ask carries at least its
@@ -230,8 +234,11 @@ func (s *Session) Err() error {
 
 // Close ends the session at the server, so that its ephemeral znodes (every
 // hold and candidacy on it) are gone when Close returns, and ends every
-// primitive still on it with ErrClosed. A second Close returns an error
-// wrapping primitives.ErrClosed; Close after loss returns the loss.
+// primitive still on it with ErrClosed. If no server answers within a
+// second, Close returns an error wrapping context.DeadlineExceeded: the
+// session ends all the same here, and at the server, with its znodes,
+// within its timeout. A second Close returns an error wrapping
+// primitives.ErrClosed; Close after loss returns the loss.
 func (s *Session) Close() error {
 	err := fmt.Errorf("zkio: session closed: %w", primitives.ErrClosed)
 	first := false
@@ -249,6 +256,15 @@ func (s *Session) Close() error {
 	}
 	if e := s.Err(); !errors.Is(e, primitives.ErrClosed) {
 		return e
+	}
+	return s.closeErr
+}
+
+// closeOwn is Close for a primitive's own session: its error is only that
+// of a close no server answered (the primitive reports a loss itself).
+func (s *Session) closeOwn() error {
+	if err := s.Close(); errors.Is(err, context.DeadlineExceeded) {
+		return err
 	}
 	return nil
 }
@@ -420,7 +436,13 @@ func (s *Session) end(err error, cause string) {
 // so the wire's connections are closed under it, and the client's events
 // close once it has returned.
 func (s *Session) closeConn() {
+	asked := time.Now()
 	s.conn.Close()
+	// The close request is sent after asked: an answer to it says so.
+	if sent, _ := s.wire.lastHeard(); sent.Before(asked) {
+		s.closeErr = fmt.Errorf("zkio: close session %#x: ZooKeeper did not answer; its ephemeral znodes go when it expires the session, within %v: %w",
+			s.id, s.Timeout(), context.DeadlineExceeded)
+	}
 	s.wire.shutDown()
 	for range s.zkev {
 	}
