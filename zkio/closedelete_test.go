@@ -130,3 +130,57 @@ func TestUnlockWhoseDeleteFailsKeepsTheGrant(t *testing.T) {
 		t.Fatalf("the grant's znode after Unlock: exists %v, %v", ok, err)
 	}
 }
+
+// TestFailedUnlockStillWatched: a grant whose Unlock failed while it was
+// young (its znode not yet watched) is watched once the release failed:
+// its znode deleted later by someone else ends it (Released, since the
+// failed delete may have landed). Before, the watch was never set, and
+// the grant stood for good after its znode was gone.
+func TestFailedUnlockStillWatched(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	_, heal := zkio.FailDeletes(s)
+	defer heal()
+	l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, "/test/unlock-fails/watched", zkio.WithSession(s)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	events := l.Subscribe(ctx)
+	g, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past driver.HoldWatchAfter, while the release is under way.
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancelShort()
+	if err := l.Unlock(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock while every delete fails: %v, want the ctx's deadline", err)
+	}
+	heal()
+	if err := adminConn(t, servers).Delete(g.Key, -1); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan primitives.Event, 1)
+	go func() {
+		for e := range events {
+			switch e := e.(type) {
+			case primitives.Released:
+				if e.Created == g.Created {
+					ended <- e
+				}
+			case primitives.Lost:
+				if e.Created == g.Created {
+					ended <- e
+				}
+			}
+		}
+	}()
+	select {
+	case e := <-ended:
+		if _, ok := e.(primitives.Released); !ok {
+			t.Fatalf("the grant whose release failed ended with %T, want Released", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the grant's znode deleted by another client 10s ago, the grant still stands: %+v", g)
+	}
+}

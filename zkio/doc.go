@@ -241,9 +241,12 @@
 //
 // If a held znode is deleted by someone else while the session lives, only
 // that hold ends, with Lost; the primitive stays usable. A hold watches its
-// znode once it is 100 ms old (driver.HoldWatchAfter), a wait once it is a
-// quarter of the TTL old: a short hold or wait costs no watch of its own,
-// and its release fires none; a deletion is noticed then, or at once after.
+// znode once it is 100 ms old (driver.HoldWatchAfter), or once a release
+// under way then has failed; a wait once it is a quarter of the TTL old: a
+// short hold or wait costs no watch of its own, and its release fires
+// none; a deletion is noticed then, or at once after. A hold whose release
+// failed ends Released when its znode goes (the failed delete may have
+// landed).
 //
 // Close deletes what the primitive holds and withdraws its waiting
 // acquisition before it returns, so others proceed at once rather than

@@ -264,14 +264,26 @@ func (svc *service) granted(r actor.Reply[driver.Hold], h driver.Hold, began tim
 		// The grant's znode is watched once the hold is
 		// driver.HoldWatchAfter old: a short hold costs no watch, and its
 		// release sends its own session no event.
-		time.AfterFunc(min(driver.HoldWatchAfter, driver.WaitWatchAfter(svc.s.TTL())), func() {
-			svc.s.post(func() {
-				if cur := svc.Held(); cur != nil && cur.Created == h.Created && !cur.Releasing() {
-					svc.s.helper(func() { svc.watchHeld(h) })
-				}
-			})
-		})
+		svc.watchDue(h, min(driver.HoldWatchAfter, driver.WaitWatchAfter(svc.s.TTL())))
 	}
+}
+
+// watchDue has a helper watch h's znode (watchHeld) after d, if h is still
+// the grant then; while a release of it is under way, it looks again
+// after driver.HoldWatchAfter: a release that fails leaves the grant
+// standing, and watched.
+func (svc *service) watchDue(h driver.Hold, d time.Duration) {
+	time.AfterFunc(d, func() {
+		svc.s.post(func() {
+			switch cur := svc.Held(); {
+			case cur == nil || cur.Created != h.Created:
+			case cur.Releasing():
+				svc.watchDue(h, driver.HoldWatchAfter)
+			default:
+				svc.s.helper(func() { svc.watchHeld(h) })
+			}
+		})
+	})
 }
 
 // watchHeld watches the grant's znode and tells the loop if it disappears
