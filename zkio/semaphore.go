@@ -85,7 +85,12 @@ func NewSemaphore(servers []string, path string, n int, opts ...Option) (semapho
 func (m *semState) agree(ctx context.Context, svc *service) error {
 	conn := svc.s.conn
 	for {
-		data, st, err := conn.Get(svc.path)
+		var data []byte
+		var st *zk.Stat
+		err := svc.s.request(ctx, func() (err error) {
+			data, st, err = conn.Get(svc.path)
+			return err
+		}, nil)
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 			if err := svc.createParents(ctx, svc.path); err != nil {
@@ -100,7 +105,13 @@ func (m *semState) agree(ctx context.Context, svc *service) error {
 		case err != nil:
 			return err
 		case len(data) == 0:
-			_, err := conn.Set(svc.path, []byte(permitsPrefix+strconv.Itoa(m.n)), st.Version)
+			// A write left running when ctx ends writes this user's n,
+			// as a write whose answer was lost would.
+			version := st.Version
+			err := svc.s.request(ctx, func() error {
+				_, err := conn.Set(svc.path, []byte(permitsPrefix+strconv.Itoa(m.n)), version)
+				return err
+			}, nil)
 			if err == nil || errors.Is(err, zk.ErrBadVersion) || retryable(err) {
 				continue // look again: who wrote first says
 			}
