@@ -222,7 +222,12 @@ func (m *semState) room(ctx context.Context, svc *service, lease string, try boo
 		if err := svc.live(ctx); err != nil {
 			return driver.Hold{}, err
 		}
-		kids, _, ch, err := conn.ChildrenW(m.leases)
+		var kids []string
+		var ch <-chan zk.Event
+		err := svc.s.request(ctx, func() (err error) {
+			kids, _, ch, err = conn.ChildrenW(m.leases)
+			return err
+		}, nil)
 		if err != nil {
 			if retryable(err) && svc.pauseRetry(ctx) {
 				continue

@@ -3,6 +3,7 @@ package zkio_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"sync"
@@ -166,15 +167,7 @@ func TestNewSemaphoreHonoursWithContext(t *testing.T) {
 	p, via := newPartition(t, servers[0])
 	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession([]string{via}))
 	const path = "/semwithcontext"
-	asked := make(chan struct{})
-	var once sync.Once
-	p.px.ModifyTx(func(b []byte) []byte {
-		if bytes.Contains(b, []byte(path)) {
-			once.Do(func() { close(asked) })
-			return nil // the request goes nowhere
-		}
-		return b
-	})
+	asked := dropRequests(p, []byte(path))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -320,4 +313,63 @@ func TestSemaphoreTryAcquireCountsAnOwnerOnce(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("TryAcquire beside one owner of 2 permits in the middle of its acquisition: %v", err)
 	}
+}
+
+// TestSemaphoreWaiterGivesUpUnanswered: an Acquire whose listing of the
+// leases ZooKeeper does not answer returns when its context ends, with
+// the context's error; its lease and its mutex znode are deleted. Before,
+// it waited for the listing's answer, or for the connection to fail.
+func TestSemaphoreWaiterGivesUpUnanswered(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	p, via := newPartition(t, servers[0])
+	const path = "/semunanswered"
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	h := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(servers, path, 1))
+	if _, err := h.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore([]string{via}, path, 1))
+	// The listing of the leases, with a watch: the path as a string of
+	// its own (its length first), then the watch flag.
+	leases := path + "/leases"
+	listing := binary.BigEndian.AppendUint32(nil, uint32(len(leases)))
+	listing = append(append(listing, leases...), 1)
+	asked := dropRequests(p, listing)
+	wctx, giveUp := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := w.Acquire(wctx); done <- err }()
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire did not list the leases")
+	}
+	giveUp()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Acquire whose context ended: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acquire still waits 5s after its context ended, its listing unanswered")
+	}
+	queued(t, servers, path+"/leases", 1)
+	queued(t, servers, path+"/locks", 0)
+}
+
+// dropRequests makes p lose what the client sends that contains match:
+// the request goes nowhere, and the connection stays up. asked is closed
+// at the first.
+func dropRequests(p *partition, match []byte) (asked <-chan struct{}) {
+	ch := make(chan struct{})
+	var once sync.Once
+	p.px.ModifyTx(func(b []byte) []byte {
+		if bytes.Contains(b, match) {
+			once.Do(func() { close(ch) })
+			return nil
+		}
+		return b
+	})
+	return ch
 }
