@@ -25,9 +25,12 @@
 //
 //   - Nothing blocks the loop. Every ZooKeeper request runs elsewhere: a
 //     caller's own requests (create its znode, list the queue, delete on
-//     Unlock) run on the caller's goroutine, and the session's own work
-//     (watching a held znode, following who leads, deleting znodes a
-//     caller gave up) runs on the session's helper goroutines. They post
+//     Unlock) run for the caller, who waits for each answer until its
+//     context ends (the client's requests take no context: one it gave up
+//     on runs on, on a session helper, which deletes a znode it made), and
+//     the session's own work (watching a held znode, following who leads,
+//     deleting znodes a caller gave up) runs on the session's helper
+//     goroutines. They post
 //     their results to the loop's mailbox, which never blocks; the loop
 //     answers through replies that never block either. A caller that gave
 //     up (its context ended) costs the loop nothing: it withdraws its own
