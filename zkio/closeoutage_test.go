@@ -9,12 +9,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/zkio"
 )
 
-// TestCloseInOutage: Close of a session, or of a lock holder on its own
-// session, while ZooKeeper does not answer returns within the session
-// timeout, with an error wrapping context.DeadlineExceeded (its znodes
+// TestCloseInOutage: Close of a session, or of a lock holder, a lock
+// waiter or a double barrier party on its own session, while ZooKeeper
+// does not answer returns within the session timeout, with an error wrapping context.DeadlineExceeded (its znodes
 // stay until ZooKeeper expires the session), and leaves no goroutine of
 // the session or of its ZooKeeper client behind, though the connection
 // stays open. Before, the client's goroutines ran on after Session.Close
@@ -23,6 +25,18 @@ import (
 func TestCloseInOutage(t *testing.T) {
 	servers := startZooKeeper(t)
 	const timeout = 6 * time.Second
+	// The waiter's holder, whose goroutines (its watch too) are there
+	// before and after.
+	hs := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	h := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(nil, "/outage/close-waiter", zkio.WithSession(hs)))
+	if _, err := h.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the holder's watch", func() bool { return zkio.Watchers(hs) > 0 })
+	admin := adminConn(t, servers)
+	if _, _, err := admin.Exists("/"); err != nil { // connected: its goroutines run
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		open func(t *testing.T, ctx context.Context, via string) io.Closer
@@ -42,6 +56,18 @@ func TestCloseInOutage(t *testing.T) {
 			if _, err := l.Lock(ctx); err != nil {
 				t.Fatal(err)
 			}
+			return l
+		}},
+		{"lock waiter", func(t *testing.T, ctx context.Context, via string) io.Closer {
+			l, err := zkio.NewLock([]string{via}, "/outage/close-waiter", zkio.WithSessionTimeout(timeout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _, _ = l.Lock(ctx) }()
+			testkit.Eventually(t, 20*time.Second, "the waiter queued", func() bool {
+				kids, _, err := admin.Children("/outage/close-waiter")
+				return err == nil && len(kids) == 2
+			})
 			return l
 		}},
 		{"double barrier party", func(t *testing.T, ctx context.Context, via string) io.Closer {

@@ -163,23 +163,23 @@ func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 }
 
 // request runs req, a request of a caller's, on a session helper, and returns
-// its error once it is done, or ctx's error once ctx ends first: the
-// client's requests take no context, and a caller that gave up does not
-// wait on ZooKeeper. The request then runs on until ZooKeeper answers or
-// the connection fails, and what it sets must not be read: abandoned, if
-// not nil, is called with its error then, on the helper, to undo what it
-// did.
-func (s *Session) request(ctx context.Context, req func() error, abandoned func(error)) error {
+// its error once it is done, or a leftRunning error once ctx ends (wrapping
+// ctx's error) or the service stops (wrapping why) first: the client's
+// requests take no context, and a caller that gave up does not wait on
+// ZooKeeper. The request then runs on until ZooKeeper answers or the
+// connection fails, and what it sets must not be read: abandoned, if not
+// nil, is called with its error then, on the helper, to undo what it did.
+func (svc *service) request(ctx context.Context, req func() error, abandoned func(error)) error {
 	var mu sync.Mutex
 	answered, left := false, false
 	done := make(chan error, 1)
-	if !s.helper(func() {
+	if !svc.s.helper(func() {
 		err := req()
 		mu.Lock()
 		answered = true
-		gaveUp := left
+		abandon := left
 		mu.Unlock()
-		if !gaveUp {
+		if !abandon {
 			done <- err
 		} else if abandoned != nil {
 			abandoned(err)
@@ -187,19 +187,28 @@ func (s *Session) request(ctx context.Context, req func() error, abandoned func(
 	}) {
 		return req() // the session has ended: the client fails it at once
 	}
+	var why error
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		mu.Lock()
-		defer mu.Unlock()
-		if answered {
-			return <-done
-		}
-		left = true
-		return ctx.Err()
+		why = ctx.Err()
+	case <-svc.stop:
+		why = svc.stopped()
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	if answered {
+		return <-done
+	}
+	left = true
+	return leftRunning{why}
 }
+
+// leftRunning is request's error when its caller stopped waiting.
+type leftRunning struct{ error }
+
+func (l leftRunning) Unwrap() error { return l.error }
 
 // requestConn is what a create of a queue's or a double barrier's znode,
 // its lookup when the answer was lost, deleteNode and a barrier's Wait
@@ -241,7 +250,7 @@ func (svc *service) createAs(ctx context.Context, dir, marker string, data []byt
 		}
 		if unknown {
 			var found string
-			err := svc.s.request(ctx, func() (err error) {
+			err := svc.request(ctx, func() (err error) {
 				found, err = svc.findGUID(dir, guid)
 				return err
 			}, nil)
@@ -260,7 +269,7 @@ func (svc *service) createAs(ctx context.Context, dir, marker string, data []byt
 			}
 		}
 		var p string
-		err := svc.s.request(ctx, func() (err error) {
+		err := svc.request(ctx, func() (err error) {
 			p, err = conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
 			return err
 		}, func(err error) {
@@ -275,7 +284,7 @@ func (svc *service) createAs(ctx context.Context, dir, marker string, data []byt
 		switch {
 		case err == nil:
 			return p, nil
-		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		case errors.As(err, new(leftRunning)):
 			return giveUp(err) // the create, left running, cleans up after itself
 		case errors.Is(err, zk.ErrNoNode):
 			if err := svc.createParents(ctx, dir); err != nil {
@@ -435,8 +444,14 @@ func (svc *service) cause(ctx context.Context) error {
 // withdraw deletes a znode this service no longer wants. A session helper
 // sends the delete, and tries again while it fails with the connection
 // (see forgetNode); withdraw waits for the first try's answer, or for
-// ctx's end: a caller that gave up does not wait on ZooKeeper.
+// ctx's end: a caller that gave up does not wait on ZooKeeper. Nor does
+// one on a session of the service's own that Close is ending: the
+// session's end deletes the znode.
 func (svc *service) withdraw(ctx context.Context, node string) {
+	var closing <-chan struct{}
+	if svc.own {
+		closing = svc.stop
+	}
 	tried := make(chan struct{})
 	if !svc.s.helper(func() {
 		_, err := svc.s.deleteNode(context.Background(), nil, node, false)
@@ -450,6 +465,7 @@ func (svc *service) withdraw(ctx context.Context, node string) {
 	select {
 	case <-tried:
 	case <-ctx.Done():
+	case <-closing:
 	}
 }
 
@@ -505,7 +521,7 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 		}
 		if look {
 			var children []string
-			err := svc.s.request(ctx, func() (err error) {
+			err := svc.request(ctx, func() (err error) {
 				children, _, err = conn.Children(dir)
 				return err
 			}, nil)
@@ -531,7 +547,7 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 			// ahead between the listing and this read.
 			path := dir + "/" + blocking.name
 			var ch <-chan zk.Event
-			err = svc.s.request(ctx, func() (err error) {
+			err = svc.request(ctx, func() (err error) {
 				_, _, ch, err = conn.GetW(path)
 				return err
 			}, nil)

@@ -87,7 +87,7 @@ func (m *semState) agree(ctx context.Context, svc *service) error {
 	for {
 		var data []byte
 		var st *zk.Stat
-		err := svc.s.request(ctx, func() (err error) {
+		err := svc.request(ctx, func() (err error) {
 			data, st, err = conn.Get(svc.path)
 			return err
 		}, nil)
@@ -108,7 +108,7 @@ func (m *semState) agree(ctx context.Context, svc *service) error {
 			// A write left running when ctx ends writes this user's n,
 			// as a write whose answer was lost would.
 			version := st.Version
-			err := svc.s.request(ctx, func() error {
+			err := svc.request(ctx, func() error {
 				_, err := conn.Set(svc.path, []byte(permitsPrefix+strconv.Itoa(m.n)), version)
 				return err
 			}, nil)
@@ -224,7 +224,7 @@ func (m *semState) room(ctx context.Context, svc *service, lease string, try boo
 		}
 		var kids []string
 		var ch <-chan zk.Event
-		err := svc.s.request(ctx, func() (err error) {
+		err := svc.request(ctx, func() (err error) {
 			kids, _, ch, err = conn.ChildrenW(m.leases)
 			return err
 		}, nil)
