@@ -30,11 +30,13 @@
 //     on runs on, on a session helper, which deletes a znode it made), and
 //     the session's own work (watching a held znode, following who leads,
 //     deleting znodes a caller gave up) runs on the session's helper
-//     goroutines. They post
-//     their results to the loop's mailbox, which never blocks; the loop
-//     answers through replies that never block either. A caller that gave
-//     up (its context ended) costs the loop nothing: it withdraws its own
-//     znode, and a grant answered after it gave up is never recorded.
+//     goroutines. They post their results to the loop's mailbox, which
+//     never blocks; the loop answers through replies that never block
+//     either. A caller that gave up (its context ended) costs the loop
+//     nothing: it withdraws its own znode (it waits for the delete's
+//     answer, half a second at most: with ZooKeeper answering, its znode is
+//     gone when it returns), and a grant answered after it gave up is never
+//     recorded.
 //   - The loop owns the session-state events of the ZooKeeper client, and
 //     every hold's watch reports to it. A slow subscriber never stalls it:
 //     events are queued per subscriber; Acquired, Released, Lost, Suspended

@@ -371,7 +371,7 @@ func (svc *service) created(ctx context.Context, o *own) (int64, error) {
 	case errors.Is(r.err, zk.ErrNoNode):
 		return 0, lostOwn(o.node)
 	}
-	svc.withdraw(ctx, o.node)
+	svc.withdraw(o.node)
 	if retryable(r.err) {
 		return 0, svc.cause(ctx)
 	}
@@ -441,13 +441,18 @@ func (svc *service) cause(ctx context.Context) error {
 	return fmt.Errorf("zkio: %s: connection to ZooKeeper lost", svc.path)
 }
 
+// withdrawWait bounds how long withdraw waits for its delete's first
+// answer: a ZooKeeper that answers does so within milliseconds.
+const withdrawWait = 500 * time.Millisecond
+
 // withdraw deletes a znode this service no longer wants. A session helper
 // sends the delete, and tries again while it fails with the connection
-// (see forgetNode); withdraw waits for the first try's answer, or for
-// ctx's end: a caller that gave up does not wait on ZooKeeper. Nor does
-// one on a session of the service's own that Close is ending: the
-// session's end deletes the znode.
-func (svc *service) withdraw(ctx context.Context, node string) {
+// (see forgetNode); withdraw waits for the first try's answer, so that a
+// caller that gave up leaves nothing once it returns, but at most
+// withdrawWait (ZooKeeper not answering, the caller does not wait on it;
+// the helper goes on), and not at all on a session of the service's own
+// that Close is ending: the session's end deletes the znode.
+func (svc *service) withdraw(node string) {
 	var closing <-chan struct{}
 	if svc.own {
 		closing = svc.stop
@@ -462,9 +467,11 @@ func (svc *service) withdraw(ctx context.Context, node string) {
 	}) {
 		return // the session has ended, and its znodes with it
 	}
+	bound := time.NewTimer(withdrawWait)
+	defer bound.Stop()
 	select {
 	case <-tried:
-	case <-ctx.Done():
+	case <-bound.C:
 	case <-closing:
 	}
 }
@@ -487,7 +494,7 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 	node := o.node
 	base := node[strings.LastIndex(node, "/")+1:]
 	fail := func(err error) error {
-		svc.withdraw(ctx, node)
+		svc.withdraw(node)
 		return err
 	}
 	// A wait watches its own znode only once it is WaitWatchAfter old

@@ -150,7 +150,7 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	if err != nil {
 		return driver.Hold{}, err
 	}
-	defer svc.withdraw(ctx, mutex) // the mutex is released whatever happens
+	defer svc.withdraw(mutex) // the mutex is released whatever happens
 	if try {
 		// The queue first, then the leases: an owner between them (its
 		// lease deleted, its next mutex created) is counted at most once.
@@ -175,7 +175,7 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	}
 	h, err := m.room(ctx, svc, lease, try, &waited)
 	if err != nil {
-		svc.withdraw(ctx, lease)
+		svc.withdraw(lease)
 		return driver.Hold{}, err
 	}
 	h.Waited = waited

@@ -219,7 +219,7 @@ func (svc *service) acquireEntered(ctx context.Context, mode rwlock.Mode, value 
 	h.LeaseID = svc.s.SessionID()
 	got, err := call(ctx, svc, func(r actor.Reply[driver.Hold]) { svc.granted(r, h, began) })
 	if err != nil {
-		svc.withdraw(ctx, h.Key)
+		svc.withdraw(h.Key)
 		return driver.Hold{}, err
 	}
 	return got, nil
@@ -244,7 +244,7 @@ func (svc *service) queued(ctx context.Context, mode rwlock.Mode, value string, 
 	token := created
 	if svc.spec.token != nil {
 		if token, err = svc.spec.token(ctx, svc, node, mode); err != nil {
-			svc.withdraw(ctx, node)
+			svc.withdraw(node)
 			return driver.Hold{}, err
 		}
 	}
