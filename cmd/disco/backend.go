@@ -9,10 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/lease"
 
 	"github.com/ahrtr/disco/etcdio"
 	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/internal/reach"
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
@@ -136,7 +138,15 @@ func (g *globals) dial(ctx context.Context) (backend, error) {
 	return s.dial(g, ctx, addrs)
 }
 
+// maxEtcdTTL is the longest lease etcd grants.
+const maxEtcdTTL = lease.MaxLeaseTTL * time.Second
+
 func (g *globals) dialEtcd(ctx context.Context, addrs []string) (backend, error) {
+	if g.ttl > maxEtcdTTL {
+		// Said before connecting, as ZooKeeper's limit is, not as a
+		// failed lease grant.
+		return nil, usageErr(fmt.Errorf("--ttl %v: must be at most %v, the longest lease etcd grants: %w", g.ttl, maxEtcdTTL, primitives.ErrInvalidArgument))
+	}
 	cli, err := g.connect(ctx, addrs)
 	if err != nil {
 		return nil, err
