@@ -60,7 +60,13 @@ func endpointsOf(eps []string) (scheme string, addrs []string, err error) {
 			s, rest = scheme, ep
 		}
 		switch s {
-		case schemeEtcd, schemeZK, schemeRedis:
+		case schemeEtcd, schemeZK:
+			if i := strings.IndexByte(rest, '/'); i >= 0 {
+				// The clients would take it for part of the port, and
+				// wait out the dial timeout.
+				return "", nil, fmt.Errorf("--endpoints %q: %q after host:port: disco takes no path there (nor a ZooKeeper chroot)", ep, rest[i:])
+			}
+		case schemeRedis:
 		case "http", "https":
 			s, rest = schemeEtcd, ep // an etcd client URL as etcdctl takes it
 		default:

@@ -99,6 +99,11 @@ func TestEndpointSchemes(t *testing.T) {
 		{"consul://127.0.0.1:8500", "unknown scheme"},
 		{"zk://127.0.0.1:2181,redis://127.0.0.1:6379", "together"},
 		{"redis://a:1,b:2", "one primary"},
+		// A path after host:port (a ZooKeeper chroot, a trailing slash)
+		// is refused, not dialled until --dial-timeout as a silent host.
+		{"zk://127.0.0.1:2181/app", `"/app" after host:port`},
+		{"etcd://127.0.0.1:2379/", `"/" after host:port`},
+		{"127.0.0.1:2379/v3", `"/v3" after host:port`},
 	} {
 		code, _, errOut := runDisco(t, 10*time.Second, "--endpoints", c.eps, "status", "/x")
 		if code != exitUsage || !strings.Contains(errOut, c.want) {
