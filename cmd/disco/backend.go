@@ -166,6 +166,16 @@ func (g *globals) unreachable(ctx context.Context, service string, where []strin
 	return reach.Failed(ctx, service, where, began, "(--dial-timeout)", err)
 }
 
+// requestFailed words a request to service at where, begun at began and
+// bounded by cctx (--command-timeout), that failed with err: a request that
+// ran out of cctx's time says so, naming the bound and the flag.
+func (g *globals) requestFailed(cctx context.Context, service string, where []string, began time.Time, err error) error {
+	if dl, ok := cctx.Deadline(); ok && !time.Now().Before(dl) {
+		<-cctx.Done() // a client that heeds the deadline itself may fail first
+	}
+	return reach.Failed(cctx, service, where, began, "(--command-timeout)", err)
+}
+
 // etcdBackend is etcd, through one client.
 type etcdBackend struct {
 	g   *globals

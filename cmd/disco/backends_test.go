@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/internal/testserver"
 )
 
@@ -138,6 +139,47 @@ func TestUnreachableStores(t *testing.T) {
 				t.Errorf("%s %v: took %v", c.ep, args, took)
 			}
 		}
+	}
+}
+
+// proxiedStore starts the store named (as in stores) and returns its
+// --endpoints through a fault proxy.
+func proxiedStore(t *testing.T, store string) (string, *faultproxy.Proxy) {
+	t.Helper()
+	var scheme, target, db string
+	switch store {
+	case "etcd":
+		return proxied(t)
+	case "zookeeper":
+		scheme, target = "zk://", testserver.StartZooKeeper(t).Addr
+	case "redis":
+		scheme, target, db = "redis://", testserver.StartRedis(t).Addr, "/0"
+	}
+	px, err := faultproxy.Listen("127.0.0.1:0", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	return scheme + px.Addr() + db, px
+}
+
+// A store that answers the connection but then answers status's reads too
+// late ends status within --command-timeout, on every store, with one line
+// that names the store, the bound and the flag.
+func TestStatusSlowStoreOnEveryStore(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			ep, px := proxiedStore(t, st.name)
+			px.DelayRx(2 * time.Second) // each answer: within --dial-timeout, past --command-timeout
+			start := time.Now()
+			code, stdout, stderr := runDisco(t, 60*time.Second, "--endpoints", ep, "--dial-timeout", "40s", "--command-timeout", "500ms", "status", nameOf(t))
+			took := time.Since(start)
+			want := "did not answer within 500ms (--command-timeout)"
+			if code != exitFailure || stdout != "" || !strings.Contains(stderr, want) || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("status: exit %d, stdout %q, stderr %q; want %d and one line saying %q", code, stdout, stderr, exitFailure, want)
+			}
+			t.Logf("took %v: %s", took, stderr)
+		})
 	}
 }
 

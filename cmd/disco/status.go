@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -78,15 +79,17 @@ reserved: a lock named NAME/read is taken for readers of a rwlock NAME.`,
 
 // readStatus reads the keys of name at one revision, then their leases.
 func readStatus(ctx context.Context, g *globals, cli *clientv3.Client, name, kind string) (*report, error) {
+	began := time.Now()
 	cctx, cancel := g.commandCtx(ctx)
 	defer cancel()
+	failed := func(err error) error { return g.requestFailed(cctx, "etcd", cli.Endpoints(), began, err) }
 	g.logf("status %s: keys under etcd prefix %q, and the key %q", name, keyPrefix(name), epochKey(name))
 	resp, err := cli.Txn(cctx).Then(
 		clientv3.OpGet(keyPrefix(name), clientv3.WithPrefix()),
 		clientv3.OpGet(epochKey(name)),
 	).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("status %s: %w", name, err)
+		return nil, fmt.Errorf("status %s: %w", name, failed(err))
 	}
 	kvs, nested := splitNested(name, resp.Responses[0].GetResponseRange().Kvs)
 	var epoch *mvccpb.KeyValue
@@ -107,7 +110,7 @@ func readStatus(ctx context.Context, g *globals, cli *clientv3.Client, name, kin
 		t, ok := ttls[e.leaseID]
 		if !ok {
 			if t, err = cli.TimeToLive(cctx, clientv3.LeaseID(e.leaseID)); err != nil {
-				return nil, fmt.Errorf("status %s: lease %s: %w", name, e.Lease, err)
+				return nil, fmt.Errorf("status %s: lease %s: %w", name, e.Lease, failed(err))
 			}
 			ttls[e.leaseID] = t
 		}

@@ -83,6 +83,7 @@ func (b *zkBackend) status(ctx context.Context, name, kind string) (*report, err
 		sort.Slice(es, func(i, j int) bool { return es[i].seq < es[j].seq })
 		return es, nil
 	}
+	began := time.Now()
 	cctx, cancel := b.g.commandCtx(ctx)
 	defer cancel()
 	type answer struct {
@@ -95,7 +96,7 @@ func (b *zkBackend) status(ctx context.Context, name, kind string) (*report, err
 	select {
 	case a = <-ch:
 	case <-cctx.Done():
-		a.err = fmt.Errorf("ZooKeeper did not answer within %v (--command-timeout)", b.g.commandTimeout)
+		a.err = b.g.requestFailed(cctx, "ZooKeeper", b.servers, began, cctx.Err())
 	}
 	if a.err != nil {
 		return nil, fmt.Errorf("status %s: %w", name, a.err)
@@ -139,15 +140,19 @@ func (b *zkBackend) status(ctx context.Context, name, kind string) (*report, err
 
 // status reads NAME's queue and holds in Redis.
 func (b *redisBackend) status(ctx context.Context, name, kind string) (*report, error) {
+	began := time.Now()
 	cctx, cancel := b.g.commandCtx(ctx)
 	defer cancel()
+	failed := func(err error) error {
+		return fmt.Errorf("status %s: %w", name, b.g.requestFailed(cctx, "Redis", []string{b.cli.Options().Addr}, began, err))
+	}
 	keys, err := b.cli.ZRange(cctx, name+"/queue", 0, -1).Result()
 	if err != nil {
-		return nil, fmt.Errorf("status %s: %w", name, err)
+		return nil, failed(err)
 	}
 	granted, err := b.cli.HKeys(cctx, name+"/held").Result()
 	if err != nil {
-		return nil, fmt.Errorf("status %s: %w", name, err)
+		return nil, failed(err)
 	}
 	isGranted := map[string]bool{}
 	for _, k := range granted {
@@ -160,7 +165,7 @@ func (b *redisBackend) status(ctx context.Context, name, kind string) (*report, 
 	for _, k := range keys {
 		f, err := b.cli.HGetAll(cctx, k).Result()
 		if err != nil {
-			return nil, fmt.Errorf("status %s: %w", name, err)
+			return nil, failed(err)
 		}
 		if len(f) == 0 {
 			continue // expired with its session
