@@ -176,6 +176,34 @@ func (g *globals) requestFailed(cctx context.Context, service string, where []st
 	return reach.Failed(cctx, service, where, began, "(--command-timeout)", err)
 }
 
+// closeBounded closes a primitive on b with closePrimitive, then b. The
+// primitive's Close may send a last request (a release, a lease revoke)
+// that a store out of reach does not answer, and that some clients bound
+// by nothing shorter than their session's TTL: disco waits for it at most
+// the command timeout before it closes b, which ends such a request, and
+// then at most that again.
+func (g *globals) closeBounded(closePrimitive func(), b backend) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		closePrimitive()
+	}()
+	bound := time.NewTimer(g.commandTimeout)
+	defer bound.Stop()
+	select {
+	case <-done:
+		b.close()
+		return
+	case <-bound.C:
+	}
+	b.close()
+	bound.Reset(g.commandTimeout)
+	select {
+	case <-done:
+	case <-bound.C:
+	}
+}
+
 // etcdBackend is etcd, through one client.
 type etcdBackend struct {
 	g   *globals

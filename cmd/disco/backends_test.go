@@ -183,6 +183,31 @@ func TestStatusSlowStoreOnEveryStore(t *testing.T) {
 	}
 }
 
+// A store cut off after CMD started does not keep disco from exiting once
+// CMD has: the release fails within its bound and closing the lock, whose
+// last request the store does not answer either, is given up within
+// --command-timeout, on every store.
+func TestCutStoreReleasedWithinBounds(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			ep, px := proxiedStore(t, st.name)
+			p := startDisco(t, "--endpoints", ep, "--ttl", "60s", "--command-timeout", "1s", "lock", nameOf(t), "--", "sh", "-c", "echo ready; read x; exit 0")
+			p.awaitRunning(t, p.stdout, "ready", 30*time.Second)
+			px.BlackholeTx()
+			px.BlackholeRx()
+			start := time.Now()
+			p.stdin.Close() // CMD exits 0; the release finds the store cut off
+			p.wait(t, 90*time.Second)
+			took := time.Since(start)
+			// lock.Do's 10s for the release, 1s for the close, and time to
+			// spare on a loaded machine.
+			if took > 30*time.Second {
+				t.Errorf("disco exited %v after CMD, want within the release's and the close's bounds; stderr %q", took, p.stderr)
+			}
+		})
+	}
+}
+
 // On every store, SIGHUP (the terminal or ssh session closed) is SIGTERM's
 // like: a waiter stops waiting (status 129) and CMD never runs; a holder
 // passes it on to CMD's group and releases once CMD exited, so the next

@@ -80,7 +80,7 @@ func newElection(ctx context.Context, g *globals, name string, cancelOnSuspend b
 		return nil, nil, err
 	}
 	g.logf("election %s: %s", name, b.where(name))
-	return e, func() { e.Close(); b.close() }, nil
+	return e, func() { g.closeBounded(func() { e.Close() }, b) }, nil
 }
 
 func runElect(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration, stopAt string) error {

@@ -117,14 +117,14 @@ func runLock(ctx context.Context, g *globals, name, value string, argv []string,
 	if err != nil {
 		return orInterrupted(sup, "the service", err)
 	}
-	defer b.close()
 	cctx, cancel := g.commandCtx(waitCtx)
 	l, err := b.newLock(cctx, name, value, stopAt == stopAtSuspended)
 	cancel()
 	if err != nil {
+		b.close()
 		return orInterrupted(sup, b.name(), err)
 	}
-	defer l.Close()
+	defer g.closeBounded(func() { l.Close() }, b)
 	g.logf("lock %s: %s", name, b.where(name))
 	err = lock.Do(waitCtx, withWaitingLog(l, func() { g.logf("waiting for lock %s", name) }), func(ctx context.Context, gr lock.Grant) error {
 		g.logf("locked %s: token %v, key %s; running %s", name, gr.FencingToken, gr.Key, argv[0])
