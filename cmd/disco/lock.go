@@ -126,7 +126,7 @@ func runLock(ctx context.Context, g *globals, name, value string, argv []string,
 	}
 	defer g.closeBounded(func() { l.Close() }, b)
 	g.logf("lock %s: %s", name, b.where(name))
-	err = lock.Do(waitCtx, withWaitingLog(l, func() { g.logf("waiting for lock %s", name) }), func(ctx context.Context, gr lock.Grant) error {
+	err = lock.Do(waitCtx, withWaitingLog(l, g.commandTimeout, func() { g.logf("waiting for lock %s", name) }), func(ctx context.Context, gr lock.Grant) error {
 		g.logf("locked %s: token %v, key %s; running %s", name, gr.FencingToken, gr.Key, argv[0])
 		return sup.run(ctx, name, gr.FencingToken)
 	})
@@ -146,16 +146,19 @@ func orInterrupted(sup *supervisor, what string, err error) error {
 
 // withWaitingLog returns l with a Lock that tries first and calls waiting
 // only when the lock is taken and it must wait: so that -v says "waiting"
-// only while disco waits. What lock.Do reads of a lock besides its
-// lock.Service methods (its session's suspension, its own setting of
-// cancel at Suspended, its grant) stays the backend's: every backend's lock
-// shows driver.Face. A lock that does not is returned as it is.
-func withWaitingLog(l lock.Service, waiting func()) lock.Service {
+// only while disco waits; and with a Release bounded by release, the
+// command timeout (lock.Do allows a release 10s), so that a store out of
+// reach does not keep disco after CMD exited. What lock.Do reads of a lock
+// besides its lock.Service methods (its session's suspension, its own
+// setting of cancel at Suspended, its grant) stays the backend's: every
+// backend's lock shows driver.Face. A lock that does not is returned as it
+// is.
+func withWaitingLog(l lock.Service, release time.Duration, waiting func()) lock.Service {
 	fl, ok := l.(faceLock)
 	if !ok {
 		return l
 	}
-	return tryFirst{fl, waiting}
+	return tryFirst{fl, release, waiting}
 }
 
 // faceLock is a backend's lock: its lock.Service and its driver.Face.
@@ -167,7 +170,14 @@ type faceLock interface {
 // tryFirst is withWaitingLog's lock.
 type tryFirst struct {
 	faceLock
+	release time.Duration // bounds Release
 	waiting func()
+}
+
+func (t tryFirst) Release(ctx context.Context, gr lock.Grant) error {
+	ctx, cancel := context.WithTimeout(ctx, t.release)
+	defer cancel()
+	return t.faceLock.Release(ctx, gr)
 }
 
 func (t tryFirst) Lock(ctx context.Context) (lock.Grant, error) {

@@ -130,7 +130,7 @@ func TestTryFirstKeepsWhatLockDoReads(t *testing.T) {
 	for _, c := range []struct {
 		what string
 		svc  lock.Service
-	}{{"the lock itself", l}, {"the lock disco lock hands lock.Do", withWaitingLog(l, func() {})}} {
+	}{{"the lock itself", l}, {"the lock disco lock hands lock.Do", withWaitingLog(l, time.Second, func() {})}} {
 		live := false
 		err := lock.Do(context.Background(), c.svc, func(ctx context.Context, _ lock.Grant) error {
 			live = ctx.Err() == nil
