@@ -190,25 +190,32 @@ func TestStatusSlowStoreOnEveryStore(t *testing.T) {
 // release failed (CMD exited 0), the hold left to expire with its TTL.
 func TestCutStoreReleasedWithinBounds(t *testing.T) {
 	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			ep, px := proxiedStore(t, st.name)
-			p := startDisco(t, "--endpoints", ep, "--ttl", "60s", "--command-timeout", "1s", "lock", nameOf(t), "--", "sh", "-c", "echo ready; read x; exit 0")
-			p.awaitRunning(t, p.stdout, "ready", 30*time.Second)
-			px.BlackholeTx()
-			px.BlackholeRx()
-			start := time.Now()
-			p.stdin.Close() // CMD exits 0; the release finds the store cut off
-			code := p.wait(t, 90*time.Second)
-			took := time.Since(start)
-			if code != exitFailure || !strings.Contains(p.stderr.String(), "release") {
-				t.Errorf("exit status %d, stderr %q; want %d saying the release failed", code, p.stderr, exitFailure)
-			}
-			// 1s for the release, 1s (2s at most) for the close, and time
-			// to spare on a loaded machine; not lock.Do's 10s for a release.
-			if took > 8*time.Second {
-				t.Errorf("disco exited %v after CMD, want within --command-timeout (1s) for the release and the close; stderr %q", took, p.stderr)
-			}
-		})
+		for _, hold := range [][]string{{"lock"}, {"elect", "v"}} {
+			t.Run(st.name+"/"+hold[0], func(t *testing.T) { testCutStoreReleasedWithinBounds(t, st.name, hold) })
+		}
+	}
+}
+
+// testCutStoreReleasedWithinBounds runs TestCutStoreReleasedWithinBounds
+// on store with hold: the command, then its arguments after NAME.
+func testCutStoreReleasedWithinBounds(t *testing.T, store string, hold []string) {
+	ep, px := proxiedStore(t, store)
+	args := append([]string{"--endpoints", ep, "--ttl", "60s", "--command-timeout", "1s", hold[0], nameOf(t)}, hold[1:]...)
+	p := startDisco(t, append(args, "--", "sh", "-c", "echo ready; read x; exit 0")...)
+	p.awaitRunning(t, p.stdout, "ready", 30*time.Second)
+	px.BlackholeTx()
+	px.BlackholeRx()
+	start := time.Now()
+	p.stdin.Close() // CMD exits 0; the release finds the store cut off
+	code := p.wait(t, 90*time.Second)
+	took := time.Since(start)
+	if code != exitFailure || !strings.Contains(p.stderr.String(), "release") {
+		t.Errorf("exit status %d, stderr %q; want %d saying the release failed", code, p.stderr, exitFailure)
+	}
+	// 1s for the release, 1s (2s at most) for the close, and time to spare
+	// on a loaded machine; not the 10s lock.Do and election.Lead allow.
+	if took > 8*time.Second {
+		t.Errorf("disco exited %v after CMD, want within --command-timeout (1s) for the release and the close; stderr %q", took, p.stderr)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -80,7 +81,47 @@ func newElection(ctx context.Context, g *globals, name string, cancelOnSuspend b
 		return nil, nil, err
 	}
 	g.logf("election %s: %s", name, b.where(name))
-	return e, func() { g.closeBounded(func() { e.Close() }, b) }, nil
+	return withBoundedResign(e, g.commandTimeout), func() { g.closeBounded(func() { e.Close() }, b) }, nil
+}
+
+// withBoundedResign returns e with its resignations bounded by resign, the
+// command timeout (election.Lead allows a resignation 10s), so that a store
+// out of reach does not keep disco after CMD exited or at Ctrl-C. What
+// election.Lead reads of e besides its election.Service methods stays the
+// backend's: every backend's election shows driver.Face and resigns a
+// given term. An election that does not is returned as it is.
+func withBoundedResign(e election.Service, resign time.Duration) election.Service {
+	fe, ok := e.(faceElection)
+	if !ok {
+		return e
+	}
+	return boundedResign{fe, resign}
+}
+
+// faceElection is a backend's election: its election.Service, its
+// election.TermResigner and its driver.Face.
+type faceElection interface {
+	election.Service
+	election.TermResigner
+	driver.Face
+}
+
+// boundedResign is withBoundedResign's election.
+type boundedResign struct {
+	faceElection
+	resign time.Duration
+}
+
+func (b boundedResign) Resign(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, b.resign)
+	defer cancel()
+	return b.faceElection.Resign(ctx)
+}
+
+func (b boundedResign) ResignTerm(ctx context.Context, term election.Leadership) error {
+	ctx, cancel := context.WithTimeout(ctx, b.resign)
+	defer cancel()
+	return b.faceElection.ResignTerm(ctx, term)
 }
 
 func runElect(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration, stopAt string) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/memio"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 )
 
@@ -109,18 +110,26 @@ func announced(t *testing.T, stderr string) time.Time {
 	return time.Date(now.Year(), now.Month(), now.Day(), at.Hour(), at.Minute(), at.Second(), at.Nanosecond(), time.Local)
 }
 
+// suspendableSession returns a memio store and a session on it, closed
+// when t ends.
+func suspendableSession(t *testing.T) (*memio.Store, *memio.Session) {
+	t.Helper()
+	st := memio.NewStore()
+	s, err := memio.NewSession(st, memio.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return st, s
+}
+
 // TestTryFirstKeepsWhatLockDoReads: the lock disco lock hands lock.Do is
 // the backend's, less nothing lock.Do reads: a grant that arrives on a
 // session suspended already starts fn with its context ended, as it does
 // with the bare lock (the lock's SuspendedUntil, hidden by a wrapper,
 // let CMD start live on a suspended session).
 func TestTryFirstKeepsWhatLockDoReads(t *testing.T) {
-	st := memio.NewStore()
-	s, err := memio.NewSession(st, memio.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	st, s := suspendableSession(t)
 	l, err := memio.NewLock(st, "/a", memio.WithSession(s), memio.WithCancelOnSuspend())
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +147,37 @@ func TestTryFirstKeepsWhatLockDoReads(t *testing.T) {
 		})
 		if live || !errors.Is(err, primitives.ErrSuspended) {
 			t.Errorf("lock.Do with %s on a suspended session: fn's context live %v, err %v; want ended, ErrSuspended", c.what, live, err)
+		}
+	}
+}
+
+// TestBoundedResignKeepsWhatLeadReads: the election disco elect hands
+// election.Lead is the backend's, less nothing Lead reads: a term won on a
+// session suspended already starts fn with its context ended, as it does
+// with the bare election.
+func TestBoundedResignKeepsWhatLeadReads(t *testing.T) {
+	st, s := suspendableSession(t)
+	e, err := memio.NewElection(st, "/a", memio.WithSession(s), memio.WithCancelOnSuspend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	wrapped := withBoundedResign(e, time.Second)
+	if _, ok := wrapped.(boundedResign); !ok {
+		t.Fatalf("memio's election was not wrapped: %T", wrapped)
+	}
+	s.Suspend()
+	for _, c := range []struct {
+		what string
+		svc  election.Service
+	}{{"the election itself", e}, {"the election disco elect hands election.Lead", wrapped}} {
+		live := false
+		err := election.Lead(context.Background(), c.svc, "v", func(ctx context.Context, _ election.Leadership) error {
+			live = ctx.Err() == nil
+			return nil
+		})
+		if live || !errors.Is(err, primitives.ErrSuspended) {
+			t.Errorf("election.Lead with %s on a suspended session: fn's context live %v, err %v; want ended, ErrSuspended", c.what, live, err)
 		}
 	}
 }
