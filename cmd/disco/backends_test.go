@@ -219,6 +219,27 @@ func testCutStoreReleasedWithinBounds(t *testing.T, store string, hold []string)
 	}
 }
 
+// elect without CMD does not say "resigned" when its resignation at Ctrl-C
+// failed (the store cut off): it says on stderr that it did not resign,
+// so the term lasts until its lease expires, and exits 1, on every store.
+func TestCampaignResignFailedIsNoResignation(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			ep, px := proxiedStore(t, st.name)
+			name := nameOf(t)
+			p := startDisco(t, "--endpoints", ep, "--ttl", "60s", "--command-timeout", "1s", "elect", name, "v")
+			p.awaitRunning(t, p.stdout, "leading "+name, 30*time.Second)
+			px.BlackholeTx()
+			px.BlackholeRx()
+			p.signal(t, syscall.SIGINT)
+			code := p.wait(t, 60*time.Second)
+			if code != exitFailure || strings.Contains(p.stdout.String(), "resigned") || !strings.Contains(p.stderr.String(), "did not resign") {
+				t.Errorf("exit status %d, stdout %q, stderr %q; want %d, no \"resigned\", and \"did not resign\" on stderr", code, p.stdout, p.stderr, exitFailure)
+			}
+		})
+	}
+}
+
 // On every store, SIGHUP (the terminal or ssh session closed) is SIGTERM's
 // like: a waiter stops waiting (status 129) and CMD never runs; a holder
 // passes it on to CMD's group and releases once CMD exited, so the next

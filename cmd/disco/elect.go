@@ -34,7 +34,8 @@ none runs), except one that left the group (setsid).
 
 Without CMD: print each term won (token, key) and campaign again after a
 loss, until interrupted (SIGINT, SIGTERM or SIGHUP; status 0, also while
-connecting); then resign. Should the service be out of reach after a loss,
+connecting); then resign (status 1, saying so, if the resignation
+fails: the term then lasts until its lease expires). Should the service be out of reach after a loss,
 disco says so on stderr and tries again, with pauses growing to the TTL;
 only a first connection that fails ends it.
 
@@ -158,6 +159,8 @@ func runCampaigns(ctx context.Context, g *globals, name, value string) error {
 		connected, err := campaignOnce(ctx, g, name, value, out)
 		var ee *exitError
 		switch {
+		case ctx.Err() != nil && errors.Is(err, errNotResigned):
+			return err
 		case ctx.Err() != nil:
 			return nil
 		case !connected && (first || errors.As(err, &ee) || errors.Is(err, primitives.ErrInvalidArgument)):
@@ -174,6 +177,9 @@ func runCampaigns(ctx context.Context, g *globals, name, value string) error {
 		}
 	}
 }
+
+// errNotResigned ends elect without CMD when its resignation failed.
+var errNotResigned = errors.New("did not resign")
 
 // campaignOnce runs one candidate until its session is gone or ctx ends;
 // connected says whether it got a session.
@@ -192,7 +198,13 @@ func campaignOnce(ctx context.Context, g *globals, name, value string, out *prin
 			return nil
 		})
 		if ctx.Err() != nil {
-			if leading {
+			switch {
+			case !leading:
+			case err != nil:
+				// The resignation failed (the service out of reach):
+				// the term is not over, whatever ended it here.
+				return true, fmt.Errorf("%w %s: %w; its term lasts until its lease expires", errNotResigned, name, err)
+			default:
 				out.event(termEvent{Event: "resigned", Name: name})
 			}
 			return true, nil
