@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -134,10 +135,14 @@ func standing(children []string, own string, markers ...string) (in bool, ahead 
 }
 
 // retryable reports whether a ZooKeeper error is the connection's, not the
-// request's: the request may be retried once the client reconnects.
+// request's: the request may be retried once the client reconnects. That
+// includes the socket's own error, which the client gives the request
+// whose write failed (a broken pipe, a write deadline): the request never
+// reached ZooKeeper whole.
 func retryable(err error) bool {
+	var sock *net.OpError
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
-		errors.Is(err, zk.ErrSessionMoved)
+		errors.Is(err, zk.ErrSessionMoved) || errors.As(err, &sock)
 }
 
 // retryPause is how long a caller waits before retrying a request that
