@@ -132,7 +132,7 @@ func (b *zkBarrier) Hold(ctx context.Context) error {
 		return retrying(ctx, s, func(retried bool) error {
 			err := create()
 			if parent := b.path[:strings.LastIndex(b.path, "/")]; errors.Is(err, zk.ErrNoNode) && parent != "" {
-				if err := makePath(s.conn, parent, func() bool { return s.pause(ctx, nil) },
+				if err := makePath(s.conn, parent, direct, func() bool { return s.pause(ctx, nil) },
 					func() error { return gaveUp(ctx, s) }); err != nil {
 					return err
 				}

@@ -268,7 +268,7 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 		case err != nil:
 			return err
 		case version == -2:
-			if err := makePath(d.s.conn, d.path, func() bool { return d.pause(ctx) }, func() error { return d.gaveUp(ctx) }); err != nil {
+			if err := makePath(d.s.conn, d.path, direct, func() bool { return d.pause(ctx) }, func() error { return d.gaveUp(ctx) }); err != nil {
 				return err
 			}
 			continue

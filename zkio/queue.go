@@ -401,20 +401,29 @@ func (svc *service) findGUID(dir, guid string) (string, error) {
 // createParents creates dir and its missing ancestors as persistent
 // znodes (Curator creates containers; either serves).
 func (svc *service) createParents(ctx context.Context, dir string) error {
-	return makePath(svc.s.conn, dir, func() bool { return svc.pauseRetry(ctx) }, func() error { return svc.cause(ctx) })
+	run := func(req func() error) error { return svc.request(ctx, req, nil) }
+	return makePath(svc.s.conn, dir, run, func() bool { return svc.pauseRetry(ctx) }, func() error { return svc.cause(ctx) })
 }
 
-// makePath creates p and its missing ancestors as persistent znodes. A
-// request that fails with the connection is retried after pause; once pause
-// returns false, makePath returns giveUp's error.
-func makePath(conn *zk.Conn, p string, pause func() bool, giveUp func() error) error {
+// makePath creates p and its missing ancestors as persistent znodes, each
+// create run by run. A request that fails with the connection is retried
+// after pause; once pause returns false, makePath returns giveUp's error. A
+// create run left running (a leftRunning error) is not waited for: the
+// znode it may make is a persistent parent, as it would have been.
+func makePath(conn *zk.Conn, p string, run func(req func() error) error, pause func() bool, giveUp func() error) error {
 	parts := strings.Split(p[1:], "/")
 	for i := range parts {
 		p := "/" + strings.Join(parts[:i+1], "/")
 		for {
-			_, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+			err := run(func() error {
+				_, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+				return err
+			})
 			if err == nil || errors.Is(err, zk.ErrNodeExists) {
 				break
+			}
+			if errors.As(err, new(leftRunning)) {
+				return err
 			}
 			if !retryable(err) {
 				return fmt.Errorf("zkio: create %s: %w", p, err)
@@ -426,6 +435,10 @@ func makePath(conn *zk.Conn, p string, pause func() bool, giveUp func() error) e
 	}
 	return nil
 }
+
+// direct runs req on the caller's goroutine: makePath's run for a caller
+// that waits for every answer.
+func direct(req func() error) error { return req() }
 
 // live returns the reason to stop now: ctx's end or the service's.
 func (svc *service) live(ctx context.Context) error {

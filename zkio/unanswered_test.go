@@ -1,0 +1,97 @@
+package zkio_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/zkio"
+)
+
+// asking returns what a request on path carries: op's code, if not 0, then
+// the path as a string of length n (its length first). n is len(path)
+// unless given: a path given by its prefix.
+func asking(op int32, path string, n ...int) []byte {
+	var b []byte
+	if op != 0 {
+		b = binary.BigEndian.AppendUint32(b, uint32(op))
+	}
+	l := len(path)
+	if len(n) > 0 {
+		l = n[0]
+	}
+	return append(binary.BigEndian.AppendUint32(b, uint32(l)), path...)
+}
+
+// TestGivesUpUnanswered: an acquisition whose context ends while
+// ZooKeeper does not answer one of its requests returns at once, with the
+// context's error, and leaves nothing behind: the first Lock on a new path
+// (the create of the path). Before, the request ran on the caller's
+// goroutine until ZooKeeper answered, or the connection failed.
+func TestGivesUpUnanswered(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	mkdirs := func(t *testing.T, paths ...string) {
+		t.Helper()
+		for _, p := range paths {
+			if _, err := admin.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		// start makes the primitive, through via, and returns its call
+		// and what the request ZooKeeper does not answer carries.
+		start func(t *testing.T, via, path string) (call func(context.Context) error, drop []byte)
+		// left is how many children each directory under path has
+		// afterwards.
+		left map[string]int
+	}{
+		{"first Lock", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path))
+			return func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, asking(0, path)
+		}, map[string]int{"": 0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p, via := newPartition(t, servers[0])
+			path := "/unanswered/" + c.name
+			mkdirs(t, "/unanswered")
+			call, drop := c.start(t, via, path)
+			asked := dropRequests(p, drop)
+			ctx, giveUp := context.WithCancel(context.Background())
+			defer giveUp()
+			done := make(chan error, 1)
+			go func() { done <- call(ctx) }()
+			select {
+			case <-asked:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the call did not send the request")
+			}
+			giveUp()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("call whose context ended: %v, want context.Canceled", err)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("the call still waits 3s after its context ended, ZooKeeper not answering")
+			}
+			p.px.UnmodifyTx()
+			for dir, n := range c.left {
+				testkit.Eventually(t, 20*time.Second, "what the call left in "+path+dir, func() bool {
+					kids, _, err := admin.Children(path + dir)
+					return err == nil && len(kids) == n || errors.Is(err, zk.ErrNoNode) && n == 0
+				})
+			}
+		})
+	}
+}
