@@ -140,8 +140,20 @@ func (m *semState) agree(ctx context.Context, svc *service) error {
 // failure nothing it wrote is left.
 func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.Hold, error) {
 	conn := svc.s.conn
+	// list lists dir's children, giving up when ctx ends (see request).
+	list := func(dir string) (kids []string, err error) {
+		err = svc.request(ctx, func() (err error) {
+			kids, _, err = conn.Children(dir)
+			return err
+		}, nil)
+		return kids, err
+	}
 	if try {
-		if kids, _, err := conn.Children(m.leases); err == nil && len(leasesOf(kids)) >= m.n {
+		kids, err := list(m.leases)
+		if errors.As(err, new(leftRunning)) {
+			return driver.Hold{}, err
+		}
+		if err == nil && len(leasesOf(kids)) >= m.n {
 			return driver.Hold{}, semaphore.ErrNoPermit
 		}
 	}
@@ -154,14 +166,19 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	if try {
 		// The queue first, then the leases: an owner between them (its
 		// lease deleted, its next mutex created) is counted at most once.
-		if kids, _, err := conn.Children(m.locks); err == nil {
-			lkids, _, err := conn.Children(m.leases)
+		kids, err := list(m.locks)
+		var lkids []string
+		if err == nil {
+			lkids, err = list(m.leases)
 			if errors.Is(err, zk.ErrNoNode) {
 				lkids, err = nil, nil // no lease yet
 			}
 			if err == nil && owners(leasesOf(lkids), kids, mutex) >= m.n {
 				return driver.Hold{}, semaphore.ErrNoPermit
 			}
+		}
+		if errors.As(err, new(leftRunning)) {
+			return driver.Hold{}, err
 		}
 	}
 	var waited bool

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/zkio"
 )
 
@@ -32,8 +33,9 @@ func asking(op int32, path string, n ...int) []byte {
 // TestGivesUpUnanswered: an acquisition whose context ends while
 // ZooKeeper does not answer one of its requests returns at once, with the
 // context's error, and leaves nothing behind: the first Lock on a new path
-// (the create of the path). Before, the request ran on the caller's
-// goroutine until ZooKeeper answered, or the connection failed.
+// (the create of the path), a TryAcquire (its listings of the leases and
+// of the mutex's queue). Before, each of these requests ran on the
+// caller's goroutine until ZooKeeper answered, or the connection failed.
 func TestGivesUpUnanswered(t *testing.T) {
 	t.Parallel()
 	servers := startZooKeeper(t)
@@ -45,6 +47,10 @@ func TestGivesUpUnanswered(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	semaphoreOn := func(t *testing.T, via, path string, n int) func(context.Context) error {
+		sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore([]string{via}, path, n))
+		return func(ctx context.Context) error { _, err := sem.TryAcquire(ctx); return err }
 	}
 	for _, c := range []struct {
 		name string
@@ -59,6 +65,15 @@ func TestGivesUpUnanswered(t *testing.T) {
 			l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path))
 			return func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, asking(0, path)
 		}, map[string]int{"": 0}},
+		{"TryAcquire, leases", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			call := semaphoreOn(t, via, path, 1)
+			return call, append(asking(0, path+"/leases"), 0)
+		}, map[string]int{"/leases": 0, "/locks": 0}},
+		{"TryAcquire, mutex queue", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			call := semaphoreOn(t, via, path, 1)
+			mkdirs(t, path+"/leases", path+"/locks")
+			return call, append(asking(0, path+"/locks"), 0)
+		}, map[string]int{"/leases": 0, "/locks": 0}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
