@@ -289,36 +289,45 @@ func (m *semState) claim(ctx context.Context, svc *service, lease string, q []me
 	taken := make([]bool, m.n)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	var failed error
-	for _, x := range q {
-		p := m.leases + "/" + x.name
-		if p == lease {
-			continue
-		}
-		wg.Go(func() {
-			data, _, err := conn.Get(p)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case errors.Is(err, zk.ErrNoNode):
-			case err != nil:
-				failed = err
-			default:
-				if s, ok := strings.CutPrefix(string(data), slotPrefix); ok {
-					if i, err := strconv.Atoi(s); err == nil && i >= 0 && i < m.n {
-						taken[i] = true
+	// The reads, left running when ctx ends, set what is not read then.
+	failed := svc.request(ctx, func() (readErr error) {
+		for _, x := range q {
+			p := m.leases + "/" + x.name
+			if p == lease {
+				continue
+			}
+			wg.Go(func() {
+				data, _, err := conn.Get(p)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case errors.Is(err, zk.ErrNoNode):
+				case err != nil:
+					readErr = err
+				default:
+					if s, ok := strings.CutPrefix(string(data), slotPrefix); ok {
+						if i, err := strconv.Atoi(s); err == nil && i >= 0 && i < m.n {
+							taken[i] = true
+						}
 					}
 				}
-			}
-		})
-	}
-	wg.Wait()
+			})
+		}
+		wg.Wait()
+		return readErr
+	}, nil)
 	if failed != nil {
 		return driver.Hold{}, fmt.Errorf("zkio: read the leases of %s: %w", m.leases, errors.Join(failed, svc.cause(ctx)))
 	}
 	slot := slices.Index(taken, false) // one is free: at most n-1 others
 	for {
-		st, err := conn.Set(lease, []byte(slotPrefix+strconv.Itoa(slot)), -1)
+		// A write left running when ctx ends is undone with the lease,
+		// which the failed acquisition withdraws.
+		var st *zk.Stat
+		err := svc.request(ctx, func() (err error) {
+			st, err = conn.Set(lease, []byte(slotPrefix+strconv.Itoa(slot)), -1)
+			return err
+		}, nil)
 		switch {
 		case err == nil:
 			return driver.Hold{Key: lease, Created: st.Czxid, Token: fencing.Token(st.Mzxid), Slot: slot}, nil

@@ -30,11 +30,18 @@ func asking(op int32, path string, n ...int) []byte {
 	return append(binary.BigEndian.AppendUint32(b, uint32(l)), path...)
 }
 
+// ZooKeeper's codes of the requests the cases below drop.
+const (
+	opGetData = 4
+	opSetData = 5
+)
+
 // TestGivesUpUnanswered: an acquisition whose context ends while
 // ZooKeeper does not answer one of its requests returns at once, with the
 // context's error, and leaves nothing behind: the first Lock on a new path
 // (the create of the path), a TryAcquire (its listings of the leases and
-// of the mutex's queue). Before, each of these requests ran on the
+// of the mutex's queue, its read of the other leases' slots, the write of
+// its own). Before, each of these requests ran on the
 // caller's goroutine until ZooKeeper answered, or the connection failed.
 func TestGivesUpUnanswered(t *testing.T) {
 	t.Parallel()
@@ -48,9 +55,21 @@ func TestGivesUpUnanswered(t *testing.T) {
 			}
 		}
 	}
+	// A lease of another owner, of no slot yet.
+	other := func(t *testing.T, path string) {
+		t.Helper()
+		if _, err := admin.Create(path+"/leases/_c_00000000-0000-0000-0000-000000000000-lease-", nil,
+			zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	semaphoreOn := func(t *testing.T, via, path string, n int) func(context.Context) error {
 		sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore([]string{via}, path, n))
 		return func(ctx context.Context) error { _, err := sem.TryAcquire(ctx); return err }
+	}
+	// The length of a lease's path under path.
+	leaseLen := func(path string) int {
+		return len(path + "/leases/_c_00000000-0000-0000-0000-000000000000-lease-0000000000")
 	}
 	for _, c := range []struct {
 		name string
@@ -73,6 +92,17 @@ func TestGivesUpUnanswered(t *testing.T) {
 			call := semaphoreOn(t, via, path, 1)
 			mkdirs(t, path+"/leases", path+"/locks")
 			return call, append(asking(0, path+"/locks"), 0)
+		}, map[string]int{"/leases": 0, "/locks": 0}},
+		{"TryAcquire, slot read", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			call := semaphoreOn(t, via, path, 2)
+			mkdirs(t, path+"/leases", path+"/locks")
+			other(t, path)
+			return call, asking(opGetData, path+"/leases/_c_00000000", leaseLen(path))
+		}, map[string]int{"/leases": 1, "/locks": 0}},
+		{"TryAcquire, slot write", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			call := semaphoreOn(t, via, path, 1)
+			mkdirs(t, path+"/leases", path+"/locks")
+			return call, asking(opSetData, path+"/leases/_c_", leaseLen(path))
 		}, map[string]int{"/leases": 0, "/locks": 0}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
