@@ -118,10 +118,18 @@ func epochToken(ctx context.Context, svc *service, node string, mode rwlock.Mode
 		if err := svc.live(ctx); err != nil {
 			return 0, err
 		}
-		token, err := epochOnce(svc.s.conn, epoch, node, mode)
+		// An attempt left running when ctx ends may advance the epoch,
+		// as one whose answer was lost: a token no grant carries.
+		var token int64
+		err := svc.request(ctx, func() (err error) {
+			token, err = epochOnce(svc.s.conn, epoch, node, mode)
+			return err
+		}, nil)
 		switch {
 		case err == nil:
 			return token, nil
+		case errors.As(err, new(leftRunning)):
+			return 0, err
 		case errors.Is(err, errRaced), errors.Is(err, errNoEpoch):
 			continue
 		case errors.Is(err, zk.ErrNoNode):

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
 	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/zkio"
 )
@@ -41,8 +42,9 @@ const (
 // context's error, and leaves nothing behind: the first Lock on a new path
 // (the create of the path), a TryAcquire (its listings of the leases and
 // of the mutex's queue, its read of the other leases' slots, the write of
-// its own). Before, each of these requests ran on the
-// caller's goroutine until ZooKeeper answered, or the connection failed.
+// its own), an RLock and a Lock of a read/write lock (their request of the
+// epoch). Before, each of these requests ran on the caller's goroutine
+// until ZooKeeper answered, or the connection failed.
 func TestGivesUpUnanswered(t *testing.T) {
 	t.Parallel()
 	servers := startZooKeeper(t)
@@ -66,6 +68,13 @@ func TestGivesUpUnanswered(t *testing.T) {
 	semaphoreOn := func(t *testing.T, via, path string, n int) func(context.Context) error {
 		sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore([]string{via}, path, n))
 		return func(ctx context.Context) error { _, err := sem.TryAcquire(ctx); return err }
+	}
+	rwlockOn := func(t *testing.T, via, path string, mode rwlock.Mode) func(context.Context) error {
+		l := testkit.ClosedAtEnd[rwlock.Service](t)(zkio.NewRWLock([]string{via}, path))
+		if mode == rwlock.Read {
+			return func(ctx context.Context) error { _, err := l.RLock(ctx); return err }
+		}
+		return func(ctx context.Context) error { _, err := l.Lock(ctx); return err }
 	}
 	// The length of a lease's path under path.
 	leaseLen := func(path string) int {
@@ -104,6 +113,12 @@ func TestGivesUpUnanswered(t *testing.T) {
 			mkdirs(t, path+"/leases", path+"/locks")
 			return call, asking(opSetData, path+"/leases/_c_", leaseLen(path))
 		}, map[string]int{"/leases": 0, "/locks": 0}},
+		{"RLock, epoch", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			return rwlockOn(t, via, path, rwlock.Read), asking(0, path+zkio.EpochSuffix)
+		}, map[string]int{"": 0}},
+		{"Lock, epoch", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			return rwlockOn(t, via, path, rwlock.Write), asking(0, path+zkio.EpochSuffix)
+		}, map[string]int{"": 0}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
