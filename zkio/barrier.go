@@ -125,14 +125,26 @@ func gaveUp(ctx context.Context, s *Session) error {
 func (b *zkBarrier) Hold(ctx context.Context) error {
 	return b.call(ctx, "hold", func(s *Session) error {
 		mark := []byte("disco-" + uuid.NewString())
+		run := func(req func() error) error { return s.request(ctx, nil, nil, req, nil) }
 		create := func() error {
-			_, err := s.conn.Create(b.path, mark, 0, zk.WorldACL(zk.PermAll))
-			return err
+			return s.request(ctx, nil, nil, func() error {
+				_, err := s.conn.Create(b.path, mark, 0, zk.WorldACL(zk.PermAll))
+				return err
+			}, func(err error) {
+				// Given up on while it ran: the barrier it may have
+				// raised, known by its mark, is lowered.
+				if err != nil && !retryable(err) {
+					return
+				}
+				if data, st, gerr := s.conn.Get(b.path); gerr == nil && bytes.Equal(data, mark) {
+					_ = s.conn.Delete(b.path, st.Version)
+				}
+			})
 		}
 		return retrying(ctx, s, func(retried bool) error {
 			err := create()
 			if parent := b.path[:strings.LastIndex(b.path, "/")]; errors.Is(err, zk.ErrNoNode) && parent != "" {
-				if err := makePath(s.conn, parent, direct, func() bool { return s.pause(ctx, nil) },
+				if err := makePath(s.conn, parent, run, func() bool { return s.pause(ctx, nil) },
 					func() error { return gaveUp(ctx, s) }); err != nil {
 					return err
 				}
@@ -163,7 +175,8 @@ func (b *zkBarrier) Hold(ctx context.Context) error {
 func (b *zkBarrier) Release(ctx context.Context) error {
 	return b.call(ctx, "release", func(s *Session) error {
 		return retrying(ctx, s, func(retried bool) error {
-			err := s.conn.Delete(b.path, -1)
+			// A delete left running lowers the barrier, as asked.
+			err := s.request(ctx, nil, nil, func() error { return s.conn.Delete(b.path, -1) }, nil)
 			switch {
 			case errors.Is(err, zk.ErrNoNode):
 				if retried {
@@ -213,7 +226,21 @@ func (b *zkBarrier) Wait(ctx context.Context) error {
 	err := b.call(ctx, "wait", func(s *Session) error {
 		var first since
 		for {
-			exists, ch, err := b.watches.look(s.requests, b.path, &first)
+			var exists bool
+			var ch <-chan zk.Event
+			err := s.request(ctx, nil, nil, func() (err error) {
+				b.watches.looking.Lock()
+				exists, ch, err = b.watches.look(s.requests, b.path, &first)
+				return err
+			}, func(err error) {
+				if err == nil && exists {
+					b.watches.keep(b.path, ch) // as a Wait that ends waiting does
+				}
+				b.watches.looking.Unlock()
+			})
+			if !errors.As(err, new(leftRunning)) {
+				b.watches.looking.Unlock()
+			}
 			switch {
 			case retryable(err):
 				if !s.pause(ctx, nil) {
@@ -250,8 +277,11 @@ func (b *zkBarrier) Wait(ctx context.Context) error {
 // another: the ZooKeeper client keeps each watch until its znode changes,
 // so without them every call that ends early would leave one more.
 type spares struct {
-	mu sync.Mutex
-	m  map[string]<-chan zk.Event
+	// looking is held by a Wait's look and, if the Wait left it running,
+	// until its watch is kept: the next look then finds it.
+	looking sync.Mutex
+	mu      sync.Mutex
+	m       map[string]<-chan zk.Event
 }
 
 // exists reports whether path exists, and its stat if it does, with a

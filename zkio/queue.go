@@ -175,10 +175,16 @@ func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 // connection fails, and what it sets must not be read: abandoned, if not
 // nil, is called with its error then, on the helper, to undo what it did.
 func (svc *service) request(ctx context.Context, req func() error, abandoned func(error)) error {
+	return svc.s.request(ctx, svc.stop, svc.stopped, req, abandoned)
+}
+
+// request is service.request for any caller: stop, if not nil, ends the
+// wait as the service's stop does, with stopped's error.
+func (s *Session) request(ctx context.Context, stop <-chan struct{}, stopped func() error, req func() error, abandoned func(error)) error {
 	var mu sync.Mutex
 	answered, left := false, false
 	done := make(chan error, 1)
-	if !svc.s.helper(func() {
+	if !s.helper(func() {
 		err := req()
 		mu.Lock()
 		answered = true
@@ -198,8 +204,8 @@ func (svc *service) request(ctx context.Context, req func() error, abandoned fun
 		return err
 	case <-ctx.Done():
 		why = ctx.Err()
-	case <-svc.stop:
-		why = svc.stopped()
+	case <-stop:
+		why = stopped()
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives/barrier"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
 	"github.com/ahrtr/disco/primitives/semaphore"
@@ -34,6 +35,7 @@ func asking(op int32, path string, n ...int) []byte {
 // ZooKeeper's codes of the requests the cases below drop.
 const (
 	opGetData = 4
+	opDelete  = 2
 	opSetData = 5
 )
 
@@ -43,7 +45,8 @@ const (
 // (the create of the path), a TryAcquire (its listings of the leases and
 // of the mutex's queue, its read of the other leases' slots, the write of
 // its own), an RLock and a Lock of a read/write lock (their request of the
-// epoch). Before, each of these requests ran on the caller's goroutine
+// epoch), a barrier's Hold (its create, and its parent's), Release and
+// Wait. Before, each of these requests ran on the caller's goroutine
 // until ZooKeeper answered, or the connection failed.
 func TestGivesUpUnanswered(t *testing.T) {
 	t.Parallel()
@@ -75,6 +78,18 @@ func TestGivesUpUnanswered(t *testing.T) {
 			return func(ctx context.Context) error { _, err := l.RLock(ctx); return err }
 		}
 		return func(ctx context.Context) error { _, err := l.Lock(ctx); return err }
+	}
+	// A barrier at path/b, held if held.
+	barrierOn := func(t *testing.T, via, path string, held bool) barrier.Barrier {
+		t.Helper()
+		if held {
+			mkdirs(t, path, path+"/b")
+		}
+		b, err := zkio.NewBarrier([]string{via}, path+"/b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
 	// The length of a lease's path under path.
 	leaseLen := func(path string) int {
@@ -119,6 +134,19 @@ func TestGivesUpUnanswered(t *testing.T) {
 		{"Lock, epoch", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
 			return rwlockOn(t, via, path, rwlock.Write), asking(0, path+zkio.EpochSuffix)
 		}, map[string]int{"": 0}},
+		{"Barrier.Hold", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			mkdirs(t, path)
+			return barrierOn(t, via, path, false).Hold, asking(0, path+"/b")
+		}, map[string]int{"": 0}},
+		{"Barrier.Hold, parent", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			return barrierOn(t, via, path, false).Hold, asking(0, path)
+		}, map[string]int{"": 0}},
+		{"Barrier.Release", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			return barrierOn(t, via, path, true).Release, asking(opDelete, path+"/b")
+		}, map[string]int{"": 1}},
+		{"Barrier.Wait", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			return barrierOn(t, via, path, true).Wait, asking(0, path+"/b")
+		}, map[string]int{"": 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
