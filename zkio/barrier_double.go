@@ -162,6 +162,17 @@ func (d *zkDoubleBarrier) gaveUp(ctx context.Context) error {
 	return gaveUp(ctx, d.s)
 }
 
+// request runs req as service.request does (nothing to undo), its wait
+// ended also by Close.
+func (d *zkDoubleBarrier) request(ctx context.Context, req func() error) error {
+	return d.s.request(ctx, d.closed, d.stopped, req, nil)
+}
+
+// requester is request for ctx, as makePath's run.
+func (d *zkDoubleBarrier) requester(ctx context.Context) func(req func() error) error {
+	return func(req func() error) error { return d.request(ctx, req) }
+}
+
 // fail says what failed; ctx's end first if it ended.
 func (d *zkDoubleBarrier) fail(ctx context.Context, what string, err error) error {
 	switch {
@@ -258,7 +269,13 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 				return giveUp(err)
 			}
 		}
-		kids, ready, version, _, err := d.members()
+		var kids []string
+		var ready bool
+		var version int32
+		err := d.request(ctx, func() (err error) {
+			kids, ready, version, _, err = d.members()
+			return err
+		})
 		switch {
 		case retryable(err):
 			if !d.pause(ctx) {
@@ -268,7 +285,7 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 		case err != nil:
 			return err
 		case version == -2:
-			if err := makePath(d.s.conn, d.path, direct, func() bool { return d.pause(ctx) }, func() error { return d.gaveUp(ctx) }); err != nil {
+			if err := makePath(d.s.conn, d.path, d.requester(ctx), func() bool { return d.pause(ctx) }, func() error { return d.gaveUp(ctx) }); err != nil {
 				return err
 			}
 			continue

@@ -442,10 +442,6 @@ func makePath(conn *zk.Conn, p string, run func(req func() error) error, pause f
 	return nil
 }
 
-// direct runs req on the caller's goroutine: makePath's run for a caller
-// that waits for every answer.
-func direct(req func() error) error { return req() }
-
 // live returns the reason to stop now: ctx's end or the service's.
 func (svc *service) live(ctx context.Context) error {
 	if err := svc.stopped(); err != nil {

@@ -46,7 +46,8 @@ const (
 // of the mutex's queue, its read of the other leases' slots, the write of
 // its own), an RLock and a Lock of a read/write lock (their request of the
 // epoch), a barrier's Hold (its create, and its parent's), Release and
-// Wait. Before, each of these requests ran on the caller's goroutine
+// Wait, a double barrier's Enter (its first listing, or create, of the
+// path). Before, each of these requests ran on the caller's goroutine
 // until ZooKeeper answered, or the connection failed.
 func TestGivesUpUnanswered(t *testing.T) {
 	t.Parallel()
@@ -147,6 +148,10 @@ func TestGivesUpUnanswered(t *testing.T) {
 		{"Barrier.Wait", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
 			return barrierOn(t, via, path, true).Wait, asking(0, path+"/b")
 		}, map[string]int{"": 1}},
+		{"DoubleBarrier.Enter", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			d := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(zkio.NewDoubleBarrier([]string{via}, path, 2))
+			return d.Enter, asking(0, path)
+		}, map[string]int{"": 0}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
