@@ -30,65 +30,21 @@ func (v *service) acquire(ctx context.Context, try bool, value string, mode rwlo
 		return driver.Hold{}, v.Err()
 	}
 	// Close waits for what follows: the hold it may write is granted to
-	// the service or withdrawn before it returns (once the caller left,
-	// withdrawn by acquireBounded's goroutine, which a Close of the
-	// session waits for).
+	// the service or withdrawn before it returns.
 	defer v.endAcquisition()
-	if err := v.awaitCleaning(ctx); err != nil {
-		v.Leave()
-		return driver.Hold{}, err
+	if c := v.cleaning.Load(); c != nil { // a lost hold is still leaving the queue
+		select {
+		case <-*c:
+		case <-ctx.Done():
+			v.Leave()
+			return driver.Hold{}, ctx.Err()
+		}
 	}
-	// The caller leaves soon after ctx ends (see acquireBounded): the
-	// goroutine, seeing ctx ended, withdraws what its enqueue queued (see
-	// enqueue and wait), or the hold granted in Redis once the caller left.
-	h, err := acquireBounded(v, ctx, func() (driver.Hold, error) { return v.enqueue(ctx, try, value, mode) },
-		func(h driver.Hold) { v.withdraw(h.Key) })
-	if err == nil {
-		h, err = v.grant(ctx, h, began)
-	}
+	h, err := v.enqueue(ctx, try, value, mode, began)
 	if err != nil {
 		v.Leave()
 	}
 	return h, err
-}
-
-// awaitCleaning waits until cleaning, if set, is done (a lost hold has
-// left the queue, or an acquisition whose caller left has withdrawn what
-// it wrote), or ctx ends (its error).
-func (v *service) awaitCleaning(ctx context.Context) error {
-	if c := v.cleaning.Load(); c != nil {
-		select {
-		case <-*c:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// giveUpGrace is how long an acquisition whose context ended waits for
-// what its goroutine does then (a withdrawal) to answer: with Redis
-// answering, the acquisition returns once what it wrote is gone, as it
-// did on the caller's goroutine.
-const giveUpGrace = time.Second
-
-// acquireBounded is goBounded, with giveUpGrace, for an acquisition of v:
-// once its caller left, the goroutine undoes what f got if f succeeded
-// (undo), and the service's next acquisition waits for it (cleaning), as
-// it waited for f before.
-func acquireBounded[T any](v *service, ctx context.Context, f func() (T, error), undo func(T)) (T, error) {
-	done := make(chan struct{})
-	r, left, err := goBounded(v.s, ctx, giveUpGrace, f, func(r T, err error) {
-		if err == nil {
-			undo(r)
-		}
-		close(done)
-		v.cleaning.CompareAndSwap(&done, nil)
-	})
-	if left {
-		v.cleaning.Store(&done)
-	}
-	return r, err
 }
 
 // wireMode is an rwlock mode as the scripts write it.
@@ -99,9 +55,8 @@ func wireMode(m rwlock.Mode) string {
 	return "w"
 }
 
-// enqueue creates the hold in Redis and waits for its turn; the hold it
-// returns is granted in Redis, for grant to record.
-func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlock.Mode) (driver.Hold, error) {
+// enqueue creates the hold in Redis and waits for its turn.
+func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlock.Mode, began time.Time) (driver.Hold, error) {
 	// An attempt's outcome must be known to withdraw, so it is not cut
 	// short by ctx. An attempt whose reply was lost (see inAttempts) may
 	// have queued its hold: the next one looks for it by that attempt's
@@ -141,7 +96,7 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 			return driver.Hold{}, v.errf("enqueue: hold key %q: %w", found, err)
 		}
 		h := driver.Hold{Key: found, Created: created, Mode: mode, Value: value, LeaseID: v.s.id}
-		return v.wait(ctx, h, true)
+		return v.wait(ctx, h, began, true)
 	}
 	switch res[0] {
 	case -1:
@@ -155,12 +110,12 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 		h.Slot = int(res[2])
 	}
 	if h.Token != 0 {
-		return h, nil
+		return v.grant(ctx, h, began)
 	}
 	if v.s.beforeWait != nil {
 		v.s.beforeWait(h.Key)
 	}
-	return v.wait(ctx, h, false)
+	return v.wait(ctx, h, began, false)
 }
 
 // enqueueOnce runs the service's enqueue script once (see onceScripter),
@@ -221,7 +176,7 @@ func (v *service) grant(ctx context.Context, h driver.Hold, began time.Time) (dr
 // waiter registered included), or by the recheck timer. It makes no
 // request before either, unless look says to look at once (a hold an
 // earlier attempt of its enqueue queued: it may be granted already).
-func (v *service) wait(ctx context.Context, h driver.Hold, look bool) (driver.Hold, error) {
+func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time, look bool) (driver.Hold, error) {
 	wake := make(chan struct{}, 1)
 	if _, err := loopCall(v.s, context.Background(), func() (struct{}, error) {
 		if v.Ended() {
@@ -281,7 +236,7 @@ func (v *service) wait(ctx context.Context, h driver.Hold, look bool) (driver.Ho
 			if len(res) > 2 {
 				h.Slot = int(res[2])
 			}
-			return h, nil
+			return v.grant(ctx, h, began)
 		}
 	}
 }

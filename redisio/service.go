@@ -45,9 +45,8 @@ type service struct {
 	obs        *actor.Fanout[election.Leadership] // elections only
 	finishOnce sync.Once
 
-	// cleaning, while a helper takes a lost hold out of the queue (or
-	// the goroutine of an acquisition whose caller left withdraws its
-	// hold), is closed when it is done: the next acquisition waits for it.
+	// cleaning, while a helper takes a lost hold out of the queue, is
+	// closed when it is done: the next acquisition waits for it.
 	cleaning atomic.Pointer[chan struct{}]
 	// busy is full while an acquisition (a party's Enter) is under way,
 	// from its last look at Err to its return: what its scripts wrote in

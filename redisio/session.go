@@ -437,56 +437,6 @@ func (s *Session) releaseBounded(ctx context.Context, ref holdRef) (int64, error
 	}
 }
 
-// goBounded runs f on a goroutine of the session s (see goTracked) and
-// returns its result, or, left true, ctx's error as soon as ctx ends:
-// go-redis heeds a context only between commands unless the client was
-// made with ContextTimeoutEnabled, and the caller learns it gave up now
-// rather than when the client's read times out. f, given the caller's
-// ctx, undoes what it did when it sees ctx ended; once the caller has
-// left, f's result goes to after, on the goroutine, to undo a success.
-// Once ctx ended the caller waits up to grace more for f's answer (to
-// what f does as ctx ends). Once Close has ended the session, f does not
-// run and goBounded returns the session's error.
-func goBounded[T any](s *Session, ctx context.Context, grace time.Duration, f func() (T, error), after func(T, error)) (v T, left bool, err error) {
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	// taken is set by the first of the caller leaving and f's goroutine
-	// handing its result over: the other then knows which came first.
-	var taken atomic.Bool
-	if !s.goTracked(func() {
-		v, err := f()
-		if taken.CompareAndSwap(false, true) {
-			ch <- result{v, err}
-		} else {
-			after(v, err)
-		}
-	}) {
-		return v, false, s.Err()
-	}
-	select {
-	case r := <-ch:
-		return r.v, false, r.err
-	case <-ctx.Done():
-		if grace > 0 {
-			t := time.NewTimer(grace)
-			defer t.Stop()
-			select {
-			case r := <-ch:
-				return r.v, false, r.err
-			case <-t.C:
-			}
-		}
-		if taken.CompareAndSwap(false, true) {
-			return v, true, ctx.Err()
-		}
-		r := <-ch // handed over as ctx ended
-		return r.v, false, r.err
-	}
-}
-
 // cleanup releases keys and deletes the session's key, in attempts
 // until ctx ends (ctx from ownCtx, or Close's), each on ownClient(by);
 // errors only log (the keys expire with the TTL anyway). It returns what
