@@ -307,10 +307,13 @@
 // hold, its waiters' wake channels and an election's last known leader.
 // Its rules:
 //
-//   - Nothing blocks the loop. Every Redis request runs elsewhere: a
-//     caller's own script (Lock, Campaign, Proclaim) on the caller's
-//     goroutine, a release's (Unlock, Release, Resign) on a goroutine of
-//     the session that its caller waits for until its context ends, the
+//   - Nothing blocks the loop. Every Redis request runs elsewhere: an
+//     acquisition's enqueue and a waiter's check (Lock, TryLock, RLock,
+//     Campaign, Acquire, TryAcquire) and a release's (Unlock, Release,
+//     Resign) on a goroutine of the session, one per request under way,
+//     that its caller waits for until its context ends (see Giving up);
+//     a caller's other scripts (Proclaim, a barrier's, a double
+//     barrier's) on the caller's goroutine; the
 //     session's own (refresh, an election's leader reads, cleanup) on the
 //     session's helper goroutines. They post their results to the loop's
 //     mailbox, which never blocks; the loop answers callers through
@@ -324,6 +327,26 @@
 //     dropped or coalesced; LeaderChanged and Observe states may be
 //     coalesced for a slow reader, the latest always delivered.
 //   - Every call parked on a service is answered when the service ends.
+//
+// # Giving up
+//
+// An acquisition (Lock, TryLock, RLock, TryRLock, Campaign, Acquire,
+// TryAcquire) returns an error wrapping its context's error within half a
+// second of its context's end, and ErrClosed as soon as Close ends its
+// primitive, even while Redis does not answer: go-redis heeds a context
+// only between commands (its deadline too, unless the client was made
+// with ContextTimeoutEnabled), so each of the acquisition's requests runs
+// on a goroutine of the session while its caller waits, and the caller
+// leaves it under way. With Redis answering, it returns once what it
+// queued is withdrawn; otherwise what its requests wrote is withdrawn
+// when they are answered (or, if Redis answers no more, expires with the
+// session). Those requests run on the client itself when its read and
+// write timeouts are at most the TTL (go-redis's defaults are, under
+// DefaultTTL), else on a clone of it bounded by the TTL, which runs none
+// of the client's hooks: a request left under way ends within the TTL,
+// and Close, which waits for it, too. A double barrier's Enter and Leave,
+// a barrier's calls and Proclaim run on the caller's goroutine and end
+// within the client's own timeouts.
 //
 // # Loss, suspension and resumption
 //
@@ -373,10 +396,10 @@
 // returns an error wrapping context.DeadlineExceeded that names what it
 // gave up on; what it left in Redis expires with the TTL, as after a
 // loss. In an outage Close takes the TTL, 10 s by default, and no more.
-// An acquisition that Close gave up on (Lock, Campaign, Acquire, a double
-// barrier's Enter, on the caller's goroutine) returns an error wrapping
-// primitives.ErrClosed once its request under way ends, within the
-// client's own timeouts (ReadTimeout).
+// An acquisition under way when Close begins returns an error wrapping
+// primitives.ErrClosed within half a second (see Giving up); a double
+// barrier's Enter, on the caller's goroutine, once its request under way
+// ends, within the client's own timeouts (ReadTimeout).
 //
 // # Metrics
 //

@@ -57,29 +57,32 @@ func wireMode(m rwlock.Mode) string {
 
 // enqueue creates the hold in Redis and waits for its turn.
 func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlock.Mode, began time.Time) (driver.Hold, error) {
-	// An attempt's outcome must be known to withdraw, so it is not cut
-	// short by ctx. An attempt whose reply was lost (see inAttempts) may
-	// have queued its hold: the next one looks for it by that attempt's
-	// nonce and keeps it, and enqueues anew only if it finds none. A
-	// failed enqueue's hold is withdrawn by its nonce; one the search
-	// misses (the script ran after it) is refreshed by nobody and dies
-	// with the session's current expiry. The repeats end with the service
-	// (its Close, or its session's end): an enqueue repeated for a closed
-	// service would only queue a hold to withdraw.
-	var nonce, found string
-	res, _, err := inAttempts(ctx, v.Done(), func() ([]int64, error) {
-		if nonce != "" { // the last attempt's reply was lost
-			key, err := v.findNonce(nonce)
-			if err != nil || key != "" {
-				found = key
-				return nil, err
-			}
+	// An attempt runs on a helper of the session (see request): its
+	// caller leaves once ctx ends, and what the attempt queued is withdrawn
+	// when its answer comes. An attempt whose reply was lost (see
+	// inAttempts) may have queued its hold: the next one looks for it by
+	// that attempt's nonce and keeps it, and enqueues anew only if it finds
+	// none. A failed enqueue's hold is withdrawn by its nonce; one the
+	// search misses (the script ran after it) is refreshed by nobody and
+	// dies with the session's current expiry. The repeats end with the
+	// service (its Close, or its session's end): an enqueue repeated for a
+	// closed service would only queue a hold to withdraw.
+	var unknown string // the nonce of the last attempt whose reply was lost
+	e, _, err := inAttempts(ctx, v.Done(), func() (enqueued, error) {
+		last, nonce := unknown, strconv.FormatUint(v.s.enqueues.Add(1), 10)
+		e, left, err := request(v.s, ctx, v.Done(), func() (enqueued, error) {
+			return v.enqueueAttempt(ctx, try, value, mode, last, nonce)
+		}, v.undoEnqueue)
+		if left {
+			return enqueued{}, errLeft
 		}
-		nonce = strconv.FormatUint(v.s.enqueues.Add(1), 10)
-		return v.enqueueOnce(ctx, try, value, mode, nonce)
+		unknown = e.unknown
+		return e, err
 	})
 	if err != nil {
-		v.withdrawNonce(nonce)
+		if e.unknown != "" {
+			v.s.settle(func() { v.withdrawNonce(e.unknown) })
+		}
 		if cerr := ctx.Err(); cerr != nil {
 			// The caller gave up meanwhile: its context's error is the
 			// answer, whatever the request met.
@@ -90,6 +93,7 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 		}
 		return driver.Hold{}, v.errf("enqueue: %w", err)
 	}
+	res, found := e.res, e.found
 	if found != "" {
 		created, err := strconv.ParseInt(found[strings.LastIndexByte(found, '/')+1:], 10, 64)
 		if err != nil {
@@ -118,6 +122,54 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 	return v.wait(ctx, h, began, false)
 }
 
+// errLeft is the error of an attempt whose caller left it under way (see
+// request): what it wrote is withdrawn when its answer comes.
+var errLeft = errors.New("no answer from Redis")
+
+// enqueued is what an attempt of an enqueue learnt: the script's answer,
+// or the key of the hold an earlier attempt queued, found by its nonce;
+// unknown, if set, is the nonce of an enqueue whose outcome the attempt
+// did not learn (its reply or the search for it failed): it may have
+// queued a hold.
+type enqueued struct {
+	res     []int64
+	found   string
+	unknown string
+}
+
+// enqueueAttempt is an attempt of enqueue: it looks for the hold of the
+// enqueue with nonce last, if set, whose reply was lost, and keeps it if
+// there is one; else it enqueues with nonce.
+func (v *service) enqueueAttempt(ctx context.Context, try bool, value string, mode rwlock.Mode, last, nonce string) (enqueued, error) {
+	if last != "" {
+		key, err := v.findNonce(last)
+		if err != nil {
+			return enqueued{unknown: last}, err
+		}
+		if key != "" {
+			return enqueued{found: key}, nil
+		}
+	}
+	res, err := v.enqueueOnce(ctx, try, value, mode, nonce)
+	if err != nil {
+		return enqueued{unknown: nonce}, err
+	}
+	return enqueued{res: res}, nil
+}
+
+// undoEnqueue withdraws what an attempt whose caller left queued (see
+// request), given its answer.
+func (v *service) undoEnqueue(e enqueued, err error) {
+	switch {
+	case e.unknown != "":
+		v.withdrawNonce(e.unknown)
+	case e.found != "":
+		v.withdrawNow(e.found)
+	case err == nil && len(e.res) > 0 && e.res[0] >= 0:
+		v.withdrawNow(v.name + "/" + strconv.FormatInt(e.res[0], 10))
+	}
+}
+
 // enqueueOnce runs the service's enqueue script once (see onceScripter),
 // bounded by opTimeout and not by ctx.
 func (v *service) enqueueOnce(ctx context.Context, try bool, value string, mode rwlock.Mode, nonce string) ([]int64, error) {
@@ -127,7 +179,7 @@ func (v *service) enqueueOnce(ctx context.Context, try bool, value string, mode 
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	once := onceScripter{v.s.cli}
+	once := onceScripter{v.s.asked}
 	switch v.kind {
 	case kindRWLock:
 		return rwEnqueueScript.Run(opCtx, once, []string{v.seq, v.queue, v.granted, v.s.key, v.rtok},
@@ -211,9 +263,17 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time, look
 		// The next timed look counts from this one's start, as a slow
 		// answer must not stretch the bound on a missed message.
 		t.Reset(v.nextLook(place))
-		cctx, cancel := context.WithTimeout(ctx, opTimeout)
-		res, err := v.check(cctx, h.Key)
-		cancel()
+		res, left, err := request(v.s, ctx, v.Done(), func() ([]int64, error) {
+			cctx, cancel := context.WithTimeout(ctx, opTimeout)
+			defer cancel()
+			return v.check(cctx, h.Key)
+		}, func([]int64, error) { v.withdrawNow(h.Key) })
+		if left { // the check withdraws the hold when it is answered
+			if err := ctx.Err(); err != nil {
+				return driver.Hold{}, err
+			}
+			return driver.Hold{}, v.Err()
+		}
 		if err == nil && res[0] == 0 && len(res) > 1 {
 			place = res[1]
 		}
@@ -245,13 +305,13 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time, look
 func (v *service) check(ctx context.Context, key string) ([]int64, error) {
 	switch v.kind {
 	case kindRWLock:
-		return rwCheckScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key, v.rtok}, v.wake).Int64Slice()
+		return rwCheckScript.Run(ctx, v.s.asked, []string{v.seq, v.queue, v.granted, v.s.key, key, v.rtok}, v.wake).Int64Slice()
 	case kindSemaphore:
-		return semCheckScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, v.permits, v.wake).Int64Slice()
+		return semCheckScript.Run(ctx, v.s.asked, []string{v.seq, v.queue, v.granted, v.s.key, key}, v.permits, v.wake).Int64Slice()
 	case kindLock:
-		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, "1", v.wake).Int64Slice()
+		return checkScript.Run(ctx, v.s.asked, []string{v.seq, v.queue, v.granted, v.s.key, key}, "1", v.wake).Int64Slice()
 	default:
-		return checkScript.Run(ctx, v.s.cli, []string{v.seq, v.queue, v.granted, v.s.key, key}, "0", v.wake).Int64Slice()
+		return checkScript.Run(ctx, v.s.asked, []string{v.seq, v.queue, v.granted, v.s.key, key}, "0", v.wake).Int64Slice()
 	}
 }
 
@@ -264,22 +324,14 @@ func (v *service) findNonce(nonce string) (string, error) {
 }
 
 // withdrawNonce withdraws the hold that an enqueue with nonce queued, if
-// it did (its reply was lost): now, and if the lookup fails, again on a
-// session helper until one answers or the session ends. Until then the
-// hold, refreshed by nobody, blocks the name (at most until it expires,
-// and its tombstone if it was granted).
+// it did (its reply was lost): it looks the hold up until Redis answers
+// or the session ends. Until then the hold, refreshed by nobody, blocks
+// the name (at most until it expires, and its tombstone if it was
+// granted). It runs on a helper of the session.
 func (v *service) withdrawNonce(nonce string) {
-	if v.tryWithdrawNonce(nonce) == nil {
-		return
-	}
-	s := v.s
-	s.mb.Post(func() { // goHelper is loop only
-		s.goHelper(func() {
-			// s.done closes before Close waits for the helpers.
-			_, _, _ = inAttempts(context.Background(), s.done, func() (struct{}, error) {
-				return struct{}{}, v.tryWithdrawNonce(nonce)
-			})
-		})
+	// s.done closes before Close waits for the helpers.
+	_, _, _ = inAttempts(context.Background(), v.s.done, func() (struct{}, error) {
+		return struct{}{}, v.tryWithdrawNonce(nonce)
 	})
 }
 
@@ -292,13 +344,21 @@ func (v *service) tryWithdrawNonce(nonce string) error {
 		return err
 	}
 	if key != "" {
-		v.withdraw(key)
+		v.withdrawNow(key)
 	}
 	return nil
 }
 
-// withdraw forgets a waiting key and deletes it in Redis.
+// withdraw forgets a waiting key and deletes it in Redis (withdrawNow),
+// waiting up to leaveGrace for the delete (see Session.settle).
 func (v *service) withdraw(key string) {
+	v.s.settle(func() { v.withdrawNow(key) })
+}
+
+// withdrawNow forgets a waiting key and deletes it in Redis, within
+// opTimeout (and the bounds of ownCtx and ownClient): a key it leaves,
+// refreshed by nobody, expires with the session's current expiry.
+func (v *service) withdrawNow(key string) {
 	v.s.mb.Post(func() { delete(v.waiting, key) })
 	ctx, cancel := v.s.ownCtx(context.Background(), opTimeout)
 	defer cancel()

@@ -36,7 +36,12 @@ const (
 // primitives that run on it. A Session is lost when its key is not
 // confirmed within its TTL; everything it holds is then lost with it.
 type Session struct {
-	cli     *redis.Client
+	cli *redis.Client
+	// asked is the client of the requests the session makes on a
+	// caller's behalf (see request): cli if its read and write timeouts
+	// are at most the TTL, else a clone of it bounded by the TTL, so that
+	// such a request a caller left ends within the TTL.
+	asked   *redis.Client
 	id      int64
 	key     string
 	ttl     time.Duration
@@ -122,7 +127,7 @@ func newSession(ctx context.Context, cli *redis.Client, o options) (*Session, er
 		return nil, fmt.Errorf("redisio: create session: %w", reach.Failed(ctx, "Redis", []string{cli.Options().Addr}, sent, "", err))
 	}
 	s := &Session{
-		cli: cli, id: id, key: sessionPrefix + strconv.FormatInt(id, 10), ttl: o.TTL, log: o.Logger, metrics: o.Metrics,
+		cli: cli, asked: withTimeoutAtMost(cli, o.TTL), id: id, key: sessionPrefix + strconv.FormatInt(id, 10), ttl: o.TTL, log: o.Logger, metrics: o.Metrics,
 		mb: actor.NewMailbox[func()](), quit: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{}),
 		subs: map[string]int{}, services: map[*service]struct{}{}, leaderWatches: map[string]*leaderWatch{},
 		clock: driver.NewClock(sent, o.TTL, driver.SuspendPart(o.TTL, o.SuspendAfter)),
@@ -434,6 +439,96 @@ func (s *Session) releaseBounded(ctx context.Context, ref holdRef) (int64, error
 		return 0, ctx.Err()
 	case <-s.done:
 		return 0, s.Err()
+	}
+}
+
+// closedErr is the session's error once Close has ended it.
+func (s *Session) closedErr() error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("redisio: session %d: %w", s.id, primitives.ErrClosed)
+}
+
+// leaveGrace is how long a caller whose context ended waits for the
+// answer to its request under way (see request) and for the withdrawal of
+// what it wrote (see service.withdraw): with Redis answering, a caller
+// that gives up returns once nothing it wrote is left.
+const leaveGrace = 500 * time.Millisecond
+
+// request makes req, a request to Redis on behalf of a caller whose
+// context is ctx, and returns its answer. go-redis heeds a context only
+// between commands (its deadline too, unless the client was made with
+// ContextTimeoutEnabled), so that req would hold its caller until the
+// client's ReadTimeout while Redis does not answer: req runs on a helper
+// of the session instead, one per request under way (the waits between
+// requests stay on the caller's goroutine), while its caller waits for
+// the answer. Once ctx ends or stop closes, the caller waits up to
+// leaveGrace more for it, then leaves: request returns left true, and
+// req's answer goes to undo, on the helper, when it comes, to withdraw
+// what req wrote. Close of the session waits for the helper; req ends
+// within the TTL (it runs on asked). A ctx already ended runs nothing and
+// returns ctx's error; once Close has ended the session, request returns
+// its error.
+func request[R any](s *Session, ctx context.Context, stop <-chan struct{}, req func() (R, error), undo func(R, error)) (resp R, left bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return resp, false, err
+	}
+	type answer struct {
+		resp R
+		err  error
+	}
+	ch := make(chan answer, 1)
+	// taken is set by whichever comes first, the answer handed to the
+	// caller or the caller leaving: the other then knows.
+	var taken atomic.Bool
+	if !s.goTracked(func() {
+		r, err := req()
+		if taken.CompareAndSwap(false, true) {
+			ch <- answer{r, err}
+			return
+		}
+		undo(r, err)
+	}) {
+		return resp, false, s.closedErr()
+	}
+	select {
+	case a := <-ch:
+		return a.resp, false, a.err
+	case <-ctx.Done():
+	case <-stop:
+	}
+	t := time.NewTimer(leaveGrace)
+	defer t.Stop()
+	select {
+	case a := <-ch:
+		return a.resp, false, a.err
+	case <-t.C:
+	}
+	if taken.CompareAndSwap(false, true) {
+		return resp, true, nil
+	}
+	a := <-ch // handed over as the grace ended
+	return a.resp, false, a.err
+}
+
+// settle runs f, which withdraws what a caller wrote, on a helper of the
+// session, and waits up to leaveGrace for it: with Redis answering, the
+// caller returns once f is done; otherwise f goes on without it (Close
+// of the session waits for it). f's own bound is its caller's to set.
+func (s *Session) settle(f func()) {
+	done := make(chan struct{})
+	if !s.goTracked(func() {
+		defer close(done)
+		f()
+	}) {
+		return // Close has ended the session: its keys go with it
+	}
+	t := time.NewTimer(leaveGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }
 

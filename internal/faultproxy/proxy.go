@@ -50,6 +50,8 @@ type direction struct {
 	open   chan struct{}
 	delay  time.Duration
 	modify func([]byte) []byte
+	// watch sees every chunk as it arrives, before it is held or passed.
+	watch func([]byte)
 }
 
 func (d *direction) blocked() bool { return d.paused || d.dark }
@@ -193,6 +195,12 @@ func (p *Proxy) pump(l *link, dir int) {
 // to apply, or false when the link ended meanwhile: closed, or reset because
 // it held bytes while dark.
 func (p *Proxy) admit(l *link, dir int, data []byte) ([]byte, time.Duration, bool) {
+	p.mu.Lock()
+	watch := p.dir(dir).watch
+	p.mu.Unlock()
+	if watch != nil {
+		watch(data)
+	}
 	for {
 		p.mu.Lock()
 		d := p.dir(dir)
@@ -314,6 +322,11 @@ func (p *Proxy) ModifyTx(f func([]byte) []byte) { p.set(0, func(d *direction) { 
 
 // UnmodifyTx removes ModifyTx's function.
 func (p *Proxy) UnmodifyTx() { p.ModifyTx(nil) }
+
+// WatchTx calls f with every chunk sent to the target as it arrives,
+// whether it is then passed, held (paused) or dropped (dark); f must not
+// keep the slice. nil stops watching.
+func (p *Proxy) WatchTx(f func([]byte)) { p.set(0, func(d *direction) { d.watch = f }) }
 
 // ModifyRx is ModifyTx for the bytes coming back from the target.
 func (p *Proxy) ModifyRx(f func([]byte) []byte) { p.set(1, func(d *direction) { d.modify = f }) }

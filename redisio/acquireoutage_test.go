@@ -1,0 +1,206 @@
+package redisio_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/redisio"
+)
+
+// TestAcquireBoundedByContextInOutage: an acquisition whose context ends
+// while Redis does not answer (the client's ReadTimeout at go-redis's
+// default, 5 s; the call's context 300 ms, past its deadline or
+// canceled) returns soon after its context ends, well before the client's read times out, with an error wrapping
+// the context's error; and once Redis answers again, what its script
+// wrote when it landed after the caller gave up is withdrawn.
+func TestAcquireBoundedByContextInOutage(t *testing.T) {
+	const (
+		timeout = 300 * time.Millisecond
+		// bound is how long after its start the call must have returned:
+		// short of the client's ReadTimeout, generous for a loaded machine.
+		bound = 3 * time.Second
+	)
+	type acquire func(ctx context.Context) error
+	cases := []struct {
+		name     string
+		canceled bool // the context is canceled rather than past its deadline
+		// open makes the primitive on cli and returns what acquires it.
+		open func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error)
+	}{
+		{"lock", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
+			l, err := redisio.NewLock(cli, name)
+			if err != nil {
+				return nil, nil, err
+			}
+			return l, func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, nil
+		}},
+		{"lock canceled", true, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
+			l, err := redisio.NewLock(cli, name)
+			if err != nil {
+				return nil, nil, err
+			}
+			return l, func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, nil
+		}},
+		{"lock try", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
+			l, err := redisio.NewLock(cli, name)
+			if err != nil {
+				return nil, nil, err
+			}
+			return l, func(ctx context.Context) error { _, err := l.TryLock(ctx); return err }, nil
+		}},
+		{"rwlock read", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
+			l, err := redisio.NewRWLock(cli, name)
+			if err != nil {
+				return nil, nil, err
+			}
+			return l, func(ctx context.Context) error { _, err := l.RLock(ctx); return err }, nil
+		}},
+		{"rwlock write", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
+			l, err := redisio.NewRWLock(cli, name)
+			if err != nil {
+				return nil, nil, err
+			}
+			return l, func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, nil
+		}},
+		{"election", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
+			e, err := redisio.NewElection(cli, name)
+			if err != nil {
+				return nil, nil, err
+			}
+			return e, func(ctx context.Context) error { return e.Campaign(ctx, "v") }, nil
+		}},
+		{"semaphore", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
+			m, err := redisio.NewSemaphore(cli, name, 2)
+			if err != nil {
+				return nil, nil, err
+			}
+			return m, func(ctx context.Context) error { _, err := m.Acquire(ctx); return err }, nil
+		}},
+		{"semaphore try", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
+			m, err := redisio.NewSemaphore(cli, name, 2)
+			if err != nil {
+				return nil, nil, err
+			}
+			return m, func(ctx context.Context) error { _, err := m.TryAcquire(ctx); return err }, nil
+		}},
+	}
+	r := testserver.StartRedis(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			testkit.NoLeaks(t)
+			name := "acquire-outage/" + c.name
+			admin := newClient(t, r)
+			px, cli := proxied(t, r, redis.Options{})
+			p, acq, err := c.open(cli, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			// The link holds what is sent until it is unpaused: the
+			// acquisition's script lands after its caller gave up.
+			px.PauseTx()
+			px.PauseRx()
+			unpause := func() { px.UnpauseTx(); px.UnpauseRx() }
+			defer unpause()
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			want := context.DeadlineExceeded
+			if c.canceled {
+				ctx, cancel = context.WithCancel(context.Background())
+				time.AfterFunc(timeout, cancel)
+				want = context.Canceled
+			}
+			defer cancel()
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- acq(ctx) }()
+			var aerr error
+			select {
+			case aerr = <-done:
+				t.Logf("returned after %v: %v", time.Since(start), aerr)
+			case <-time.After(bound):
+				t.Errorf("not returned %v after it began, its context ended after %v", bound, timeout)
+				unpause()
+				aerr = <-done
+				t.Logf("returned after %v once Redis answered: %v", time.Since(start), aerr)
+			}
+			if !errors.Is(aerr, want) {
+				t.Errorf("acquisition in an outage: %v, want an error wrapping %v", aerr, want)
+			}
+			unpause()
+			lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
+			defer lcancel()
+			testkit.Eventually(t, 30*time.Second, "nothing left behind once Redis answers", func() bool {
+				return len(leftBehindOf(lctx, admin, name)) == 0
+			})
+		})
+	}
+}
+
+// TestWaiterGivesUpInOutage: a waiter whose context ends while Redis does
+// not answer returns soon after, with its context's error, not once its
+// withdrawal's requests give up (5 s); and once Redis answers again, its
+// queued hold is gone.
+func TestWaiterGivesUpInOutage(t *testing.T) {
+	const (
+		timeout = 1500 * time.Millisecond
+		bound   = 4 * time.Second // short of the withdrawal's 5 s, generous for a loaded machine
+		name    = "acquire-outage/waiter"
+	)
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	admin := newClient(t, r)
+	px, cli := proxied(t, r, redis.Options{})
+	holder, err := redisio.NewLock(admin, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := redisio.NewLock(cli, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { _, err := waiter.Lock(ctx); done <- err }()
+	lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer lcancel()
+	testkit.Eventually(t, 10*time.Second, "the waiter's hold queued", func() bool {
+		return len(leftBehindOf(lctx, admin, name)) >= 2
+	})
+	px.PauseTx()
+	px.PauseRx()
+	unpause := func() { px.UnpauseTx(); px.UnpauseRx() }
+	defer unpause()
+	var werr error
+	select {
+	case werr = <-done:
+		t.Logf("returned after %v: %v", time.Since(start), werr)
+	case <-time.After(bound):
+		t.Errorf("not returned %v after it began, its context ended after %v", bound, timeout)
+		unpause()
+		werr = <-done
+		t.Logf("returned after %v once Redis answered: %v", time.Since(start), werr)
+	}
+	if !errors.Is(werr, context.DeadlineExceeded) {
+		t.Errorf("waiter in an outage: %v, want an error wrapping context.DeadlineExceeded", werr)
+	}
+	unpause()
+	if err := holder.Unlock(lctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "nothing left behind once Redis answers", func() bool {
+		return len(leftBehindOf(lctx, admin, name)) == 0
+	})
+}
