@@ -65,6 +65,13 @@ func postgresBin() string {
 // skipped (or failed, see Missing).
 func Postgres(t testing.TB) string {
 	t.Helper()
+	return PostgresServerFor(t).URL
+}
+
+// PostgresServerFor is Postgres, returning the server: for a test that
+// reads its log as well (Log).
+func PostgresServerFor(t testing.TB) *PostgresServer {
+	t.Helper()
 	if postgresBin() == "" {
 		Missing(t, "PostgreSQL (initdb and postgres under /usr/lib/postgresql/*/bin)", PostgresInstall)
 	}
@@ -73,7 +80,7 @@ func Postgres(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	return srv.URL
+	return srv
 }
 
 // PostgresInstalled reports whether PostgreSQL's server binaries are
@@ -84,7 +91,14 @@ func PostgresInstalled() bool { return postgresBin() != "" }
 type PostgresServer struct {
 	URL  string // as Postgres returns
 	stop func()
+	logs *lockedBuffer
 }
+
+// Log returns what the server has written to its log (its stderr) so far:
+// the lines of the errors it reported to clients among them (ERROR:), at
+// PostgreSQL's default log_min_messages. The lines reach it a little after
+// the server wrote them.
+func (p *PostgresServer) Log() string { return p.logs.String() }
 
 // Stop stops the server (a fast shutdown, killed after 15 s) and removes its
 // directory; calling it again is harmless.
@@ -115,11 +129,12 @@ func LaunchPostgres() (*PostgresServer, error) {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
-		addr, stop, err := startPostgres(bin, dir, data, port, cred)
+		addr, stop, logs, err := startPostgres(bin, dir, data, port, cred)
 		if err == nil {
 			return &PostgresServer{
 				URL:  fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr),
 				stop: func() { stop(); _ = os.RemoveAll(dir) },
+				logs: logs,
 			}, nil
 		}
 		if !errors.Is(err, errPortTaken) || attempt == 3 {
@@ -159,16 +174,17 @@ func initPostgres(bin string) (dir, data string, cred *syscall.Credential, err e
 var errPortTaken = errors.New("port taken")
 
 // startPostgres starts the server of data on port and waits until it
-// accepts sessions; stop stops it. On an error the server is stopped.
-func startPostgres(bin, dir, data string, port int, cred *syscall.Credential) (addr string, stop func(), err error) {
-	var logs lockedBuffer // written by exec's copying goroutines while we wait
+// accepts sessions; stop stops it, and logs has what it writes to its log.
+// On an error the server is stopped.
+func startPostgres(bin, dir, data string, port int, cred *syscall.Credential) (addr string, stop func(), logs *lockedBuffer, err error) {
+	logs = &lockedBuffer{} // written by exec's copying goroutines while we wait
 	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
 		"-h", "127.0.0.1", "-k", dir, "-c", "fsync=off", "-c", "full_page_writes=off")
 	srv.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
 	srv.Dir = dir
-	srv.Stdout, srv.Stderr = &logs, &logs
+	srv.Stdout, srv.Stderr = logs, logs
 	if err := srv.Start(); err != nil {
-		return "", nil, fmt.Errorf("postgres: %w", err)
+		return "", nil, nil, fmt.Errorf("postgres: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = srv.Wait(); close(exited) }()
@@ -191,18 +207,18 @@ func startPostgres(bin, dir, data string, port int, cred *syscall.Credential) (a
 		if err == nil {
 			c.Close()
 			if pgReady(bin, port, cred) {
-				return addr, stop, nil
+				return addr, stop, logs, nil
 			}
 		}
 		select {
 		case <-exited:
 			if strings.Contains(logs.String(), "could not bind") {
-				return "", nil, fmt.Errorf("postgres: %s: %w:\n%s", addr, errPortTaken, logs.String())
+				return "", nil, nil, fmt.Errorf("postgres: %s: %w:\n%s", addr, errPortTaken, logs.String())
 			}
-			return "", nil, fmt.Errorf("postgres exited at start:\n%s", logs.String())
+			return "", nil, nil, fmt.Errorf("postgres exited at start:\n%s", logs.String())
 		case <-ctx.Done():
 			stop()
-			return "", nil, fmt.Errorf("postgres not ready within 30s:\n%s", logs.String())
+			return "", nil, nil, fmt.Errorf("postgres not ready within 30s:\n%s", logs.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -27,7 +27,7 @@ func TestPostgresReportsATakenPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	_, stop, err := startPostgres(bin, dir, data, ln.Addr().(*net.TCPAddr).Port, cred)
+	_, stop, _, err := startPostgres(bin, dir, data, ln.Addr().(*net.TCPAddr).Port, cred)
 	if err == nil {
 		stop()
 	}
