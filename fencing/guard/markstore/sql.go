@@ -31,9 +31,9 @@ const DefaultTable = "disco_fencing_marks"
 // scope's bytes in standard padded base64; every other scope is stored as
 // it is. So a guard may use any scope on either database, and the
 // processes that share a table agree on each scope's row. NewSQL tells the
-// two kinds of database apart by sending the database such a string (one
-// statement; PostgreSQL logs its refusal, and NewSQL then sends a plain
-// string, to tell a refusal from a failure).
+// two kinds of database apart with statements that neither fails (so it
+// leaves no ERROR in PostgreSQL's log): a cast of two bytes to text, then,
+// on a database that keeps them, such a string sent and returned.
 //
 // Raise is one statement, a conditional upsert that writes only a higher
 // mark, so concurrent raises (from any number of processes sharing the
@@ -79,29 +79,42 @@ func (s *SQL) key(scope string) string {
 	return encodedPrefix + base64.StdEncoding.EncodeToString([]byte(scope))
 }
 
-// takesAnyText reports whether the database returns a string of a NUL
-// byte and invalid UTF-8 as it was sent, as SQLite does. PostgreSQL
-// refuses it (SQLSTATE 22021); a database that refuses it but returns a
-// plain string has refused it, and one that fails both has failed: that
-// is an error, not a kind of database.
+// takesAnyText reports whether the database takes any bytes as text and
+// returns a string of a NUL byte and invalid UTF-8 as it was sent, as
+// SQLite does; PostgreSQL refuses such a string (SQLSTATE 22021).
+//
+// It asks without making a statement fail, for PostgreSQL would log the
+// refusal as an ERROR at every NewSQL: it first casts the bytes 00 ff to
+// TEXT in a statement that no database of SQL's fails. SQLite reads
+// x'00ff' as a blob and casts it to a text of those two bytes; PostgreSQL
+// reads it as a bit string and casts it to the text "0000000011111111"
+// (a database that reads it as bytes, to their escaped form): any text
+// other than the two bytes themselves means the database does not take
+// them. Only a database that does is then sent the string itself, as a
+// scope is sent, and must return it unchanged: a driver that mangled it
+// would make two scopes one. A database that fails either statement has
+// failed: that is an error, not a kind of database.
 func takesAnyText(ctx context.Context, db *sql.DB) (bool, error) {
-	echo := func(v string) (string, error) {
+	const probe = "\x00\xff"
+	query := func(q string, args ...any) (string, error) {
 		var got []byte
-		err := retryBusy(ctx, func() error { return db.QueryRowContext(ctx, `SELECT $1`, v).Scan(&got) })
+		err := retryBusy(ctx, func() error { return db.QueryRowContext(ctx, q, args...).Scan(&got) })
 		return string(got), err
 	}
-	const probe = "\x00\xff"
-	got, err := echo(probe)
-	if err == nil {
-		return got == probe, nil
+	got, err := query(`SELECT CAST(x'00ff' AS TEXT)`)
+	if err != nil {
+		return false, fmt.Errorf("casting bytes to text: %w", err)
 	}
-	if got, err = echo("a"); err != nil {
+	if got != probe {
+		return false, nil
+	}
+	if got, err = query(`SELECT $1`, probe); err != nil {
 		return false, fmt.Errorf("sending the database a string: %w", err)
 	}
-	if got != "a" {
-		return false, fmt.Errorf("the database returned %q for the string \"a\"", got)
+	if got != probe {
+		return false, fmt.Errorf("the database takes the bytes %q as text but returned %q for the string", probe, got)
 	}
-	return false, nil
+	return true, nil
 }
 
 // busyWait bounds how long a statement of SQL waits out a busy SQLite
