@@ -39,6 +39,15 @@ var ErrCorrupt = errors.New("markstore: corrupt mark")
 // for is there after a crash of the machine too. Leftover temporary files
 // are ignored by Load and removed by NewFile.
 //
+// Load reports only durable marks: a mark renamed into place whose
+// directory was not fsynced yet (a raise of another process under way, or
+// one killed or failed between its rename and that fsync) might be gone
+// after a crash of the machine, and a guard accepts a token equal to a
+// mark it loaded without writing anything. So Load fsyncs the directory
+// before it reports a mark it does not know to be durable. It knows those
+// that it (or a Raise or RaiseLoad of the same File) wrote or fsynced, for
+// the last few thousand scopes; those cost no fsync.
+//
 // Several processes on one host may share a directory (the replicas of a
 // resource, each with its own guard: see guard.WithStore): each raise of a
 // scope holds an exclusive lock on the scope's lock file (flock(2), a file
@@ -52,6 +61,12 @@ var ErrCorrupt = errors.New("markstore: corrupt mark")
 type File struct {
 	dir   string
 	locks [64]sync.Mutex // striped by scope: raises of one scope are serial in the process
+
+	// synced holds, by file name, a mark known to be durable in the file
+	// (at most maxSynced of them): a Load that reads at most that mark
+	// need not fsync the directory.
+	syncedMu sync.Mutex
+	synced   map[string]fencing.Token
 }
 
 const (
@@ -61,6 +76,8 @@ const (
 	// lockRetry is how often a raise tries again for a scope's lock that
 	// another process holds.
 	lockRetry = 2 * time.Millisecond
+	// maxSynced bounds the marks a File remembers as durable (File.synced).
+	maxSynced = 4096
 )
 
 // NewFile returns a File store in dir, creating the directory if needed and
@@ -79,7 +96,7 @@ func NewFile(dir string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("markstore: NewFile: %w", err)
 	}
-	f := &File{dir: dir}
+	f := &File{dir: dir, synced: make(map[string]fencing.Token)}
 	for _, e := range ents {
 		rest, ok := strings.CutPrefix(e.Name(), tmpPrefix+markPrefix)
 		if !ok || len(rest) < sha256.Size*2 {
@@ -136,8 +153,10 @@ func (f *File) name(scope string) (string, string, *sync.Mutex) {
 	return markPrefix + h, filepath.Join(f.dir, lockPrefix+h), &f.locks[sum[0]%byte(len(f.locks))]
 }
 
-// Load returns the mark of scope, 0 if it has none. A file it cannot parse
-// gives an error wrapping ErrCorrupt.
+// Load returns the mark of scope, 0 if it has none, once it is durable
+// (see File): it fsyncs the directory first unless it knows the mark to
+// be durable, and returns the fsync's error if that fails. A file it
+// cannot parse gives an error wrapping ErrCorrupt.
 func (f *File) Load(ctx context.Context, scope string) (fencing.Token, error) {
 	if err := f.check("Load"); err != nil {
 		return 0, err
@@ -146,7 +165,43 @@ func (f *File) Load(ctx context.Context, scope string) (fencing.Token, error) {
 		return 0, err
 	}
 	name, _, _ := f.name(scope)
-	return f.read(name)
+	m, err := f.read(name)
+	if err != nil || m == 0 || f.isSynced(name, m) {
+		return m, err
+	}
+	// The fsync follows the read, so it makes durable the rename that
+	// put m in place.
+	if err := syncDir(f.dir); err != nil {
+		return 0, fmt.Errorf("markstore: syncing the mark of %q: %w", scope, err)
+	}
+	f.setSynced(name, m)
+	return m, nil
+}
+
+// isSynced reports whether a mark of at least m is known to be durable in
+// the file name: marks only rise, so m is then durable or superseded by a
+// durable higher one.
+func (f *File) isSynced(name string, m fencing.Token) bool {
+	f.syncedMu.Lock()
+	defer f.syncedMu.Unlock()
+	return m <= f.synced[name]
+}
+
+// setSynced records that the mark m is durable in the file name,
+// forgetting another file's mark if it knows maxSynced already.
+func (f *File) setSynced(name string, m fencing.Token) {
+	f.syncedMu.Lock()
+	defer f.syncedMu.Unlock()
+	if m <= f.synced[name] {
+		return
+	}
+	if _, ok := f.synced[name]; !ok && len(f.synced) >= maxSynced {
+		for other := range f.synced {
+			delete(f.synced, other)
+			break
+		}
+	}
+	f.synced[name] = m
 }
 
 func (f *File) read(name string) (fencing.Token, error) {
@@ -209,11 +264,13 @@ func (f *File) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fe
 		if err := syncDir(f.dir); err != nil {
 			return 0, fmt.Errorf("markstore: syncing the mark of %q: %w", scope, err)
 		}
+		f.setSynced(name, cur)
 		return cur, nil
 	}
 	if err := f.write(name, t); err != nil {
 		return 0, err
 	}
+	f.setSynced(name, t)
 	return t, nil
 }
 

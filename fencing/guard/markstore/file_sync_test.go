@@ -101,3 +101,59 @@ func TestFileReportsOnlySyncedMarks(t *testing.T) {
 		t.Fatalf("RaiseLoad(4) with the directory's fsync failing = %d, nil; want the fsync's error", m)
 	}
 }
+
+// TestFileLoadReportsOnlySyncedMarks: a raise killed (or failed) after
+// its rename and before its fsync of the directory leaves a mark that a
+// crash of the machine may take back; so does a raise of another process
+// still under way. A guard accepts a token equal to a mark it loaded with
+// no write of its own, so Load must not report such a mark before it is
+// durable: it fsyncs the directory first (and fails if it cannot). A mark
+// it knows to be durable costs no fsync.
+func TestFileLoadReportsOnlySyncedMarks(t *testing.T) {
+	dir := t.TempDir()
+	s := recordSyncs(t, dir)
+	w, err := NewFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s.fail = func(path string) bool { return path == dir }
+	if err := w.Raise(ctx, "/a", 5); !errors.Is(err, errSyncFailed) {
+		t.Fatalf("Raise(5) with the directory's fsync failing: %v", err)
+	}
+	f, err := NewFile(dir) // the resource, restarted
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := f.Load(ctx, "/a"); err == nil {
+		t.Fatalf("Load with the directory's fsync failing = %d, nil; want the fsync's error (the mark 5 is not durable)", m)
+	}
+	s.fail = nil
+	before := s.synced(dir)
+	if m, err := f.Load(ctx, "/a"); err != nil || m != 5 {
+		t.Fatalf("Load = %d, %v; want 5", m, err)
+	}
+	if s.synced(dir) == before {
+		t.Fatalf("Load reported the mark 5, which a failed raise left unsynced, without fsyncing %s", dir)
+	}
+	before = s.synced(dir)
+	if m, err := f.Load(ctx, "/a"); err != nil || m != 5 {
+		t.Fatalf("Load again = %d, %v; want 5", m, err)
+	}
+	if m, err := f.Load(ctx, "/none"); err != nil || m != 0 {
+		t.Fatalf("Load of a scope never raised = %d, %v; want 0", m, err)
+	}
+	if n := s.synced(dir) - before; n != 0 {
+		t.Errorf("Loads of a mark Load made durable, and of no mark, fsynced %s %d times, want 0", dir, n)
+	}
+	if err := f.Raise(ctx, "/b", 7); err != nil {
+		t.Fatal(err)
+	}
+	before = s.synced(dir)
+	if m, err := f.Load(ctx, "/b"); err != nil || m != 7 {
+		t.Fatalf("Load(/b) = %d, %v; want 7", m, err)
+	}
+	if n := s.synced(dir) - before; n != 0 {
+		t.Errorf("Load of a mark this store raised durably fsynced %s %d times, want 0", dir, n)
+	}
+}
