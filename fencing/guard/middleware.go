@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -77,17 +77,17 @@ func noNext(middleware string) http.Handler {
 // told is what a rejected client is told of err: err's text, but for a
 // failure of the store or the verifier only the text of ErrStore or
 // ErrUnverified, for their errors may name the resource's hosts, tables
-// or files. Such an err is logged, whole, at Warn.
+// or files. Such an err goes to the logger, whole, at a bounded rate (see
+// outageLog).
 func (c *config) told(err error) string {
-	for _, failed := range []error{ErrStore, ErrUnverified} {
-		if errors.Is(err, failed) {
-			if c.logger != nil {
-				c.logger.Warn("guard: request rejected", zap.Error(err))
-			}
-			return failed.Error()
-		}
+	outage, failed, ok := outageOf(err)
+	if !ok {
+		return err.Error()
 	}
-	return err.Error()
+	if c.logger != nil {
+		c.outages[outage].reject(c.logger, err, time.Now())
+	}
+	return failed.Error()
 }
 
 // httpStatus is the status of a rejection: see HTTPMiddleware and

@@ -28,6 +28,9 @@ type config struct {
 	exclusive bool
 	verifier  Verifier
 	logger    *zap.Logger
+	// outages logs the rejections of an outage of the store, of the
+	// verifier (storeOutage, verifierOutage) to logger.
+	outages [2]outageLog
 }
 
 func (c *config) apply(opts []Option) {
@@ -112,10 +115,15 @@ func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) { c.storeTimeout = d }
 }
 
-// WithLogger makes the guard log to l, at Warn, each request that its HTTP
+// WithLogger makes the guard log to l the requests that its HTTP
 // middleware or gRPC interceptors reject because the store or the
 // verifier failed, with the error: the client is told only that (see
-// HTTPMiddleware). A nil l, or none, means no logs.
+// HTTPMiddleware). It logs an outage, not each request: the first
+// rejection, at Warn; while the store (or verifier) keeps failing, at
+// most one line every 10 s, at Warn, with the number of rejections since
+// the last line and the latest error; and, when it answers again, one
+// line at Info with the outage's rejections and its length. A nil l, or
+// none, means no logs.
 func WithLogger(l *zap.Logger) Option {
 	return func(c *config) { c.logger = l }
 }

@@ -310,6 +310,7 @@ func (c *config) raise(ctx context.Context, s *state, scope string, t fencing.To
 			m, err := c.raiseStore(ctx, scope, t, report)
 			if err == nil {
 				raiseTo(&s.durable, int64(m))
+				c.answered(storeOutage)
 			}
 			return m, err
 		}, nil)
@@ -438,6 +439,7 @@ func (c *config) loadStored(ctx context.Context, s *state, scope string) (fencin
 	m, err := c.store.Load(ctx, scope)
 	if err == nil {
 		s.stored(m)
+		c.answered(storeOutage)
 	}
 	return m, err
 }

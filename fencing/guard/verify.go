@@ -59,7 +59,11 @@ func (c *config) verify(ctx context.Context, s *state, scope string, t fencing.T
 		}
 		s.verifying[t] = cl
 		c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
-			return 0, c.verifier.Verify(ctx, scope, t)
+			err := c.verifier.Verify(ctx, scope, t)
+			if err == nil || errors.Is(err, fencing.ErrTokenForged) {
+				c.answered(verifierOutage)
+			}
+			return 0, err
 		}, func() {
 			// A failure, or any answer to an abandoned call, is forgotten
 			// at once (the next request asks again); a success stays until
