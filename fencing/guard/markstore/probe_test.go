@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,43 @@ func TestNewSQLLeavesNoErrorInPostgresLog(t *testing.T) {
 	for _, line := range strings.Split(log, "\n") {
 		if strings.Contains(line, "ERROR:") {
 			t.Errorf("PostgreSQL logged, during NewSQL: %s", line)
+		}
+	}
+}
+
+// TestNewSQLConcurrently: the replicas of a resource that start at once on
+// a fresh database each make a store: NewSQL succeeds in every one of
+// them, though they all create the table at the same time.
+func TestNewSQLConcurrently(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) {
+		newSQLConcurrently(t, "sqlite", filepath.Join(t.TempDir(), "marks.db"))
+	})
+	t.Run("Postgres", func(t *testing.T) { newSQLConcurrently(t, "pgx", testserver.Postgres(t)) })
+}
+
+func newSQLConcurrently(t *testing.T, driver, dsn string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const replicas = 8
+	for round := range 5 {
+		table := fmt.Sprintf("marks_%d", round)
+		errs := make(chan error, replicas)
+		for range replicas {
+			go func() {
+				db, err := sql.Open(driver, dsn)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer db.Close()
+				_, err = markstore.NewSQL(ctx, db, markstore.WithTable(table))
+				errs <- err
+			}()
+		}
+		for range replicas {
+			if err := <-errs; err != nil {
+				t.Errorf("NewSQL of one of %d replicas starting at once, table %s: %v", replicas, table, err)
+			}
 		}
 	}
 }

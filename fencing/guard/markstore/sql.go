@@ -186,8 +186,31 @@ func validIdent(s string) bool {
 	return true
 }
 
+// createTable creates table unless it exists. PostgreSQL fails a CREATE
+// TABLE IF NOT EXISTS that races another one of the same table (the
+// replicas of a resource starting at once on a fresh database): the one
+// that lost finds the table's type or row taken (SQLSTATE 42710 or 23505)
+// once the winner has committed, so that a second CREATE, after it, finds
+// the table, or creates it if the winner rolled back. So a CREATE that
+// fails is tried once more, and its error is the second one's.
+func createTable(ctx context.Context, db *sql.DB, table string) error {
+	create := func() error {
+		return retryBusy(ctx, func() error {
+			_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (scope TEXT PRIMARY KEY, mark BIGINT NOT NULL)`)
+			return err
+		})
+	}
+	if err := create(); err == nil || ctx.Err() != nil {
+		return err
+	}
+	return create()
+}
+
 // NewSQL returns a store in db, creating its table if it does not exist.
-// The caller owns db; the store never closes it.
+// The replicas of a resource may call it at once on a fresh database: each
+// finds the table one of them created (on PostgreSQL, those whose CREATE
+// lost the race leave an ERROR in its log, that once). The caller owns db;
+// the store never closes it.
 func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 	c := sqlConfig{table: DefaultTable}
 	for _, o := range opts {
@@ -201,11 +224,7 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 	if !validIdent(c.table) {
 		return nil, fmt.Errorf("markstore: NewSQL: table name %q is not a plain identifier: %w", c.table, ErrInvalidArgument)
 	}
-	create := `CREATE TABLE IF NOT EXISTS ` + c.table + ` (scope TEXT PRIMARY KEY, mark BIGINT NOT NULL)`
-	if err := retryBusy(ctx, func() error {
-		_, err := db.ExecContext(ctx, create)
-		return err
-	}); err != nil {
+	if err := createTable(ctx, db, c.table); err != nil {
 		return nil, fmt.Errorf("markstore: creating table %s: %w", c.table, err)
 	}
 	anyText, err := takesAnyText(ctx, db)
