@@ -333,3 +333,42 @@ func TestPausedWaiterGivesUpDuringPause(t *testing.T) {
 		t.Fatalf("the waiter's TryLock after the pause: %v, want ErrLockTaken", err)
 	}
 }
+
+// A pause's end keeps the renewals an earlier StopRenewals stopped
+// stopped: the session expires at its deadline unless Resume comes.
+func TestPauseEndKeepsRenewalsStopped(t *testing.T) {
+	f := newFixture(t)
+	f.hs.StopRenewals()
+	resume := f.hs.Pause()
+	resume()
+	f.clock.Advance(10 * time.Second)
+	f.succeeded(t)
+}
+
+// Resume during a pause lets renewals through only once the pause ends: a
+// paused process renews nothing. The session whose pause outlasts its TTL
+// expires even though Resume came during the pause.
+func TestResumeDuringPauseWaitsForItsEnd(t *testing.T) {
+	f := newFixture(t)
+	f.hs.StopRenewals()
+	resume := f.hs.Pause()
+	f.hs.Resume()
+	f.clock.Advance(10 * time.Second)
+	resume()
+	f.succeeded(t)
+}
+
+// Resume after a pause that followed StopRenewals lets renewals through
+// again: the session outlives its TTL.
+func TestResumeAfterPause(t *testing.T) {
+	f := newFixture(t)
+	f.hs.StopRenewals()
+	resume := f.hs.Pause()
+	resume()
+	f.hs.Resume()
+	f.clock.Advance(20 * time.Second)
+	if err := f.hs.Err(); err != nil {
+		t.Fatalf("the session renewed after Resume: %v, want it alive", err)
+	}
+	f.still(t)
+}

@@ -36,8 +36,11 @@ type Session struct {
 
 	// Guarded by st.mu.
 	err      error
-	closed   bool         // Close was called
-	renewing bool         // renewals reach the store
+	closed   bool // Close was called
+	renewing bool // renewals reach the store
+	// stopped: StopRenewals or Suspend stopped the renewals, and no Resume
+	// came since; the end of a pause does not let them through then.
+	stopped  bool
 	clock    driver.Clock // counts from the last renewal once renewing stops
 	timer    Timer
 	services map[*service]struct{}
@@ -137,6 +140,7 @@ func (s *Session) Suspend() {
 	if s.err != nil {
 		return
 	}
+	s.stopped = true
 	s.stopRenewals()
 	s.apply(s.clock.Broken(s.st.clock.Now()))
 	s.arm()
@@ -150,16 +154,22 @@ func (s *Session) Suspend() {
 func (s *Session) StopRenewals() {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
+	s.stopped = true
 	s.stopRenewals()
 	s.arm()
 }
 
 // Resume lets the session's renewals reach the store again: holders told
-// Suspended are told Resumed. It does nothing to a session that expired.
+// Suspended are told Resumed. During a Pause they resume once it ends (a
+// paused process renews nothing). It does nothing to a session that
+// expired.
 func (s *Session) Resume() {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
-	s.resume()
+	s.stopped = false
+	if s.pauses == 0 {
+		s.resume()
+	}
 }
 
 // resume: see Resume. Locked.
@@ -188,9 +198,11 @@ func (s *Session) resume() {
 }
 
 // Pause freezes the session as a long garbage collection pause or a
-// suspended VM would: its renewals stop (StopRenewals) and every request
-// its primitives make waits, until the returned resume is called (once;
-// later calls do nothing). A Lock (Acquire, Campaign) granted during the
+// suspended VM would: its renewals stop (as StopRenewals stops them) and
+// every request its primitives make waits, until the returned resume is
+// called (once; later calls do nothing). Renewals that StopRenewals or
+// Suspend stopped before or during the pause stay stopped after it, until
+// Resume. A Lock (Acquire, Campaign) granted during the
 // pause returns once it ends; if its ctx ends first, the grant is
 // released and the Lock returns ctx's error, and if the grant ended
 // meanwhile (the pause outlasted the TTL) the Lock returns the service's
@@ -218,7 +230,9 @@ func (s *Session) Pause() (resume func()) {
 		}
 		close(s.frozen)
 		s.frozen = nil
-		s.resume()
+		if !s.stopped {
+			s.resume()
+		}
 	}
 }
 
