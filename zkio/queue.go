@@ -357,11 +357,21 @@ type own struct {
 	got   bool
 }
 
-func (o *own) result() statResult {
+// result waits for the answer of the early stat, once received; false if
+// ctx ended or the service stopped first (the stat, left running, is not
+// waited for: it writes nothing).
+func (o *own) result(ctx context.Context, svc *service) (statResult, bool) {
 	if !o.got {
-		o.r, o.got = <-o.early, true
+		select {
+		case o.r = <-o.early:
+			o.got = true
+		case <-ctx.Done():
+			return statResult{}, false
+		case <-svc.stop:
+			return statResult{}, false
+		}
 	}
-	return o.r
+	return o.r, true
 }
 
 // lostOwn is the error of an acquisition whose znode someone else deleted.
@@ -370,20 +380,23 @@ func lostOwn(node string) error {
 }
 
 // created returns the znode's creation zxid from the early stat, asking
-// again while the connection is down. On failure the znode is withdrawn.
+// again while the connection is down; it waits for an answer until ctx
+// ends or the service stops. On failure the znode is withdrawn.
 func (svc *service) created(ctx context.Context, o *own) (int64, error) {
-	r := o.result()
-	for retryable(r.err) && svc.pauseRetry(ctx) {
-		r = <-svc.stat(o.node, false)
+	r, ok := o.result(ctx, svc)
+	for ok && retryable(r.err) && svc.pauseRetry(ctx) {
+		o.early, o.got = svc.stat(o.node, false), false
+		r, ok = o.result(ctx, svc)
 	}
 	switch {
+	case !ok:
 	case r.err == nil:
 		return r.czxid, nil
 	case errors.Is(r.err, zk.ErrNoNode):
 		return 0, lostOwn(o.node)
 	}
 	svc.withdraw(o.node)
-	if retryable(r.err) {
+	if !ok || retryable(r.err) {
 		return 0, svc.cause(ctx)
 	}
 	return 0, fmt.Errorf("zkio: read %s: %w", o.node, r.err)
