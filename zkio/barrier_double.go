@@ -165,8 +165,18 @@ func (d *zkDoubleBarrier) gaveUp(ctx context.Context) error {
 // request runs req as service.request does (nothing to undo), its wait
 // ended also by Close.
 func (d *zkDoubleBarrier) request(ctx context.Context, req func() error) error {
-	return d.s.request(ctx, d.closed, d.stopped, req, nil)
+	return d.ask(ctx, req, nil)
 }
+
+// ask is request with abandoned: called on the helper with req's error
+// once a req its caller left running is answered.
+func (d *zkDoubleBarrier) ask(ctx context.Context, req func() error, abandoned func(error)) error {
+	return d.s.request(ctx, d.closed, d.stopped, req, abandoned)
+}
+
+// leftBehind reports whether err is that of a request its caller left
+// running.
+func leftBehind(err error) bool { return errors.As(err, new(leftRunning)) }
 
 // requester is request for ctx, as makePath's run.
 func (d *zkDoubleBarrier) requester(ctx context.Context) func(req func() error) error {
@@ -206,9 +216,17 @@ func (d *zkDoubleBarrier) members() (kids []string, ready bool, version int32, m
 // count. An Enter whose ctx ends withdraws its znode and returns ctx.Err(),
 // unless ready was created first: then it has entered and returns nil. An
 // Enter that gives up not knowing whether its znode was made (the answer
-// was lost, and the lookups after it fail) ends the same way: by that
-// withdrawal, which waits for the connection while the session lives and
-// the party is open: Close ends the wait (and deletes the znode).
+// was lost, and the lookups after it fail) ends the same way.
+//
+// Enter waits for ZooKeeper only until ctx ends or Close begins: each of
+// its requests runs as Session.request runs it, and one ZooKeeper has not
+// answered by then is left running. The withdrawal then waits
+// withdrawWait at most for its answers (the connection down, it tries
+// again meanwhile); past that, Enter returns ctx's error, and a session
+// helper finishes the withdrawal once ZooKeeper answers, while the session
+// lives (see settle): the znode goes, even if a party counted it
+// meanwhile (the Enter has failed). A join left running is withdrawn so
+// too, once answered.
 func (d *zkDoubleBarrier) Enter(ctx context.Context) error {
 	if err := d.take(ctx); err != nil {
 		return d.fail(ctx, "enter", err)
@@ -237,7 +255,8 @@ func (d *zkDoubleBarrier) Enter(ctx context.Context) error {
 // is listed again, since the listing would count the znode. If the caller
 // gives up first, join returns its error with node set to the znode, which
 // may exist and may be counted already: Enter withdraws it, guarded (see
-// withdraw), never by a plain delete.
+// withdraw), never by a plain delete; a transaction left running settles
+// its znode itself once answered (see settle), and join leaves node unset.
 func (d *zkDoubleBarrier) join(ctx context.Context) error {
 	conn := d.s.requests
 	node := d.path + "/" + uuid.NewString()
@@ -253,7 +272,11 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 			return giveUp(err)
 		}
 		if unknown {
-			ok, _, err := conn.Exists(node)
+			var ok bool
+			err := d.request(ctx, func() (err error) {
+				ok, _, err = conn.Exists(node)
+				return err
+			})
 			switch {
 			case err == nil && ok:
 				d.node, d.left = node, false
@@ -266,7 +289,7 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 				}
 				continue
 			default:
-				return giveUp(err)
+				return giveUp(err) // a lookup left running writes nothing
 			}
 		}
 		var kids []string
@@ -291,19 +314,32 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 			continue
 		case ready && len(kids) == 0:
 			// A round whose parties all died (or are deleting it): ready
-			// says nothing now.
-			d.clear(version)
+			// says nothing now. A clear left running goes on.
+			if err := d.request(ctx, func() error { return d.clear(version) }); leftBehind(err) {
+				return err
+			}
 			continue
 		case ready || len(kids) >= d.count:
 			return barrier.ErrFull
 		}
-		_, err = conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
-			&zk.CreateRequest{Path: node, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral})
+		err = d.ask(ctx, func() error {
+			_, err := conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
+				&zk.CreateRequest{Path: node, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral})
+			return err
+		}, func(err error) {
+			// Given up on while it ran: what it (or an earlier try whose
+			// answer was lost) may have made goes.
+			if err == nil || errors.Is(err, zk.ErrNodeExists) || retryable(err) {
+				d.settle(node)
+			}
+		})
 		switch {
 		case err == nil, errors.Is(err, zk.ErrNodeExists):
 			// Created; or created by a try whose answer was lost.
 			d.node, d.left = node, false
 			return nil
+		case leftBehind(err):
+			return err // settled once answered, see above
 		case retryable(err):
 			unknown = true
 			if !d.pause(ctx) {
@@ -318,16 +354,32 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 }
 
 // awaitReady waits until ready exists, and creates it once the party's
-// listing counts count parties (see makeReady); it records the round.
+// listing counts count parties (see makeReady); it records the round. A
+// look for ready or a create of it left running once ctx ended is not
+// waited for: Enter's withdrawal, sent after it, learns whether ready
+// counted the party.
 func (d *zkDoubleBarrier) awaitReady(ctx context.Context) error {
 	for {
-		exists, st, ch, err := d.watches.exists(d.s.conn, d.ready)
+		var exists bool
+		var st *zk.Stat
+		var ch <-chan zk.Event
+		err := d.ask(ctx, func() (err error) {
+			exists, st, ch, err = d.watches.exists(d.s.conn, d.ready)
+			return err
+		}, func(error) { d.watches.keep(d.ready, ch) })
+		if leftBehind(err) {
+			return err
+		}
 		if exists && st != nil {
 			d.round = st.Czxid
 		}
 		if err == nil && !exists {
 			var round int64
-			switch round, err = d.makeReady(); {
+			err = d.request(ctx, func() (err error) {
+				round, err = d.makeReady()
+				return err
+			})
+			switch {
 			case err == nil:
 				exists, d.round = true, round
 			case errors.Is(err, errNotYet):
@@ -341,6 +393,8 @@ func (d *zkDoubleBarrier) awaitReady(ctx context.Context) error {
 			d.watches.keep(d.ready, ch)
 		}
 		switch {
+		case leftBehind(err):
+			return err
 		case retryable(err):
 			if !d.pause(ctx) {
 				return d.gaveUp(ctx)
@@ -394,50 +448,130 @@ func (d *zkDoubleBarrier) makeReady() (int64, error) {
 	return 0, nil
 }
 
+// withdrawal is what a try of a withdrawal found.
+type withdrawal int
+
+const (
+	withdrawn withdrawal = iota // the znode is gone, or was never made: not counted
+	counted                     // ready stands, and counted the znode
+	again                       // a party came or went meanwhile: try again
+)
+
+// withdrawTry is one try of node's withdrawal (see withdraw): it lists the
+// barrier and, unless ready stands, deletes node in one transaction with a
+// write of path's data at the listing's version. Counted, it returns
+// path's mzxid then too: ready's czxid while it stands, if a disco party
+// made it (see roundOver).
+func (d *zkDoubleBarrier) withdrawTry(node string) (withdrawal, int64, error) {
+	kids, ready, version, mzxid, err := d.members()
+	switch {
+	case err != nil:
+		return 0, 0, err
+	case ready && slices.Contains(kids, node[len(d.path)+1:]):
+		return counted, mzxid, nil
+	case ready, version == -2:
+		return withdrawn, 0, nil // not made, or gone; or path is gone, and node with it
+	}
+	_, err = d.s.requests.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
+		&zk.DeleteRequest{Path: node, Version: -1})
+	switch {
+	case err == nil, errors.Is(err, zk.ErrNoNode):
+		return withdrawn, 0, nil // deleted, or gone already (path cannot go before it)
+	case errors.Is(err, zk.ErrBadVersion):
+		return again, 0, nil
+	}
+	return 0, 0, err
+}
+
 // withdraw deletes the party's znode, in one transaction with a write of
 // path's data at the version of a listing without ready, so that no ready
 // created meanwhile counts it; true if ready came first and the listing
 // has the znode: the party has entered (its round recorded), and keeps
 // its znode. The znode need not exist (a join whose outcome is unknown):
-// then it returns false. It retries while the session lives and the party
-// is open, so a party's znode is never left under a live session: Close
-// cuts it short and deletes the znode itself.
+// then it returns false. It waits withdrawWait at most, trying again while
+// the connection is down, and not past Close; then it returns false, the
+// party out, and a session helper goes on (see settle), or Close deletes
+// the znode: so a party's znode is never left under a live session.
 func (d *zkDoubleBarrier) withdraw() (entered bool) {
-	name := d.node[len(d.path)+1:]
+	node := d.node
+	d.node = ""
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawWait)
+	defer cancel()
 	for {
-		kids, ready, version, mzxid, err := d.members()
+		var found withdrawal
+		var round int64
+		err := d.ask(ctx, func() (err error) {
+			found, round, err = d.withdrawTry(node)
+			return err
+		}, func(err error) { d.settleFrom(node, found, err) })
 		switch {
-		case err == nil && ready && slices.Contains(kids, name):
-			d.round = mzxid // ready's czxid while it stands, if a disco party made it
+		case err == nil && found == counted:
+			d.node, d.round = node, round
 			return true
-		case err == nil && ready:
-			d.node = "" // not made, or gone: not counted
-			return false
-		case err == nil && version == -2:
-			d.node = "" // path is gone, and our znode with it
-			return false
+		case err == nil && found == again:
+			continue
 		case err == nil:
-			_, err = d.s.requests.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
-				&zk.DeleteRequest{Path: d.node, Version: -1})
-			if err == nil || errors.Is(err, zk.ErrNoNode) {
-				d.node = "" // deleted, or gone already (path cannot go before it)
-				return false
-			}
-			if errors.Is(err, zk.ErrBadVersion) {
-				continue
-			}
-		}
-		if !retryable(err) {
-			d.s.forgetNode(d.node)
-			d.node = ""
 			return false
+		case retryable(err) && d.pause(ctx):
+			continue
 		}
-		if !d.s.pause(context.Background(), d.closed) {
-			if d.s.Err() != nil {
-				d.node = "" // the session ended, and its znodes with it
+		switch {
+		case d.stopped() != nil:
+			d.node = node // Close deletes it (see Close)
+		case leftBehind(err):
+			// The try left running settles it.
+		case retryable(err):
+			d.s.helper(func() { d.settle(node) })
+		default:
+			d.s.forgetNode(node)
+		}
+		return false
+	}
+}
+
+// settle withdraws node, for an Enter that gave up before the withdrawal
+// (or the join) was answered, on a session helper while the session lives:
+// as withdraw does, trying again while the connection is down; but a znode
+// found counted (a party made ready counting it before the withdrawal) is
+// deleted all the same, as its Enter has failed, and the round is cleared
+// if that left it with no party (see tidy). Helper.
+func (d *zkDoubleBarrier) settle(node string) {
+	found, _, err := d.withdrawTry(node)
+	d.settleFrom(node, found, err)
+}
+
+// settleFrom is settle once a try found found, or failed with err. Helper.
+func (d *zkDoubleBarrier) settleFrom(node string, found withdrawal, err error) {
+	for {
+		switch {
+		case err == nil && found == counted:
+			if _, err := d.s.deleteNode(context.Background(), nil, node, true); err == nil {
+				d.tidy()
 			}
-			// else Close cut it short: Close deletes the znode.
-			return false
+			return
+		case err == nil && found == withdrawn:
+			return
+		case err == nil: // again
+		case !retryable(err):
+			d.s.forgetNode(node)
+			return
+		case !d.s.sleep(retryPause):
+			return // the session ended, and its znodes with it
+		}
+		found, _, err = d.withdrawTry(node)
+	}
+}
+
+// tidy clears the round if ready stands with no party, trying again while
+// the connection is down and the session lives. Helper.
+func (d *zkDoubleBarrier) tidy() {
+	for {
+		kids, ready, version, _, err := d.members()
+		if err == nil && ready && len(kids) == 0 {
+			err = d.clear(version)
+		}
+		if !retryable(err) || !d.s.sleep(retryPause) {
+			return
 		}
 	}
 }
@@ -579,14 +713,16 @@ func (d *zkDoubleBarrier) roundOver(ready bool, mzxid int64) (bool, error) {
 
 // clear deletes ready, in one transaction with a write of path's data at
 // the version of a listing that found no party (so not once a disco party
-// has joined since), and then path if it is empty. Best effort: a ready
-// left with no party is cleared by the next party to join.
-func (d *zkDoubleBarrier) clear(version int32) {
+// has joined since), and then path if it is empty; the error is the
+// transaction's. Best effort: a ready left with no party is cleared by the
+// next party to join.
+func (d *zkDoubleBarrier) clear(version int32) error {
 	_, err := d.s.conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
 		&zk.DeleteRequest{Path: d.ready, Version: -1})
 	if err == nil {
 		_ = d.s.conn.Delete(d.path, -1) // fails if a party joined since: it stays
 	}
+	return err
 }
 
 // remove deletes the party's own znode, retrying while the connection is
@@ -628,7 +764,7 @@ func (d *zkDoubleBarrier) Close() error {
 		} else if kids, ready, version, _, err := d.members(); err == nil && ready && len(kids) == 0 {
 			// The last party of a round to close without leaving clears
 			// it, as the last Leave does.
-			d.clear(version)
+			_ = d.clear(version)
 		}
 		cancel()
 	}

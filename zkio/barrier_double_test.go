@@ -155,8 +155,8 @@ func TestDoubleBarrierLeaveAgainIgnoresNextRound(t *testing.T) {
 
 // TestDoubleBarrierCloseEndsWithdrawal: an Enter that gives up with its
 // join's outcome unknown withdraws its znode, and waits for the connection
-// to do so; Close cuts that wait short and takes the party out itself,
-// leaving no znode. Before, Close waited for the withdrawal, which ignored
+// to do so (withdrawWait at most, then a session helper goes on); Close
+// cuts that wait short and takes the party out itself, leaving no znode. Before, Close waited for the withdrawal, which ignored
 // it: for as long as the connection stayed down, or the session lived.
 func TestDoubleBarrierCloseEndsWithdrawal(t *testing.T) {
 	t.Parallel()

@@ -187,6 +187,14 @@
 // znode (Curator does not withdraw it), which counts as a party until its
 // session ends. Barriers carry no fencing tokens.
 //
+// Enter and Leave wait for ZooKeeper until their ctx ends, as every
+// caller does. An Enter that gives up withdraws its znode, waiting for
+// ZooKeeper's answer half a second at most; what ZooKeeper answers later
+// (the withdrawal, or the join itself) a session helper settles while the
+// session lives: it deletes the party's znode even if a party counted it
+// meanwhile (the Enter has failed), and clears a round that this leaves
+// with no party.
+//
 // Each Wait, Enter and Leave sets at most one watch at a time; one whose
 // ctx ends leaves it registered (the ZooKeeper client cannot remove a
 // watch) and the next call of the same barrier or party on that znode
