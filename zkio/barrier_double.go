@@ -584,6 +584,14 @@ func (d *zkDoubleBarrier) tidy() {
 // round's ready is gone: the parties there now are of a later round (see
 // roundOver). The last party to see the barrier empty deletes ready and
 // then path, if empty (see clear).
+//
+// Leave waits for ZooKeeper only until ctx ends or Close begins, as Enter
+// does: a request left running then writes what Leave asked of it (its
+// delete of the party's znode: a later Leave finds the party out) or
+// nothing (a listing, a look). A Leave that finds every party gone has
+// left: it returns nil, its clear of the round left running if ctx ends
+// first (and, if the connection fails it, tried again while the session
+// lives).
 func (d *zkDoubleBarrier) Leave(ctx context.Context) error {
 	if err := d.take(ctx); err != nil {
 		return d.fail(ctx, "leave", err)
@@ -605,7 +613,14 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 		if err := d.live(ctx); err != nil {
 			return err
 		}
-		kids, ready, version, mzxid, err := d.members()
+		var kids []string
+		var ready bool
+		var version int32
+		var mzxid int64
+		err := d.request(ctx, func() (err error) {
+			kids, ready, version, mzxid, err = d.members()
+			return err
+		})
 		if err != nil {
 			if retryable(err) && d.pause(ctx) {
 				continue
@@ -614,11 +629,7 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 		}
 		if len(kids) == 0 {
 			d.node, d.left, d.round = "", false, 0
-			if ready {
-				d.clear(version)
-			} else if version != -2 {
-				_ = d.s.conn.Delete(d.path, version) // unless a party joined since
-			}
+			d.endRound(ctx, ready, version)
 			return nil
 		}
 		i := slices.Index(kids, name)
@@ -627,8 +638,15 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 			d.left = true
 		}
 		if d.left {
-			over, err := d.roundOver(ready, mzxid)
+			var over bool
+			round := d.round
+			err := d.request(ctx, func() (err error) {
+				over, err = d.roundOver(round, ready, mzxid)
+				return err
+			})
 			switch {
+			case leftBehind(err):
+				return err
 			case retryable(err):
 				if !d.pause(ctx) {
 					return d.gaveUp(ctx)
@@ -661,8 +679,15 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 			}
 		}
 		watched = d.path + "/" + watched
-		exists, ch, err := d.watches.existing(conn, watched)
+		var exists bool
+		var ch <-chan zk.Event
+		err = d.ask(ctx, func() (err error) {
+			exists, ch, err = d.watches.existing(conn, watched)
+			return err
+		}, func(error) { d.watches.keep(watched, ch) })
 		switch {
+		case leftBehind(err):
+			return err
 		case retryable(err):
 			if !d.pause(ctx) {
 				return d.gaveUp(ctx)
@@ -688,8 +713,32 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 	}
 }
 
-// roundOver reports whether the round the party entered is over, given
-// whether a listing of path found ready and path's mzxid then. The round
+// endRound ends a round the party saw empty, as a Leave that finds no party
+// does: it clears ready, if the listing found it (at version), else it
+// deletes path unless a party joined since. A clear left running once ctx
+// ends, or failed with the connection, is tried again by a session helper
+// (see tidy).
+func (d *zkDoubleBarrier) endRound(ctx context.Context, ready bool, version int32) {
+	err := d.ask(ctx, func() error {
+		if ready {
+			return d.clear(version)
+		}
+		if version != -2 {
+			_ = d.s.conn.Delete(d.path, version) // unless a party joined since
+		}
+		return nil
+	}, func(err error) {
+		if retryable(err) {
+			d.tidy()
+		}
+	})
+	if retryable(err) {
+		d.s.helper(d.tidy)
+	}
+}
+
+// roundOver reports whether the round the party entered (round, see
+// zkDoubleBarrier.round) is over, given whether a listing of path found ready and path's mzxid then. The round
 // is over once its ready is gone (ready is deleted only when none of its
 // parties is left, see clear): the parties there now are of a later round.
 // No disco party writes path's data while a ready stands, so path's mzxid
@@ -697,18 +746,18 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 // as the round's ready stands; if it differs, ready is looked up: if the
 // round's ready stands after the listing, it stood at the listing (it was
 // made before the party entered), and the parties listed are the round's.
-func (d *zkDoubleBarrier) roundOver(ready bool, mzxid int64) (bool, error) {
+func (d *zkDoubleBarrier) roundOver(round int64, ready bool, mzxid int64) (bool, error) {
 	switch {
 	case !ready:
 		return true, nil
-	case d.round == 0 || mzxid == d.round:
+	case round == 0 || mzxid == round:
 		return false, nil
 	}
 	ok, st, err := d.s.conn.Exists(d.ready)
 	if err != nil {
 		return false, err
 	}
-	return !ok || st.Czxid != d.round, nil
+	return !ok || st.Czxid != round, nil
 }
 
 // clear deletes ready, in one transaction with a write of path's data at
@@ -726,10 +775,14 @@ func (d *zkDoubleBarrier) clear(version int32) error {
 }
 
 // remove deletes the party's own znode, retrying while the connection is
-// down.
+// down; a delete left running once ctx ends deletes it all the same (a
+// later Leave finds the party out).
 func (d *zkDoubleBarrier) remove(ctx context.Context, node string) error {
-	_, err := d.s.deleteNode(ctx, d.closed, node, true)
-	if err != nil && retryable(err) {
+	err := d.request(ctx, func() error {
+		_, err := d.s.deleteNode(ctx, d.closed, node, true)
+		return err
+	})
+	if retryable(err) {
 		return d.gaveUp(ctx) // the pause before another try was cut short
 	}
 	return err

@@ -55,16 +55,18 @@ func holdRequests(t *testing.T, p *partition, match []byte) (asked <-chan struct
 // partyLen is the length of a double barrier's party znode's path.
 func partyLen(path string) int { return len(path + "/00000000-0000-0000-0000-000000000000") }
 
-// TestDoubleBarrierGivesUpUnanswered: an Enter whose context ends while
-// ZooKeeper does not answer one of its requests returns at once (its
-// withdrawal waits withdrawWait at most), with the context's error; once
+// TestDoubleBarrierGivesUpUnanswered: an Enter or a Leave whose context
+// ends while ZooKeeper does not answer one of its requests returns at once
+// (an Enter's withdrawal waits withdrawWait at most), with the context's
+// error (a Leave whose party has left and clears the round, nil); once
 // ZooKeeper answers, what the requests left running wrote is withdrawn on
 // the shared session, without Close: no party znode is left by an Enter
 // that gave up, and once the parties closed, nothing is under the path.
 // The cases: Enter's lookup of a join whose answer was lost, its join, its
 // clear of a dead round, its look for ready, its create of ready, its
-// withdrawal. Before, each of these requests ran on the caller's goroutine
-// until ZooKeeper answered.
+// withdrawal; Leave's listing, its delete, its watch, its lookup of the
+// round's ready, its clear. Before, each of these requests ran on the
+// caller's goroutine until ZooKeeper answered.
 func TestDoubleBarrierGivesUpUnanswered(t *testing.T) {
 	t.Parallel()
 	servers := startZooKeeper(t)
@@ -78,6 +80,8 @@ func TestDoubleBarrierGivesUpUnanswered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A party of admin's, named to be the lowest.
+	lowest := func(path string) string { return path + "/00000000-0000-0000-0000-000000000000" }
 	type env struct {
 		path  string
 		d     barrier.DoubleBarrier
@@ -122,6 +126,41 @@ func TestDoubleBarrierGivesUpUnanswered(t *testing.T) {
 		{name: "Enter, withdrawal", count: 2, cancelFirst: true, hold: func(path string) []byte {
 			return append(multiOp(opDelete), asking(0, path+"/", partyLen(path))...)
 		}, want: context.Canceled},
+		{name: "Leave, listing", count: 1, leave: true, hold: func(path string) []byte {
+			return asking(opGetChildren2, path)
+		}, want: context.Canceled},
+		{name: "Leave, delete", count: 1, leave: true, hold: func(path string) []byte {
+			return asking(opDelete, path+"/", partyLen(path))
+		}, want: context.Canceled},
+		{name: "Leave, watch", count: 2, other: true, leave: true, hold: func(path string) []byte {
+			return asking(opGetData, path+"/", partyLen(path))
+		}, want: context.Canceled},
+		{name: "Leave, round", count: 2, leave: true, setup: func(t *testing.T, e *env) {
+			create(t, e.path, 0)
+			create(t, lowest(e.path), zk.FlagEphemeral)
+		}, hold: func(path string) []byte {
+			// path's data written since ready: Leave looks ready up.
+			if _, err := admin.Set(path, nil, -1); err != nil {
+				t.Fatal(err)
+			}
+			return asking(opExists, path+"/ready")
+		}, poke: func(t *testing.T, e *env) {
+			// The other party's data changes: its watch fires, and the
+			// Leave, out, looks whether its round is over.
+			if _, err := admin.Set(lowest(e.path), nil, -1); err != nil {
+				t.Fatal(err)
+			}
+		}, want: context.Canceled, finish: func(t *testing.T, ctx context.Context, e *env) {
+			if err := admin.Delete(lowest(e.path), -1); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.d.Leave(ctx); err != nil {
+				t.Fatalf("Leave again, the round's other party gone: %v", err)
+			}
+		}},
+		{name: "Leave, clear", count: 1, leave: true, hold: func(path string) []byte {
+			return append(multiOp(opDelete), asking(0, path+"/ready")...)
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -193,7 +193,8 @@
 // (the withdrawal, or the join itself) a session helper settles while the
 // session lives: it deletes the party's znode even if a party counted it
 // meanwhile (the Enter has failed), and clears a round that this leaves
-// with no party.
+// with no party. A Leave's request left running does what Leave asked of
+// it (its delete: a later Leave finds the party out).
 //
 // Each Wait, Enter and Leave sets at most one watch at a time; one whose
 // ctx ends leaves it registered (the ZooKeeper client cannot remove a
