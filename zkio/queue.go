@@ -357,9 +357,10 @@ type own struct {
 	got   bool
 }
 
-// result waits for the answer of the early stat, once received; false if
-// ctx ended or the service stopped first (the stat, left running, is not
-// waited for: it writes nothing).
+// result waits for the answer of o's stat (the early one, unless o is
+// made for another), once received; false if ctx ended or the service
+// stopped first (the stat, left running, is not waited for: it writes
+// nothing).
 func (o *own) result(ctx context.Context, svc *service) (statResult, bool) {
 	if !o.got {
 		select {
@@ -547,7 +548,7 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 			return fail(err)
 		}
 		if watchOwn && mine == nil {
-			ch, err := svc.watchOwn(o)
+			ch, err := svc.watchOwn(ctx, o)
 			switch {
 			case err == nil:
 				mine = ch
@@ -624,10 +625,15 @@ func (svc *service) waitTurn(ctx context.Context, dir string, markers []string, 
 }
 
 // watchOwn sets a watch on the acquisition's own znode and returns it; its
-// answer also serves created. An error wraps ErrLost if the znode is gone.
-func (svc *service) watchOwn(o *own) (<-chan zk.Event, error) {
-	r := <-svc.stat(o.node, true)
+// answer also serves created. An error wraps ErrLost if the znode is gone;
+// it is the cause's (see cause) if ctx ends or the service stops before
+// the answer (the request, left running, sets a watch that fires when the
+// znode goes).
+func (svc *service) watchOwn(ctx context.Context, o *own) (<-chan zk.Event, error) {
+	r, ok := (&own{node: o.node, early: svc.stat(o.node, true)}).result(ctx, svc)
 	switch {
+	case !ok:
+		return nil, svc.cause(ctx)
 	case r.err == nil:
 		o.r, o.got = r, true
 		return r.watch, nil

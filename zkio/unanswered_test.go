@@ -43,7 +43,8 @@ const (
 // ZooKeeper does not answer one of its requests returns at once, with the
 // context's error, and leaves nothing behind: the first Lock on a new path
 // (the create of the path), a Lock (the read of its znode's creation zxid,
-// asked with its first listing), a TryAcquire (its listings of the leases and
+// asked with its first listing; the watch it sets on its own znode once it
+// has waited a while), a TryAcquire (its listings of the leases and
 // of the mutex's queue, its read of the other leases' slots, the write of
 // its own), an RLock and a Lock of a read/write lock (their request of the
 // epoch), a barrier's Hold (its create, and its parent's), Release and
@@ -115,6 +116,16 @@ func TestGivesUpUnanswered(t *testing.T) {
 			return func(ctx context.Context) error { _, err := l.Lock(ctx); return err },
 				asking(opExists, path+"/_c_", len(path+"/_c_00000000-0000-0000-0000-000000000000-lock-0000000000"))
 		}, map[string]int{"": 0}},
+		{"Lock, its own watch", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
+			l := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock([]string{via}, path))
+			// A holder ahead of it, of admin's, named apart from it.
+			mkdirs(t, path)
+			if _, err := admin.Create(path+"/lock-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll)); err != nil {
+				t.Fatal(err)
+			}
+			return func(ctx context.Context) error { _, err := l.Lock(ctx); return err },
+				asking(opGetData, path+"/_c_", len(path+"/_c_00000000-0000-0000-0000-000000000000-lock-0000000000"))
+		}, map[string]int{"": 1}},
 		{"TryAcquire, leases", func(t *testing.T, via, path string) (func(context.Context) error, []byte) {
 			call := semaphoreOn(t, via, path, 1)
 			return call, append(asking(0, path+"/leases"), 0)
