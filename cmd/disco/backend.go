@@ -170,10 +170,31 @@ func (g *globals) unreachable(ctx context.Context, service string, where []strin
 // bounded by cctx (--command-timeout), that failed with err: a request that
 // ran out of cctx's time says so, naming the bound and the flag.
 func (g *globals) requestFailed(cctx context.Context, service string, where []string, began time.Time, err error) error {
-	if dl, ok := cctx.Deadline(); ok && !time.Now().Before(dl) {
-		<-cctx.Done() // a client that heeds the deadline itself may fail first
-	}
+	ranOut(cctx)
 	return reach.Failed(cctx, service, where, began, "(--command-timeout)", err)
+}
+
+// timedOut words err, the failure of one of disco's own requests bounded
+// by cctx, a context of timeout d (--command-timeout): one that ran out of
+// cctx's time says so, naming the flag and its value. The backends' own
+// words (a constructor's, a release's) name the store, and at most the time
+// it did not answer within, never the flag that set it.
+func timedOut(cctx context.Context, d time.Duration, err error) error {
+	if err == nil || !ranOut(cctx) || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w (--command-timeout %v ran out)", err, d)
+}
+
+// ranOut reports whether cctx's deadline has passed; then cctx is done too,
+// also when a client that heeds the deadline itself failed first.
+func ranOut(cctx context.Context) bool {
+	dl, ok := cctx.Deadline()
+	if !ok || time.Now().Before(dl) {
+		return false
+	}
+	<-cctx.Done()
+	return errors.Is(cctx.Err(), context.DeadlineExceeded)
 }
 
 // closeBounded closes a primitive on b with closePrimitive, then b. The

@@ -183,6 +183,37 @@ func TestStatusSlowStoreOnEveryStore(t *testing.T) {
 	}
 }
 
+// A store that answers the connection but then answers the construction
+// of a lock or an election (its lease or session) too late ends lock, elect
+// and observe within --command-timeout, on every store whose constructors
+// send a request (ZooKeeper's share the session, which sent it while
+// connecting), with one line that names the store, the bound and the flag
+// that set it: not a bare "context deadline exceeded".
+func TestConstructorSlowStoreOnEveryStore(t *testing.T) {
+	for _, store := range []string{"etcd", "redis"} {
+		for _, c := range []struct {
+			test string
+			args []string // the command, then its arguments after NAME
+		}{
+			{"lock", []string{"lock", "--", "true"}},
+			{"elect-CMD", []string{"elect", "v", "--", "true"}},
+			{"elect", []string{"elect", "v"}},
+			{"observe", []string{"observe"}},
+		} {
+			t.Run(store+"/"+c.test, func(t *testing.T) {
+				ep, px := proxiedStore(t, store)
+				px.DelayRx(2 * time.Second) // each answer: within --dial-timeout, past --command-timeout
+				cmd := append([]string{"--endpoints", ep, "--dial-timeout", "40s", "--command-timeout", "500ms", c.args[0], nameOf(t)}, c.args[1:]...)
+				code, stdout, stderr := runDisco(t, 60*time.Second, cmd...)
+				want := "did not answer within 500ms: context deadline exceeded (--command-timeout 500ms ran out)"
+				if code != exitFailure || stdout != "" || !strings.Contains(stderr, want) || strings.Count(stderr, "\n") != 1 {
+					t.Errorf("exit %d, stdout %q, stderr %q; want %d and one line saying %q", code, stdout, stderr, exitFailure, want)
+				}
+			})
+		}
+	}
+}
+
 // A store cut off after CMD started does not keep disco from exiting once
 // CMD has: the release, one of disco's own requests, gives up within
 // --command-timeout, and so does closing the lock, whose last request the

@@ -79,7 +79,7 @@ func newElection(ctx context.Context, g *globals, name string, cancelOnSuspend b
 	e, err := b.newElection(cctx, name, cancelOnSuspend)
 	if err != nil {
 		b.close()
-		return nil, nil, err
+		return nil, nil, timedOut(cctx, g.commandTimeout, err)
 	}
 	g.logf("election %s: %s", name, b.where(name))
 	return withBoundedResign(e, g.commandTimeout), func() { g.closeBounded(func() { e.Close() }, b) }, nil

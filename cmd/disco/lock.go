@@ -119,6 +119,7 @@ func runLock(ctx context.Context, g *globals, name, value string, argv []string,
 	}
 	cctx, cancel := g.commandCtx(waitCtx)
 	l, err := b.newLock(cctx, name, value, stopAt == stopAtSuspended)
+	err = timedOut(cctx, g.commandTimeout, err) // before cancel, which would hide a deadline just passed
 	cancel()
 	if err != nil {
 		b.close()
