@@ -175,15 +175,33 @@ func (g *globals) requestFailed(cctx context.Context, service string, where []st
 }
 
 // timedOut words err, the failure of one of disco's own requests bounded
-// by cctx, a context of timeout d (--command-timeout): one that ran out of
-// cctx's time says so, naming the flag and its value. The backends' own
-// words (a constructor's, a release's) name the store, and at most the time
-// it did not answer within, never the flag that set it.
-func timedOut(cctx context.Context, d time.Duration, err error) error {
-	if err == nil || !ranOut(cctx) || !errors.Is(err, context.DeadlineExceeded) {
+// by cctx, a context of withCommandTimeout's: one that ran out of cctx's
+// time says so, naming the flag and its value. The backends' own words (a
+// constructor's, a release's) name the store, and at most the time it did
+// not answer within, never the flag that set it. A bound of the caller's
+// that came first (lock.Do's on a release) is not the flag's: it is left
+// as it is.
+func timedOut(cctx context.Context, err error) error {
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !ranOut(cctx) {
 		return err
 	}
-	return fmt.Errorf("%w (--command-timeout %v ran out)", err, d)
+	var ct commandTimeout
+	if !errors.As(context.Cause(cctx), &ct) {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", err, ct)
+}
+
+// commandTimeout is the cause of a context of withCommandTimeout's that ran
+// out of its time, d.
+type commandTimeout struct{ d time.Duration }
+
+func (c commandTimeout) Error() string { return fmt.Sprintf("--command-timeout %v ran out", c.d) }
+
+// withCommandTimeout returns ctx bounded by d, the command timeout: its
+// cause, once d has passed, is a commandTimeout (unless ctx ends first).
+func withCommandTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, d, commandTimeout{d})
 }
 
 // ranOut reports whether cctx's deadline has passed; then cctx is done too,

@@ -218,7 +218,8 @@ func TestConstructorSlowStoreOnEveryStore(t *testing.T) {
 // CMD has: the release, one of disco's own requests, gives up within
 // --command-timeout, and so does closing the lock, whose last request the
 // store does not answer either, on every store. disco exits 1 saying the
-// release failed (CMD exited 0), the hold left to expire with its TTL.
+// release failed (CMD exited 0) as --command-timeout ran out, the hold left
+// to expire with its TTL.
 func TestCutStoreReleasedWithinBounds(t *testing.T) {
 	for _, st := range stores {
 		for _, hold := range [][]string{{"lock"}, {"elect", "v"}} {
@@ -240,8 +241,9 @@ func testCutStoreReleasedWithinBounds(t *testing.T, store string, hold []string)
 	p.stdin.Close() // CMD exits 0; the release finds the store cut off
 	code := p.wait(t, 90*time.Second)
 	took := time.Since(start)
-	if code != exitFailure || !strings.Contains(p.stderr.String(), "release") {
-		t.Errorf("exit status %d, stderr %q; want %d saying the release failed", code, p.stderr, exitFailure)
+	ranOut := "context deadline exceeded (--command-timeout 1s ran out)"
+	if code != exitFailure || !strings.Contains(p.stderr.String(), "release") || !strings.Contains(p.stderr.String(), ranOut) {
+		t.Errorf("exit status %d, stderr %q; want %d saying the release failed, %q", code, p.stderr, exitFailure, ranOut)
 	}
 	// 1s for the release, 1s (2s at most) for the close, and time to spare
 	// on a loaded machine; not the 10s lock.Do and election.Lead allow.
@@ -251,8 +253,9 @@ func testCutStoreReleasedWithinBounds(t *testing.T, store string, hold []string)
 }
 
 // elect without CMD does not say "resigned" when its resignation at Ctrl-C
-// failed (the store cut off): it says on stderr that it did not resign,
-// so the term lasts until its lease expires, and exits 1, on every store.
+// failed (the store cut off): it says on stderr that it did not resign as
+// --command-timeout ran out, so the term lasts until its lease expires, and
+// exits 1, on every store.
 func TestCampaignResignFailedIsNoResignation(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
@@ -264,8 +267,10 @@ func TestCampaignResignFailedIsNoResignation(t *testing.T) {
 			px.BlackholeRx()
 			p.signal(t, syscall.SIGINT)
 			code := p.wait(t, 60*time.Second)
-			if code != exitFailure || strings.Contains(p.stdout.String(), "resigned") || !strings.Contains(p.stderr.String(), "did not resign") {
-				t.Errorf("exit status %d, stdout %q, stderr %q; want %d, no \"resigned\", and \"did not resign\" on stderr", code, p.stdout, p.stderr, exitFailure)
+			ranOut := "context deadline exceeded (--command-timeout 1s ran out)"
+			if code != exitFailure || strings.Contains(p.stdout.String(), "resigned") || !strings.Contains(p.stderr.String(), "did not resign") ||
+				!strings.Contains(p.stderr.String(), ranOut) {
+				t.Errorf("exit status %d, stdout %q, stderr %q; want %d, no \"resigned\", and \"did not resign\" on stderr, %q", code, p.stdout, p.stderr, exitFailure, ranOut)
 			}
 		})
 	}

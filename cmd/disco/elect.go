@@ -79,7 +79,7 @@ func newElection(ctx context.Context, g *globals, name string, cancelOnSuspend b
 	e, err := b.newElection(cctx, name, cancelOnSuspend)
 	if err != nil {
 		b.close()
-		return nil, nil, timedOut(cctx, g.commandTimeout, err)
+		return nil, nil, timedOut(cctx, err)
 	}
 	g.logf("election %s: %s", name, b.where(name))
 	return withBoundedResign(e, g.commandTimeout), func() { g.closeBounded(func() { e.Close() }, b) }, nil
@@ -87,7 +87,8 @@ func newElection(ctx context.Context, g *globals, name string, cancelOnSuspend b
 
 // withBoundedResign returns e with its resignations bounded by resign, the
 // command timeout (election.Lead allows a resignation 10s), so that a store
-// out of reach does not keep disco after CMD exited or at Ctrl-C. What
+// out of reach does not keep disco after CMD exited or at Ctrl-C (one that
+// runs out of it says so, naming the flag). What
 // election.Lead reads of e besides its election.Service methods stays the
 // backend's: every backend's election shows driver.Face and resigns a
 // given term. An election that does not is returned as it is.
@@ -114,15 +115,15 @@ type boundedResign struct {
 }
 
 func (b boundedResign) Resign(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, b.resign)
+	ctx, cancel := withCommandTimeout(ctx, b.resign)
 	defer cancel()
-	return b.faceElection.Resign(ctx)
+	return timedOut(ctx, b.faceElection.Resign(ctx))
 }
 
 func (b boundedResign) ResignTerm(ctx context.Context, term election.Leadership) error {
-	ctx, cancel := context.WithTimeout(ctx, b.resign)
+	ctx, cancel := withCommandTimeout(ctx, b.resign)
 	defer cancel()
-	return b.faceElection.ResignTerm(ctx, term)
+	return timedOut(ctx, b.faceElection.ResignTerm(ctx, term))
 }
 
 func runElect(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration, stopAt string) error {

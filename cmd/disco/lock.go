@@ -119,7 +119,7 @@ func runLock(ctx context.Context, g *globals, name, value string, argv []string,
 	}
 	cctx, cancel := g.commandCtx(waitCtx)
 	l, err := b.newLock(cctx, name, value, stopAt == stopAtSuspended)
-	err = timedOut(cctx, g.commandTimeout, err) // before cancel, which would hide a deadline just passed
+	err = timedOut(cctx, err) // before cancel, which would hide a deadline just passed
 	cancel()
 	if err != nil {
 		b.close()
@@ -149,7 +149,8 @@ func orInterrupted(sup *supervisor, what string, err error) error {
 // only when the lock is taken and it must wait: so that -v says "waiting"
 // only while disco waits; and with a Release bounded by release, the
 // command timeout (lock.Do allows a release 10s), so that a store out of
-// reach does not keep disco after CMD exited. What lock.Do reads of a lock
+// reach does not keep disco after CMD exited (a release that runs out of it
+// says so, naming the flag). What lock.Do reads of a lock
 // besides its lock.Service methods (its session's suspension, its own
 // setting of cancel at Suspended, its grant) stays the backend's: every
 // backend's lock shows driver.Face. A lock that does not is returned as it
@@ -176,9 +177,9 @@ type tryFirst struct {
 }
 
 func (t tryFirst) Release(ctx context.Context, gr lock.Grant) error {
-	ctx, cancel := context.WithTimeout(ctx, t.release)
+	ctx, cancel := withCommandTimeout(ctx, t.release)
 	defer cancel()
-	return t.faceLock.Release(ctx, gr)
+	return timedOut(ctx, t.faceLock.Release(ctx, gr))
 }
 
 func (t tryFirst) Lock(ctx context.Context) (lock.Grant, error) {

@@ -233,7 +233,7 @@ func (g *globals) options(ctx context.Context) []etcdio.Option {
 
 // commandCtx returns a context bounding one of disco's own requests.
 func (g *globals) commandCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, g.commandTimeout)
+	return withCommandTimeout(ctx, g.commandTimeout)
 }
 
 // logf reports progress on stderr with --verbose.
