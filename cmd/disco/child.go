@@ -211,10 +211,10 @@ func checkGrace(cmd *cobra.Command, grace time.Duration) error {
 	return nil
 }
 
-// checkStopAt validates --stop-at.
-func checkStopAt(v string) error {
+// checkStopAt validates cmd's --stop-at.
+func checkStopAt(cmd *cobra.Command, v string) error {
 	if v != stopAtSuspended && v != stopAtLost {
-		return usageErr(fmt.Errorf("--stop-at %q: want %q or %q", v, stopAtSuspended, stopAtLost))
+		return argsErr(cmd, "--stop-at %q: want %q or %q", v, stopAtSuspended, stopAtLost)
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ the same NAME about who leads.`,
 			if err := checkGrace(cmd, grace); err != nil {
 				return err
 			}
-			if err := checkStopAt(stopAt); err != nil {
+			if err := checkStopAt(cmd, stopAt); err != nil {
 				return err
 			}
 			if len(a) == 2 {

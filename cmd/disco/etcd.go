@@ -47,13 +47,13 @@ Port 0 picks a free port.`,
 			}
 			return nil
 		},
-		PreRunE: func(*cobra.Command, []string) error {
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			for _, p := range []struct {
 				name string
 				v    int
 			}{{"--client-port", f.clientPort}, {"--peer-port", f.peerPort}} {
 				if p.v < 0 || p.v > 65535 {
-					return usageErr(fmt.Errorf("%s %d: not a port", p.name, p.v))
+					return argsErr(cmd, "%s %d: not a port", p.name, p.v)
 				}
 			}
 			return nil

@@ -62,7 +62,7 @@ Curator's InterProcessMutex.`,
 			if err := checkGrace(cmd, grace); err != nil {
 				return err
 			}
-			if err := checkStopAt(stopAt); err != nil {
+			if err := checkStopAt(cmd, stopAt); err != nil {
 				return err
 			}
 			if !cmd.Flags().Changed("value") {
