@@ -1,55 +1,12 @@
 package main
 
 import (
-	"errors"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-)
 
-// silentEndpoint returns a loopback address that accepts connections and
-// never answers, and a count of the connections it has accepted.
-func silentEndpoint(t *testing.T) (addr string, accepted func() int) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		done  = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			if err != nil {
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String(), func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(conns)
-	}
-}
+	"github.com/ahrtr/disco/internal/testkit"
+)
 
 // nameCommands are the commands that take a NAME, each on name.
 func nameCommands(name string) [][]string {
@@ -110,12 +67,12 @@ func TestRefusedNameBeforeConnecting(t *testing.T) {
 	noLeaks(t)
 	for _, st := range []struct{ store, scheme string }{{"etcd", ""}, {"zookeeper", "zk://"}, {"redis", "redis://"}} {
 		t.Run(st.store, func(t *testing.T) {
-			addr, accepted := silentEndpoint(t)
+			addr, accepted := testkit.SilentEndpoint(t)
 			for name, rule := range refusedNames()[st.store] {
 				checkRefused(t, st.scheme+addr, serviceNames[st.store], name, rule)
 			}
-			if n := accepted(); n != 0 {
-				t.Errorf("disco connected %d times to the %s endpoint to refuse a NAME", n, serviceNames[st.store])
+			if isClosed(accepted) {
+				t.Errorf("disco connected to the %s endpoint to refuse a NAME", serviceNames[st.store])
 			}
 		})
 	}
