@@ -312,11 +312,26 @@ func (b *zkBackend) opts(cos bool) []zkio.Option {
 }
 
 func (b *zkBackend) newLock(_ context.Context, name, value string, cos bool) (lock.Service, error) {
+	b.warnGranted()
 	return zkio.NewLock(nil, name, append(b.opts(cos), zkio.WithValue(value))...)
 }
 
 func (b *zkBackend) newElection(_ context.Context, name string, cos bool) (election.Service, error) {
+	b.warnGranted()
 	return zkio.NewElection(nil, name, b.opts(cos)...)
+}
+
+// warnGranted says on stderr when the session timeout ZooKeeper granted
+// is not --ttl. The server keeps it between its minSessionTimeout and
+// maxSessionTimeout (by default 2 and 20 ticks), and the holds on the
+// session live by it: a crashed disco's hold outlives it by the timeout
+// granted, and CMD is stopped before that may run out, not --ttl. Said by
+// the commands that hold a session (status holds none), once per session.
+func (b *zkBackend) warnGranted() {
+	if granted := b.s.Timeout(); granted != b.g.ttl {
+		fmt.Fprintf(b.g.stderr, "disco: warning: ZooKeeper granted a session timeout of %v, not the --ttl %v asked for (the server keeps it between its minSessionTimeout and maxSessionTimeout): a hold outlives a crashed disco by %v\n",
+			granted, b.g.ttl, granted)
+	}
 }
 
 func (b *zkBackend) where(name string) string {

@@ -397,6 +397,49 @@ func TestZooKeeperTTLOverClientLimit(t *testing.T) {
 	}
 }
 
+// ZooKeeper grants a session timeout within its own bounds (the test
+// server's: 2 to 20 ticks, 1s to 10s), whatever --ttl asks for: a --ttl it
+// does not grant is said on stderr in one line naming both, by every
+// command that holds a session (not status); one it grants is not.
+func TestZooKeeperTTLNegotiated(t *testing.T) {
+	ep := "zk://" + testserver.StartZooKeeper(t).Addr
+	name := nameOf(t)
+	most := 20 * testserver.ZooKeeperTickTime
+	for _, c := range []struct {
+		args  []string
+		out   string // what it prints
+		until bool   // whether it runs until SIGINT
+	}{
+		{[]string{"lock", name, "--", "echo", "ran"}, "ran\n", false},
+		{[]string{"elect", name, "v", "--", "echo", "ran"}, "ran\n", false},
+		{[]string{"observe", name}, "no leader of " + name + "\n", true},
+		{[]string{"elect", name, "v"}, "leading " + name, true},
+	} {
+		for _, ttl := range []time.Duration{3 * most, most / 2} {
+			p := startDisco(t, append([]string{"--endpoints", ep, "--ttl", ttl.String()}, c.args...)...)
+			p.stdin.Close()
+			if c.until {
+				p.awaitRunning(t, p.stdout, c.out, 20*time.Second)
+				p.signal(t, syscall.SIGINT)
+			}
+			code := p.wait(t, 20*time.Second)
+			want := ""
+			if ttl > most {
+				want = fmt.Sprintf("disco: warning: ZooKeeper granted a session timeout of %v, not the --ttl %v asked for", most, ttl)
+			}
+			stdout, stderr := p.stdout.String(), p.stderr.String()
+			if code != 0 || !strings.Contains(stdout, c.out) || (want == "" && stderr != "") ||
+				(want != "" && (!strings.HasPrefix(stderr, want) || strings.Count(stderr, "\n") != 1)) {
+				t.Errorf("--ttl %v %s: exit status %d, stdout %q, stderr %q; want 0, %q and stderr %q", ttl, c.args[0], code, stdout, stderr, c.out, want)
+			}
+		}
+	}
+	code, _, stderr := runDisco(t, 20*time.Second, "--endpoints", ep, "--ttl", (3 * most).String(), "status", name)
+	if code != 0 || stderr != "" {
+		t.Errorf("status with --ttl %v: exit status %d, stderr %q; want 0 and nothing (status holds nothing)", 3*most, code, stderr)
+	}
+}
+
 // A --ttl over the longest lease etcd grants (9e9 seconds, 2500000h) is
 // bad usage, said as such before disco connects, as ZooKeeper's limit is;
 // the longest works.
