@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ahrtr/disco/internal/faultproxy"
 	"github.com/ahrtr/disco/internal/testserver"
 )
@@ -494,6 +496,49 @@ func TestStatusKindFlagOnEveryStore(t *testing.T) {
 			holder.stdin.Close()
 			if code := holder.wait(t, 10*time.Second); code != 5 {
 				t.Fatalf("holder: exit %d, want CMD's 5; stderr:\n%s", code, holder.stderr)
+			}
+		})
+	}
+}
+
+// A hold that CMD's supervisor never saw lost, but that its release (or
+// resignation) finds gone after CMD exited 0, ends disco with status 3 and
+// a line that says so: that it was found lost at the release, and CMD's
+// status, not that it was "lost while CMD ran". On Redis a hold's key
+// deleted by hand is noticed at the session's next refresh (a third of the
+// TTL, 20s here) or by the release, whichever comes first.
+func TestLostFoundAtRelease(t *testing.T) {
+	r := testserver.StartRedis(t)
+	admin := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { admin.Close() })
+	ep := "redis://" + r.Addr + "/0"
+	for _, c := range []struct {
+		hold []string // the command, then its arguments after NAME
+		want string
+	}{
+		{[]string{"lock"}, "lock %s was found lost at its release, once CMD had ended (CMD exited with status 0): "},
+		{[]string{"elect", "v"}, "leadership of %s was found lost at its resignation, once CMD had ended (CMD exited with status 0): "},
+	} {
+		t.Run(c.hold[0], func(t *testing.T) {
+			name := nameOf(t)
+			args := append([]string{"--endpoints", ep, "--ttl", "60s", c.hold[0], name}, c.hold[1:]...)
+			p := startDisco(t, append(args, "--", "sh", "-c", "echo ready; read x; exit 0")...)
+			p.awaitRunning(t, p.stdout, "ready", 15*time.Second)
+			code, out, errOut := runDisco(t, 15*time.Second, "--endpoints", ep, "--json", "status", name)
+			var st struct {
+				Queue []struct{ Key string } `json:"queue"`
+			}
+			if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.Queue) != 1 {
+				t.Fatalf("status: exit %d, %v, stdout %q, stderr %q", code, err, out, errOut)
+			}
+			if n, err := admin.Del(testCtx(t, 5*time.Second), st.Queue[0].Key).Result(); n != 1 || err != nil {
+				t.Fatalf("deleting %s: %d, %v", st.Queue[0].Key, n, err)
+			}
+			p.stdin.Close() // CMD exits 0; the release finds the hold gone
+			code = p.wait(t, 15*time.Second)
+			want := fmt.Sprintf(c.want, name)
+			if stderr := p.stderr.String(); code != exitLost || !strings.HasPrefix(stderr, "disco: "+want) || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("exit status %d, stderr %q; want %d and one line %q...", code, stderr, exitLost, want)
 			}
 		})
 	}

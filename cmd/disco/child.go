@@ -47,6 +47,7 @@ var errInterrupted = errors.New("interrupted")
 // disco ignores them while it releases.
 type supervisor struct {
 	what           string // "lock NAME", "leadership of NAME"
+	release        string // how the hold ends after CMD: "release", "resignation"
 	argv           []string
 	grace          time.Duration
 	stopAt         string // stopAtSuspended or stopAtLost
@@ -277,7 +278,11 @@ func (s *supervisor) outcome(err error) error {
 			// The cause is told already.
 			return &exitError{code: exitLost, err: fmt.Errorf("%s lost while CMD ran; %s", s.what, status)}
 		}
-		return &exitError{code: exitLost, err: fmt.Errorf("%s lost while CMD ran (%s): %w", s.what, status, err)}
+		// Not seen while CMD ran: lock.Do or election.Lead found the hold
+		// gone once CMD had exited, almost always by its release (a loss
+		// that came as CMD exited may be told here too). The hold may have
+		// ended while CMD ran, unseen: still a loss, status 3.
+		return &exitError{code: exitLost, err: fmt.Errorf("%s was found lost at its %s, once CMD had ended (%s): %w", s.what, s.release, status, err)}
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {

@@ -127,7 +127,7 @@ func (b boundedResign) ResignTerm(ctx context.Context, term election.Leadership)
 }
 
 func runElect(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration, stopAt string) error {
-	sup := &supervisor{what: "leadership of " + name, argv: argv, grace: grace, stopAt: stopAt, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
+	sup := &supervisor{what: "leadership of " + name, release: "resignation", argv: argv, grace: grace, stopAt: stopAt, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
 	e, closeAll, err := newElection(waitCtx, g, name, stopAt == stopAtSuspended)

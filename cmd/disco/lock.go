@@ -34,7 +34,9 @@ confirmed again meanwhile (CMD did not finish under the lock). With
 revoked, the key was deleted) and then stops CMD the same way, SIGKILL after
 --grace: CMD may then run on beside the next holder, until its token is
 refused. Either way disco exits with status 3 (also when the hold ended
-after it was granted but before CMD could start: CMD then does not run).
+after it was granted but before CMD could start: CMD then does not run;
+and when the release after CMD finds the hold lost, which disco did not
+see while CMD ran).
 SIGINT, SIGTERM and SIGHUP (the terminal or ssh session closed) sent to
 disco are passed on to CMD; before CMD starts they end the wait (status
 128+signal). --grace must not be negative.
@@ -110,7 +112,7 @@ func ownerValue() string {
 }
 
 func runLock(ctx context.Context, g *globals, name, value string, argv []string, grace time.Duration, stopAt string) error {
-	sup := &supervisor{what: "lock " + name, argv: argv, grace: grace, stopAt: stopAt, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
+	sup := &supervisor{what: "lock " + name, release: "release", argv: argv, grace: grace, stopAt: stopAt, stdin: g.stdin, stdout: g.stdout, stderr: g.stderr}
 	waitCtx, stop := sup.watchSignals(ctx)
 	defer stop()
 	b, err := g.dial(waitCtx)

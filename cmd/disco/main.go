@@ -5,7 +5,8 @@
 //
 // Exit statuses: CMD's own status; 1 for an error of disco's (etcd
 // unreachable, a request timed out); 2 for bad usage; 3 when the lock or
-// the leadership was lost while CMD ran (CMD was then terminated); 126 or
+// the leadership was lost while CMD ran (CMD was then terminated), or its
+// release (or resignation) after CMD found it lost; 126 or
 // 127 when CMD could not be started or found; 128+N when disco was ended by
 // signal N before CMD started, or CMD was killed by signal N.
 //

@@ -22,7 +22,7 @@ import (
 const (
 	exitFailure  = 1   // disco's own error: etcd unreachable, a request failed
 	exitUsage    = 2   // bad flags or arguments
-	exitLost     = 3   // the lock or leadership was lost while CMD ran
+	exitLost     = 3   // the hold was lost or in doubt while CMD ran or before it started, or found lost by its release
 	exitNoExec   = 126 // CMD exists but could not be started
 	exitNotFound = 127 // CMD not found
 )
@@ -118,9 +118,10 @@ host:port or etcd://host:port,...), zk://host:port,... or redis://host:port/db.
 Exit statuses: CMD's own; 1 disco's error (the service unreachable, a
 timeout); 2 bad usage (also a NAME or --ttl the service refuses); 3 the
 lock or leadership was lost, or in doubt, while CMD ran (CMD was
-terminated) or before it could start (CMD did not run); 126/127 CMD could
-not be started / was not found; 128+N disco was interrupted by signal N
-(SIGINT, SIGTERM, SIGHUP) before CMD started, or CMD died of signal N.
+terminated) or before it could start (CMD did not run), or was found lost
+by the release after CMD; 126/127 CMD could not be started / was not
+found; 128+N disco was interrupted by signal N (SIGINT, SIGTERM, SIGHUP)
+before CMD started, or CMD died of signal N.
 
 Names: a NAME starts with "/" and does not end with "/", and is one the
 service takes (not over 1024 bytes; on ZooKeeper a path it takes); others
