@@ -66,3 +66,40 @@ func TestCallerEndBeforeCommandStartedIsNoLoss(t *testing.T) {
 		t.Fatalf("CMD ran: %q", &stdout)
 	}
 }
+
+// timedOut names --command-timeout only when its own bound ran out: not
+// for a shorter bound of the caller's (lock.Do's on a release), nor for
+// a cancellation, nor before the deadline.
+func TestTimedOutNamesOnlyItsOwnBound(t *testing.T) {
+	failed := fmt.Errorf("release: %w", context.DeadlineExceeded)
+	wait := func(ctx context.Context) error {
+		<-ctx.Done()
+		return fmt.Errorf("release: %w", ctx.Err())
+	}
+
+	ctx, cancel := withCommandTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := timedOut(ctx, wait(ctx)); !strings.HasSuffix(err.Error(), "(--command-timeout 20ms ran out)") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("own bound ran out: %v", err)
+	}
+
+	parent, cancelParent := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancelParent()
+	ctx, cancel = withCommandTimeout(parent, time.Hour)
+	defer cancel()
+	if err := timedOut(ctx, wait(ctx)); strings.Contains(err.Error(), "--command-timeout") {
+		t.Errorf("the caller's shorter bound ran out, but: %v", err)
+	}
+
+	ctx, cancel = withCommandTimeout(context.Background(), time.Hour)
+	if err := timedOut(ctx, failed); err != failed {
+		t.Errorf("before the deadline: %v", err)
+	}
+	cancel()
+	if err := timedOut(ctx, wait(ctx)); strings.Contains(err.Error(), "--command-timeout") {
+		t.Errorf("cancelled: %v", err)
+	}
+	if err := timedOut(ctx, nil); err != nil {
+		t.Errorf("no error: %v", err)
+	}
+}
