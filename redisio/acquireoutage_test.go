@@ -1,8 +1,12 @@
 package redisio_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/redisio"
 )
 
@@ -203,4 +208,131 @@ func TestWaiterGivesUpInOutage(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, "nothing left behind once Redis answers", func() bool {
 		return len(leftBehindOf(lctx, admin, name)) == 0
 	})
+}
+
+// TestCloseWaitsForEnqueueUnderWay: Close of a lock on a shared session,
+// while its acquisition's enqueue is unanswered (the link holds it),
+// returns only once that enqueue is answered and what it queued is
+// withdrawn: the next owner's TryLock right after finds the lock free.
+// Close returned as the acquisition left its request under way (half a
+// second), and the hold it queued stood after Close had returned.
+func TestCloseWaitsForEnqueueUnderWay(t *testing.T) {
+	const name = "acquire-outage/close-enqueue"
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	admin := newClient(t, r)
+	px, cli := proxied(t, r, redis.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := redisio.NewSession(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, err := redisio.NewLock(cli, name, redisio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent atomic.Bool
+	px.WatchTx(func(b []byte) {
+		if bytes.Contains(b, []byte(name+"/")) {
+			sent.Store(true)
+		}
+	})
+	px.PauseTx()
+	unpause := sync.OnceFunc(px.UnpauseTx)
+	defer unpause()
+	locked := make(chan error, 1)
+	go func() { _, err := l.Lock(ctx); locked <- err }()
+	testkit.Eventually(t, 10*time.Second, "the enqueue sent", sent.Load)
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	var cerr error
+	select {
+	case cerr = <-closed:
+		t.Errorf("Close returned while its acquisition's enqueue was unanswered: %v", cerr)
+		unpause()
+	case <-time.After(2 * time.Second): // a negative check: longer than a caller's wait to leave a request
+		unpause()
+		cerr = <-closed
+	}
+	if cerr != nil {
+		t.Errorf("Close: %v", cerr)
+	}
+	if err := <-locked; !errors.Is(err, primitives.ErrClosed) {
+		t.Errorf("Lock: %v, want ErrClosed", err)
+	}
+	next, err := redisio.NewLock(admin, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if _, err := next.TryLock(ctx); err != nil {
+		t.Errorf("TryLock right after Close returned: %v", err)
+	}
+}
+
+// TestCloseOfWaiterOnSlowRedisLeavesNothing: Close of a waiter, while
+// Redis answers slowly (each request sent 800 ms late, longer than a
+// caller waits for its withdrawal before it leaves it under way), returns
+// only once the waiter's key is gone: the next owner's TryLock, after the
+// holder's release, finds the lock free.
+func TestCloseOfWaiterOnSlowRedisLeavesNothing(t *testing.T) {
+	const name = "acquire-outage/slow-close"
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	admin := newClient(t, r)
+	px, cli := proxied(t, r, redis.Options{})
+	holder, err := redisio.NewLock(admin, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := leftBehindOf(ctx, admin, name) // the holder's keys
+	slices.Sort(held)
+	// On a session of its own Close waits for the session's helpers: the
+	// waiter shares one.
+	s, err := redisio.NewSession(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	waiter, err := redisio.NewLock(cli, name, redisio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := waiter.Lock(ctx); done <- err }()
+	testkit.Eventually(t, 10*time.Second, "the waiter's hold queued", func() bool {
+		return len(leftBehindOf(ctx, admin, name)) > len(held)
+	})
+	px.DelayTx(800 * time.Millisecond)
+	defer px.UndelayTx()
+	if err := waiter.Close(); err != nil {
+		t.Fatalf("Close of the waiter: %v", err)
+	}
+	left := leftBehindOf(ctx, admin, name)
+	slices.Sort(left)
+	if !slices.Equal(left, held) {
+		t.Errorf("keys after the waiter's Close returned: %v, want the holder's alone: %v", left, held)
+	}
+	if err := <-done; !errors.Is(err, primitives.ErrClosed) {
+		t.Errorf("the waiter's Lock: %v, want ErrClosed", err)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := redisio.NewLock(admin, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if _, err := next.TryLock(ctx); err != nil {
+		t.Errorf("TryLock after the waiter's Close and the holder's release: %v", err)
+	}
 }

@@ -343,8 +343,9 @@
 // session). Those requests run on the client itself when its read and
 // write timeouts are at most the TTL (go-redis's defaults are, under
 // DefaultTTL), else on a clone of it bounded by the TTL, which runs none
-// of the client's hooks: a request left under way ends within the TTL,
-// and Close, which waits for it, too. A double barrier's Enter and Leave,
+// of the client's hooks: a request left under way ends within the TTL.
+// Close of the primitive waits for its requests under way, and for the
+// withdrawal of what they wrote, within its deadline (see Close). A double barrier's Enter and Leave,
 // a barrier's calls and Proclaim run on the caller's goroutine and end
 // within the client's own timeouts.
 //
@@ -379,7 +380,8 @@
 // (WithTTL, DefaultTTL by default; a shared session's for a primitive made
 // WithSession), whatever the client's timeouts. One deadline, the TTL
 // after the call, bounds everything it waits for: an acquisition under
-// way withdrawing its hold, the deletes, and for a session, or a
+// way withdrawing its hold (and the requests it left under way, with the
+// withdrawal of what they wrote), the deletes, and for a session, or a
 // primitive on its own session, the session's helpers. Every request the
 // session makes on its own behalf (a refresh, a release or withdrawal,
 // an Unlock's or a Resign's too, which may run on after its caller's

@@ -70,7 +70,7 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 	var unknown string // the nonce of the last attempt whose reply was lost
 	e, _, err := inAttempts(ctx, v.Done(), func() (enqueued, error) {
 		last, nonce := unknown, strconv.FormatUint(v.s.enqueues.Add(1), 10)
-		e, left, err := request(v.s, ctx, v.Done(), func() (enqueued, error) {
+		e, left, err := request(v.s, &v.requests, ctx, v.Done(), func() (enqueued, error) {
 			return v.enqueueAttempt(ctx, try, value, mode, last, nonce)
 		}, v.undoEnqueue)
 		if left {
@@ -81,7 +81,7 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 	})
 	if err != nil {
 		if e.unknown != "" {
-			v.s.settle(func() { v.withdrawNonce(e.unknown) })
+			v.s.settle(&v.requests, func() { v.withdrawNonce(e.unknown) })
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			// The caller gave up meanwhile: its context's error is the
@@ -263,7 +263,7 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time, look
 		// The next timed look counts from this one's start, as a slow
 		// answer must not stretch the bound on a missed message.
 		t.Reset(v.nextLook(place))
-		res, left, err := request(v.s, ctx, v.Done(), func() ([]int64, error) {
+		res, left, err := request(v.s, &v.requests, ctx, v.Done(), func() ([]int64, error) {
 			cctx, cancel := context.WithTimeout(ctx, opTimeout)
 			defer cancel()
 			return v.check(cctx, h.Key)
@@ -324,14 +324,21 @@ func (v *service) findNonce(nonce string) (string, error) {
 }
 
 // withdrawNonce withdraws the hold that an enqueue with nonce queued, if
-// it did (its reply was lost): it looks the hold up until Redis answers
-// or the session ends. Until then the hold, refreshed by nobody, blocks
-// the name (at most until it expires, and its tombstone if it was
-// granted). It runs on a helper of the session.
+// it did (its reply was lost): now, and if the lookup fails, again on a
+// session helper until Redis answers or the session ends, which Close of
+// the service does not wait for. Until then the hold, refreshed by
+// nobody, blocks the name (at most until it expires, and its tombstone if
+// it was granted).
 func (v *service) withdrawNonce(nonce string) {
-	// s.done closes before Close waits for the helpers.
-	_, _, _ = inAttempts(context.Background(), v.s.done, func() (struct{}, error) {
-		return struct{}{}, v.tryWithdrawNonce(nonce)
+	if v.tryWithdrawNonce(nonce) == nil {
+		return
+	}
+	s := v.s
+	s.goTracked(func() {
+		// s.done closes before Close waits for the helpers.
+		_, _, _ = inAttempts(context.Background(), s.done, func() (struct{}, error) {
+			return struct{}{}, v.tryWithdrawNonce(nonce)
+		})
 	})
 }
 
@@ -352,7 +359,7 @@ func (v *service) tryWithdrawNonce(nonce string) error {
 // withdraw forgets a waiting key and deletes it in Redis (withdrawNow),
 // waiting up to leaveGrace for the delete (see Session.settle).
 func (v *service) withdraw(key string) {
-	v.s.settle(func() { v.withdrawNow(key) })
+	v.s.settle(&v.requests, func() { v.withdrawNow(key) })
 }
 
 // withdrawNow forgets a waiting key and deletes it in Redis, within

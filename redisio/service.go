@@ -53,6 +53,10 @@ type service struct {
 	// Redis is then granted to the service, or withdrawn. Close, once the
 	// service has ended, fills it to wait for that acquisition.
 	busy chan struct{}
+	// requests counts the service's requests under way on the session's
+	// helpers and their withdrawals (see request and settle): Close waits
+	// for them after the acquisition under way.
+	requests inflight
 
 	// Loop only.
 	waiting   map[string]chan struct{}   // hold key (a party's key) -> its waiter's wake
@@ -267,6 +271,8 @@ func (v *service) close() error {
 		// deletes it then.
 		if !v.awaitAcquisition(ctx) {
 			undone = append(undone, "an acquisition under way")
+		} else if !v.requests.wait(ctx) {
+			undone = append(undone, "the withdrawal of what a request under way wrote")
 		}
 		for _, r := range refs {
 			if ctx.Err() != nil {

@@ -457,7 +457,8 @@ func (s *Session) closedErr() error {
 const leaveGrace = 500 * time.Millisecond
 
 // request makes req, a request to Redis on behalf of a caller whose
-// context is ctx, and returns its answer. go-redis heeds a context only
+// context is ctx, and returns its answer; track counts it, and its undo,
+// while they run. go-redis heeds a context only
 // between commands (its deadline too, unless the client was made with
 // ContextTimeoutEnabled), so that req would hold its caller until the
 // client's ReadTimeout while Redis does not answer: req runs on a helper
@@ -470,7 +471,7 @@ const leaveGrace = 500 * time.Millisecond
 // within the TTL (it runs on asked). A ctx already ended runs nothing and
 // returns ctx's error; once Close has ended the session, request returns
 // its error.
-func request[R any](s *Session, ctx context.Context, stop <-chan struct{}, req func() (R, error), undo func(R, error)) (resp R, left bool, err error) {
+func request[R any](s *Session, track *inflight, ctx context.Context, stop <-chan struct{}, req func() (R, error), undo func(R, error)) (resp R, left bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return resp, false, err
 	}
@@ -482,7 +483,9 @@ func request[R any](s *Session, ctx context.Context, stop <-chan struct{}, req f
 	// taken is set by whichever comes first, the answer handed to the
 	// caller or the caller leaving: the other then knows.
 	var taken atomic.Bool
+	track.add()
 	if !s.goTracked(func() {
+		defer track.done()
 		r, err := req()
 		if taken.CompareAndSwap(false, true) {
 			ch <- answer{r, err}
@@ -490,6 +493,7 @@ func request[R any](s *Session, ctx context.Context, stop <-chan struct{}, req f
 		}
 		undo(r, err)
 	}) {
+		track.done()
 		return resp, false, s.closedErr()
 	}
 	select {
@@ -514,14 +518,18 @@ func request[R any](s *Session, ctx context.Context, stop <-chan struct{}, req f
 
 // settle runs f, which withdraws what a caller wrote, on a helper of the
 // session, and waits up to leaveGrace for it: with Redis answering, the
-// caller returns once f is done; otherwise f goes on without it (Close
-// of the session waits for it). f's own bound is its caller's to set.
-func (s *Session) settle(f func()) {
+// caller returns once f is done; otherwise f goes on without it (track
+// counts it while it runs, and Close of the session waits for it). f's
+// own bound is its caller's to set.
+func (s *Session) settle(track *inflight, f func()) {
 	done := make(chan struct{})
+	track.add()
 	if !s.goTracked(func() {
+		defer track.done()
 		defer close(done)
 		f()
 	}) {
+		track.done()
 		return // Close has ended the session: its keys go with it
 	}
 	t := time.NewTimer(leaveGrace)
@@ -529,6 +537,49 @@ func (s *Session) settle(f func()) {
 	select {
 	case <-done:
 	case <-t.C:
+	}
+}
+
+// inflight counts a service's requests under way on the session's
+// helpers (see request and settle), so that its Close can wait until what
+// they wrote is withdrawn. Its zero value counts none.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	none chan struct{} // closed when n drops to 0
+}
+
+func (f *inflight) add() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		f.none = make(chan struct{})
+	}
+	f.n++
+}
+
+func (f *inflight) done() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n--; f.n == 0 {
+		close(f.none)
+	}
+}
+
+// wait waits until no request is under way; false if ctx ended first.
+func (f *inflight) wait(ctx context.Context) bool {
+	f.mu.Lock()
+	none := f.none
+	n := f.n
+	f.mu.Unlock()
+	if n == 0 {
+		return true
+	}
+	select {
+	case <-none:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
