@@ -458,13 +458,12 @@ const leaveGrace = 500 * time.Millisecond
 
 // request makes req, a request to Redis on behalf of a caller whose
 // context is ctx, and returns its answer; track counts it, and its undo,
-// while they run. go-redis heeds a context only
-// between commands (its deadline too, unless the client was made with
-// ContextTimeoutEnabled), so that req would hold its caller until the
-// client's ReadTimeout while Redis does not answer: req runs on a helper
-// of the session instead, one per request under way (the waits between
-// requests stay on the caller's goroutine), while its caller waits for
-// the answer. Once ctx ends or stop closes, the caller waits up to
+// while they run. go-redis heeds a context only between commands (its
+// deadline too, unless the client was made with ContextTimeoutEnabled),
+// so that req would hold its caller until the client's ReadTimeout while
+// Redis does not answer: req runs on a helper of the session instead, one
+// per request under way (the waits between requests stay on the caller's
+// goroutine), while its caller waits for the answer. Once ctx ends or stop closes, the caller waits up to
 // leaveGrace more for it, then leaves: request returns left true, and
 // req's answer goes to undo, on the helper, when it comes, to withdraw
 // what req wrote. Close of the session waits for the helper; req ends
@@ -546,35 +545,36 @@ func (s *Session) settle(track *inflight, f func()) {
 type inflight struct {
 	mu   sync.Mutex
 	n    int
-	none chan struct{} // closed when n drops to 0
+	none chan struct{} // if a wait asked for it: closed when n drops to 0
 }
 
 func (f *inflight) add() {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n == 0 {
-		f.none = make(chan struct{})
-	}
 	f.n++
+	f.mu.Unlock()
 }
 
 func (f *inflight) done() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.n--; f.n == 0 {
+	if f.n--; f.n == 0 && f.none != nil {
 		close(f.none)
+		f.none = nil
 	}
 }
 
 // wait waits until no request is under way; false if ctx ended first.
 func (f *inflight) wait(ctx context.Context) bool {
 	f.mu.Lock()
-	none := f.none
-	n := f.n
-	f.mu.Unlock()
-	if n == 0 {
+	if f.n == 0 {
+		f.mu.Unlock()
 		return true
 	}
+	if f.none == nil {
+		f.none = make(chan struct{})
+	}
+	none := f.none
+	f.mu.Unlock()
 	select {
 	case <-none:
 		return true
