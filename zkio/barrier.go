@@ -125,9 +125,9 @@ func gaveUp(ctx context.Context, s *Session) error {
 func (b *zkBarrier) Hold(ctx context.Context) error {
 	return b.call(ctx, "hold", func(s *Session) error {
 		mark := []byte("disco-" + uuid.NewString())
-		run := func(req func() error) error { return s.request(ctx, nil, nil, req, nil) }
+		run := func(req func() error) error { return s.request(ctx, nil, nil, nil, req, nil) }
 		create := func() error {
-			return s.request(ctx, nil, nil, func() error {
+			return s.request(ctx, nil, nil, nil, func() error {
 				_, err := s.conn.Create(b.path, mark, 0, zk.WorldACL(zk.PermAll))
 				return err
 			}, func(err error) {
@@ -176,7 +176,7 @@ func (b *zkBarrier) Release(ctx context.Context) error {
 	return b.call(ctx, "release", func(s *Session) error {
 		return retrying(ctx, s, func(retried bool) error {
 			// A delete left running lowers the barrier, as asked.
-			err := s.request(ctx, nil, nil, func() error { return s.conn.Delete(b.path, -1) }, nil)
+			err := s.request(ctx, nil, nil, nil, func() error { return s.conn.Delete(b.path, -1) }, nil)
 			switch {
 			case errors.Is(err, zk.ErrNoNode):
 				if retried {
@@ -228,7 +228,7 @@ func (b *zkBarrier) Wait(ctx context.Context) error {
 		for {
 			var exists bool
 			var ch <-chan zk.Event
-			err := s.request(ctx, nil, nil, func() (err error) {
+			err := s.request(ctx, nil, nil, nil, func() (err error) {
 				b.watches.looking.Lock()
 				exists, ch, err = b.watches.look(s.requests, b.path, &first)
 				return err

@@ -171,7 +171,7 @@ func (d *zkDoubleBarrier) request(ctx context.Context, req func() error) error {
 // ask is request with abandoned: called on the helper with req's error
 // once a req its caller left running is answered.
 func (d *zkDoubleBarrier) ask(ctx context.Context, req func() error, abandoned func(error)) error {
-	return d.s.request(ctx, d.closed, d.stopped, req, abandoned)
+	return d.s.request(ctx, d.closed, d.stopped, nil, req, abandoned)
 }
 
 // leftBehind reports whether err is that of a request its caller left

@@ -36,25 +36,46 @@ func (s *Session) deleteNode(ctx context.Context, stop <-chan struct{}, node str
 	}
 }
 
+// dropNode deletes node, once, now; if that fails, a helper goes on
+// trying (see forgetNode).
+func (s *Session) dropNode(node string) {
+	if _, err := s.deleteNode(context.Background(), nil, node, false); err != nil {
+		s.forgetNode(node)
+	}
+}
+
 // forget has a helper delete the znode named with guid under path, if a
-// create whose outcome is unknown made one.
+// create whose outcome is unknown made one, trying again while the
+// listing fails with the connection, until the session ends.
 func (s *Session) forget(path, guid string) {
 	s.helper(func() {
-		for {
-			children, _, err := s.conn.Children(path)
-			if err == nil {
-				for _, c := range children {
-					if strings.HasPrefix(c, protectedPrefix+guid) {
-						s.forgetNode(path + "/" + c)
-					}
-				}
-				return
-			}
-			if !retryable(err) || !s.sleep(retryPause) {
-				return
-			}
+		for s.forgetOnce(path, guid) && s.sleep(retryPause) {
 		}
 	})
+}
+
+// forgetNow is forget's first try, now: if its listing fails with the
+// connection, forget goes on with it.
+func (s *Session) forgetNow(path, guid string) {
+	if s.forgetOnce(path, guid) {
+		s.forget(path, guid)
+	}
+}
+
+// forgetOnce lists path and deletes (dropNode) the znode named with guid
+// among its children; again reports that the listing failed with the
+// connection.
+func (s *Session) forgetOnce(path, guid string) (again bool) {
+	children, _, err := s.conn.Children(path)
+	if err != nil {
+		return retryable(err)
+	}
+	for _, c := range children {
+		if strings.HasPrefix(c, protectedPrefix+guid) {
+			s.dropNode(path + "/" + c)
+		}
+	}
+	return false
 }
 
 // sleep waits d; false if the session ended first.

@@ -35,8 +35,9 @@
 //     either. A caller that gave up (its context ended) costs the loop
 //     nothing: it withdraws its own znode (it waits for the delete's
 //     answer, half a second at most: with ZooKeeper answering, its znode is
-//     gone when it returns), and a grant answered after it gave up is never
-//     recorded.
+//     gone when it returns; Close of the primitive waits for what goes on
+//     after that, see below), and a grant answered after it gave up is
+//     never recorded.
 //   - The loop owns the session-state events of the ZooKeeper client, and
 //     every hold's watch reports to it. A slow subscriber never stalls it:
 //     events are queued per subscriber; Acquired, Released, Lost, Suspended
@@ -265,6 +266,15 @@
 // Close deletes what the primitive holds and withdraws its waiting
 // acquisition before it returns, so others proceed at once rather than
 // after the session timeout; on its own session it also ends the session.
+// With them, it waits for what its acquisitions left under way on the
+// session's helpers: a create answered after its caller left (or the
+// primitive's Close began), whose znode is then deleted, and a withdrawal
+// ZooKeeper had not answered in half a second. So once Close returns,
+// with ZooKeeper answering however slowly, nothing the primitive wrote is
+// left. On a shared session that wait too is bounded by the 10 seconds
+// below; what is still under way then is deleted once ZooKeeper answers,
+// and Close returns an error wrapping context.DeadlineExceeded (a helper
+// that retries a delete until the session ends is not waited for).
 // On a shared session, a delete that fails with the connection is tried
 // again for up to 10 seconds; a znode still left then is deleted once the
 // session reaches ZooKeeper again, or goes with the session, and Close

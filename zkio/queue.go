@@ -174,17 +174,26 @@ func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 // ZooKeeper. The request then runs on until ZooKeeper answers or the
 // connection fails, and what it sets must not be read: abandoned, if not
 // nil, is called with its error then, on the helper, to undo what it did.
+// A request with an undo (one that writes) is counted in the service's
+// requests until it and its undo are done, so that Close waits for it.
 func (svc *service) request(ctx context.Context, req func() error, abandoned func(error)) error {
-	return svc.s.request(ctx, svc.stop, svc.stopped, req, abandoned)
+	var track *inflight
+	if abandoned != nil {
+		track = &svc.requests
+	}
+	return svc.s.request(ctx, svc.stop, svc.stopped, track, req, abandoned)
 }
 
 // request is service.request for any caller: stop, if not nil, ends the
-// wait as the service's stop does, with stopped's error.
-func (s *Session) request(ctx context.Context, stop <-chan struct{}, stopped func() error, req func() error, abandoned func(error)) error {
+// wait as the service's stop does, with stopped's error; track, if not
+// nil, counts the helper while it runs.
+func (s *Session) request(ctx context.Context, stop <-chan struct{}, stopped func() error, track *inflight, req func() error, abandoned func(error)) error {
 	var mu sync.Mutex
 	answered, left := false, false
 	done := make(chan error, 1)
+	track.add()
 	if !s.helper(func() {
+		defer track.done()
 		err := req()
 		mu.Lock()
 		answered = true
@@ -196,6 +205,7 @@ func (s *Session) request(ctx context.Context, stop <-chan struct{}, stopped fun
 			abandoned(err)
 		}
 	}) {
+		track.done()
 		return req() // the session has ended: the client fails it at once
 	}
 	var why error
@@ -214,6 +224,70 @@ func (s *Session) request(ctx context.Context, stop <-chan struct{}, stopped fun
 	}
 	left = true
 	return leftRunning{why}
+}
+
+// inflight counts a service's requests under way on session helpers that
+// wrote, or withdraw, what the service must not leave behind (see request
+// and withdraw): Close waits for them. A helper that goes on trying until
+// the session ends is not counted. Its zero value counts none; a nil
+// *inflight counts nothing.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	none chan struct{} // closed when n drops to 0
+}
+
+func (f *inflight) add() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		f.none = make(chan struct{})
+	}
+	f.n++
+}
+
+func (f *inflight) done() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n--; f.n == 0 {
+		close(f.none)
+	}
+}
+
+// wait waits until none is under way; false if ctx ended first.
+func (f *inflight) wait(ctx context.Context) bool {
+	f.mu.Lock()
+	n, none := f.n, f.none
+	f.mu.Unlock()
+	if n == 0 {
+		return true
+	}
+	select {
+	case <-none:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// helper runs f on a session helper, counted in the service's requests
+// while it runs; false (and f never runs) if the session has ended.
+func (svc *service) helper(f func()) bool {
+	svc.requests.add()
+	if !svc.s.helper(func() {
+		defer svc.requests.done()
+		f()
+	}) {
+		svc.requests.done()
+		return false
+	}
+	return true
 }
 
 // leftRunning is request's error when its caller stopped waiting.
@@ -251,7 +325,7 @@ func (svc *service) createAs(ctx context.Context, dir, marker string, data []byt
 	unknown := false // an attempt's outcome is unknown: its znode may exist
 	giveUp := func(err error) (string, error) {
 		if unknown {
-			svc.s.forget(dir, guid)
+			svc.helper(func() { svc.s.forgetNow(dir, guid) })
 		}
 		return "", err
 	}
@@ -284,12 +358,13 @@ func (svc *service) createAs(ctx context.Context, dir, marker string, data []byt
 			p, err = conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
 			return err
 		}, func(err error) {
-			// Given up on while it ran: what it made goes.
+			// Given up on while it ran: what it made goes (Close
+			// waits for the first try).
 			switch {
 			case err == nil:
-				svc.s.forgetNode(p)
+				svc.s.dropNode(p)
 			case retryable(err):
-				svc.s.forget(dir, guid)
+				svc.s.forgetNow(dir, guid)
 			}
 		})
 		switch {
@@ -484,7 +559,8 @@ const withdrawWait = 500 * time.Millisecond
 // (see forgetNode); withdraw waits for the first try's answer, so that a
 // caller that gave up leaves nothing once it returns, but at most
 // withdrawWait (ZooKeeper not answering, the caller does not wait on it;
-// the helper goes on), and not at all on a session of the service's own
+// the helper goes on, and Close of the service waits for its first try,
+// see inflight), and not at all on a session of the service's own
 // that Close is ending: the session's end deletes the znode.
 func (svc *service) withdraw(node string) {
 	var closing <-chan struct{}
@@ -492,12 +568,9 @@ func (svc *service) withdraw(node string) {
 		closing = svc.stop
 	}
 	tried := make(chan struct{})
-	if !svc.s.helper(func() {
-		_, err := svc.s.deleteNode(context.Background(), nil, node, false)
-		close(tried)
-		if err != nil {
-			svc.s.forgetNode(node)
-		}
+	if !svc.helper(func() {
+		defer close(tried)
+		svc.s.dropNode(node)
 	}) {
 		return // the session has ended, and its znodes with it
 	}

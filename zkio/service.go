@@ -57,6 +57,10 @@ type service struct {
 	// stop is closed by the loop when Close begins or the service ends:
 	// acquisitions under way withdraw their znodes.
 	stop chan struct{}
+	// requests counts the service's requests under way on session
+	// helpers that wrote, or withdraw, what it must not leave behind
+	// (see inflight): Close waits for them.
+	requests inflight
 
 	sem *semState // a semaphore's; nil for other kinds
 
@@ -425,8 +429,9 @@ func leftNode(name, node string, err error) error {
 const closeTimeout = 10 * time.Second
 
 // Close releases what the service holds and withdraws a waiting
-// acquisition, in ZooKeeper too, before it returns; then the service is
-// done with ErrClosed. On its own session it closes the session too; its
+// acquisition, in ZooKeeper too, before it returns, and waits for what its
+// acquisitions left under way (see inflight), within closeTimeout; then
+// the service is done with ErrClosed. On its own session it closes the session too; its
 // error is then that of a close no server answered (see Session.Close),
 // on a shared session that of a delete that failed. A second Close
 // returns an error wrapping primitives.ErrClosed once the first has
@@ -471,6 +476,15 @@ func (svc *service) close() error {
 		// leave, so that Close leaves nothing behind.
 		_ = svc.Enter(ctx, false)
 	}
+	// Then for the requests the service's acquisitions left under way,
+	// and their withdrawals: a create answered after its caller left has
+	// its znode deleted once it is answered, not after Close returned. On
+	// its own session, ending the session does that (see Session.Close).
+	var werr error
+	if !svc.own && !svc.requests.wait(ctx) {
+		werr = fmt.Errorf("zkio: close %s: requests under way unanswered within %v: %w (what they wrote is deleted once the session reaches ZooKeeper again, or with the session)",
+			svc.path, closeTimeout, context.DeadlineExceeded)
+	}
 	svc.s.post(func() {
 		svc.end(svc.closedErr, "")
 		delete(svc.s.services, svc)
@@ -483,5 +497,8 @@ func (svc *service) close() error {
 		err = leftNode(svc.path, g.h.Key, derr)
 	}
 	<-svc.Done()
+	if werr != nil {
+		err = errors.Join(err, werr)
+	}
 	return err
 }

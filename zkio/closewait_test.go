@@ -1,0 +1,157 @@
+package zkio_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/zkio"
+)
+
+// closeHeld closes c and, once asked is closed (what c asks of ZooKeeper
+// is held), checks that Close has not returned 2s later (longer than a
+// caller's wait for its withdrawal, withdrawWait); then it calls release
+// and returns Close's error once Close returns.
+func closeHeld(t *testing.T, c lock.Service, asked <-chan struct{}, release func()) error {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-asked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the request to hold was not asked for")
+	}
+	select {
+	case err := <-closed:
+		t.Errorf("Close returned while what its acquisition asked of ZooKeeper was unanswered: %v", err)
+		release()
+		return err
+	case <-time.After(2 * time.Second): // a negative check: nothing to wait on
+	}
+	release()
+	select {
+	case err := <-closed:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return within 20s of ZooKeeper answering")
+		return nil
+	}
+}
+
+// nextOwnerFree checks that path holds want znodes, and, once free is
+// called (if not nil), that a new lock's TryLock on it succeeds at once.
+func nextOwnerFree(t *testing.T, servers []string, path string, want int, free func()) {
+	t.Helper()
+	admin := adminConn(t, servers)
+	kids, _, err := admin.Children(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kids) != want {
+		t.Errorf("right after Close returned, %s holds %v, want %d znodes", path, kids, want)
+	}
+	if free != nil {
+		free()
+	}
+	next := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := next.TryLock(ctx); err != nil {
+		t.Errorf("TryLock of the next owner right after Close returned: %v", err)
+	}
+}
+
+// TestCloseWaitsForCreateUnderWay: Close of a lock on a shared session,
+// while its acquisition's create is not yet answered (held before it is
+// sent, as behind others on a slow connection), returns only once that
+// create is answered and its znode deleted: the next owner's TryLock right
+// after finds the lock free. Before, Close returned as soon as the
+// acquisition left the create running; the znode the create made stood
+// after Close had returned, until a session helper deleted it.
+func TestCloseWaitsForCreateUnderWay(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	const path = "/close-waits/create"
+	if _, err := admin.Create("/close-waits", nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		t.Fatal(err)
+	}
+	if _, err := admin.Create(path, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		t.Fatal(err)
+	}
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+	waiting, send := zkio.HoldCreates(s)
+	release := sync.OnceFunc(send)
+	t.Cleanup(release)
+	l, err := zkio.NewLock(nil, path, zkio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	locked := make(chan error, 1)
+	go func() { _, err := l.Lock(ctx); locked <- err }()
+	select {
+	case <-waiting:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Lock did not ask for its create")
+	}
+	asked := make(chan struct{})
+	close(asked)
+	if err := closeHeld(t, l, asked, release); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := <-locked; !errors.Is(err, primitives.ErrClosed) {
+		t.Errorf("Lock of the closed lock: %v, want ErrClosed", err)
+	}
+	nextOwnerFree(t, servers, path, 0, nil)
+}
+
+// TestCloseWaitsForWithdrawalUnderWay: Close of a waiter on a shared
+// session, while ZooKeeper does not answer the delete of its znode (the
+// link holds it, longer than withdrawWait), returns only once the delete
+// is answered: right after, the lock's directory holds the holder's znode
+// alone, and once the holder releases, the next owner's TryLock succeeds.
+// Before, Close returned withdrawWait after it sent the delete, which went
+// on on a session helper.
+func TestCloseWaitsForWithdrawalUnderWay(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	const path = "/close-waits/withdrawal"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path))
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, via := newPartition(t, servers[0])
+	// A timeout long enough that the held link costs the session nothing.
+	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession([]string{via}, zkio.WithSessionTimeout(30*time.Second)))
+	w, err := zkio.NewLock(nil, path, zkio.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan error, 1)
+	go func() { _, err := w.Lock(ctx); locked <- err }()
+	queued(t, servers, path, 2)
+	asked, release := holdRequests(t, p, asking(opDelete, path+"/_c_",
+		len(path+"/_c_00000000-0000-0000-0000-000000000000-lock-0000000000")))
+	if err := closeHeld(t, w, asked, release); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := <-locked; !errors.Is(err, primitives.ErrClosed) {
+		t.Errorf("Lock of the closed waiter: %v, want ErrClosed", err)
+	}
+	nextOwnerFree(t, servers, path, 1, func() {
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
