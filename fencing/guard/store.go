@@ -193,12 +193,17 @@ type call struct {
 	onAbandon func()
 }
 
-// maxDetached bounds the shared calls of a scope that every waiter gave
-// up on and that have not returned (see call), so that a store that hangs
-// for good and ignores contexts holds a few goroutines per scope, not one
-// per store timeout for as long as requests come. Beyond it, requests
-// wait for such a call again.
+// maxDetached bounds the calls of a scope that every waiter gave up on
+// and that have not returned (see call), so that a store that hangs for
+// good and ignores contexts holds a few goroutines per scope, not one per
+// store timeout for as long as requests come. Beyond it, requests wait
+// for such a read again, and a raise, which no other request can share,
+// fails at once (errStuck).
 const maxDetached = 4
+
+// errStuck is the error of a raise not started because the store has not
+// returned maxDetached calls of the scope that their callers gave up on.
+var errStuck = errors.New("earlier calls of the store for this scope have not returned")
 
 func newCall(ctx context.Context) *call {
 	return &call{done: make(chan struct{}), vals: context.WithoutCancel(ctx)}
@@ -306,6 +311,15 @@ func (c *config) raise(ctx context.Context, s *state, scope string, t fencing.To
 	defer cancel()
 	cl, err := s.await(ctx, func() *call {
 		cl := newCall(ctx)
+		if s.detached >= maxDetached {
+			// The store has not returned raises (or reads) that their
+			// callers gave up on: another would only hold one more
+			// goroutine.
+			cl.err = errStuck
+			close(cl.done)
+			return cl
+		}
+		cl.onAbandon = func() {} // counted as detached until it returns
 		c.start(s, cl, func(ctx context.Context) (fencing.Token, error) {
 			m, err := c.raiseStore(ctx, scope, t, report)
 			if err == nil {

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,6 +135,77 @@ func TestStuckCallsAreBounded(t *testing.T) {
 	// under test; one that lands after its caller gave up still stores
 	// the mark, which a later Check then finds.
 	testkit.Eventually(t, 10*time.Second, "the mark stored", func() bool { return g.Check(5) == nil })
+	store.on.Store(true)
+	for range 20 {
+		if err := g.Check(5); !errors.Is(err, guard.ErrStore) {
+			t.Fatalf("Check on a hung store: %v, want an error wrapping guard.ErrStore", err)
+		}
+	}
+	if n := store.running.Load(); n > 5 {
+		t.Fatalf("%d reads of one scope hung at once, want at most 5", n)
+	}
+}
+
+// hungRaises is a store whose every Raise, once on is set, blocks,
+// whatever its context says, until the test ends; it counts the Raises in
+// progress.
+type hungRaises struct {
+	guard.MarkStore
+	on      atomic.Bool
+	gate    chan struct{}
+	running atomic.Int64
+}
+
+func (h *hungRaises) Raise(ctx context.Context, scope string, t fencing.Token) error {
+	if !h.on.Load() {
+		return h.MarkStore.Raise(ctx, scope, t)
+	}
+	h.running.Add(1)
+	defer h.running.Add(-1)
+	<-h.gate
+	return h.MarkStore.Raise(ctx, scope, t)
+}
+
+// TestStuckRaisesAreBounded: a store that hangs every raise (and every
+// read a guard makes through a raise: a scope's first token on a shared
+// store) and ignores its context holds a few goroutines per scope, not one
+// per request for as long as requests come: a request beyond them is
+// refused at once with ErrStore. Every request started a raise of its own.
+func TestStuckRaisesAreBounded(t *testing.T) {
+	for _, exclusive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exclusive=%v", exclusive), func(t *testing.T) {
+			store := &hungRaises{MarkStore: fileStore(t, t.TempDir()), gate: make(chan struct{})}
+			t.Cleanup(func() { close(store.gate) })
+			opts := []guard.Option{guard.WithStore(store), guard.WithStoreTimeout(30 * time.Millisecond)}
+			if exclusive {
+				opts = append(opts, guard.WithExclusiveStore())
+			}
+			g := guard.New(opts...)
+			testkit.Eventually(t, 10*time.Second, "the mark stored", func() bool { return g.Check(5) == nil })
+			store.on.Store(true)
+			for i := range 20 {
+				if err := g.Check(fencing.Token(6 + i)); !errors.Is(err, guard.ErrStore) {
+					t.Fatalf("Check on a hung store: %v, want an error wrapping guard.ErrStore", err)
+				}
+			}
+			if n := store.running.Load(); n > 5 {
+				t.Fatalf("%d raises of one scope hung at once, want at most 5", n)
+			}
+		})
+	}
+}
+
+// TestStuckFirstReadsAreBounded: a guard's first requests of a scope on a
+// shared store read the mark through a raise (Raise, then Load, on a store
+// that cannot do both at once); a store that hangs every read holds a few
+// goroutines for them, not one per request.
+func TestStuckFirstReadsAreBounded(t *testing.T) {
+	store := &hungLoads{MarkStore: fileStore(t, t.TempDir()), gate: make(chan struct{})}
+	t.Cleanup(func() { close(store.gate) })
+	if err := guard.New(guard.WithStore(store)).Check(5); err != nil {
+		t.Fatal(err)
+	}
+	g := guard.New(guard.WithStore(store), guard.WithStoreTimeout(30*time.Millisecond))
 	store.on.Store(true)
 	for range 20 {
 		if err := g.Check(5); !errors.Is(err, guard.ErrStore) {
