@@ -13,6 +13,7 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/inflight"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -56,7 +57,7 @@ type service struct {
 	// requests counts the service's requests under way on the session's
 	// helpers and their withdrawals (see request and settle): Close waits
 	// for them after the acquisition under way.
-	requests inflight
+	requests inflight.Counter
 
 	// Loop only.
 	waiting   map[string]chan struct{}   // hold key (a party's key) -> its waiter's wake
@@ -271,7 +272,7 @@ func (v *service) close() error {
 		// deletes it then.
 		if !v.awaitAcquisition(ctx) {
 			undone = append(undone, "an acquisition under way")
-		} else if !v.requests.wait(ctx) {
+		} else if !v.requests.Wait(ctx) {
 			undone = append(undone, "the withdrawal of what a request under way wrote")
 		}
 		for _, r := range refs {

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/inflight"
 	"github.com/ahrtr/disco/internal/reach"
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/metrics"
@@ -470,7 +471,7 @@ const leaveGrace = 500 * time.Millisecond
 // within the TTL (it runs on asked). A ctx already ended runs nothing and
 // returns ctx's error; once Close has ended the session, request returns
 // its error.
-func request[R any](s *Session, track *inflight, ctx context.Context, stop <-chan struct{}, req func() (R, error), undo func(R, error)) (resp R, left bool, err error) {
+func request[R any](s *Session, track *inflight.Counter, ctx context.Context, stop <-chan struct{}, req func() (R, error), undo func(R, error)) (resp R, left bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return resp, false, err
 	}
@@ -482,9 +483,9 @@ func request[R any](s *Session, track *inflight, ctx context.Context, stop <-cha
 	// taken is set by whichever comes first, the answer handed to the
 	// caller or the caller leaving: the other then knows.
 	var taken atomic.Bool
-	track.add()
+	track.Add()
 	if !s.goTracked(func() {
-		defer track.done()
+		defer track.Done()
 		r, err := req()
 		if taken.CompareAndSwap(false, true) {
 			ch <- answer{r, err}
@@ -492,7 +493,7 @@ func request[R any](s *Session, track *inflight, ctx context.Context, stop <-cha
 		}
 		undo(r, err)
 	}) {
-		track.done()
+		track.Done()
 		return resp, false, s.closedErr()
 	}
 	select {
@@ -520,15 +521,15 @@ func request[R any](s *Session, track *inflight, ctx context.Context, stop <-cha
 // caller returns once f is done; otherwise f goes on without it (track
 // counts it while it runs, and Close of the session waits for it). f's
 // own bound is its caller's to set.
-func (s *Session) settle(track *inflight, f func()) {
+func (s *Session) settle(track *inflight.Counter, f func()) {
 	done := make(chan struct{})
-	track.add()
+	track.Add()
 	if !s.goTracked(func() {
-		defer track.done()
+		defer track.Done()
 		defer close(done)
 		f()
 	}) {
-		track.done()
+		track.Done()
 		return // Close has ended the session: its keys go with it
 	}
 	t := time.NewTimer(leaveGrace)
@@ -536,50 +537,6 @@ func (s *Session) settle(track *inflight, f func()) {
 	select {
 	case <-done:
 	case <-t.C:
-	}
-}
-
-// inflight counts a service's requests under way on the session's
-// helpers (see request and settle), so that its Close can wait until what
-// they wrote is withdrawn. Its zero value counts none.
-type inflight struct {
-	mu   sync.Mutex
-	n    int
-	none chan struct{} // if a wait asked for it: closed when n drops to 0
-}
-
-func (f *inflight) add() {
-	f.mu.Lock()
-	f.n++
-	f.mu.Unlock()
-}
-
-func (f *inflight) done() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n--; f.n == 0 && f.none != nil {
-		close(f.none)
-		f.none = nil
-	}
-}
-
-// wait waits until no request is under way; false if ctx ended first.
-func (f *inflight) wait(ctx context.Context) bool {
-	f.mu.Lock()
-	if f.n == 0 {
-		f.mu.Unlock()
-		return true
-	}
-	if f.none == nil {
-		f.none = make(chan struct{})
-	}
-	none := f.none
-	f.mu.Unlock()
-	select {
-	case <-none:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/google/uuid"
 
+	"github.com/ahrtr/disco/internal/inflight"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 )
@@ -177,7 +178,7 @@ func (s *Session) pause(ctx context.Context, stop <-chan struct{}) bool {
 // A request with an undo (one that writes) is counted in the service's
 // requests until it and its undo are done, so that Close waits for it.
 func (svc *service) request(ctx context.Context, req func() error, abandoned func(error)) error {
-	var track *inflight
+	var track *inflight.Counter
 	if abandoned != nil {
 		track = &svc.requests
 	}
@@ -187,13 +188,13 @@ func (svc *service) request(ctx context.Context, req func() error, abandoned fun
 // request is service.request for any caller: stop, if not nil, ends the
 // wait as the service's stop does, with stopped's error; track, if not
 // nil, counts the helper while it runs.
-func (s *Session) request(ctx context.Context, stop <-chan struct{}, stopped func() error, track *inflight, req func() error, abandoned func(error)) error {
+func (s *Session) request(ctx context.Context, stop <-chan struct{}, stopped func() error, track *inflight.Counter, req func() error, abandoned func(error)) error {
 	var mu sync.Mutex
 	answered, left := false, false
 	done := make(chan error, 1)
-	track.add()
+	track.Add()
 	if !s.helper(func() {
-		defer track.done()
+		defer track.Done()
 		err := req()
 		mu.Lock()
 		answered = true
@@ -205,7 +206,7 @@ func (s *Session) request(ctx context.Context, stop <-chan struct{}, stopped fun
 			abandoned(err)
 		}
 	}) {
-		track.done()
+		track.Done()
 		return req() // the session has ended: the client fails it at once
 	}
 	var why error
@@ -226,65 +227,15 @@ func (s *Session) request(ctx context.Context, stop <-chan struct{}, stopped fun
 	return leftRunning{why}
 }
 
-// inflight counts a service's requests under way on session helpers that
-// wrote, or withdraw, what the service must not leave behind (see request
-// and withdraw): Close waits for them. A helper that goes on trying until
-// the session ends is not counted. Its zero value counts none; a nil
-// *inflight counts nothing.
-type inflight struct {
-	mu   sync.Mutex
-	n    int
-	none chan struct{} // closed when n drops to 0
-}
-
-func (f *inflight) add() {
-	if f == nil {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n == 0 {
-		f.none = make(chan struct{})
-	}
-	f.n++
-}
-
-func (f *inflight) done() {
-	if f == nil {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n--; f.n == 0 {
-		close(f.none)
-	}
-}
-
-// wait waits until none is under way; false if ctx ended first.
-func (f *inflight) wait(ctx context.Context) bool {
-	f.mu.Lock()
-	n, none := f.n, f.none
-	f.mu.Unlock()
-	if n == 0 {
-		return true
-	}
-	select {
-	case <-none:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // helper runs f on a session helper, counted in the service's requests
 // while it runs; false (and f never runs) if the session has ended.
 func (svc *service) helper(f func()) bool {
-	svc.requests.add()
+	svc.requests.Add()
 	if !svc.s.helper(func() {
-		defer svc.requests.done()
+		defer svc.requests.Done()
 		f()
 	}) {
-		svc.requests.done()
+		svc.requests.Done()
 		return false
 	}
 	return true
@@ -560,7 +511,7 @@ const withdrawWait = 500 * time.Millisecond
 // caller that gave up leaves nothing once it returns, but at most
 // withdrawWait (ZooKeeper not answering, the caller does not wait on it;
 // the helper goes on, and Close of the service waits for its first try,
-// see inflight), and not at all on a session of the service's own
+// see inflight.Counter), and not at all on a session of the service's own
 // that Close is ending: the session's end deletes the znode.
 func (svc *service) withdraw(node string) {
 	var closing <-chan struct{}

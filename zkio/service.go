@@ -11,6 +11,7 @@ import (
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/inflight"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -59,8 +60,8 @@ type service struct {
 	stop chan struct{}
 	// requests counts the service's requests under way on session
 	// helpers that wrote, or withdraw, what it must not leave behind
-	// (see inflight): Close waits for them.
-	requests inflight
+	// (see inflight.Counter): Close waits for them.
+	requests inflight.Counter
 
 	sem *semState // a semaphore's; nil for other kinds
 
@@ -430,7 +431,7 @@ const closeTimeout = 10 * time.Second
 
 // Close releases what the service holds and withdraws a waiting
 // acquisition, in ZooKeeper too, before it returns, and waits for what its
-// acquisitions left under way (see inflight), within closeTimeout; then
+// acquisitions left under way (see inflight.Counter), within closeTimeout; then
 // the service is done with ErrClosed. On its own session it closes the session too; its
 // error is then that of a close no server answered (see Session.Close),
 // on a shared session that of a delete that failed. A second Close
@@ -481,7 +482,7 @@ func (svc *service) close() error {
 	// its znode deleted once it is answered, not after Close returned. On
 	// its own session, ending the session does that (see Session.Close).
 	var werr error
-	if !svc.own && !svc.requests.wait(ctx) {
+	if !svc.own && !svc.requests.Wait(ctx) {
 		werr = fmt.Errorf("zkio: close %s: requests under way unanswered within %v: %w (what they wrote is deleted once the session reaches ZooKeeper again, or with the session)",
 			svc.path, closeTimeout, context.DeadlineExceeded)
 	}
