@@ -288,9 +288,14 @@ func (v *service) close() error {
 			}
 		}
 	}
-	serr := v.finish(deadline)
+	lost, serr := v.finish(deadline)
 	if errors.Is(err, primitives.ErrClosed) {
 		return err
+	}
+	if err == nil && lost {
+		// Lost while Close waited (for a request under way, say): its
+		// keys expire with it rather than being deleted.
+		undone = append(undone, "the deletes (the session was lost meanwhile)")
 	}
 	var gerr error
 	if len(undone) > 0 {
@@ -344,9 +349,9 @@ func (v *service) onNameChannel() bool {
 
 // finish drops the service's channel subscription and, if the session
 // was its own, closes the session by deadline, returning what that Close
-// returned if it gave up.
-func (v *service) finish(deadline time.Time) error {
-	var err error
+// returned if it gave up; lost reports that the session was lost before
+// it could close it (Redis not answering).
+func (v *service) finish(deadline time.Time) (lost bool, err error) {
 	v.finishOnce.Do(func() {
 		if v.onNameChannel() {
 			v.s.unsubscribe(v.wake)
@@ -355,9 +360,10 @@ func (v *service) finish(deadline time.Time) error {
 			if serr := v.s.closeBy(deadline); errors.Is(serr, context.DeadlineExceeded) {
 				err = serr
 			}
+			lost = errors.Is(v.s.Err(), primitives.ErrLost)
 		}
 	})
-	return err
+	return lost, err
 }
 
 // endLoop ends the service with err, which wraps primitives.ErrClosed
