@@ -458,19 +458,20 @@ func (s *Session) closedErr() error {
 const leaveGrace = 500 * time.Millisecond
 
 // request makes req, a request to Redis on behalf of a caller whose
-// context is ctx, and returns its answer; track counts it, and its undo,
-// while they run. go-redis heeds a context only between commands (its
-// deadline too, unless the client was made with ContextTimeoutEnabled),
-// so that req would hold its caller until the client's ReadTimeout while
-// Redis does not answer: req runs on a helper of the session instead, one
-// per request under way (the waits between requests stay on the caller's
-// goroutine), while its caller waits for the answer. Once ctx ends or stop closes, the caller waits up to
+// context is ctx, and returns its answer. go-redis heeds a context only
+// between commands (its deadline too, unless the client was made with
+// ContextTimeoutEnabled), so that req would hold its caller until the
+// client's ReadTimeout while Redis does not answer: req runs on a helper
+// of the session instead, one per request under way (the waits between
+// requests stay on the caller's goroutine), while its caller waits for
+// the answer. Once ctx ends or stop closes, the caller waits up to
 // leaveGrace more for it, then leaves: request returns left true, and
 // req's answer goes to undo, on the helper, when it comes, to withdraw
-// what req wrote. Close of the session waits for the helper; req ends
-// within the TTL (it runs on asked). A ctx already ended runs nothing and
-// returns ctx's error; once Close has ended the session, request returns
-// its error.
+// what req wrote. track counts req and its undo while they run, so that
+// the Close of the caller's primitive waits for them; Close of the
+// session waits for the helper too. req ends within the TTL (it runs on
+// asked). A ctx already ended runs nothing and returns ctx's error; once
+// Close has ended the session, request returns its error.
 func request[R any](s *Session, track *inflight.Counter, ctx context.Context, stop <-chan struct{}, req func() (R, error), undo func(R, error)) (resp R, left bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return resp, false, err
