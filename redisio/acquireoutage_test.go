@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,10 @@ import (
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/election"
+	"github.com/ahrtr/disco/primitives/lock"
+	"github.com/ahrtr/disco/primitives/rwlock"
+	"github.com/ahrtr/disco/primitives/semaphore"
 	"github.com/ahrtr/disco/redisio"
 )
 
@@ -31,69 +36,27 @@ func TestAcquireBoundedByContextInOutage(t *testing.T) {
 		// short of the client's ReadTimeout, generous for a loaded machine.
 		bound = 3 * time.Second
 	)
-	type acquire func(ctx context.Context) error
+	lockOf := func(cli *redis.Client, name string) (lock.Service, error) { return redisio.NewLock(cli, name) }
+	rwOf := func(cli *redis.Client, name string) (rwlock.Service, error) { return redisio.NewRWLock(cli, name) }
+	semOf := func(cli *redis.Client, name string) (semaphore.Service, error) {
+		return redisio.NewSemaphore(cli, name, 2)
+	}
+	locks := opens(lockOf, func(ctx context.Context, l lock.Service) error { _, err := l.Lock(ctx); return err })
 	cases := []struct {
 		name     string
 		canceled bool // the context is canceled rather than past its deadline
 		// open makes the primitive on cli and returns what acquires it.
-		open func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error)
+		open func(cli *redis.Client, name string) (io.Closer, func(context.Context) error, error)
 	}{
-		{"lock", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
-			l, err := redisio.NewLock(cli, name)
-			if err != nil {
-				return nil, nil, err
-			}
-			return l, func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, nil
-		}},
-		{"lock canceled", true, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
-			l, err := redisio.NewLock(cli, name)
-			if err != nil {
-				return nil, nil, err
-			}
-			return l, func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, nil
-		}},
-		{"lock try", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
-			l, err := redisio.NewLock(cli, name)
-			if err != nil {
-				return nil, nil, err
-			}
-			return l, func(ctx context.Context) error { _, err := l.TryLock(ctx); return err }, nil
-		}},
-		{"rwlock read", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
-			l, err := redisio.NewRWLock(cli, name)
-			if err != nil {
-				return nil, nil, err
-			}
-			return l, func(ctx context.Context) error { _, err := l.RLock(ctx); return err }, nil
-		}},
-		{"rwlock write", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
-			l, err := redisio.NewRWLock(cli, name)
-			if err != nil {
-				return nil, nil, err
-			}
-			return l, func(ctx context.Context) error { _, err := l.Lock(ctx); return err }, nil
-		}},
-		{"election", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
-			e, err := redisio.NewElection(cli, name)
-			if err != nil {
-				return nil, nil, err
-			}
-			return e, func(ctx context.Context) error { return e.Campaign(ctx, "v") }, nil
-		}},
-		{"semaphore", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
-			m, err := redisio.NewSemaphore(cli, name, 2)
-			if err != nil {
-				return nil, nil, err
-			}
-			return m, func(ctx context.Context) error { _, err := m.Acquire(ctx); return err }, nil
-		}},
-		{"semaphore try", false, func(cli *redis.Client, name string) (interface{ Close() error }, acquire, error) {
-			m, err := redisio.NewSemaphore(cli, name, 2)
-			if err != nil {
-				return nil, nil, err
-			}
-			return m, func(ctx context.Context) error { _, err := m.TryAcquire(ctx); return err }, nil
-		}},
+		{"lock", false, locks},
+		{"lock canceled", true, locks},
+		{"lock try", false, opens(lockOf, func(ctx context.Context, l lock.Service) error { _, err := l.TryLock(ctx); return err })},
+		{"rwlock read", false, opens(rwOf, func(ctx context.Context, l rwlock.Service) error { _, err := l.RLock(ctx); return err })},
+		{"rwlock write", false, opens(rwOf, func(ctx context.Context, l rwlock.Service) error { _, err := l.Lock(ctx); return err })},
+		{"election", false, opens(func(cli *redis.Client, name string) (election.Service, error) { return redisio.NewElection(cli, name) },
+			func(ctx context.Context, e election.Service) error { return e.Campaign(ctx, "v") })},
+		{"semaphore", false, opens(semOf, func(ctx context.Context, m semaphore.Service) error { _, err := m.Acquire(ctx); return err })},
+		{"semaphore try", false, opens(semOf, func(ctx context.Context, m semaphore.Service) error { _, err := m.TryAcquire(ctx); return err })},
 	}
 	r := testserver.StartRedis(t)
 	for _, c := range cases {
@@ -334,5 +297,17 @@ func TestCloseOfWaiterOnSlowRedisLeavesNothing(t *testing.T) {
 	defer next.Close()
 	if _, err := next.TryLock(ctx); err != nil {
 		t.Errorf("TryLock after the waiter's Close and the holder's release: %v", err)
+	}
+}
+
+// opens returns what makes a primitive with made and returns it with its
+// acquisition, acq.
+func opens[P io.Closer](made func(cli *redis.Client, name string) (P, error), acq func(context.Context, P) error) func(cli *redis.Client, name string) (io.Closer, func(context.Context) error, error) {
+	return func(cli *redis.Client, name string) (io.Closer, func(context.Context) error, error) {
+		p, err := made(cli, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, func(ctx context.Context) error { return acq(ctx, p) }, nil
 	}
 }
