@@ -87,16 +87,7 @@ func TestAcquireBoundedByContextInOutage(t *testing.T) {
 			start := time.Now()
 			done := make(chan error, 1)
 			go func() { done <- acq(ctx) }()
-			var aerr error
-			select {
-			case aerr = <-done:
-				t.Logf("returned after %v: %v", time.Since(start), aerr)
-			case <-time.After(bound):
-				t.Errorf("not returned %v after it began, its context ended after %v", bound, timeout)
-				unpause()
-				aerr = <-done
-				t.Logf("returned after %v once Redis answered: %v", time.Since(start), aerr)
-			}
+			aerr := returnedWithin(t, done, start, bound, timeout, unpause)
 			if !errors.Is(aerr, want) {
 				t.Errorf("acquisition in an outage: %v, want an error wrapping %v", aerr, want)
 			}
@@ -151,16 +142,7 @@ func TestWaiterGivesUpInOutage(t *testing.T) {
 	px.PauseRx()
 	unpause := func() { px.UnpauseTx(); px.UnpauseRx() }
 	defer unpause()
-	var werr error
-	select {
-	case werr = <-done:
-		t.Logf("returned after %v: %v", time.Since(start), werr)
-	case <-time.After(bound):
-		t.Errorf("not returned %v after it began, its context ended after %v", bound, timeout)
-		unpause()
-		werr = <-done
-		t.Logf("returned after %v once Redis answered: %v", time.Since(start), werr)
-	}
+	werr := returnedWithin(t, done, start, bound, timeout, unpause)
 	if !errors.Is(werr, context.DeadlineExceeded) {
 		t.Errorf("waiter in an outage: %v, want an error wrapping context.DeadlineExceeded", werr)
 	}
@@ -309,5 +291,23 @@ func opens[P io.Closer](made func(cli *redis.Client, name string) (P, error), ac
 			return nil, nil, err
 		}
 		return p, func(ctx context.Context) error { return acq(ctx, p) }, nil
+	}
+}
+
+// returnedWithin returns what the call begun at start, whose context
+// ended after timeout, sent on done, failing t unless it came within
+// bound; if not, it unpauses the link (unpause) and waits for it.
+func returnedWithin(t *testing.T, done <-chan error, start time.Time, bound, timeout time.Duration, unpause func()) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Logf("returned after %v: %v", time.Since(start), err)
+		return err
+	case <-time.After(bound):
+		t.Errorf("not returned %v after it began, its context ended after %v", bound, timeout)
+		unpause()
+		err := <-done
+		t.Logf("returned after %v once Redis answered: %v", time.Since(start), err)
+		return err
 	}
 }
