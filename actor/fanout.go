@@ -46,10 +46,15 @@ func NewFanout[E any](coalescable func(E) bool) *Fanout[E] {
 // events are queued as published ones are, coalescable ones coalesced
 // alike). The channel is
 // closed when ctx ends, or after the last queued event has been received
-// once the Fanout is closed. A subscriber that stops reading must cancel ctx
-// to free its goroutine.
+// once the Fanout is closed; for a nil ctx it is returned closed, and
+// receives nothing. A subscriber that stops reading must cancel ctx to free
+// its goroutine.
 func (f *Fanout[E]) Subscribe(ctx context.Context, first ...E) <-chan E {
 	out := make(chan E)
+	if ctx == nil {
+		close(out)
+		return out
+	}
 	s := &subscriber[E]{wake: make(chan struct{}, 1)}
 	for _, e := range first {
 		f.queue(s, e, f.coalescable != nil && f.coalescable(e))

@@ -10,6 +10,7 @@ import (
 	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // etcdBarrier is barrier.Barrier on etcd with the layout of etcd's
@@ -49,6 +50,9 @@ func ctxOr(ctx context.Context, err error) error {
 // Hold creates the barrier key if it does not exist. If ctx ends first, the
 // error wraps ctx.Err().
 func (b *etcdBarrier) Hold(ctx context.Context) error {
+	if err := driver.ContextErr(ctx); err != nil {
+		return fmt.Errorf("etcdio: %s: hold: %w", b.name, err)
+	}
 	resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(b.key), "=", 0)).
 		Then(clientv3.OpPut(b.key, "")).Commit()
 	if err != nil {
@@ -63,6 +67,9 @@ func (b *etcdBarrier) Hold(ctx context.Context) error {
 // Release deletes the barrier key. If ctx ends first, the error wraps
 // ctx.Err().
 func (b *etcdBarrier) Release(ctx context.Context) error {
+	if err := driver.ContextErr(ctx); err != nil {
+		return fmt.Errorf("etcdio: %s: release: %w", b.name, err)
+	}
 	resp, err := b.cli.Delete(ctx, b.key)
 	if err != nil {
 		return fmt.Errorf("etcdio: %s: release: %w", b.name, ctxOr(ctx, err))
@@ -84,6 +91,9 @@ func (b *etcdBarrier) Release(ctx context.Context) error {
 // which takes gRPC keepalives (clientv3.Config DialKeepAliveTime and
 // DialKeepAliveTimeout; see the package doc).
 func (b *etcdBarrier) Wait(ctx context.Context) error {
+	if err := driver.ContextErr(ctx); err != nil {
+		return fmt.Errorf("etcdio: %s: wait: %w", b.name, err)
+	}
 	for {
 		if b.absent(ctx) {
 			return nil

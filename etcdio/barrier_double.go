@@ -17,6 +17,7 @@ import (
 	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // doubleBarrier is barrier.DoubleBarrier on etcd with the layout of etcd's
@@ -148,9 +149,12 @@ func (d *doubleBarrier) clearIfLast() {
 	_, _ = d.s.cli.Txn(ctx).If(none).Then(clientv3.OpDelete(d.ready())).Commit()
 }
 
-// begin checks the party is usable and returns a context that ends with ctx
+// begin checks ctx and that the party is usable, and returns a context that ends with ctx
 // or the party. The caller holds mu.
 func (d *doubleBarrier) begin(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if ctx == nil {
+		return nil, nil, fmt.Errorf("etcdio: %s: %w", d.name, driver.ContextErr(ctx))
+	}
 	if err := d.Err(); err != nil {
 		return nil, nil, err
 	}

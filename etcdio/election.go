@@ -184,6 +184,11 @@ func (e electionService) Term() (election.Leadership, bool) {
 }
 
 func (e electionService) Observe(ctx context.Context) <-chan election.Leadership {
+	if ctx == nil {
+		closed := make(chan election.Leadership)
+		close(closed)
+		return closed
+	}
 	e.listeners.Join(ctx)
 	// The first state Observe gives is no older than the call: the loop
 	// answers once its mirror has reached the revision etcd is at now.

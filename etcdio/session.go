@@ -329,8 +329,13 @@ func (s *Session) end(err error) {
 func (s *Session) post(f func()) bool { return s.mb.Post(f) }
 
 // call runs f on the loop and waits for the answer f gives through its Reply.
-// If the session ends first, the error is the session's.
+// If the session ends first, the error is the session's. A nil ctx is
+// refused (driver.ContextErr).
 func call[T any](ctx context.Context, s *Session, f func(actor.Reply[T])) (T, error) {
+	if ctx == nil {
+		var zero T
+		return zero, driver.ContextErr(ctx)
+	}
 	v, err := actor.Call(ctx, s.done, func(r actor.Reply[T]) bool {
 		return s.post(func() { f(r) })
 	})

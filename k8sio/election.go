@@ -730,7 +730,7 @@ func (v *service) Observe(ctx context.Context) <-chan election.Leadership {
 		close(ch)
 		return ch
 	}
-	if v.Err() != nil {
+	if ctx == nil || v.Err() != nil {
 		return closed()
 	}
 	l, rv, rerr := v.readUntilDone(ctx)

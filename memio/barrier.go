@@ -10,6 +10,7 @@ import (
 	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // barrierState is a held barrier: its key exists. Guarded by the store's
@@ -38,7 +39,7 @@ type memBarrier struct {
 }
 
 func (b memBarrier) Hold(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
+	if err := driver.ContextErr(ctx); err != nil {
 		return err
 	}
 	b.st.mu.Lock()
@@ -52,7 +53,7 @@ func (b memBarrier) Hold(ctx context.Context) error {
 }
 
 func (b memBarrier) Release(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
+	if err := driver.ContextErr(ctx); err != nil {
 		return err
 	}
 	b.st.mu.Lock()
@@ -66,7 +67,7 @@ func (b memBarrier) Release(ctx context.Context) error {
 }
 
 func (b memBarrier) Wait(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
+	if err := driver.ContextErr(ctx); err != nil {
 		return err
 	}
 	b.st.mu.Lock()

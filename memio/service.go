@@ -197,7 +197,7 @@ func (svc *service) usable() error {
 // ended it releases nothing and returns the context's error, as the real
 // backends do (they send nothing).
 func (svc *service) release(ctx context.Context, m driver.Match) error {
-	if err := ctx.Err(); err != nil {
+	if err := driver.ContextErr(ctx); err != nil {
 		return err
 	}
 	if err := svc.s.gate(ctx); err != nil {

@@ -255,8 +255,12 @@ func (s *Session) failure() error {
 	return nil
 }
 
-// gate waits while the session is paused, or until ctx ends.
+// gate waits while the session is paused, or until ctx ends; it refuses a
+// nil ctx. Every call of a primitive on the session passes it first.
 func (s *Session) gate(ctx context.Context) error {
+	if ctx == nil {
+		return driver.ContextErr(ctx)
+	}
 	s.st.mu.Lock()
 	frozen := s.frozen
 	s.st.mu.Unlock()

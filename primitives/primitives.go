@@ -19,6 +19,12 @@
 // The vocabulary may grow: a type switch over events must tolerate kinds it
 // does not know (give it a default case that ignores them).
 //
+// A nil context is bad input, as anywhere in disco: every call of a
+// primitive given one (Lock, Release, Campaign, Leader, a barrier's Wait,
+// lock.Do, ...) fails at once with an error wrapping ErrInvalidArgument,
+// writes nothing and leaves any hold as it was; Subscribe and Observe
+// return a channel that is already closed.
+//
 // The life of one hold, as its owner sees it:
 //
 //	Acquired ─┬─> Released                      (Unlock, Resign, Close)
@@ -115,7 +121,8 @@ var (
 	// wrapping it.
 	ErrClosed = errors.New("disco: closed")
 	// ErrInvalidArgument is wrapped by the errors of calls given bad input,
-	// such as a nil Service or a nil fn for lock.Do or election.Lead.
+	// such as a nil context, or a nil Service or a nil fn for lock.Do or
+	// election.Lead.
 	ErrInvalidArgument = errors.New("disco: invalid argument")
 	// ErrSuspended is the cause of a Do or Lead context cancelled at
 	// Suspended, for a service built to cancel there.

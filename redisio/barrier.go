@@ -11,6 +11,7 @@ import (
 	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // barrierRecheck is how often a Wait looks at the barrier's key again when
@@ -73,6 +74,9 @@ func (b *redisBarrier) fail(ctx context.Context, what string, err error) error {
 // Hold creates the barrier's key if it does not exist; barrier.ErrHeld if
 // it does.
 func (b *redisBarrier) Hold(ctx context.Context) error {
+	if err := driver.ContextErr(ctx); err != nil {
+		return fmt.Errorf("%s: hold: %w", b.name, err)
+	}
 	n, err := barrierHoldScript.Run(ctx, b.cli, []string{b.key}, rand.Text()).Int64()
 	if err != nil {
 		return b.fail(ctx, "hold", err)
@@ -90,6 +94,9 @@ func (b *redisBarrier) Hold(ctx context.Context) error {
 // repeats): a repeat that finds no key follows one whose reply was lost,
 // which may have deleted it, and counts as released.
 func (b *redisBarrier) Release(ctx context.Context) error {
+	if err := driver.ContextErr(ctx); err != nil {
+		return fmt.Errorf("%s: release: %w", b.name, err)
+	}
 	repeats, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	n, repeated, err := inAttempts(repeats, nil, func() (int64, error) {
@@ -110,6 +117,9 @@ func (b *redisBarrier) Release(ctx context.Context) error {
 // across the Release and the next Hold); ctx.Err() (wrapped) if ctx ends
 // first.
 func (b *redisBarrier) Wait(ctx context.Context) error {
+	if err := driver.ContextErr(ctx); err != nil {
+		return fmt.Errorf("%s: wait: %w", b.name, err)
+	}
 	if held, err := b.held(ctx); err != nil || !held {
 		return err
 	}

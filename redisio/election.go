@@ -94,7 +94,7 @@ func (e *Election) Term() (election.Leadership, bool) {
 
 // Leader returns whoever leads now; election.ErrNoLeader if nobody does.
 func (e *Election) Leader(ctx context.Context) (election.Leadership, error) {
-	if err := e.Err(); err != nil {
+	if err := e.v.Usable(ctx); err != nil {
 		return election.Leadership{}, err
 	}
 	l, err := e.v.readLeader(ctx)
@@ -112,6 +112,11 @@ func (e *Election) Leader(ctx context.Context) (election.Leadership, error) {
 // be read, nothing is delivered), and the service follows the leader (its
 // session's leader watch) for as long as ctx lives.
 func (e *Election) Observe(ctx context.Context) <-chan election.Leadership {
+	if ctx == nil {
+		closed := make(chan election.Leadership)
+		close(closed)
+		return closed
+	}
 	v := e.v
 	v.Spec().Listeners.Join(ctx)
 	seq, l, err := v.readLeaderUntil(ctx)

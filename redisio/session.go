@@ -624,8 +624,12 @@ func loopCall[T any](s *Session, ctx context.Context, f func() (T, error)) (T, e
 
 // loopAsk runs f on the loop with the caller's reply, which f answers
 // (and may learn that the caller gave up); if the loop has stopped, the
-// session's error.
+// session's error. A nil ctx is refused (driver.ContextErr).
 func loopAsk[T any](s *Session, ctx context.Context, f func(actor.Reply[T])) (T, error) {
+	if ctx == nil {
+		var zero T
+		return zero, driver.ContextErr(ctx)
+	}
 	v, err := actor.Call(ctx, s.stopped, func(r actor.Reply[T]) bool {
 		return s.mb.Post(func() { f(r) })
 	})

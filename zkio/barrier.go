@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // zkBarrier is barrier.Barrier in the layout of Curator's
@@ -89,8 +90,12 @@ func (b *zkBarrier) session(ctx context.Context) (*Session, func(), error) {
 	return s, func() { _ = s.Close() }, nil
 }
 
-// call runs f on a session for ctx, and says what failed.
+// call runs f on a session for ctx, and says what failed. It starts
+// nothing for a nil or ended ctx.
 func (b *zkBarrier) call(ctx context.Context, what string, f func(s *Session) error) error {
+	if err := driver.ContextErr(ctx); err != nil {
+		return fmt.Errorf("zkio: %s: %s: %w", b.name, what, err)
+	}
 	s, end, err := b.session(ctx)
 	if err != nil {
 		return fmt.Errorf("zkio: %s: %s: %w", b.name, what, ctxFirst(ctx, err))
@@ -220,9 +225,6 @@ func retrying(ctx context.Context, s *Session, try func(retried bool) error) err
 // leaves at most its one watch registered, which the barrier's next Wait
 // reuses; it goes when the znode next changes or the session ends.
 func (b *zkBarrier) Wait(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	err := b.call(ctx, "wait", func(s *Session) error {
 		var first since
 		for {
@@ -266,7 +268,7 @@ func (b *zkBarrier) Wait(ctx context.Context) error {
 			}
 		}
 	})
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+	if ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return ctx.Err()
 	}
 	return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // readyNode is the child of a double barrier's path that says its parties
@@ -115,6 +116,9 @@ func (d *zkDoubleBarrier) Err() error {
 
 // take waits for the party's turn; the error is ctx's or the party's end.
 func (d *zkDoubleBarrier) take(ctx context.Context) error {
+	if ctx == nil {
+		return driver.ContextErr(ctx)
+	}
 	select {
 	case d.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -188,7 +192,7 @@ func (d *zkDoubleBarrier) fail(ctx context.Context, what string, err error) erro
 	switch {
 	case errors.Is(err, barrier.ErrFull), errors.Is(err, barrier.ErrEntered), errors.Is(err, barrier.ErrNotEntered):
 		return fmt.Errorf("zkio: %s: %w", d.name, err)
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+	case ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return ctx.Err()
 	}
 	return fmt.Errorf("zkio: %s: %s: %w", d.name, what, ctxFirst(ctx, err))

@@ -368,6 +368,11 @@ func (svc *service) leaderRead(n uint64, l election.Leadership) {
 // called (from a read started after it), then every change. The service is
 // followed while ctx lives.
 func (svc *service) observe(ctx context.Context) <-chan election.Leadership {
+	if ctx == nil {
+		closed := make(chan election.Leadership)
+		close(closed)
+		return closed
+	}
 	svc.leader.listeners.Join(ctx)
 	ch, err := call(ctx, svc, func(r actor.Reply[<-chan election.Leadership]) {
 		svc.relisten()

@@ -482,12 +482,13 @@ func makePath(conn *zk.Conn, p string, run func(req func() error) error, pause f
 	return nil
 }
 
-// live returns the reason to stop now: ctx's end or the service's.
+// live returns the reason to stop now: ctx's end (or a nil ctx) or the
+// service's.
 func (svc *service) live(ctx context.Context) error {
 	if err := svc.stopped(); err != nil {
 		return err
 	}
-	return ctx.Err()
+	return driver.ContextErr(ctx)
 }
 
 // cause returns why a wait stopped: the service's end, else ctx's.

@@ -128,8 +128,13 @@ func newService(servers []string, path string, sp *spec, opts []Option) (*servic
 	return svc, nil
 }
 
-// call asks the loop to run f with a reply, and waits for the answer.
+// call asks the loop to run f with a reply, and waits for the answer. A nil
+// ctx is refused (driver.ContextErr).
 func call[T any](ctx context.Context, svc *service, f func(actor.Reply[T])) (T, error) {
+	if ctx == nil {
+		var zero T
+		return zero, driver.ContextErr(ctx)
+	}
 	v, err := actor.Call(ctx, svc.s.stopped, func(r actor.Reply[T]) bool {
 		return svc.s.post(func() { f(r) })
 	})

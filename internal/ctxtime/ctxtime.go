@@ -49,8 +49,12 @@ func (b *Backoff) Wait(ctx context.Context) bool {
 // (its timer may not have fired yet), and nil otherwise. A call whose
 // request failed answers Ended's error, when there is one, in place of the
 // request's: a server's timeout or a cancelled stream can come back a
-// moment before the caller's context reports its own end.
+// moment before the caller's context reports its own end. A nil ctx has
+// not ended: the request's own error (a refusal of the nil ctx) stands.
 func Ended(ctx context.Context) error {
+	if ctx == nil {
+		return nil
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

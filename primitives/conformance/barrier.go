@@ -47,6 +47,8 @@ func (b BarrierBackend) checkBarriers(t *testing.T) {
 //     ErrNotHeld.
 //   - CancelledWaitLeavesNothing: a Wait whose ctx ends returns ctx.Err();
 //     after the Release nothing of the barrier is left in the store.
+//   - NilContext: Hold, Release and Wait given a nil context fail with
+//     ErrInvalidArgument and change nothing.
 func TestBarrier(t *testing.T, b BarrierBackend) {
 	t.Helper()
 	b.checkBarriers(t)
@@ -55,6 +57,7 @@ func TestBarrier(t *testing.T, b BarrierBackend) {
 	law(t, "HoldTwice", func(t *testing.T) { barrierHoldTwice(t, b) })
 	law(t, "ReleaseByAnyone", func(t *testing.T) { barrierReleaseByAnyone(t, b) })
 	law(t, "CancelledWaitLeavesNothing", func(t *testing.T) { barrierCancelledWait(t, b) })
+	law(t, "NilContext", func(t *testing.T) { barrierNilContext(t, b) })
 }
 
 // TestDoubleBarrier checks the promises of barrier.DoubleBarrier against b,
@@ -77,6 +80,8 @@ func TestBarrier(t *testing.T, b BarrierBackend) {
 //   - CancelledEnterLeavesNothing: an Enter whose ctx ends returns
 //     ctx.Err() and is not counted: Count other parties then enter
 //     together.
+//   - NilContext: Enter and Leave given a nil context fail with
+//     ErrInvalidArgument and are not counted.
 func TestDoubleBarrier(t *testing.T, b BarrierBackend) {
 	t.Helper()
 	b.checkBarriers(t)
@@ -87,6 +92,7 @@ func TestDoubleBarrier(t *testing.T, b BarrierBackend) {
 	law(t, "PartyDies", func(t *testing.T) { dbPartyDies(t, b) })
 	law(t, "LastLeaverCleans", func(t *testing.T) { dbLastLeaverCleans(t, b) })
 	law(t, "CancelledEnterLeavesNothing", func(t *testing.T) { dbCancelledEnter(t, b) })
+	law(t, "NilContext", func(t *testing.T) { dbNilContext(t, b) })
 }
 
 // briefly returns a context that ends after brief, for a call the law wants

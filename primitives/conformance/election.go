@@ -64,6 +64,9 @@ import (
 //   - EndedContextChangesNothing: Proclaim, Resign and ResignTerm given a
 //     context that has ended fail with its error and keep the term and its
 //     value.
+//   - NilContext: every call, election.Lead included, given a nil context
+//     fails with ErrInvalidArgument (Observe and Subscribe: a channel
+//     closed at once), writes nothing and keeps the term and its value.
 func TestElection(t *testing.T, b Backend) {
 	t.Helper()
 	b.checkElection(t)
@@ -90,6 +93,7 @@ func TestElection(t *testing.T, b Backend) {
 	law(t, "WaiterKeyDeleted", func(t *testing.T) { electWaiterKeyDeleted(t, b) })
 	law(t, "GrantTokenNow", func(t *testing.T) { electGrantTokenNow(t, b) })
 	law(t, "EndedContextChangesNothing", func(t *testing.T) { electEndedContext(t, b) })
+	law(t, "NilContext", func(t *testing.T) { electNilContext(t, b) })
 }
 
 // mustCampaign campaigns and returns the term, checked against Term.

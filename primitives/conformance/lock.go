@@ -67,6 +67,9 @@ import (
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
 //   - EndedContextKeepsHold: Unlock and Release given a context that has
 //     ended fail with its error and keep the hold.
+//   - NilContext: every call, lock.Do included, given a nil context fails with
+//     ErrInvalidArgument (Subscribe: a channel closed at once), writes
+//     nothing and keeps the hold.
 func TestLock(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)
@@ -94,6 +97,7 @@ func TestLock(t *testing.T, b Backend) {
 	law(t, "GrantTokenNow", func(t *testing.T) { lockGrantTokenNow(t, b) })
 	law(t, "BadNames", func(t *testing.T) { badNames(t, b, "lock") })
 	law(t, "EndedContextKeepsHold", func(t *testing.T) { lockEndedContext(t, b) })
+	law(t, "NilContext", func(t *testing.T) { lockNilContext(t, b) })
 }
 
 func mustLock(t *testing.T, b Backend, l lock.Service) lock.Grant {

@@ -54,6 +54,9 @@ import (
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
 //   - EndedContextKeepsHold: RUnlock, Unlock and Release given a context
 //     that has ended fail with its error and keep the grant.
+//   - NilContext: every call, DoRead and DoWrite included, given a nil
+//     context fails with ErrInvalidArgument (Subscribe: a channel closed
+//     at once), writes nothing and keeps the grant.
 func TestRWLock(t *testing.T, b Backend) {
 	t.Helper()
 	b.check(t)
@@ -80,6 +83,7 @@ func TestRWLock(t *testing.T, b Backend) {
 	law(t, "CancelledAtAnyMoment", func(t *testing.T) { rwCancelledAnyMoment(t, b) })
 	law(t, "WaiterKeyDeleted", func(t *testing.T) { rwWaiterKeyDeleted(t, b) })
 	law(t, "EndedContextKeepsHold", func(t *testing.T) { rwEndedContext(t, b) })
+	law(t, "NilContext", func(t *testing.T) { rwNilContext(t, b) })
 }
 
 func mustRLock(t *testing.T, b Backend, l rwlock.Service) rwlock.Grant {

@@ -53,6 +53,9 @@ type SemaphoreBackend struct {
 //     and token as soon as Acquire returns and none once Release returns.
 //   - EndedContextKeepsHold: Release given a context that has ended fails
 //     with its error and keeps the grant.
+//   - NilContext: every call, semaphore.Do included, given a nil context
+//     fails with ErrInvalidArgument (Subscribe: a channel closed at once),
+//     writes nothing and keeps the grant.
 func TestSemaphore(t *testing.T, b SemaphoreBackend) {
 	t.Helper()
 	b.check(t)
@@ -71,6 +74,7 @@ func TestSemaphore(t *testing.T, b SemaphoreBackend) {
 	law(t, "DeleteKey", func(t *testing.T) { semDeleteKey(t, b) })
 	law(t, "GrantTokenNow", func(t *testing.T) { semGrantTokenNow(t, b) })
 	law(t, "EndedContextKeepsHold", func(t *testing.T) { semEndedContext(t, b) })
+	law(t, "NilContext", func(t *testing.T) { semNilContext(t, b) })
 }
 
 func (b SemaphoreBackend) sem(t *testing.T, n int) semaphore.Service {

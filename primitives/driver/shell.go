@@ -103,10 +103,11 @@ func (sh *Shell) Spec() Spec { return sh.spec }
 
 // Subscribe delivers the service's events that happen after it returns; see
 // package primitives for the rules. The channel is closed when ctx ends or,
-// after the remaining events, when the service is done.
+// after the remaining events, when the service is done; for a nil ctx it is
+// closed at once.
 func (sh *Shell) Subscribe(ctx context.Context) <-chan primitives.Event {
 	ch := sh.events.Subscribe(ctx)
-	if sh.spec.Listeners != nil {
+	if ctx != nil && sh.spec.Listeners != nil {
 		sh.spec.Listeners.Join(ctx)
 	}
 	return ch
@@ -137,10 +138,23 @@ func (sh *Shell) Err() error {
 // and election.Lead end fn's context at Suspended (WithCancelOnSuspend).
 func (sh *Shell) CancelOnSuspend() bool { return sh.spec.CancelOnSuspend }
 
-// Usable returns why a new request cannot start, if it cannot: ctx ended,
-// or the service is done.
+// ContextErr returns ctx.Err(), or, for a nil ctx, an error wrapping
+// primitives.ErrInvalidArgument. Every call of a primitive that takes a
+// context checks it so before it does anything: a nil context is bad input,
+// refused with nothing written.
+func ContextErr(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
+	return ctx.Err()
+}
+
+var errNilContext = fmt.Errorf("nil context: %w", primitives.ErrInvalidArgument)
+
+// Usable returns why a new request cannot start, if it cannot: ctx is nil
+// or ended, or the service is done.
 func (sh *Shell) Usable(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
+	if err := ContextErr(ctx); err != nil {
 		return err
 	}
 	return sh.Err()

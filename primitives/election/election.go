@@ -124,7 +124,7 @@ type TermResigner interface {
 // wraps primitives.ErrReleased, and Lead then returns fn's error alone);
 // the other rules are lock.Do's.
 func Lead(ctx context.Context, s Service, value string, fn func(ctx context.Context, l Leadership) error) error {
-	if err := hold.Check("election.Lead", s, fn == nil); err != nil {
+	if err := hold.Check(ctx, "election.Lead", s, fn == nil); err != nil {
 		return err
 	}
 	campaign := func(ctx context.Context) (Leadership, error) {

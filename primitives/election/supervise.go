@@ -112,7 +112,7 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption {
 // needs across terms must live outside it (behind the guard).
 func Supervise(ctx context.Context, newService func(ctx context.Context) (Service, error), value string,
 	fn func(ctx context.Context, l Leadership) error, opts ...SuperviseOption) error {
-	if err := hold.CheckFn("election.Supervise", fn == nil); err != nil {
+	if err := hold.CheckFn(ctx, "election.Supervise", fn == nil); err != nil {
 		return err
 	}
 	term := func(superviseCtx context.Context, s Service) (res supervise.Result) {

@@ -29,6 +29,34 @@ func TestHelpersRejectNil(t *testing.T) {
 	}
 }
 
+// The helpers and the supervisors reject a nil context with an error, never
+// a panic, before they touch the service or build one.
+func TestHelpersRejectNilContext(t *testing.T) {
+	var noContext context.Context
+	newLock := func(context.Context) (lock.Service, error) {
+		t.Error("lock.Supervise with a nil context built a service")
+		return nil, errors.New("unexpected")
+	}
+	newElection := func(context.Context) (election.Service, error) {
+		t.Error("election.Supervise with a nil context built a service")
+		return nil, errors.New("unexpected")
+	}
+	errs := map[string]error{
+		"lock.Do":            lock.Do(noContext, (*nilLock)(nil), func(context.Context, lock.Grant) error { return nil }),
+		"rwlock.DoRead":      rwlock.DoRead(noContext, (*nilRWLock)(nil), func(context.Context, rwlock.Grant) error { return nil }),
+		"rwlock.DoWrite":     rwlock.DoWrite(noContext, (*nilRWLock)(nil), func(context.Context, rwlock.Grant) error { return nil }),
+		"election.Lead":      election.Lead(noContext, (*nilElection)(nil), "v", func(context.Context, election.Leadership) error { return nil }),
+		"semaphore.Do":       semaphore.Do(noContext, (*nilSemaphore)(nil), func(context.Context, semaphore.Grant) error { return nil }),
+		"lock.Supervise":     lock.Supervise(noContext, newLock, func(context.Context, lock.Grant) error { return nil }),
+		"election.Supervise": election.Supervise(noContext, newElection, "v", func(context.Context, election.Leadership) error { return nil }),
+	}
+	for name, err := range errs {
+		if !errors.Is(err, primitives.ErrInvalidArgument) || !strings.Contains(err.Error(), "nil context") {
+			t.Errorf("%s with a nil context: %v, want an error saying nil context, wrapping ErrInvalidArgument", name, err)
+		}
+	}
+}
+
 // Services that are nil pointers: non-nil interfaces whose every method
 // would panic.
 type (

@@ -106,7 +106,7 @@ const releaseTimeout = 10 * time.Second
 // suspended session. If fn panics, the grant is released as the panic goes
 // on. A nil s or fn is an error wrapping primitives.ErrInvalidArgument.
 func Do(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
-	if err := hold.Check("lock.Do", s, fn == nil); err != nil {
+	if err := hold.Check(ctx, "lock.Do", s, fn == nil); err != nil {
 		return err
 	}
 	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: s.Lock, Created: Grant.created, Key: Grant.key, Release: s.Release,

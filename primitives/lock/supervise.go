@@ -82,7 +82,7 @@ func OnRetry(f func(attempt int, err error)) SuperviseOption {
 // a backoff wait per retry, and fn restarted from scratch each hold.
 func Supervise(ctx context.Context, newService func(ctx context.Context) (Service, error),
 	fn func(ctx context.Context, g Grant) error, opts ...SuperviseOption) error {
-	if err := hold.CheckFn("lock.Supervise", fn == nil); err != nil {
+	if err := hold.CheckFn(ctx, "lock.Supervise", fn == nil); err != nil {
 		return err
 	}
 	term := func(superviseCtx context.Context, s Service) (res supervise.Result) {

@@ -123,7 +123,7 @@ const releaseTimeout = 10 * time.Second
 // DoRead read-locks, runs fn with a context cancelled the moment the grant
 // is lost, and releases after fn returns; errors as lock.Do.
 func DoRead(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
-	if err := hold.Check("rwlock.DoRead", s, fn == nil); err != nil {
+	if err := hold.Check(ctx, "rwlock.DoRead", s, fn == nil); err != nil {
 		return err
 	}
 	return do(ctx, s, s.RLock, fn)
@@ -132,7 +132,7 @@ func DoRead(ctx context.Context, s Service, fn func(ctx context.Context, g Grant
 // DoWrite write-locks, runs fn with a context cancelled the moment the grant
 // is lost, and releases after fn returns; errors as lock.Do.
 func DoWrite(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
-	if err := hold.Check("rwlock.DoWrite", s, fn == nil); err != nil {
+	if err := hold.Check(ctx, "rwlock.DoWrite", s, fn == nil); err != nil {
 		return err
 	}
 	return do(ctx, s, s.Lock, fn)

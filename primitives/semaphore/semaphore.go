@@ -138,7 +138,7 @@ const releaseTimeout = 10 * time.Second
 // returns ctx's error without calling fn. A nil s or fn is an error wrapping
 // primitives.ErrInvalidArgument.
 func Do(ctx context.Context, s Service, fn func(ctx context.Context, g Grant) error) error {
-	if err := hold.Check("semaphore.Do", s, fn == nil); err != nil {
+	if err := hold.Check(ctx, "semaphore.Do", s, fn == nil); err != nil {
 		return err
 	}
 	return hold.Run(ctx, s, hold.Spec[Grant]{Acquire: s.Acquire, Created: Grant.created, Key: Grant.key, Release: s.Release,

@@ -37,18 +37,24 @@ type Spec[G any] struct {
 }
 
 // Check returns an error wrapping primitives.ErrInvalidArgument if the
-// service given to helper (e.g. "lock.Do") is nil (a typed nil too: see
-// nilness.Is) or fn is.
-func Check(helper string, service any, fnNil bool) error {
+// context given to helper (e.g. "lock.Do") is nil, the service is (a typed
+// nil too: see nilness.Is), or fn is.
+func Check(ctx context.Context, helper string, service any, fnNil bool) error {
+	if ctx == nil {
+		return fmt.Errorf("%s: nil context: %w", helper, primitives.ErrInvalidArgument)
+	}
 	if nilness.Is(service) {
 		return fmt.Errorf("%s: nil Service: %w", helper, primitives.ErrInvalidArgument)
 	}
-	return CheckFn(helper, fnNil)
+	return CheckFn(ctx, helper, fnNil)
 }
 
-// CheckFn returns an error wrapping primitives.ErrInvalidArgument if the fn
-// given to helper is nil.
-func CheckFn(helper string, fnNil bool) error {
+// CheckFn returns an error wrapping primitives.ErrInvalidArgument if the
+// context or the fn given to helper is nil.
+func CheckFn(ctx context.Context, helper string, fnNil bool) error {
+	if ctx == nil {
+		return fmt.Errorf("%s: nil context: %w", helper, primitives.ErrInvalidArgument)
+	}
 	if fnNil {
 		return fmt.Errorf("%s: nil fn: %w", helper, primitives.ErrInvalidArgument)
 	}

@@ -169,26 +169,34 @@ func TestHoldIgnoresSuspendedByDefault(t *testing.T) {
 	}
 }
 
-// Check refuses a nil service (a nil interface, or a nil pointer in one)
-// and a nil fn; CheckFn a nil fn.
+// Check refuses a nil context, a nil service (a nil interface, or a nil
+// pointer in one) and a nil fn; CheckFn a nil context and a nil fn.
 func TestCheckRejectsNil(t *testing.T) {
 	var nilOwner *owner
+	var noContext context.Context
+	ctx := context.Background()
 	for _, c := range []struct {
-		s  any
-		fn bool
-	}{{nil, false}, {nilOwner, false}, {newOwner(), true}} {
-		if err := hold.Check("lock.Do", c.s, c.fn); !errors.Is(err, primitives.ErrInvalidArgument) {
-			t.Errorf("Check(%#v, %v) = %v, want ErrInvalidArgument", c.s, c.fn, err)
+		ctx context.Context
+		s   any
+		fn  bool
+	}{{ctx, nil, false}, {ctx, nilOwner, false}, {ctx, newOwner(), true}, {noContext, newOwner(), false}} {
+		if err := hold.Check(c.ctx, "lock.Do", c.s, c.fn); !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("Check(%v, %#v, %v) = %v, want ErrInvalidArgument", c.ctx, c.s, c.fn, err)
 		}
 	}
-	if err := hold.Check("lock.Do", newOwner(), false); err != nil {
+	if err := hold.Check(ctx, "lock.Do", newOwner(), false); err != nil {
 		t.Errorf("Check of good input: %v", err)
 	}
-	if err := hold.CheckFn("lock.Supervise", true); !errors.Is(err, primitives.ErrInvalidArgument) {
-		t.Errorf("CheckFn(true) = %v, want ErrInvalidArgument", err)
+	for _, c := range []struct {
+		ctx context.Context
+		fn  bool
+	}{{ctx, true}, {noContext, false}} {
+		if err := hold.CheckFn(c.ctx, "lock.Supervise", c.fn); !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("CheckFn(%v, %v) = %v, want ErrInvalidArgument", c.ctx, c.fn, err)
+		}
 	}
-	if err := hold.CheckFn("lock.Supervise", false); err != nil {
-		t.Errorf("CheckFn(false) = %v, want nil", err)
+	if err := hold.CheckFn(ctx, "lock.Supervise", false); err != nil {
+		t.Errorf("CheckFn of good input: %v", err)
 	}
 }
 
