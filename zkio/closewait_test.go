@@ -86,8 +86,17 @@ func TestCloseWaitsForCreateUnderWay(t *testing.T) {
 	if _, err := admin.Create(path, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 		t.Fatal(err)
 	}
+	closeWaitsForHeld(t, servers, path, "its create", zkio.HoldCreates)
+}
+
+// closeWaitsForHeld runs a Lock of a lock at path on a shared session whose
+// requests hold holds (what names them), closes the lock once one is
+// held, and checks (see closeHeld) that Close returns only once it is
+// sent and answered; then that the next owner finds the lock free.
+func closeWaitsForHeld(t *testing.T, servers []string, path, what string, hold func(*zkio.Session) (<-chan struct{}, func())) {
+	t.Helper()
 	s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
-	waiting, send := zkio.HoldCreates(s)
+	waiting, send := hold(s)
 	release := sync.OnceFunc(send)
 	t.Cleanup(release)
 	l, err := zkio.NewLock(nil, path, zkio.WithSession(s))
@@ -101,7 +110,7 @@ func TestCloseWaitsForCreateUnderWay(t *testing.T) {
 	select {
 	case <-waiting:
 	case <-time.After(20 * time.Second):
-		t.Fatal("Lock did not ask for its create")
+		t.Fatalf("Lock did not ask for %s", what)
 	}
 	asked := make(chan struct{})
 	close(asked)
@@ -154,4 +163,15 @@ func TestCloseWaitsForWithdrawalUnderWay(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestCloseWaitsForStatUnderWay: Close of a lock on a shared session,
+// while its acquisition's read of its own znode's creation zxid is not yet
+// answered (held before it is sent), returns only once that read is done:
+// no request of the lock's runs on after Close returned (nor, once the
+// session closes, after that). Before, the read ran on a goroutine of its
+// own that neither Close waited for.
+func TestCloseWaitsForStatUnderWay(t *testing.T) {
+	t.Parallel()
+	closeWaitsForHeld(t, startZooKeeper(t), "/close-waits/stat", "its znode's creation zxid", zkio.HoldStats)
 }

@@ -247,8 +247,8 @@ type leftRunning struct{ error }
 func (l leftRunning) Unwrap() error { return l.error }
 
 // requestConn is what a create of a queue's or a double barrier's znode,
-// its lookup when the answer was lost, deleteNode and a barrier's Wait
-// ask of the connection.
+// its lookup when the answer was lost, an acquisition's stat of its own
+// znode, deleteNode and a barrier's Wait ask of the connection.
 type requestConn interface {
 	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	Children(path string) ([]string, *zk.Stat, error)
@@ -339,22 +339,25 @@ func (svc *service) createAs(ctx context.Context, dir, marker string, data []byt
 }
 
 // stat asks for the znode's creation zxid, and if watched sets a watch on
-// it, at once, on its own goroutine, so that the request travels with the
-// queue's first listing (one round trip for both); the answer waits on the
-// returned channel.
+// it, at once, on a session helper counted in the service's requests (see
+// helper), so that the request travels with the queue's first listing (one
+// round trip for both), and neither the service's Close nor the session's
+// returns while it runs; the answer waits on the returned channel. Once
+// the session has ended it is not sent: the answer is the client's
+// zk.ErrClosing, as it would fail it.
 func (svc *service) stat(node string, watched bool) <-chan statResult {
 	ch := make(chan statResult, 1)
-	go func() {
+	ask := func() {
 		var st *zk.Stat
 		var watch <-chan zk.Event
 		var err error
 		if watched {
 			// A read, not an exists, so that a znode already gone
 			// gets no watch (see waitTurn).
-			_, st, watch, err = svc.s.conn.GetW(node)
+			_, st, watch, err = svc.s.requests.GetW(node)
 		} else {
 			var ok bool
-			ok, st, err = svc.s.conn.Exists(node)
+			ok, st, err = svc.s.requests.Exists(node)
 			if err == nil && !ok {
 				err = zk.ErrNoNode
 			}
@@ -364,7 +367,10 @@ func (svc *service) stat(node string, watched bool) <-chan statResult {
 			czxid = st.Czxid
 		}
 		ch <- statResult{czxid, watch, err}
-	}()
+	}
+	if !svc.helper(ask) {
+		ch <- statResult{err: zk.ErrClosing}
+	}
 	return ch
 }
 
@@ -385,8 +391,8 @@ type own struct {
 
 // result waits for the answer of o's stat (the early one, unless o is
 // made for another), once received; false if ctx ended or the service
-// stopped first (the stat, left running, is not waited for: it writes
-// nothing).
+// stopped first (the stat, left running, is not waited for here; the
+// service's Close waits for it, see stat).
 func (o *own) result(ctx context.Context, svc *service) (statResult, bool) {
 	if !o.got {
 		select {

@@ -59,8 +59,9 @@ type service struct {
 	// acquisitions under way withdraw their znodes.
 	stop chan struct{}
 	// requests counts the service's requests under way on session
-	// helpers that wrote, or withdraw, what it must not leave behind
-	// (see inflight.Counter): Close waits for them.
+	// helpers that wrote, or withdraw, what it must not leave behind,
+	// and its acquisitions' stats of their own znodes (see
+	// inflight.Counter): Close waits for them.
 	requests inflight.Counter
 
 	sem *semState // a semaphore's; nil for other kinds

@@ -31,8 +31,9 @@ type Session struct {
 	conn *zk.Conn
 	id   int64 // the session's id, kept: the client forgets it at an expiry
 	// requests is conn, for the requests whose failures a test may stage:
-	// queue and double-barrier creates, their lookups, a double barrier's
-	// listings and withdrawals, deletes by deleteNode, a barrier's looks.
+	// queue and double-barrier creates, their lookups, an acquisition's
+	// stat of its own znode, a double barrier's listings and withdrawals,
+	// deletes by deleteNode, a barrier's looks.
 	requests requestConn
 	zkev     <-chan zk.Event
 	wire     *wire
