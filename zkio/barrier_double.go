@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/google/uuid"
 
+	"github.com/ahrtr/disco/internal/inflight"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -37,6 +38,11 @@ type zkDoubleBarrier struct {
 	done      chan struct{} // closed when the party has ended
 	endErr    atomic.Pointer[error]
 	closeOnce sync.Once
+	// requests counts the party's writes under way on session helpers
+	// (joins, withdrawals, clears of a round, and what settles them; see
+	// write and helper): Close waits for them, so that no znode of the
+	// party's stays, or appears, once it returned.
+	requests inflight.Counter
 
 	// Held with turn.
 	node string // the party's znode while it is in the barrier; "" if not
@@ -173,9 +179,27 @@ func (d *zkDoubleBarrier) request(ctx context.Context, req func() error) error {
 }
 
 // ask is request with abandoned: called on the helper with req's error
-// once a req its caller left running is answered.
+// once a req its caller left running is answered. For reads: Close does
+// not wait for them (see write).
 func (d *zkDoubleBarrier) ask(ctx context.Context, req func() error, abandoned func(error)) error {
 	return d.s.request(ctx, d.closed, d.stopped, nil, req, abandoned)
+}
+
+// write is ask for a req that writes: it and undo (if not nil), once it
+// is left running, are counted in the party's requests until done, so
+// that Close waits for them.
+func (d *zkDoubleBarrier) write(ctx context.Context, req func() error, undo func(error)) error {
+	return d.s.request(ctx, d.closed, d.stopped, &d.requests, req, undo)
+}
+
+// helper runs f on a session helper, counted in the party's requests
+// while it runs; false (and f never runs) if the session has ended.
+func (d *zkDoubleBarrier) helper(f func()) bool { return d.s.countedHelper(&d.requests, f) }
+
+// forget has a counted helper (see helper) delete node, trying again while
+// the delete fails with the connection and the session lives.
+func (d *zkDoubleBarrier) forget(node string) {
+	d.helper(func() { _, _ = d.s.deleteNode(context.Background(), nil, node, true) })
 }
 
 // leftBehind reports whether err is that of a request its caller left
@@ -230,7 +254,8 @@ func (d *zkDoubleBarrier) members() (kids []string, ready bool, version int32, m
 // helper finishes the withdrawal once ZooKeeper answers, while the session
 // lives (see settle): the znode goes, even if a party counted it
 // meanwhile (the Enter has failed). A join left running is withdrawn so
-// too, once answered.
+// too, once answered. Close on a shared session waits for both (see
+// Close).
 func (d *zkDoubleBarrier) Enter(ctx context.Context) error {
 	if err := d.take(ctx); err != nil {
 		return d.fail(ctx, "enter", err)
@@ -319,14 +344,14 @@ func (d *zkDoubleBarrier) join(ctx context.Context) error {
 		case ready && len(kids) == 0:
 			// A round whose parties all died (or are deleting it): ready
 			// says nothing now. A clear left running goes on.
-			if err := d.request(ctx, func() error { return d.clear(version) }); leftBehind(err) {
+			if err := d.write(ctx, func() error { return d.clear(version) }, nil); leftBehind(err) {
 				return err
 			}
 			continue
 		case ready || len(kids) >= d.count:
 			return barrier.ErrFull
 		}
-		err = d.ask(ctx, func() error {
+		err = d.write(ctx, func() error {
 			_, err := conn.Multi(&zk.SetDataRequest{Path: d.path, Version: version},
 				&zk.CreateRequest{Path: node, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral})
 			return err
@@ -379,10 +404,10 @@ func (d *zkDoubleBarrier) awaitReady(ctx context.Context) error {
 		}
 		if err == nil && !exists {
 			var round int64
-			err = d.request(ctx, func() (err error) {
+			err = d.write(ctx, func() (err error) {
 				round, err = d.makeReady()
 				return err
-			})
+			}, nil)
 			switch {
 			case err == nil:
 				exists, d.round = true, round
@@ -504,7 +529,7 @@ func (d *zkDoubleBarrier) withdraw() (entered bool) {
 	for {
 		var found withdrawal
 		var round int64
-		err := d.ask(ctx, func() (err error) {
+		err := d.write(ctx, func() (err error) {
 			found, round, err = d.withdrawTry(node)
 			return err
 		}, func(err error) { d.settleFrom(node, found, err) })
@@ -525,9 +550,9 @@ func (d *zkDoubleBarrier) withdraw() (entered bool) {
 		case leftBehind(err):
 			// The try left running settles it.
 		case retryable(err):
-			d.s.helper(func() { d.settle(node) })
+			d.helper(func() { d.settle(node) })
 		default:
-			d.s.forgetNode(node)
+			d.forget(node)
 		}
 		return false
 	}
@@ -557,7 +582,7 @@ func (d *zkDoubleBarrier) settleFrom(node string, found withdrawal, err error) {
 			return
 		case err == nil: // again
 		case !retryable(err):
-			d.s.forgetNode(node)
+			_, _ = d.s.deleteNode(context.Background(), nil, node, true)
 			return
 		case !d.s.sleep(retryPause):
 			return // the session ended, and its znodes with it
@@ -723,7 +748,7 @@ func (d *zkDoubleBarrier) leave(ctx context.Context) error {
 // ends, or failed with the connection, is tried again by a session helper
 // (see tidy).
 func (d *zkDoubleBarrier) endRound(ctx context.Context, ready bool, version int32) {
-	err := d.ask(ctx, func() error {
+	err := d.write(ctx, func() error {
 		if ready {
 			return d.clear(version)
 		}
@@ -737,7 +762,7 @@ func (d *zkDoubleBarrier) endRound(ctx context.Context, ready bool, version int3
 		}
 	})
 	if retryable(err) {
-		d.s.helper(d.tidy)
+		d.helper(d.tidy)
 	}
 }
 
@@ -782,10 +807,10 @@ func (d *zkDoubleBarrier) clear(version int32) error {
 // down; a delete left running once ctx ends deletes it all the same (a
 // later Leave finds the party out).
 func (d *zkDoubleBarrier) remove(ctx context.Context, node string) error {
-	err := d.request(ctx, func() error {
+	err := d.write(ctx, func() error {
 		_, err := d.s.deleteNode(ctx, d.closed, node, true)
 		return err
-	})
+	}, nil)
 	if retryable(err) {
 		return d.gaveUp(ctx) // the pause before another try was cut short
 	}
@@ -793,9 +818,13 @@ func (d *zkDoubleBarrier) remove(ctx context.Context, node string) error {
 }
 
 // Close takes the party out of the barrier (it withdraws its znode, if it
-// has one) and ends it; on its own session it ends the session too. Its
-// error is a primitive's Close's (see service.Close). A second Close
-// returns an error wrapping primitives.ErrClosed.
+// has one) and ends it; on its own session it ends the session too. On a
+// shared session it also waits, within closeTimeout, for the writes its
+// Enter and Leave calls left running (a join, a withdrawal, a clear of the
+// round) and for what settles them (see write): once it returns, no znode
+// of the party's is left, nor appears later. Its error is a primitive's
+// Close's (see service.Close). A second Close returns an error wrapping
+// primitives.ErrClosed.
 func (d *zkDoubleBarrier) Close() error {
 	first := false
 	d.closeOnce.Do(func() { first = true })
@@ -809,9 +838,10 @@ func (d *zkDoubleBarrier) Close() error {
 		close(d.closed)
 	}
 	d.turn <- struct{}{} // Enter and Leave under way see closed and return
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
 	var err error
 	if d.node != "" && !d.left && d.s.Err() == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		if _, derr := d.s.deleteNode(ctx, nil, d.node, !d.own); derr != nil {
 			// ZooKeeper does not answer: nothing more is asked of it.
 			if !d.own {
@@ -823,9 +853,13 @@ func (d *zkDoubleBarrier) Close() error {
 			// it, as the last Leave does.
 			_ = d.clear(version)
 		}
-		cancel()
 	}
 	d.node = ""
+	// On its own session, ending the session deletes what the writes
+	// left running made, and waits for them (see Session.Close).
+	if !d.own && !d.requests.Wait(ctx) {
+		err = errors.Join(err, unansweredAtClose(d.name))
+	}
 	<-d.turn
 	if d.own {
 		err = d.s.closeOwn()

@@ -3,6 +3,7 @@ package zkio_test
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ import (
 // is held), checks that Close has not returned 2s later (longer than a
 // caller's wait for its withdrawal, withdrawWait); then it calls release
 // and returns Close's error once Close returns.
-func closeHeld(t *testing.T, c lock.Service, asked <-chan struct{}, release func()) error {
+func closeHeld(t *testing.T, c io.Closer, asked <-chan struct{}, release func()) error {
 	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()
@@ -174,4 +175,79 @@ func TestCloseWaitsForWithdrawalUnderWay(t *testing.T) {
 func TestCloseWaitsForStatUnderWay(t *testing.T) {
 	t.Parallel()
 	closeWaitsForHeld(t, startZooKeeper(t), "/close-waits/stat", "its znode's creation zxid", zkio.HoldStats)
+}
+
+// TestDoubleBarrierCloseWaitsForEnterUnderWay: Close of a double barrier's
+// party on a shared session, while ZooKeeper does not answer what an
+// Enter under way left running (its join, which Close cut short; or the
+// withdrawal of an Enter whose context ended, which returned withdrawWait
+// after it sent it), returns only once that is answered and settled: right
+// after, no znode of the party is under the path. Before, Close returned
+// at once, and the join's znode appeared, or the withdrawn one stayed,
+// until a session helper deleted it.
+func TestDoubleBarrierCloseWaitsForEnterUnderWay(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	admin := adminConn(t, servers)
+	for _, c := range []struct {
+		name string
+		// withdrawal: the Enter's context ends once the party is in, and
+		// its withdrawal is held; else its join is held, and Close cuts
+		// the Enter short.
+		withdrawal bool
+		hold       func(path string) []byte
+		want       error // the Enter's error
+	}{
+		{name: "join", hold: func(path string) []byte {
+			return append(multiOp(opCreate), asking(0, path+"/", partyLen(path))...)
+		}, want: primitives.ErrClosed},
+		{name: "withdrawal", withdrawal: true, hold: func(path string) []byte {
+			return append(multiOp(opDelete), asking(0, path+"/", partyLen(path))...)
+		}, want: context.Canceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			path := "/close-waits/double-" + c.name
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			p, via := newPartition(t, servers[0])
+			s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession([]string{via}, zkio.WithSessionTimeout(30*time.Second)))
+			d, err := zkio.NewDoubleBarrier(nil, path, 2, zkio.WithSession(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			asked, release := holdRequests(t, p, c.hold(path))
+			ectx, giveUp := context.WithCancel(ctx)
+			defer giveUp()
+			entered := make(chan error, 1)
+			go func() { entered <- d.Enter(ectx) }()
+			if c.withdrawal {
+				testkit.Eventually(t, 10*time.Second, "the party in, waiting for ready", func() bool {
+					return len(parties(t, admin, path)) == 1
+				})
+				giveUp()
+			}
+			select {
+			case <-asked:
+			case <-time.After(20 * time.Second):
+				t.Fatal("Enter did not send the request")
+			}
+			if c.withdrawal {
+				if err := <-entered; !errors.Is(err, c.want) {
+					t.Fatalf("Enter whose context ended: %v, want %v", err, c.want)
+				}
+			}
+			if err := closeHeld(t, d, asked, release); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			if kids := parties(t, admin, path); len(kids) != 0 {
+				t.Errorf("right after Close returned, %s holds the parties %v, want none", path, kids)
+			}
+			if !c.withdrawal {
+				if err := <-entered; !errors.Is(err, c.want) {
+					t.Errorf("Enter cut short by Close: %v, want %v", err, c.want)
+				}
+			}
+		})
+	}
 }

@@ -229,17 +229,7 @@ func (s *Session) request(ctx context.Context, stop <-chan struct{}, stopped fun
 
 // helper runs f on a session helper, counted in the service's requests
 // while it runs; false (and f never runs) if the session has ended.
-func (svc *service) helper(f func()) bool {
-	svc.requests.Add()
-	if !svc.s.helper(func() {
-		defer svc.requests.Done()
-		f()
-	}) {
-		svc.requests.Done()
-		return false
-	}
-	return true
-}
+func (svc *service) helper(f func()) bool { return svc.s.countedHelper(&svc.requests, f) }
 
 // leftRunning is request's error when its caller stopped waiting.
 type leftRunning struct{ error }

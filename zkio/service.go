@@ -435,6 +435,14 @@ func leftNode(name, node string, err error) error {
 // closeTimeout bounds a Close's wait for what it withdraws and deletes.
 const closeTimeout = 10 * time.Second
 
+// unansweredAtClose is the error of a Close of name on a shared session
+// whose wait for the requests its calls left under way (see
+// inflight.Counter) ended at closeTimeout.
+func unansweredAtClose(name string) error {
+	return fmt.Errorf("zkio: close %s: requests under way unanswered within %v: %w (what they wrote is deleted once the session reaches ZooKeeper again, or with the session)",
+		name, closeTimeout, context.DeadlineExceeded)
+}
+
 // Close releases what the service holds and withdraws a waiting
 // acquisition, in ZooKeeper too, before it returns, and waits for what its
 // acquisitions left under way (see inflight.Counter), within closeTimeout; then
@@ -489,8 +497,7 @@ func (svc *service) close() error {
 	// its own session, ending the session does that (see Session.Close).
 	var werr error
 	if !svc.own && !svc.requests.Wait(ctx) {
-		werr = fmt.Errorf("zkio: close %s: requests under way unanswered within %v: %w (what they wrote is deleted once the session reaches ZooKeeper again, or with the session)",
-			svc.path, closeTimeout, context.DeadlineExceeded)
+		werr = unansweredAtClose(svc.path)
 	}
 	svc.s.post(func() {
 		svc.end(svc.closedErr, "")

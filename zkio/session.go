@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
+	"github.com/ahrtr/disco/internal/inflight"
 	"github.com/ahrtr/disco/internal/reach"
 	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/metrics"
@@ -286,6 +287,20 @@ func (s *Session) helper(f func()) bool {
 		defer s.helpers.Done()
 		f()
 	}()
+	return true
+}
+
+// countedHelper is helper, with f counted in c while it runs (see
+// inflight.Counter): a primitive's Close waits for it.
+func (s *Session) countedHelper(c *inflight.Counter, f func()) bool {
+	c.Add()
+	if !s.helper(func() {
+		defer c.Done()
+		f()
+	}) {
+		c.Done()
+		return false
+	}
 	return true
 }
 
