@@ -49,6 +49,10 @@ type semState struct {
 // until at most n leases exist, and then releases the mutex; a release
 // deletes the lease. So disco and Curator
 // owners on one path with one n never hold more than n permits together.
+// TryAcquire waits for the mutex a second at most (tryMutexWait): behind
+// an owner that holds it longer (stalled: its process paused, its
+// connection frozen) it fails with an error wrapping ErrNoPermit, as it
+// does at once when n owners hold or are acquiring ahead of it.
 //
 // Slots and tokens: under the mutex a disco holder claims the lowest slot no
 // other disco lease names, by writing slotPrefix and the slot into its
@@ -136,8 +140,10 @@ func (m *semState) agree(ctx context.Context, svc *service) error {
 // it (in the mutex's queue; a disco owner that holds the mutex and has
 // created its lease counts once, a Curator owner then twice), and, once it
 // holds the mutex, if n leases exist then; with fewer, it waits its turn
-// for the mutex, which an owner with room holds for a few requests. On
-// failure nothing it wrote is left.
+// for the mutex, which an owner with room holds for a few requests, but
+// tryMutexWait at most: an owner that holds it longer has stalled, and
+// TryAcquire fails with ErrNoPermit (see takeMutex). On failure nothing
+// it wrote is left.
 func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.Hold, error) {
 	conn := svc.s.conn
 	// list lists dir's children, giving up when ctx ends (see request).
@@ -183,7 +189,7 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	}
 	var waited bool
 	o := &own{node: mutex, early: svc.stat(mutex, false)}
-	if err := svc.waitTurn(ctx, m.locks, []string{lockMarker}, o, false, &waited); err != nil {
+	if err := m.takeMutex(ctx, svc, o, try, &waited); err != nil {
 		return driver.Hold{}, err
 	}
 	lease, err := svc.createAs(ctx, m.leases, leaseMarker, nil, guid)
@@ -197,6 +203,30 @@ func (m *semState) acquire(ctx context.Context, svc *service, try bool) (driver.
 	}
 	h.Waited = waited
 	return h, nil
+}
+
+// tryMutexWait bounds a TryAcquire's wait for the internal mutex: an owner
+// with room holds it for a few requests (its lease's create, a listing,
+// the reads of the other leases' slots and the write of its own), and one
+// that holds it longer has stalled (its process paused, its connection
+// frozen) for all TryAcquire can tell.
+const tryMutexWait = time.Second
+
+// takeMutex waits its turn for the internal mutex, its znode o's; with try,
+// tryMutexWait at most: then it fails with an error wrapping ErrNoPermit.
+// On failure the mutex znode is withdrawn.
+func (m *semState) takeMutex(ctx context.Context, svc *service, o *own, try bool, waited *bool) error {
+	if !try {
+		return svc.waitTurn(ctx, m.locks, []string{lockMarker}, o, false, waited)
+	}
+	wctx, cancel := context.WithTimeout(ctx, tryMutexWait)
+	defer cancel()
+	err := svc.waitTurn(wctx, m.locks, []string{lockMarker}, o, false, waited)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil && svc.stopped() == nil {
+		return fmt.Errorf("zkio: semaphore %s: the internal mutex not taken within %v, another owner holding it: %w",
+			svc.path, tryMutexWait, semaphore.ErrNoPermit)
+	}
+	return err
 }
 
 // owners counts the owners that hold a lease of leases or are acquiring

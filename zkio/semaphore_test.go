@@ -315,6 +315,63 @@ func TestSemaphoreTryAcquireCountsAnOwnerOnce(t *testing.T) {
 	}
 }
 
+// TestSemaphoreTryAcquireBehindStalledOwner: TryAcquire answers promptly
+// also behind an owner that holds the internal mutex and stalls there
+// (its connection frozen before the create of its lease): with 2 permits
+// and that one owner, it fails with ErrNoPermit within a few seconds, long
+// before its ctx ends, and leaves nothing; once the stalled owner goes on,
+// it acquires. Before, TryAcquire waited for the mutex until its ctx
+// ended, or (here) the stalled owner's session expired.
+func TestSemaphoreTryAcquireBehindStalledOwner(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	const path = "/semtry/stalled"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, via := newPartition(t, servers[0])
+	stalled := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore([]string{via}, path, 2))
+	asked, release := holdRequests(t, p, asking(opCreate, path+"/leases/_c_",
+		len(path+"/leases/_c_00000000-0000-0000-0000-000000000000-lease-")))
+	acquired := make(chan error, 1)
+	go func() { _, err := stalled.Acquire(ctx); acquired <- err }()
+	select {
+	case <-asked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stalled owner did not ask for its lease")
+	}
+	sem := testkit.ClosedAtEnd[semaphore.Service](t)(zkio.NewSemaphore(servers, path, 2))
+	tctx, tcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer tcancel()
+	began := time.Now()
+	_, err := sem.TryAcquire(tctx)
+	took := time.Since(began)
+	if !errors.Is(err, semaphore.ErrNoPermit) || took > 5*time.Second {
+		t.Fatalf("TryAcquire behind an owner stalled with the internal mutex: %v after %v, want ErrNoPermit within 5s", err, took)
+	}
+	t.Logf("TryAcquire behind the stalled owner: %v after %v", err, took)
+	admin := adminConn(t, servers)
+	for dir, want := range map[string]int{path + "/locks": 1, path + "/leases": 0} {
+		kids, _, err := admin.Children(dir)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			t.Fatal(err)
+		}
+		if len(kids) != want {
+			t.Errorf("after the TryAcquire, %s holds %v, want %d znodes", dir, kids, want)
+		}
+	}
+	release()
+	if err := <-acquired; err != nil {
+		t.Fatalf("Acquire of the owner once it goes on: %v", err)
+	}
+	g, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire of the second permit once the other owner holds the first: %v", err)
+	}
+	if err := sem.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSemaphoreWaiterGivesUpUnanswered: an Acquire whose listing of the
 // leases ZooKeeper does not answer returns when its context ends, with
 // the context's error; its lease and its mutex znode are deleted. Before,
