@@ -96,7 +96,11 @@
 //     value as id;
 //   - disco and InterProcessSemaphoreV2 owners on the same path with the
 //     same number of permits never hold more permits together (see
-//     NewSemaphore: slots and tokens are disco's alone);
+//     NewSemaphore: slots and tokens are disco's alone); a disco
+//     TryAcquire waits a second at most for the internal mutex (an owner
+//     that holds it longer has stalled), then fails with ErrNoPermit,
+//     where Curator's zero-wait acquire gives up at once whenever another
+//     owner is ahead in the mutex's queue;
 //   - a disco barrier and a DistributedBarrier on the same path are one
 //     barrier, and disco and DistributedDoubleBarrier parties on the same
 //     path with the same count enter and leave together (see Barriers);
@@ -195,7 +199,9 @@
 // session lives: it deletes the party's znode even if a party counted it
 // meanwhile (the Enter has failed), and clears a round that this leaves
 // with no party. A Leave's request left running does what Leave asked of
-// it (its delete: a later Leave finds the party out).
+// it (its delete: a later Leave finds the party out). The party's Close
+// waits for these writes and their settling (see Close below): no znode
+// of the party's is left, nor appears, once it returned.
 //
 // Each Wait, Enter and Leave sets at most one watch at a time; one whose
 // ctx ends leaves it registered (the ZooKeeper client cannot remove a
@@ -268,13 +274,19 @@
 // after the session timeout; on its own session it also ends the session.
 // With them, it waits for what its acquisitions left under way on the
 // session's helpers: a create answered after its caller left (or the
-// primitive's Close began), whose znode is then deleted, and a withdrawal
-// ZooKeeper had not answered in half a second. So once Close returns,
+// primitive's Close began), whose znode is then deleted, a withdrawal
+// ZooKeeper had not answered in half a second, and an acquisition's read
+// of its own znode's creation zxid. A double barrier's party waits so for
+// what its Enter and Leave left running: a join (its znode then
+// withdrawn), a withdrawal and its settling, a create or clear of ready,
+// a delete of its znode. So once Close returns,
 // with ZooKeeper answering however slowly, nothing the primitive wrote is
 // left. On a shared session that wait too is bounded by the 10 seconds
 // below; what is still under way then is deleted once ZooKeeper answers,
-// and Close returns an error wrapping context.DeadlineExceeded (a helper
-// that retries a delete until the session ends is not waited for).
+// and Close returns an error wrapping context.DeadlineExceeded (a lock's
+// helper that retries a delete until the session ends is waited for
+// through its first try only; a double barrier party's settling, which
+// retries too, within those 10 seconds).
 // On a shared session, a delete that fails with the connection is tried
 // again for up to 10 seconds; a znode still left then is deleted once the
 // session reaches ZooKeeper again, or goes with the session, and Close
