@@ -19,6 +19,7 @@ import (
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/internal/inflight"
 	"github.com/ahrtr/disco/internal/nilness"
 	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/metrics"
@@ -118,6 +119,10 @@ type service struct {
 	leases    coordinationv1client.LeaseInterface
 	observers *actor.Fanout[election.Leadership]
 	followers sync.WaitGroup
+	// withdrawals counts the deletes of its Campaigns' records under way,
+	// so that Close waits for those a Campaign that gave up left to go on
+	// without it.
+	withdrawals inflight.Counter
 
 	// Loop only.
 	stop    context.CancelFunc // stops the followers
@@ -127,7 +132,7 @@ type service struct {
 	seenAt  time.Time
 	leader  election.Leadership // the latest told to observers
 	camp    *campaign
-	dropped <-chan struct{} // closed once the last Campaign's record is deleted
+	dropped <-chan struct{} // closed once the last Campaign's record is deleted (or given up)
 	// orphan is the token of a take whose Campaign ended without it, and
 	// that may still land (the API server may apply a write after its
 	// client gave up on it): nobody holds that term, so the service
@@ -262,7 +267,11 @@ func (v *service) refresh(ctx context.Context) error {
 
 // retryAfter is how long a waiting candidate waits before it tries again
 // after a failed request.
-func (v *service) retryAfter() time.Duration { return max(v.s.ttl/20, 50*time.Millisecond) }
+func (v *service) retryAfter() time.Duration { return v.s.retryAfter() }
+
+// retryAfter is how long the session waits before it tries again after a
+// failed request.
+func (s *Session) retryAfter() time.Duration { return max(s.ttl/20, 50*time.Millisecond) }
 
 // try lets the waiting Campaign take the Lease if it is free or its
 // holder's lease duration has passed since this candidate saw its record
@@ -378,7 +387,7 @@ func (v *service) wait(ctx context.Context, until time.Time) {
 func (v *service) grant(tok fencing.Token) {
 	c := v.camp
 	h := driver.Hold{Key: v.key, Created: int64(tok), Token: tok, Value: c.value, Waited: c.waited}
-	v.dropCampaign()
+	v.dropCampaign(time.Now().Add(opTimeout))
 	v.sweep()
 	if !v.Grant(h, c.began, func(h driver.Hold) bool { return c.reply.Answer(h, nil) }) {
 		ctx, cancel := v.s.reqCtx()
@@ -398,23 +407,27 @@ func (v *service) orphaned(tok fencing.Token) {
 }
 
 // endCampaign fails the waiting Campaign with err. Loop only.
-func (v *service) endCampaign(err error) {
+func (v *service) endCampaign(err error) { v.endCampaignBy(err, time.Now().Add(opTimeout)) }
+
+// endCampaignBy is endCampaign, its requests bounded by by. Loop only.
+func (v *service) endCampaignBy(err error, by time.Time) {
 	if c := v.camp; c != nil {
-		v.dropCampaign()
-		v.resignTried(c)
+		v.dropCampaign(by)
+		v.resignTried(c, by)
 		c.reply.Answer(driver.Hold{}, err)
 	}
 }
 
 // resignTried lets go of the term of c's last take if the Lease shows it:
 // a take whose answer was lost may have gone through, and nobody holds
-// that term once the Campaign has ended. Loop only.
-func (v *service) resignTried(c *campaign) {
+// that term once the Campaign has ended. The request is bounded by by too.
+// Loop only.
+func (v *service) resignTried(c *campaign, by time.Time) {
 	if c.tried == 0 {
 		return
 	}
 	h := driver.Hold{Key: v.key, Created: int64(c.tried), Token: c.tried}
-	ctx, cancel := v.s.reqCtx()
+	ctx, cancel := v.s.reqCtxBy(by)
 	defer cancel()
 	switch err := v.writeRelease(ctx, &h); {
 	case errors.Is(err, errGone):
@@ -468,8 +481,9 @@ func (v *service) releaseOrphan(ctx context.Context, tok fencing.Token) error {
 }
 
 // dropCampaign forgets the Campaign and deletes its record, if any, on a
-// helper; the channel it returns is closed once that is done. Loop only.
-func (v *service) dropCampaign() <-chan struct{} {
+// helper, trying until by (withdrawals counts it); the channel it returns
+// is closed once that is done. Loop only.
+func (v *service) dropCampaign(by time.Time) <-chan struct{} {
 	done := make(chan struct{})
 	v.dropped = done
 	c := v.camp
@@ -483,9 +497,11 @@ func (v *service) dropCampaign() <-chan struct{} {
 		close(done)
 		return done
 	}
+	v.withdrawals.Add()
 	v.s.goHelper(func() {
+		defer v.withdrawals.Done()
 		defer close(done)
-		v.deleteRecord(c.recordName)
+		v.deleteRecord(c.recordName, by)
 	})
 	return done
 }
@@ -581,26 +597,7 @@ func (v *service) Campaign(ctx context.Context, value string) error {
 	if err == nil {
 		return nil
 	}
-	// Withdraw now, so that nothing of the Campaign is left once it returns,
-	// and only then let another Campaign of the service in: its post would
-	// take the place of this one's, which would then withdraw nothing.
-	wctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	dropped, _ := loopCall(v.s, wctx, func() (<-chan struct{}, error) {
-		if c := v.camp; c != nil && c.reply == r {
-			dropped := v.dropCampaign()
-			v.resignTried(c)
-			return dropped, nil
-		}
-		// The loop ended the Campaign itself (one at a time per service).
-		return v.dropped, nil
-	})
-	if dropped != nil {
-		select { // the record is deleted before Campaign returns
-		case <-dropped:
-		case <-wctx.Done():
-		}
-	}
+	v.withdraw(r)
 	v.Leave()
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
@@ -611,6 +608,47 @@ func (v *service) Campaign(ctx context.Context, value string) error {
 		}
 	}
 	return err
+}
+
+// withdraw has the loop forget the Campaign of r (unless it ended it
+// itself) and delete its record, and waits up to leaveGrace for that:
+// with the API server answering, nothing of the Campaign is left once it
+// returns. Otherwise the withdrawal goes on without its caller, bounded by
+// opTimeout (withdrawals counts the record's delete, and Close waits for
+// it). It is posted before the Campaign lets the service's next one in
+// (Leave), so that it withdraws this Campaign, not that one: the loop
+// runs posts in order.
+func (v *service) withdraw(r actor.Reply[driver.Hold]) {
+	handed := make(chan (<-chan struct{}), 1)
+	if !v.s.mb.Post(func() {
+		if c := v.camp; c != nil && c.reply == r {
+			by := time.Now().Add(opTimeout)
+			dropped := v.dropCampaign(by)
+			v.resignTried(c, by)
+			handed <- dropped
+			return
+		}
+		// The loop ended the Campaign itself (one at a time per service).
+		handed <- v.dropped
+	}) {
+		return // the loop has stopped, and ended the Campaign
+	}
+	grace := time.NewTimer(leaveGrace)
+	defer grace.Stop()
+	var dropped <-chan struct{}
+	select {
+	case dropped = <-handed:
+	case <-grace.C:
+		return
+	case <-v.s.stopped:
+		return
+	}
+	if dropped != nil {
+		select {
+		case <-dropped:
+		case <-grace.C:
+		}
+	}
 }
 
 // Proclaim changes the leader's value in the Lease's annotation, keeping
@@ -750,22 +788,30 @@ func (v *service) Observe(ctx context.Context) <-chan election.Leadership {
 }
 
 // Close resigns (or withdraws a waiting Campaign, deleting its record) and
-// ends the service; with its own session, the session is closed too. A
-// resign that fails is tried again for a few seconds (5 s at most). A
-// second Close returns an error wrapping primitives.ErrClosed once the
-// first has returned.
+// ends the service; with its own session, the session is closed too. Its
+// requests, and the withdrawals of Campaigns that gave up still under
+// way, are bounded by 5 s together, counted from when the session's loop
+// takes Close up: a resign or delete that fails is tried again until
+// then. Before that, the loop finishes a request it has under way, which
+// an API server that does not answer holds for up to 5 s more (see the
+// package doc). A second Close returns an error wrapping
+// primitives.ErrClosed once the first has returned.
 func (v *service) Close() error { return v.CloseOnce(v.close) }
 
 // close is the first Close's work (see driver.Shell.CloseOnce).
 func (v *service) close() error {
 	err := fmt.Errorf("%s: closed: %w", v.Spec().Name, primitives.ErrClosed)
-	dropped, _ := loopCall(v.s, context.Background(), func() (<-chan struct{}, error) {
-		v.closeLoop(err, time.Now().Add(opTimeout))
-		return v.dropped, nil
+	until, lerr := loopCall(v.s, context.Background(), func() (time.Time, error) {
+		until := time.Now().Add(opTimeout)
+		v.s.closeAll([]*service{v}, err, until)
+		return until, nil
 	})
-	if dropped != nil {
-		<-dropped // a waiting Campaign's record is deleted (deleteRecord is bounded)
+	if lerr != nil {
+		until = time.Now().Add(opTimeout) // the session has ended, and the service with it
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	v.withdrawals.Wait(ctx) // the deletes of its Campaigns' records
+	cancel()
 	v.followers.Wait()
 	if v.own {
 		if err := v.s.Close(); err != nil && !errors.Is(err, primitives.ErrClosed) {
@@ -775,57 +821,72 @@ func (v *service) close() error {
 	return nil
 }
 
-// closeLoop resigns what the service holds, ends its waiting Campaign and
-// resigns the orphan, then ends the service with err; a resign that fails
-// is tried again until until has passed. Loop only.
-func (v *service) closeLoop(err error, until time.Time) {
-	if v.Ended() {
-		return
-	}
-	if h, err := v.BeginRelease(driver.Any); err == nil {
-		// The release is in flight: the Lease's change is not a loss.
-		if werr := v.retry(until, func(ctx context.Context) error { return v.writeRelease(ctx, &h) }); werr != nil && !errors.Is(werr, errGone) {
-			v.s.log.Debug("k8sio: resign at close", zap.String("lease", v.key), zap.Error(werr))
-		}
-	}
-	// A waiting Campaign ends first: the term of its last take, if that
-	// may have landed, becomes the orphan, resigned below.
-	v.endCampaign(err)
-	if tok := v.orphan; tok != 0 {
-		switch werr := v.retry(until, func(ctx context.Context) error { return v.releaseOrphan(ctx, tok) }); {
-		case werr == nil:
-			v.orphan = 0
-		case !errors.Is(werr, errGone):
-			v.s.log.Debug("k8sio: resign the term of a take whose Campaign ended, at close", zap.String("lease", v.key), zap.Error(werr))
-		}
-	}
-	v.endLoop(err, "")
+// closeStep is a resign Close makes, tried again while it fails.
+type closeStep struct {
+	v    *service
+	what string
+	f    func(context.Context) error
+	done func() // after f returned nil
+	err  error  // f's last error
 }
 
-// retry calls f, bounded as a request of the loop, until it returns nil or
-// errGone, with growing waits between the calls; it returns f's last
-// error. The first call is always made; the others only before until, and
-// bounded by it. Loop only.
-func (v *service) retry(until time.Time, f func(context.Context) error) error {
-	pause := ctxtime.NewBackoff(v.retryAfter(), opTimeout/5)
-	for first := true; ; first = false {
-		rctx, cancel := v.s.reqCtx()
-		ctx, cancelUntil := rctx, context.CancelFunc(func() {})
-		if !first {
-			ctx, cancelUntil = context.WithDeadline(rctx, until)
+// closeAll ends the services vs with err, as Close: each resigns what it
+// holds, ends its waiting Campaign (its record's delete bounded by until)
+// and resigns its orphan. A resign that fails is tried again, those of
+// every service in turn, with growing waits, until it goes through, the
+// Lease shows another term (errGone) or until has passed; every request
+// is bounded by until. Loop only.
+func (s *Session) closeAll(vs []*service, err error, until time.Time) {
+	var steps []closeStep
+	for _, v := range vs {
+		if v.Ended() {
+			continue
 		}
-		err := f(ctx)
-		cancelUntil()
-		cancel()
-		if err == nil || errors.Is(err, errGone) {
-			return err
+		if h, herr := v.BeginRelease(driver.Any); herr == nil {
+			// The release is in flight: the Lease's change is not a loss.
+			steps = append(steps, closeStep{v: v, what: "k8sio: resign at close",
+				f: func(ctx context.Context) error { return v.writeRelease(ctx, &h) }})
 		}
-		wctx, cancel := context.WithDeadline(v.s.ctx, until)
+		// A waiting Campaign ends first: the term of its last take, if
+		// that may have landed, becomes the orphan, resigned below.
+		v.endCampaignBy(err, until)
+		if tok := v.orphan; tok != 0 {
+			steps = append(steps, closeStep{v: v, what: "k8sio: resign the term of a take whose Campaign ended, at close",
+				f: func(ctx context.Context) error { return v.releaseOrphan(ctx, tok) }, done: func() { v.orphan = 0 }})
+		}
+	}
+	pause := ctxtime.NewBackoff(s.retryAfter(), opTimeout/5)
+	for len(steps) > 0 {
+		failed := steps[:0]
+		for _, st := range steps {
+			ctx, cancel := s.reqCtxBy(until)
+			st.err = st.f(ctx)
+			cancel()
+			switch {
+			case st.err == nil:
+				if st.done != nil {
+					st.done()
+				}
+			case !errors.Is(st.err, errGone):
+				failed = append(failed, st)
+			}
+		}
+		steps = failed
+		if len(steps) == 0 {
+			break
+		}
+		wctx, cancel := context.WithDeadline(s.ctx, until)
 		waited := pause.Wait(wctx)
 		cancel()
 		if !waited {
-			return err
+			break
 		}
+	}
+	for _, st := range steps {
+		s.log.Debug(st.what, zap.String("lease", st.v.key), zap.Error(st.err))
+	}
+	for _, v := range vs {
+		v.endLoop(err, "")
 	}
 }
 

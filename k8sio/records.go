@@ -75,10 +75,9 @@ func (v *service) renewRecord(sent time.Time) {
 }
 
 // deleteRecord deletes the candidate record name, repeating a failed
-// delete until opTimeout has passed; a record still left waits for a
-// sweep.
-func (v *service) deleteRecord(name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+// delete until by; a record still left waits for a sweep.
+func (v *service) deleteRecord(name string, by time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), by)
 	defer cancel()
 	pause := ctxtime.NewBackoff(v.retryAfter(), opTimeout/5)
 	for {

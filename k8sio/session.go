@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,8 +26,15 @@ import (
 	"github.com/ahrtr/disco/primitives/driver"
 )
 
-// opTimeout bounds each request a session makes.
+// opTimeout bounds each request a session makes, and all the requests of
+// a Close together.
 const opTimeout = 5 * time.Second
+
+// leaveGrace is how long a Campaign whose context ended waits for its
+// withdrawal (see service.Campaign): with the API server answering, the
+// caller returns once nothing of its Campaign is left; otherwise the
+// withdrawal goes on without it, and Close waits for it.
+const leaveGrace = 500 * time.Millisecond
 
 // Session is one identity on the API server: the holderIdentity of the
 // Leases it holds, one event loop that renews them, and the elections that
@@ -169,11 +178,14 @@ func (s *Session) Err() error {
 }
 
 // Close ends every election on the session: each leader resigns (its
-// subscribers see Released; resigns that fail are tried again for 5 s at
-// most, all together), each waiting Campaign fails with an error
-// wrapping primitives.ErrClosed and its record is deleted. Then the loop
-// stops. A second Close returns an error wrapping primitives.ErrClosed,
-// also after the session was lost.
+// subscribers see Released), each waiting Campaign fails with an error
+// wrapping primitives.ErrClosed and its record is deleted. Its requests
+// are bounded by 5 s all together, counted from when the loop takes Close
+// up: a resign or delete that fails is tried again until then. Before
+// that, the loop finishes a request it has under way, which an API server
+// that does not answer holds for up to 5 s more (see the package doc).
+// Then the loop stops. A second Close returns an error wrapping
+// primitives.ErrClosed, also after the session was lost.
 func (s *Session) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -186,10 +198,8 @@ func (s *Session) Close() error {
 			return struct{}{}, nil // lost: nothing is left to release
 		}
 		err := fmt.Errorf("k8sio: session %s: %w", s.id, primitives.ErrClosed)
-		until := time.Now().Add(opTimeout) // for every failed resign together
-		for v := range s.services {
-			v.closeLoop(err, until)
-		}
+		// One bound for every election's requests together.
+		s.closeAll(slices.Collect(maps.Keys(s.services)), err, time.Now().Add(opTimeout))
 		s.end(err)
 		return struct{}{}, nil
 	})
@@ -258,9 +268,16 @@ func (s *Session) goHelper(f func()) {
 // Lost late), and, until the session is suspended, past its suspension
 // point by no more than a sixth of the TTL (so that Suspended is at most
 // that late). Loop only.
-func (s *Session) reqCtx() (context.Context, context.CancelFunc) {
+func (s *Session) reqCtx() (context.Context, context.CancelFunc) { return s.reqCtxBy(time.Time{}) }
+
+// reqCtxBy is reqCtx, also bounded by by (zero: no bound of its own): the
+// deadline of the work the request is part of (a Close's). Loop only.
+func (s *Session) reqCtxBy(by time.Time) (context.Context, context.CancelFunc) {
 	now := time.Now()
 	d := now.Add(opTimeout)
+	if !by.IsZero() && by.Before(d) {
+		d = by
+	}
 	if dl := s.clock.Deadline(); dl.Before(d) {
 		d = dl
 	}
