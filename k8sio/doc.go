@@ -88,8 +88,9 @@
 // withdraws that candidate (its Campaign fails with an error wrapping
 // primitives.ErrLost). A Campaign keeps one record, under one name,
 // however many times its create is tried; the record is deleted when the
-// Campaign ends (a failed delete is tried again for a few seconds, and a
-// record still left is swept as a crashed candidate's is). A take of a
+// Campaign ends (a failed delete is tried again for up to 5 s, and a
+// record still left is swept as a crashed candidate's is; see "Requests,
+// giving up and Close" below). A take of a
 // Campaign that ended without it, which the API server applies late (its
 // client had given up), leaves a term nobody holds: the candidate resigns
 // it as soon as it sees it, and tries a resign that fails again until it
@@ -105,6 +106,37 @@
 // two durations could take a live candidate's record for a crashed one's;
 // that Campaign then fails with ErrLost). Nothing reads records to decide
 // who leads.
+//
+// # Requests, giving up and Close
+//
+// A session's loop makes its elections' requests itself, one at a time,
+// each bounded by 5 s (and by the clock's deadline): renewals, a waiting
+// candidate's reads, takes and the create of its record, Resign,
+// Proclaim, and the resigns of terms nobody holds. Leader, Term,
+// Subscribe and Observe's first read run off the loop; a record's
+// renewals and deletes, and sweeps, run on helpers. While the API server
+// does not answer, a request holds the loop for its bound, and what needs
+// the loop waits behind it, on every election of the session: Campaign,
+// Resign, Proclaim, Observe's subscription, Close, and the events
+// Subscribe and Observe deliver. A call whose ctx ends meanwhile returns
+// its ctx's error and changes nothing.
+//
+// A Campaign whose ctx ends returns its ctx's error once its withdrawal
+// (its record deleted, and the term of a take whose answer was lost
+// resigned) is done, or 500 ms after its ctx ended, whichever comes first.
+// The withdrawal goes on without it, for up to 5 s, and the election's
+// Close waits for it: if the API server answers again within those 5 s,
+// nothing of the Campaign is left once Close has returned (else its
+// record is swept, as a crashed candidate's).
+//
+// Close resigns the term it holds, ends a waiting Campaign (deleting its
+// record) and resigns a term nobody holds. These requests, tried again
+// while they fail, and the withdrawals still under way are bounded by 5 s
+// together, counted from when the loop takes Close up (a Session's Close:
+// for all its elections together). Before that, the loop finishes the
+// request it has under way: up to 5 s more while the API server does not
+// answer. A term Close could not resign stays on the Lease until its lease
+// duration has passed; a record left is swept.
 //
 // # With client-go's leaderelection
 //
