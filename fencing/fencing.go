@@ -57,6 +57,13 @@
 // can tell "missing" (errors.Is(err, ErrNoToken) but not ErrMalformedToken)
 // from "malformed" (errors.Is(err, ErrMalformedToken)); the guard answers
 // HTTP 428 for the first and 400 for the second.
+//
+// A nil context.Context is a bug of the caller's. [FromIncomingContext]
+// and [ScopeFromIncomingContext] find no token (or scope) in it: an error
+// that says "nil context" and wraps ErrNoToken (ErrNoScope), never
+// ErrMalformedToken. [NewOutgoingContext] and [NewScopedOutgoingContext],
+// which return no error, panic with a message naming themselves, as
+// context.WithValue does.
 package fencing
 
 import (

@@ -194,8 +194,12 @@ func ScopeFromGRPCMetadata(md metadata.MD) (string, error) {
 }
 
 // ScopeFromIncomingContext returns the scope carried by the incoming gRPC
-// metadata of ctx; errors as ScopeFromGRPCMetadata.
+// metadata of ctx; errors as ScopeFromGRPCMetadata. A nil ctx gives an
+// error that says "nil context" and wraps ErrNoScope, as FromIncomingContext.
 func ScopeFromIncomingContext(ctx context.Context) (string, error) {
+	if ctx == nil {
+		return "", fmt.Errorf("fencing: missing %s metadata (nil context): %w", ScopeGRPCMetadataKey, ErrNoScope)
+	}
 	md, ok := metadata.FromIncomingContext(ctx)
 	if !ok {
 		return "", fmt.Errorf("fencing: missing %s metadata (no incoming metadata): %w", ScopeGRPCMetadataKey, ErrNoScope)
@@ -205,8 +209,9 @@ func ScopeFromIncomingContext(ctx context.Context) (string, error) {
 
 // NewScopedOutgoingContext is NewOutgoingContext that also sets (or, for an
 // empty scope or t <= 0, removes) the scope key, replacing any scope already
-// in ctx's outgoing metadata.
+// in ctx's outgoing metadata. A nil ctx panics, as in NewOutgoingContext.
 func NewScopedOutgoingContext(ctx context.Context, scope string, t Token) context.Context {
+	mustContext(ctx, "NewScopedOutgoingContext")
 	return withOutgoing(ctx, t, func(md metadata.MD) {
 		if t <= 0 || scope == "" {
 			delete(md, ScopeGRPCMetadataKey)

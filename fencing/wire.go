@@ -93,8 +93,22 @@ func mdValues(md metadata.MD, key string) []string {
 // metadata (including pairs added with metadata.AppendToOutgoingContext) and
 // replaces, never appends to, any fencing token already there, so a request
 // never carries two tokens. For t <= 0 the key is removed instead.
+//
+// A nil ctx is a bug of the caller's, and NewOutgoingContext, which has no
+// error to return, panics with a message that says so, as
+// context.WithValue does for a nil parent. It does not take nil for
+// context.Background(): that would hide the bug and send a call with no
+// deadline or cancellation the caller may believe it has.
 func NewOutgoingContext(ctx context.Context, t Token) context.Context {
+	mustContext(ctx, "NewOutgoingContext")
 	return withOutgoing(ctx, t, nil)
+}
+
+// mustContext panics, naming fn, if ctx is nil (see NewOutgoingContext).
+func mustContext(ctx context.Context, fn string) {
+	if ctx == nil {
+		panic("fencing: " + fn + ": nil context")
+	}
 }
 
 // withOutgoing returns ctx with the token of its outgoing metadata set to t
@@ -122,8 +136,14 @@ func withOutgoing(ctx context.Context, t Token, edit func(metadata.MD)) context.
 // FromIncomingContext returns the token carried by the incoming gRPC
 // metadata of ctx, as a server handler or interceptor sees it. Errors are
 // those of FromGRPCMetadata; a context without incoming metadata has no
-// token.
+// token. A nil ctx (a bug of the caller's: gRPC never passes one) has none
+// either: an error that says "nil context" and wraps ErrNoToken only.
+// (Package fencing cannot wrap primitives.ErrInvalidArgument: primitives
+// imports fencing.)
 func FromIncomingContext(ctx context.Context) (Token, error) {
+	if ctx == nil {
+		return 0, missing(GRPCMetadataKey + " metadata (nil context)")
+	}
 	md, ok := metadata.FromIncomingContext(ctx)
 	if !ok {
 		return 0, missing(GRPCMetadataKey + " metadata (no incoming metadata)")
