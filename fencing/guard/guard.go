@@ -132,6 +132,17 @@
 // (a zombie) even where the guard has no mark yet (a fresh guard without a
 // store).
 //
+// # Bad input
+//
+// A nil context.Context is bad input: [Guard.Load], [Guard.CheckContext],
+// [Guard.Admit], [Keyed.CheckContext], [Keyed.Admit] and
+// [Keyed.MarkContext] given one return an error that says "nil context"
+// and wraps primitives.ErrInvalidArgument, at once, with or without a
+// store or a verifier: nothing is admitted, no mark moves (in memory or in
+// the store), neither the store nor the verifier is called, a Keyed keeps
+// no scope for it, and metrics do not count it (it is no request). The
+// middleware and interceptors always have a context.
+//
 // # What a Guard does not do
 //
 // Tokens are plain numbers. Without a verifier, a Guard cannot tell a
@@ -145,8 +156,10 @@ package guard
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives"
 )
 
 // Guard is a fencing-token validator for one resource. Its zero value is
@@ -184,8 +197,12 @@ func (g *Guard) Mark() fencing.Token {
 // Load reads the stored mark now (see WithStore), so that Mark reports it
 // and the first request does not wait for the read. Without a store, or
 // once loaded, it does nothing. It waits at most until ctx ends or the store
-// timeout passes. Errors wrap ErrStore.
+// timeout passes. Errors wrap ErrStore; a nil ctx, even without a store, is
+// an error wrapping primitives.ErrInvalidArgument (see "Bad input").
 func (g *Guard) Load(ctx context.Context) error {
+	if ctx == nil {
+		return nilContext("Guard.Load")
+	}
 	if g.cfg.store == nil || g.s.loaded.Load() {
 		return nil
 	}
@@ -233,8 +250,12 @@ func (g *Guard) plain(t fencing.Token) bool {
 // CheckContext is Check with its waits on the store bounded by ctx as well
 // as by the store timeout: if ctx ends first, it returns an error wrapping
 // ErrStore and ctx.Err(), and t is not accepted. Without a store it is
-// Check.
+// Check. A nil ctx is an error wrapping primitives.ErrInvalidArgument, and
+// t is not looked at (see "Bad input").
 func (g *Guard) CheckContext(ctx context.Context, t fencing.Token) error {
+	if ctx == nil {
+		return nilContext("Guard.CheckContext")
+	}
 	if g.plain(t) {
 		return g.s.check(t)
 	}
@@ -276,6 +297,18 @@ func (g *Guard) CheckContext(ctx context.Context, t fencing.Token) error {
 // ends when ctx does or the store timeout passes (see WithStoreTimeout),
 // whichever is first; Admit then returns an error wrapping ErrStore and the
 // context's error.
+//
+// A nil ctx is an error wrapping primitives.ErrInvalidArgument: t is not
+// looked at, nothing is admitted (see "Bad input").
 func (g *Guard) Admit(ctx context.Context, t fencing.Token) (context.Context, func(), error) {
+	if ctx == nil {
+		return nil, noop, nilContext("Guard.Admit")
+	}
 	return g.cfg.admit(ctx, &g.s, "", t)
+}
+
+// nilContext is the error of method given a nil context (see "Bad
+// input" in the package documentation).
+func nilContext(method string) error {
+	return fmt.Errorf("guard: %s: nil context: %w", method, primitives.ErrInvalidArgument)
 }

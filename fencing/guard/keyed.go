@@ -133,8 +133,12 @@ func (k *Keyed) Check(scope string, t fencing.Token) error {
 }
 
 // CheckContext is Guard.CheckContext for the mark of scope; scope errors as
-// Check.
+// Check. A nil ctx is an error wrapping primitives.ErrInvalidArgument, before
+// scope and t are looked at: no scope is kept for it.
 func (k *Keyed) CheckContext(ctx context.Context, scope string, t fencing.Token) error {
+	if ctx == nil {
+		return nilContext("Keyed.CheckContext")
+	}
 	if err := k.validRequest(scope, t); err != nil {
 		return err
 	}
@@ -144,8 +148,12 @@ func (k *Keyed) CheckContext(ctx context.Context, scope string, t fencing.Token)
 }
 
 // Admit is Guard.Admit for the mark of scope; scope errors as Check. The
-// scope's state stays in memory until done is called.
+// scope's state stays in memory until done is called. A nil ctx is an
+// error wrapping primitives.ErrInvalidArgument, as for CheckContext.
 func (k *Keyed) Admit(ctx context.Context, scope string, t fencing.Token) (context.Context, func(), error) {
+	if ctx == nil {
+		return nil, noop, nilContext("Keyed.Admit")
+	}
 	if err := k.validRequest(scope, t); err != nil {
 		return nil, noop, err
 	}
@@ -174,8 +182,13 @@ func (k *Keyed) Mark(scope string) fencing.Token {
 }
 
 // MarkContext is Mark, reading the store (if any) within ctx and the store
-// timeout. Errors wrap ErrStore.
+// timeout. Errors wrap ErrStore. A nil ctx gives 0 and an error wrapping
+// primitives.ErrInvalidArgument, with or without a store: no scope is read
+// or kept.
 func (k *Keyed) MarkContext(ctx context.Context, scope string) (fencing.Token, error) {
+	if ctx == nil {
+		return 0, nilContext("Keyed.MarkContext")
+	}
 	if err := validScope(scope); err != nil {
 		return 0, err
 	}
