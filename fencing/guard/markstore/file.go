@@ -20,8 +20,11 @@ import (
 )
 
 // ErrInvalidArgument is wrapped by the errors of constructors given bad
-// input, of a raise to a token <= 0, and of the methods of a nil or zero
-// File or SQL (one that NewFile or NewSQL did not make).
+// input, of a raise to a token <= 0, of the methods of a nil or zero
+// File or SQL (one that NewFile or NewSQL did not make), and of every
+// method, and NewSQL, given a nil context.Context (an error that says "nil
+// context"; nothing is read or written). It wraps
+// primitives.ErrInvalidArgument.
 var ErrInvalidArgument = fmt.Errorf("markstore: %w", primitives.ErrInvalidArgument)
 
 // ErrCorrupt is wrapped by the errors of a Load that finds a stored mark it
@@ -137,12 +140,20 @@ func mkdirDurable(dir string) error {
 
 // check refuses a File that NewFile did not make: nil (a NewFile error
 // ignored) or a zero File, which has no directory and would write to the
-// process's working directory.
-func (f *File) check(method string) error {
+// process's working directory; and a nil ctx.
+func (f *File) check(ctx context.Context, method string) error {
 	if f == nil || f.dir == "" {
 		return fmt.Errorf("markstore: File.%s on a File not made by NewFile: %w", method, ErrInvalidArgument)
 	}
+	if ctx == nil {
+		return nilContext("File." + method)
+	}
 	return nil
+}
+
+// nilContext is the error of fn given a nil context.
+func nilContext(fn string) error {
+	return fmt.Errorf("markstore: %s: nil context: %w", fn, ErrInvalidArgument)
 }
 
 // name returns the file name of scope's mark, the path of its lock file,
@@ -158,7 +169,7 @@ func (f *File) name(scope string) (string, string, *sync.Mutex) {
 // be durable, and returns the fsync's error if that fails. A file it
 // cannot parse gives an error wrapping ErrCorrupt.
 func (f *File) Load(ctx context.Context, scope string) (fencing.Token, error) {
-	if err := f.check("Load"); err != nil {
+	if err := f.check(ctx, "Load"); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -223,7 +234,7 @@ func (f *File) read(name string) (fencing.Token, error) {
 
 // Raise sets the mark of scope to t if t is above it, durably (see File).
 func (f *File) Raise(ctx context.Context, scope string, t fencing.Token) error {
-	if err := f.check("Raise"); err != nil {
+	if err := f.check(ctx, "Raise"); err != nil {
 		return err
 	}
 	_, err := f.RaiseLoad(ctx, scope, t)
@@ -236,7 +247,7 @@ func (f *File) Raise(ctx context.Context, scope string, t fencing.Token) error {
 // reported: a raise that failed, or a process killed, after renaming the
 // mark into place may have left it unsynced.
 func (f *File) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fencing.Token, error) {
-	if err := f.check("RaiseLoad"); err != nil {
+	if err := f.check(ctx, "RaiseLoad"); err != nil {
 		return 0, err
 	}
 	if t <= 0 {

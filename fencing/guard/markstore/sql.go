@@ -210,7 +210,9 @@ func createTable(ctx context.Context, db *sql.DB, table string) error {
 // The replicas of a resource may call it at once on a fresh database: each
 // finds the table one of them created (on PostgreSQL, those whose CREATE
 // lost the race leave an ERROR in its log, that once). The caller owns db;
-// the store never closes it.
+// the store never closes it. A nil db, a table name that is not a plain
+// identifier (WithTable) or a nil ctx is an error wrapping
+// ErrInvalidArgument, and nothing is created.
 func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 	c := sqlConfig{table: DefaultTable}
 	for _, o := range opts {
@@ -220,6 +222,9 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 	}
 	if db == nil {
 		return nil, fmt.Errorf("markstore: NewSQL: nil *sql.DB: %w", ErrInvalidArgument)
+	}
+	if ctx == nil {
+		return nil, nilContext("NewSQL")
 	}
 	if !validIdent(c.table) {
 		return nil, fmt.Errorf("markstore: NewSQL: table name %q is not a plain identifier: %w", c.table, ErrInvalidArgument)
@@ -248,17 +253,21 @@ RETURNING mark`,
 }
 
 // check refuses an SQL that NewSQL did not make: nil (a NewSQL error
-// ignored) or a zero SQL, which has no database and no statements.
-func (s *SQL) check(method string) error {
+// ignored) or a zero SQL, which has no database and no statements; and a
+// nil ctx, which database/sql would panic on, leaving the *sql.DB locked.
+func (s *SQL) check(ctx context.Context, method string) error {
 	if s == nil || s.db == nil {
 		return fmt.Errorf("markstore: SQL.%s on an SQL not made by NewSQL: %w", method, ErrInvalidArgument)
+	}
+	if ctx == nil {
+		return nilContext("SQL." + method)
 	}
 	return nil
 }
 
 // Load returns the mark of scope, 0 if it has none.
 func (s *SQL) Load(ctx context.Context, scope string) (fencing.Token, error) {
-	if err := s.check("Load"); err != nil {
+	if err := s.check(ctx, "Load"); err != nil {
 		return 0, err
 	}
 	var m int64
@@ -277,7 +286,7 @@ func (s *SQL) Load(ctx context.Context, scope string) (fencing.Token, error) {
 
 // Raise sets the mark of scope to t if t is above it, in one statement.
 func (s *SQL) Raise(ctx context.Context, scope string, t fencing.Token) error {
-	if err := s.check("Raise"); err != nil {
+	if err := s.check(ctx, "Raise"); err != nil {
 		return err
 	}
 	if t <= 0 {
@@ -295,7 +304,7 @@ func (s *SQL) Raise(ctx context.Context, scope string, t fencing.Token) error {
 // RaiseLoad is Raise, and returns the mark of scope after it (at least t),
 // in one statement (guard.RaiseLoader).
 func (s *SQL) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fencing.Token, error) {
-	if err := s.check("RaiseLoad"); err != nil {
+	if err := s.check(ctx, "RaiseLoad"); err != nil {
 		return 0, err
 	}
 	if t <= 0 {
@@ -311,10 +320,11 @@ func (s *SQL) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fen
 // CheckTx fences a resource that lives in the database itself, inside the
 // caller's transaction tx: it accepts t if t is at least the stored mark of
 // scope, raising the mark to t, and otherwise returns an error wrapping
-// fencing.ErrTokenStale (t <= 0: fencing.ErrNoToken; a nil tx:
-// ErrInvalidArgument). It is one statement, the conditional upsert
-// "UPDATE ... SET mark = t WHERE mark <= t" on the scope's row: the token
-// check of a table row (mark <= t, then write t), generalised to any scope.
+// fencing.ErrTokenStale (t <= 0: fencing.ErrNoToken; a nil tx or ctx:
+// ErrInvalidArgument, and tx is left as it was). It is one statement, the
+// conditional upsert "UPDATE ... SET mark = t WHERE mark <= t" on the
+// scope's row: the token check of a table row (mark <= t, then write t),
+// generalised to any scope.
 //
 // Call it first in tx, before the writes it protects, and commit them
 // together. The row stays locked until tx ends, so transactions of one
@@ -333,7 +343,7 @@ func (s *SQL) RaiseLoad(ctx context.Context, scope string, t fencing.Token) (fen
 // (guard.WithStore) in front of the resource and CheckTx inside it share
 // them.
 func (s *SQL) CheckTx(ctx context.Context, tx *sql.Tx, scope string, t fencing.Token) error {
-	if err := s.check("CheckTx"); err != nil {
+	if err := s.check(ctx, "CheckTx"); err != nil {
 		return err
 	}
 	if tx == nil {
