@@ -76,10 +76,12 @@ type heldGrant struct {
 // of the grant's slot, "<name>#<slot>"), so the token is stamped with the
 // scope a guard of that slot checks. Call it before acquiring, so that the
 // Acquired event is not missed. A nil s gives a GrantToken that never has a
-// token.
+// token. So does a nil ctx, which is bad input (there is no error to
+// return it with): FollowGrants then subscribes to nothing, starts no
+// goroutine, and returns a GrantToken whose Done is closed already.
 func FollowGrants(ctx context.Context, scope string, s Subscriber) *GrantToken {
 	g := &GrantToken{scope: scope, done: make(chan struct{})}
-	if s == nil {
+	if ctx == nil || s == nil {
 		close(g.done)
 		return g
 	}
@@ -94,7 +96,14 @@ func FollowGrants(ctx context.Context, scope string, s Subscriber) *GrantToken {
 // s.SubscribeHolds if s offers it (driver.Shell's, which does not count as
 // a listener, so that an election followed for its grants need not follow
 // who leads), else through Subscribe. The channel closes as Subscribe's.
+// A nil ctx or a nil s is bad input: s is not asked, and the channel is
+// closed already, as a Subscribe given a nil ctx returns it.
 func SubscribeHolds(ctx context.Context, s Subscriber) <-chan Event {
+	if ctx == nil || s == nil {
+		closed := make(chan Event)
+		close(closed)
+		return closed
+	}
 	if hs, ok := s.(interface {
 		SubscribeHolds(ctx context.Context) <-chan Event
 	}); ok {
@@ -189,5 +198,6 @@ func (g *GrantToken) Scoped() (string, fencing.Token) {
 }
 
 // Done is closed when GrantToken stops following (ctx ended or the service
-// is done); its token is then none for good.
+// is done), or from the start for one that follows nothing (FollowGrants
+// given a nil s or a nil ctx); its token is then none for good.
 func (g *GrantToken) Done() <-chan struct{} { return g.done }
