@@ -58,12 +58,12 @@
 // from "malformed" (errors.Is(err, ErrMalformedToken)); the guard answers
 // HTTP 428 for the first and 400 for the second.
 //
-// A nil context.Context is a bug of the caller's. [FromIncomingContext]
-// and [ScopeFromIncomingContext] find no token (or scope) in it: an error
-// that says "nil context" and wraps ErrNoToken (ErrNoScope), never
-// ErrMalformedToken. [NewOutgoingContext] and [NewScopedOutgoingContext],
-// which return no error, panic with a message naming themselves, as
-// context.WithValue does.
+// A nil context.Context is a bug of the caller's, and never a panic.
+// [FromIncomingContext] and [ScopeFromIncomingContext] find no token (or
+// scope) in it: an error that says "nil context" and wraps ErrNoToken
+// (ErrNoScope), never ErrMalformedToken. [NewOutgoingContext] and
+// [NewScopedOutgoingContext], which return no error, take it for
+// context.Background(), which has no deadline and never ends either.
 package fencing
 
 import (

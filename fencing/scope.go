@@ -209,10 +209,10 @@ func ScopeFromIncomingContext(ctx context.Context) (string, error) {
 
 // NewScopedOutgoingContext is NewOutgoingContext that also sets (or, for an
 // empty scope or t <= 0, removes) the scope key, replacing any scope already
-// in ctx's outgoing metadata. A nil ctx panics, as in NewOutgoingContext.
+// in ctx's outgoing metadata. A nil ctx is taken for context.Background(),
+// as in NewOutgoingContext.
 func NewScopedOutgoingContext(ctx context.Context, scope string, t Token) context.Context {
-	mustContext(ctx, "NewScopedOutgoingContext")
-	return withOutgoing(ctx, t, func(md metadata.MD) {
+	return withOutgoing(orBackground(ctx), t, func(md metadata.MD) {
 		if t <= 0 || scope == "" {
 			delete(md, ScopeGRPCMetadataKey)
 		} else {

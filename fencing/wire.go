@@ -94,21 +94,20 @@ func mdValues(md metadata.MD, key string) []string {
 // replaces, never appends to, any fencing token already there, so a request
 // never carries two tokens. For t <= 0 the key is removed instead.
 //
-// A nil ctx is a bug of the caller's, and NewOutgoingContext, which has no
-// error to return, panics with a message that says so, as
-// context.WithValue does for a nil parent. It does not take nil for
-// context.Background(): that would hide the bug and send a call with no
-// deadline or cancellation the caller may believe it has.
+// A nil ctx, which has no error to return, is taken for
+// context.Background(): like a nil one, it has no deadline and never ends.
+// NewOutgoingContext never panics.
 func NewOutgoingContext(ctx context.Context, t Token) context.Context {
-	mustContext(ctx, "NewOutgoingContext")
-	return withOutgoing(ctx, t, nil)
+	return withOutgoing(orBackground(ctx), t, nil)
 }
 
-// mustContext panics, naming fn, if ctx is nil (see NewOutgoingContext).
-func mustContext(ctx context.Context, fn string) {
+// orBackground returns ctx, or context.Background() for a nil ctx (see
+// NewOutgoingContext).
+func orBackground(ctx context.Context) context.Context {
 	if ctx == nil {
-		panic("fencing: " + fn + ": nil context")
+		return context.Background()
 	}
+	return ctx
 }
 
 // withOutgoing returns ctx with the token of its outgoing metadata set to t
