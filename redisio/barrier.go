@@ -21,10 +21,15 @@ const barrierRecheck = time.Second
 
 // redisBarrier is barrier.Barrier on Redis: see NewBarrier.
 type redisBarrier struct {
-	cli  *redis.Client
-	key  string // name/barrier
-	wake string // name/barrier.wake
-	name string
+	cli *redis.Client
+	// asked is the client of its requests: cli if its read and write
+	// timeouts are at most opTimeout, else a clone of it bounded by
+	// opTimeout, so that a request its caller left (see request) ends
+	// within opTimeout.
+	asked *redis.Client
+	key   string // name/barrier
+	wake  string // name/barrier.wake
+	name  string
 }
 
 var _ barrier.Barrier = (*redisBarrier)(nil)
@@ -59,7 +64,7 @@ func NewBarrier(cli *redis.Client, name string, opts ...Option) (barrier.Barrier
 	if o.session != nil || o.TTLSet || o.SuspendSet {
 		return nil, fmt.Errorf("redisio: barrier %q: WithSession, WithTTL and WithSuspendAfter: a barrier has no session: %w", name, primitives.ErrInvalidArgument)
 	}
-	return &redisBarrier{cli: cli, key: name + "/barrier", wake: name + "/barrier.wake", name: fmt.Sprintf("redisio: barrier %q", name)}, nil
+	return &redisBarrier{cli: cli, asked: withTimeoutAtMost(cli, opTimeout), key: name + "/barrier", wake: name + "/barrier.wake", name: fmt.Sprintf("redisio: barrier %q", name)}, nil
 }
 
 // fail says why a request made under ctx failed: ctx's end if it ended,
@@ -71,15 +76,49 @@ func (b *redisBarrier) fail(ctx context.Context, what string, err error) error {
 	return fmt.Errorf("%s: %s: %w", b.name, what, err)
 }
 
+// looseHelpers runs a barrier's requests (see request) each on a
+// goroutine of its own: a barrier has no session, nor a Close to wait for
+// them. Each ends with its request and its undo, neither of which begins
+// an attempt more than opTimeout after it began, each attempt bounded by
+// opTimeout (see asked).
+type looseHelpers struct{}
+
+func (looseHelpers) goTracked(f func()) bool { go f(); return true }
+
+// closedErr is never asked for: goTracked runs every f.
+func (looseHelpers) closedErr() error { return nil }
+
+// ask makes req on behalf of a caller whose context is ctx (see request);
+// undo gets its answer if the caller left it, and the caller gets an
+// error wrapping ctx's.
+func ask[R any](b *redisBarrier, ctx context.Context, what string, req func() (R, error), undo func(R, error)) (R, error) {
+	r, left, err := request(looseHelpers{}, nil, ctx, nil, req, undo)
+	if left {
+		return r, fmt.Errorf("%s: %s: %w", b.name, what, ctx.Err())
+	}
+	if err != nil {
+		return r, b.fail(ctx, what, err)
+	}
+	return r, nil
+}
+
 // Hold creates the barrier's key if it does not exist; barrier.ErrHeld if
-// it does.
+// it does. A Hold whose caller left its script under way (see request)
+// deletes the key it created, if it did, once Redis answers.
 func (b *redisBarrier) Hold(ctx context.Context) error {
 	if err := driver.ContextErr(ctx); err != nil {
 		return fmt.Errorf("%s: hold: %w", b.name, err)
 	}
-	n, err := barrierHoldScript.Run(ctx, b.cli, []string{b.key}, rand.Text()).Int64()
+	id := rand.Text()
+	n, err := ask(b, ctx, "hold", func() (int64, error) {
+		// The outcome must be known to undo it: ctx does not cut the
+		// script short.
+		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer cancel()
+		return barrierHoldScript.Run(opCtx, b.asked, []string{b.key}, id).Int64()
+	}, func(int64, error) { b.unhold(id) })
 	if err != nil {
-		return b.fail(ctx, "hold", err)
+		return err
 	}
 	if n == 0 {
 		return fmt.Errorf("%s: %w", b.name, barrier.ErrHeld)
@@ -87,25 +126,44 @@ func (b *redisBarrier) Hold(ctx context.Context) error {
 	return nil
 }
 
+// unhold deletes the barrier's key if it is the Hold id's, and wakes
+// every Wait, in attempts for at most opTimeout.
+func (b *redisBarrier) unhold(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_, _, _ = inAttempts(ctx, nil, func() (int64, error) {
+		return barrierUnholdScript.Run(ctx, b.asked, []string{b.key}, id, b.wake).Int64()
+	})
+}
+
 // Release deletes the barrier's key and wakes every Wait;
 // barrier.ErrNotHeld if there was no key. Its script is sent once and
 // repeated by Release (see inAttempts) while ctx lives, for at most
 // opTimeout after the first attempt (a barrier has no session to end the
 // repeats): a repeat that finds no key follows one whose reply was lost,
-// which may have deleted it, and counts as released.
+// which may have deleted it, and counts as released. A Release whose
+// caller left its script under way (see request) may still release the
+// barrier when Redis runs it, as the Release asked.
 func (b *redisBarrier) Release(ctx context.Context) error {
 	if err := driver.ContextErr(ctx); err != nil {
 		return fmt.Errorf("%s: release: %w", b.name, err)
 	}
-	repeats, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	n, repeated, err := inAttempts(repeats, nil, func() (int64, error) {
-		return barrierReleaseScript.Run(repeats, onceScripter{b.cli}, []string{b.key}, b.wake).Int64()
-	})
-	if err != nil {
-		return b.fail(ctx, "release", err)
+	type released struct {
+		n        int64
+		repeated bool
 	}
-	if n == 0 && !repeated {
+	r, err := ask(b, ctx, "release", func() (released, error) {
+		repeats, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		n, repeated, err := inAttempts(repeats, nil, func() (int64, error) {
+			return barrierReleaseScript.Run(repeats, onceScripter{b.asked}, []string{b.key}, b.wake).Int64()
+		})
+		return released{n, repeated}, err
+	}, func(released, error) {})
+	if err != nil {
+		return err
+	}
+	if r.n == 0 && !r.repeated {
 		return fmt.Errorf("%s: %w", b.name, barrier.ErrNotHeld)
 	}
 	return nil
@@ -124,11 +182,12 @@ func (b *redisBarrier) Wait(ctx context.Context) error {
 		return err
 	}
 	ps := b.cli.Subscribe(ctx, b.wake)
+	// Closing it ends a Receive its caller left (see request).
 	defer ps.Close()
 	// The subscription is in place once confirmed; a Release after it is
 	// heard, one before it is seen by the look that follows.
-	if _, err := ps.Receive(ctx); err != nil {
-		return b.fail(ctx, "subscribe", err)
+	if _, err := ask(b, ctx, "subscribe", func() (any, error) { return ps.Receive(ctx) }, func(any, error) {}); err != nil {
+		return err
 	}
 	msgs := ps.Channel()
 	t := time.NewTimer(0)
@@ -160,9 +219,8 @@ func (b *redisBarrier) Wait(ctx context.Context) error {
 
 // held reports whether the barrier's key exists.
 func (b *redisBarrier) held(ctx context.Context) (bool, error) {
-	n, err := b.cli.Exists(ctx, b.key).Result()
-	if err != nil {
-		return false, b.fail(ctx, "wait", err)
-	}
-	return n == 1, nil
+	return ask(b, ctx, "wait", func() (bool, error) {
+		n, err := b.asked.Exists(ctx, b.key).Result()
+		return n == 1, err
+	}, func(bool, error) {})
 }

@@ -27,7 +27,6 @@ type doubleBarrier struct {
 
 	mu      sync.Mutex // one Enter or Leave at a time; guards what follows
 	entered bool       // Enter succeeded and Leave has not
-	left    bool       // Leave took the party's key out; it waits for the others
 	key     string     // the party's key while entered
 	round   string     // the round it entered
 }
@@ -101,11 +100,22 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		return err
 	}
 	defer stop()
-	// As for an enqueue, the outcome must be known to withdraw: ctx does
-	// not cut the script short.
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	res, err := dbEnterScript.Run(opCtx, v.s.cli, d.keys(key), d.count, key, v.s.ttl.Milliseconds(), v.wake).StringSlice()
-	cancel()
+	// The script runs on a helper (see request): its caller leaves once
+	// ctx ends (or the party does), and the party is taken out when its
+	// answer comes.
+	res, left, err := request(v.s, &v.requests, ctx, v.Done(), func() ([]string, error) {
+		// As for an enqueue, the outcome must be known to withdraw: ctx
+		// does not cut the script short.
+		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer cancel()
+		return dbEnterScript.Run(opCtx, v.s.asked, d.keys(key), d.count, key, v.s.ttl.Milliseconds(), v.wake).StringSlice()
+	}, func([]string, error) { d.withdrawNow(key) })
+	if left {
+		if cerr := ctx.Err(); cerr != nil {
+			return v.errf("enter: %w", cerr)
+		}
+		return v.Err()
+	}
 	if err == nil && len(res) == 0 {
 		err = errors.New("empty reply")
 	}
@@ -114,7 +124,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		// the round: then the party is in.
 		if v.Err() == nil {
 			if round, in := d.giveUp(key); in {
-				d.entered, d.left, d.key, d.round = true, false, key, round
+				d.entered, d.key, d.round = true, key, round
 				return nil
 			}
 		} else {
@@ -141,8 +151,10 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 	}
 	round := res[1]
 	if res[0] != "1" {
-		if err := d.await(ctx, wake, func(ctx context.Context) (bool, error) {
-			n, err := dbCheckScript.Run(ctx, v.s.cli, d.keys(key), round).Int64()
+		// A look its caller left takes the party out when it is answered:
+		// the caller has returned an error.
+		left, err := d.await(ctx, wake, func(ctx context.Context) (bool, error) {
+			n, err := dbCheckScript.Run(ctx, v.s.asked, d.keys(key), round).Int64()
 			switch {
 			case err != nil:
 				return false, err
@@ -152,11 +164,15 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 				return true, v.errf("party key %s deleted: %w", key, primitives.ErrLost)
 			}
 			return n == 1, nil
-		}); err != nil {
+		}, func() { d.withdrawNow(key) })
+		if err != nil {
+			if left {
+				return err
+			}
 			if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) && v.Err() == nil {
 				// It gave up: out, unless its round is complete by now.
 				if round, in := d.giveUp(key); in {
-					d.entered, d.left, d.key, d.round = true, false, key, round
+					d.entered, d.key, d.round = true, key, round
 					return nil
 				}
 				return err
@@ -165,7 +181,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 			return err
 		}
 	}
-	d.entered, d.left, d.key, d.round = true, false, key, round
+	d.entered, d.key, d.round = true, key, round
 	return nil
 }
 
@@ -187,18 +203,20 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 		return err
 	}
 	defer stop()
+	// A look runs on a helper (see request), and may do so after its
+	// caller left it: it reads no field of d.
+	key, round := d.key, d.round
 	look := func(ctx context.Context) (bool, error) {
-		n, err := dbLeaveScript.Run(ctx, v.s.cli, []string{v.granted, v.queue, d.key}, d.round, v.wake).Int64()
-		if err == nil && !d.left {
-			d.left = true
-			d.forget(d.key)
+		n, err := dbLeaveScript.Run(ctx, v.s.asked, []string{v.granted, v.queue, key}, round, v.wake).Int64()
+		if err == nil {
+			d.forget(key) // out: the session refreshes it no more
 		}
 		return n == 1, err
 	}
-	if err := d.await(ctx, wake, look); err != nil {
+	if _, err := d.await(ctx, wake, look, func() {}); err != nil {
 		return err
 	}
-	d.entered, d.left, d.key, d.round = false, false, "", ""
+	d.entered, d.key, d.round = false, "", ""
 	return nil
 }
 
@@ -225,8 +243,10 @@ func (d *doubleBarrier) listen(key string) (wake chan struct{}, stop func(), err
 
 // await calls look at once and again at every wake message and every
 // re-check interval until it says done, ctx ends (ctx.Err()) or the party
-// ends (its Err). An error of look that is not done is transient.
-func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look func(context.Context) (bool, error)) error {
+// ends (its Err). An error of look that is not done is transient. Each
+// look runs on a helper (see request): left reports that await returned
+// leaving one under way, which calls undo when answered.
+func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look func(context.Context) (bool, error), undo func()) (left bool, err error) {
 	v := d.v
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -238,20 +258,28 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 				v.rechecked()
 			}
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-v.Done():
-			return v.Err()
+			return false, v.Err()
 		}
 		t.Reset(v.nextLook(0))
-		lctx, cancel := context.WithTimeout(ctx, opTimeout)
-		done, err := look(lctx)
-		cancel()
+		done, left, err := request(v.s, &v.requests, ctx, v.Done(), func() (bool, error) {
+			lctx, cancel := context.WithTimeout(ctx, opTimeout)
+			defer cancel()
+			return look(lctx)
+		}, func(bool, error) { undo() })
+		if left {
+			if cerr := ctx.Err(); cerr != nil {
+				return true, cerr
+			}
+			return true, v.Err()
+		}
 		if done {
-			return err
+			return false, err
 		}
 		if err != nil {
 			if cerr := ctxtime.Ended(ctx); cerr != nil {
-				return cerr
+				return false, cerr
 			}
 			v.s.log.Debug("redisio: double barrier look", zap.String("name", v.name), zap.Error(err))
 		}
@@ -260,12 +288,20 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 
 // giveUp takes the party's key out of the barrier as its Enter gives up,
 // and forgets it, unless its round is complete (see dbWithdrawScript):
-// then it returns the round, and the key stays the party's.
+// then it returns the round, and the key stays the party's. It waits up
+// to leaveGrace for the answer (see leaving); a withdrawal it leaves
+// takes the party out whatever its round when answered: the caller
+// returns an error.
 func (d *doubleBarrier) giveUp(key string) (round string, in bool) {
 	v := d.v
-	ctx, cancel := v.s.ownCtx(context.Background(), opTimeout)
-	defer cancel()
-	res, err := ownScript(ctx, v.s, dbWithdrawScript, []string{v.granted, v.queue, key}, v.wake).StringSlice()
+	res, left, err := leaving(v.s, &v.requests, func() ([]string, error) {
+		ctx, cancel := v.s.ownCtx(context.Background(), opTimeout)
+		defer cancel()
+		return ownScript(ctx, v.s, dbWithdrawScript, []string{v.granted, v.queue, key}, v.wake).StringSlice()
+	}, func([]string, error) { d.withdrawNow(key) })
+	if left {
+		return "", false
+	}
 	if err == nil && len(res) == 2 && res[0] == "1" {
 		return res[1], true
 	}
@@ -276,10 +312,16 @@ func (d *doubleBarrier) giveUp(key string) (round string, in bool) {
 	return "", false
 }
 
-// withdraw takes the party's key out of the barrier, whatever its round,
-// and forgets it: the party is gone (its service ended, its session or
-// key lost).
+// withdraw is withdrawNow on a helper, waiting up to leaveGrace for it
+// (see Session.settle).
 func (d *doubleBarrier) withdraw(key string) {
+	d.v.s.settle(&d.v.requests, func() { d.withdrawNow(key) })
+}
+
+// withdrawNow takes the party's key out of the barrier, whatever its
+// round, and forgets it: the party is gone (its service ended, its
+// session or key lost, or its caller left).
+func (d *doubleBarrier) withdrawNow(key string) {
 	ctx, cancel := d.v.s.ownCtx(context.Background(), opTimeout)
 	defer cancel()
 	if _, err := d.v.s.releaseOwn(ctx, nil, d.v.ref(key), time.Time{}); err != nil {

@@ -309,13 +309,13 @@
 //
 //   - Nothing blocks the loop. Every Redis request runs elsewhere: an
 //     acquisition's enqueue and a waiter's check (Lock, TryLock, RLock,
-//     Campaign, Acquire, TryAcquire) and a release's (Unlock, Release,
-//     Resign) on a goroutine of the session, one per request under way,
-//     that its caller waits for until its context ends (see Giving up);
-//     a caller's other scripts (Proclaim, a barrier's, a double
-//     barrier's) on the caller's goroutine; the
-//     session's own (refresh, an election's leader reads, cleanup) on the
-//     session's helper goroutines. They post their results to the loop's
+//     Campaign, Acquire, TryAcquire), a release's (Unlock, Release,
+//     Resign), a Proclaim's and a double barrier's Enter's and Leave's
+//     on a goroutine of the session, one per request under way, that its
+//     caller waits for until its context ends (see Giving up); a
+//     barrier's, which has no session, on a goroutine of its own the
+//     same way; the session's own (refresh, an election's leader reads,
+//     cleanup) on the session's helper goroutines. They post their results to the loop's
 //     mailbox, which never blocks; the loop answers callers through
 //     replies that never block either.
 //   - Who may block: callers (on their reply or their script, until their
@@ -331,23 +331,34 @@
 // # Giving up
 //
 // An acquisition (Lock, TryLock, RLock, TryRLock, Campaign, Acquire,
-// TryAcquire) returns an error wrapping its context's error within half a
-// second of its context's end, and ErrClosed as soon as Close ends its
-// primitive, even while Redis does not answer: go-redis heeds a context
-// only between commands (its deadline too, unless the client was made
-// with ContextTimeoutEnabled), so each of the acquisition's requests runs
-// on a goroutine of the session while its caller waits, and the caller
-// leaves it under way. With Redis answering, it returns once what it
-// queued is withdrawn; otherwise what its requests wrote is withdrawn
-// when they are answered (or, if Redis answers no more, expires with the
-// session). Those requests run on the client itself when its read and
-// write timeouts are at most the TTL (go-redis's defaults are, under
-// DefaultTTL), else on a clone of it bounded by the TTL, which runs none
-// of the client's hooks: a request left under way ends within the TTL.
-// Close of the primitive waits for its requests under way, and for the
-// withdrawal of what they wrote, within its deadline (see Close). A double barrier's Enter and Leave,
-// a barrier's calls and Proclaim run on the caller's goroutine and end
-// within the client's own timeouts.
+// TryAcquire), a double barrier's Enter and Leave, a barrier's Hold,
+// Release and Wait, and Proclaim return an error wrapping their context's
+// error within half a second of its end, and ErrClosed as soon as Close
+// ends their primitive, even while Redis does not answer; an Enter that
+// must learn whether its round completed (see NewDoubleBarrier) waits
+// half a second more for that answer. go-redis heeds a context only
+// between commands (its deadline too, unless the client was made with
+// ContextTimeoutEnabled), so each of these calls' requests runs on a
+// helper goroutine while its caller waits, and the caller leaves it under
+// way. With Redis answering, the call returns once what it queued is
+// withdrawn; otherwise what a request it left wrote is undone when the
+// request is answered (or, if Redis answers no more, expires with the
+// session): the hold an enqueue queued and the key a double barrier's
+// Enter counted in are withdrawn, the key a barrier's Hold created is
+// deleted (waking the Waits), and the value a Proclaim set is put back
+// (if no other was set since). A Release or a Leave left under way may
+// still release the barrier or take the party out when Redis runs it, as
+// asked: a later call finds it so. The requests of a primitive with a
+// session run on that session's helpers, on the client itself when its
+// read and write timeouts are at most the TTL (go-redis's defaults are,
+// under DefaultTTL), else on a clone of it bounded by the TTL, which runs
+// none of the client's hooks: a request left under way ends within the
+// TTL. Close of the primitive waits for its requests under way, and for
+// the undoing of what they wrote, within its deadline (see Close). A
+// barrier has no session: its requests run each on a goroutine of its
+// own, on the client or a clone of it bounded the same way by 5 s, and
+// neither a request left under way nor its undoing begins an attempt
+// more than 5 s after it began.
 //
 // # Loss, suspension and resumption
 //
@@ -398,10 +409,9 @@
 // returns an error wrapping context.DeadlineExceeded that names what it
 // gave up on; what it left in Redis expires with the TTL, as after a
 // loss. In an outage Close takes the TTL, 10 s by default, and no more.
-// An acquisition under way when Close begins returns an error wrapping
-// primitives.ErrClosed within half a second (see Giving up); a double
-// barrier's Enter, on the caller's goroutine, once its request under way
-// ends, within the client's own timeouts (ReadTimeout).
+// An acquisition, a double barrier's Enter or Leave, or a Proclaim under
+// way when Close begins returns an error wrapping primitives.ErrClosed
+// within half a second (see Giving up).
 //
 // # Metrics
 //

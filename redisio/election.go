@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -57,7 +58,22 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
-	n, err := proclaimScript.Run(ctx, v.s.cli, []string{v.queue, v.granted, v.s.key, h.Key}, value, v.wake).Int64()
+	keys := []string{v.queue, v.granted, v.s.key, h.Key}
+	// The script runs on a helper (see request): its caller leaves once
+	// ctx ends, and the value it set is put back when its answer comes.
+	n, left, err := request(v.s, &v.requests, ctx, v.Done(), func() (int64, error) {
+		// The outcome must be known to undo it: ctx does not cut the
+		// script short.
+		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer cancel()
+		return proclaimScript.Run(opCtx, v.s.asked, keys, value, v.wake).Int64()
+	}, func(int64, error) { e.unproclaim(keys, h.Value, value) })
+	if left {
+		if cerr := ctx.Err(); cerr != nil {
+			return v.errf("proclaim: %w", cerr)
+		}
+		return v.Err()
+	}
 	if err != nil {
 		return v.errf("proclaim: %w", err)
 	}
@@ -73,6 +89,20 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 		return struct{}{}, nil
 	})
 	return err
+}
+
+// unproclaim puts the value old back on the hold of keys (proclaimScript's)
+// if it has the value a Proclaim whose caller left it set, within
+// opTimeout (and the bounds of ownCtx and ownClient).
+func (e *Election) unproclaim(keys []string, old, value string) {
+	v := e.v
+	ctx, cancel := v.s.ownCtx(context.Background(), opTimeout)
+	defer cancel()
+	if _, _, err := inAttempts(ctx, nil, func() (int64, error) {
+		return ownScript(ctx, v.s, proclaimScript, keys, old, v.wake, value).Int64()
+	}); err != nil {
+		v.s.log.Debug("redisio: undo a proclaim", zap.String("key", keys[3]), zap.Error(err))
+	}
 }
 
 // Resign ends this candidate's term; election.ErrNotLeader if it has none.

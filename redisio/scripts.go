@@ -288,11 +288,15 @@ end
 return {h, v or '', created(h), tonumber(l or '0')}
 `)
 
-// proclaimScript sets the value of a hold that heads its queue.
-// KEYS: queue, held, session key, hold key. ARGV: value, wake channel.
-// Returns 1 if set, 0 if the hold does not lead.
+// proclaimScript sets the value of a hold that heads its queue; with
+// ARGV[3], only if its value is ARGV[3] (it undoes a Proclaim whose
+// caller left it).
+// KEYS: queue, held, session key, hold key. ARGV: value, wake channel[,
+// the value it replaces].
+// Returns 1 if set, 0 if the hold does not lead (or has another value).
 var proclaimScript = redis.NewScript(luaLayout + `
 if redis.call('HGET', KEYS[4], 's') ~= KEYS[3] or redis.call('HEXISTS', KEYS[4], 'g') == 1 then return 0 end
+if ARGV[3] and redis.call('HGET', KEYS[4], 'v') ~= ARGV[3] then return 0 end
 local h = head(KEYS[1], KEYS[2])
 if h ~= KEYS[4] then return 0 end
 redis.call('HSET', KEYS[4], 'v', ARGV[1])
@@ -441,6 +445,17 @@ return {1, tonumber(t)}
 var barrierReleaseScript = redis.NewScript(`
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
 redis.call('PUBLISH', ARGV[1], '')
+return 1
+`)
+
+// barrierUnholdScript deletes the barrier's key if its value is the
+// Hold's id, and wakes the waiters: it undoes a Hold whose caller left it.
+// KEYS: the barrier key. ARGV: the Hold's id, wake channel. Returns 1 if
+// it deleted the key. Run again, it finds the key gone.
+var barrierUnholdScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], '')
 return 1
 `)
 

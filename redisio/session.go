@@ -457,6 +457,15 @@ func (s *Session) closedErr() error {
 // that gives up returns once nothing it wrote is left.
 const leaveGrace = 500 * time.Millisecond
 
+// helpers runs the helpers of requests (see request): a Session, whose
+// Close waits for them, or a barrier's looseHelpers.
+type helpers interface {
+	// goTracked runs f on a helper; false, f not run, if it runs no more.
+	goTracked(f func()) bool
+	// closedErr is the error of a request refused by goTracked.
+	closedErr() error
+}
+
 // request makes req, a request to Redis on behalf of a caller whose
 // context is ctx, and returns its answer. go-redis heeds a context only
 // between commands (its deadline too, unless the client was made with
@@ -470,9 +479,10 @@ const leaveGrace = 500 * time.Millisecond
 // what req wrote. track counts req and its undo while they run, so that
 // the Close of the caller's primitive waits for them; Close of the
 // session waits for the helper too. req ends within the TTL (it runs on
-// asked). A ctx already ended runs nothing and returns ctx's error; once
-// Close has ended the session, request returns its error.
-func request[R any](s *Session, track *inflight.Counter, ctx context.Context, stop <-chan struct{}, req func() (R, error), undo func(R, error)) (resp R, left bool, err error) {
+// asked; a barrier's, which has no session, within opTimeout). A ctx
+// already ended runs nothing and returns ctx's error; once Close has
+// ended the session, request returns its error.
+func request[R any](s helpers, track *inflight.Counter, ctx context.Context, stop <-chan struct{}, req func() (R, error), undo func(R, error)) (resp R, left bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return resp, false, err
 	}
@@ -516,6 +526,21 @@ func request[R any](s *Session, track *inflight.Counter, ctx context.Context, st
 	a := <-ch // handed over as the grace ended
 	return a.resp, false, a.err
 }
+
+// leaving is request for a caller whose context has ended already, its
+// withdrawal's outcome deciding what it returns: req runs all the same,
+// and the caller waits up to leaveGrace for the answer before it leaves
+// it to undo.
+func leaving[R any](s helpers, track *inflight.Counter, req func() (R, error), undo func(R, error)) (resp R, left bool, err error) {
+	return request(s, track, context.Background(), ended, req, undo)
+}
+
+// ended is a closed channel: a stop that has come.
+var ended = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // settle runs f, which withdraws what a caller wrote, on a helper of the
 // session, and waits up to leaveGrace for it: with Redis answering, the
