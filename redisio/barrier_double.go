@@ -47,7 +47,15 @@ var _ barrier.DoubleBarrier = (*doubleBarrier)(nil)
 // before it returns ctx.Err() (or the error), unless its round is
 // complete by then: the others may have passed counting it, so it is in,
 // and Enter returns nil. Redis runs the count and the taking out one at a
-// time: a party taken out is never counted.
+// time: a party taken out is never counted. While Redis does not answer,
+// though, Enter returns its ctx's error without knowing whether the party
+// was counted (see Giving up in the package doc): its script may have
+// run, or may run after Enter returned, and a round completed meanwhile
+// lets the others pass counting it. Such a party is taken out, whatever
+// its round, by a withdrawal Enter sends as it returns, and again when
+// Redis answers the request Enter left (or its key expires with its
+// session): where Redis hears the party but its replies do not reach it,
+// it is out as soon as Redis runs that withdrawal.
 // Waits wake on the name's channel name/dbarrier.wake, with a re-check
 // every TTL/4 (50 ms to 1 s) for a party that dies without a word.
 //
@@ -111,6 +119,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		return dbEnterScript.Run(opCtx, v.s.asked, d.keys(key), d.count, key, v.s.ttl.Milliseconds(), v.wake).StringSlice()
 	}, func([]string, error) { d.withdrawNow(key) })
 	if left {
+		d.abandon(key)
 		if cerr := ctx.Err(); cerr != nil {
 			return v.errf("enter: %w", cerr)
 		}
@@ -167,6 +176,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 		}, func() { d.withdrawNow(key) })
 		if err != nil {
 			if left {
+				d.abandon(key)
 				return err
 			}
 			if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) && v.Err() == nil {
@@ -300,6 +310,7 @@ func (d *doubleBarrier) giveUp(key string) (round string, in bool) {
 		return ownScript(ctx, v.s, dbWithdrawScript, []string{v.granted, v.queue, key}, v.wake).StringSlice()
 	}, func([]string, error) { d.withdrawNow(key) })
 	if left {
+		d.abandon(key)
 		return "", false
 	}
 	if err == nil && len(res) == 2 && res[0] == "1" {
@@ -310,6 +321,15 @@ func (d *doubleBarrier) giveUp(key string) (round string, in bool) {
 	}
 	d.forget(key)
 	return "", false
+}
+
+// abandon takes the party's key out as its Enter returns an error
+// leaving a request under way (see request), at once, on a helper,
+// without waiting for it: that request takes the party out again when it
+// is answered, but Redis may hear the party while its replies do not
+// reach it, and meanwhile the party would stay counted.
+func (d *doubleBarrier) abandon(key string) {
+	d.v.s.goUndo(&d.v.requests, func() { d.withdrawNow(key) })
 }
 
 // withdraw is withdrawNow on a helper, waiting up to leaveGrace for it

@@ -333,8 +333,9 @@
 // An acquisition (Lock, TryLock, RLock, TryRLock, Campaign, Acquire,
 // TryAcquire), a double barrier's Enter and Leave, a barrier's Hold,
 // Release and Wait, and Proclaim return an error wrapping their context's
-// error within half a second of its end, and ErrClosed as soon as Close
-// ends their primitive, even while Redis does not answer; an Enter that
+// error within half a second of its end, and one wrapping ErrClosed
+// within half a second of the Close that ends their primitive, even
+// while Redis does not answer; an Enter that
 // must learn whether its round completed (see NewDoubleBarrier) waits
 // half a second more for that answer. go-redis heeds a context only
 // between commands (its deadline too, unless the client was made with
@@ -344,7 +345,8 @@
 // withdrawn; otherwise what a request it left wrote is undone when the
 // request is answered (or, if Redis answers no more, expires with the
 // session): the hold an enqueue queued and the key a double barrier's
-// Enter counted in are withdrawn, the key a barrier's Hold created is
+// Enter counted in are withdrawn (an Enter also sends that withdrawal as
+// it returns: see NewDoubleBarrier), the key a barrier's Hold created is
 // deleted (waking the Waits), and the value a Proclaim set is put back
 // (if no other was set since). A Release or a Leave left under way may
 // still release the barrier or take the party out when Redis runs it, as

@@ -402,3 +402,45 @@ func TestUncontendedAcquireGivenUpAsGranted(t *testing.T) {
 		})
 	}
 }
+
+// TestDoubleBarrierEnterReplyHeldNotCounted: a party whose Enter returns
+// its context's error while its script's reply does not come (the script
+// ran and counted it; Redis answers the party's other requests) is taken
+// out at once, not when the reply comes: a party entering after that does
+// not pass the barrier counting it. It stayed counted until the reply
+// came, and the other party passed counting it.
+func TestDoubleBarrierEnterReplyHeldNotCounted(t *testing.T) {
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	const name = "replyheld-notcounted"
+	admin := newClient(t, r)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// a's Enter script (four keys, the hash first, four arguments) runs,
+	// and its reply is held until the end.
+	g := newScriptGate(true, func(a []any) bool { return isScript(a, 4, 4, name+"/dbarrier") })
+	defer sync.OnceFunc(func() { close(g.proceed) })()
+	g.armed.Store(true)
+	cliA := newClient(t, r)
+	cliA.AddHook(g)
+	a := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(redisio.NewDoubleBarrier(cliA, name, 2))
+	b := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(redisio.NewDoubleBarrier(admin, name, 2))
+	actx, acancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer acancel()
+	if err := a.Enter(actx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a's Enter, its reply held: %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	select {
+	case <-g.reached: // a's script ran: a was counted
+	default:
+		t.Fatal("a's Enter returned before its script ran")
+	}
+	testkit.Eventually(t, 10*time.Second, "a, whose Enter failed, taken out", func() bool {
+		return admin.ZCard(ctx, name+"/dbarrier.parties").Val() == 0
+	})
+	bctx, bcancel := context.WithTimeout(ctx, time.Second)
+	defer bcancel()
+	if err := b.Enter(bctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("b's Enter, a having failed to enter: %v, want it to wait for a second party until its context ends", err)
+	}
+}

@@ -548,6 +548,20 @@ var ended = func() chan struct{} {
 // counts it while it runs, and Close of the session waits for it). f's
 // own bound is its caller's to set.
 func (s *Session) settle(track *inflight.Counter, f func()) {
+	done := s.goUndo(track, f)
+	t := time.NewTimer(leaveGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// goUndo runs f, which withdraws what a caller wrote, on a helper of the
+// session, and returns a channel closed once f is done; track counts f
+// while it runs. Once Close has ended the session, it runs nothing (the
+// session's keys go with it), and the channel is closed.
+func (s *Session) goUndo(track *inflight.Counter, f func()) <-chan struct{} {
 	done := make(chan struct{})
 	track.Add()
 	if !s.goTracked(func() {
@@ -556,14 +570,9 @@ func (s *Session) settle(track *inflight.Counter, f func()) {
 		f()
 	}) {
 		track.Done()
-		return // Close has ended the session: its keys go with it
+		close(done)
 	}
-	t := time.NewTimer(leaveGrace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	return done
 }
 
 // cleanup releases keys and deletes the session's key, in attempts
