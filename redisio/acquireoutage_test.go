@@ -106,6 +106,9 @@ func TestCallBoundedByContextInOutage(t *testing.T) {
 		// waiting, if set, says when the call waits with its requests
 		// answered: Redis falls silent then, not before the call.
 		waiting func(state map[string]string) bool
+		// silentAt, if set, says which chunk sent makes Redis fall
+		// silent, that chunk held, rather than before the call.
+		silentAt func(sent []byte) bool
 	}{
 		{name: "lock", open: locks},
 		{name: "lock canceled", canceled: true, open: locks},
@@ -125,6 +128,10 @@ func TestCallBoundedByContextInOutage(t *testing.T) {
 		{name: "barrier release", open: barriers(true, func(ctx context.Context, b barrier.Barrier) error { return b.Release(ctx) })},
 		{name: "barrier wait", open: barriers(true, func(ctx context.Context, b barrier.Barrier) error { return b.Wait(ctx) })},
 		{name: "barrier wait canceled", canceled: true, open: barriers(true, func(ctx context.Context, b barrier.Barrier) error { return b.Wait(ctx) })},
+		// The second connection's handshake is its subscription's: the
+		// first one's asked whether the barrier is held.
+		{name: "barrier wait subscribing", open: barriers(true, func(ctx context.Context, b barrier.Barrier) error { return b.Wait(ctx) }),
+			silentAt: nth(2, []byte("hello"))},
 		{name: "election proclaim", open: proclaim},
 	}
 	r := testserver.StartRedis(t)
@@ -147,7 +154,14 @@ func TestCallBoundedByContextInOutage(t *testing.T) {
 			pause := func() { px.PauseTx(); px.PauseRx() }
 			unpause := func() { px.UnpauseTx(); px.UnpauseRx() }
 			defer unpause()
-			if c.waiting == nil {
+			switch {
+			case c.silentAt != nil:
+				px.WatchTx(func(b []byte) {
+					if c.silentAt(b) {
+						pause()
+					}
+				})
+			case c.waiting == nil:
 				pause()
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -429,4 +443,12 @@ func stateOf(ctx context.Context, admin *redis.Client, name string) map[string]s
 		}
 	}
 	return state
+}
+
+// nth returns what reports whether a chunk is the n-th to contain word.
+func nth(n int, word []byte) func([]byte) bool {
+	var seen atomic.Int32
+	return func(b []byte) bool {
+		return bytes.Contains(b, word) && seen.Add(1) == int32(n)
+	}
 }

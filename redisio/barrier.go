@@ -181,14 +181,26 @@ func (b *redisBarrier) Wait(ctx context.Context) error {
 	if held, err := b.held(ctx); err != nil || !held {
 		return err
 	}
-	ps := b.cli.Subscribe(ctx, b.wake)
-	// Closing it ends a Receive its caller left (see request).
-	defer ps.Close()
 	// The subscription is in place once confirmed; a Release after it is
-	// heard, one before it is seen by the look that follows.
-	if _, err := ask(b, ctx, "subscribe", func() (any, error) { return ps.Receive(ctx) }, func(any, error) {}); err != nil {
+	// heard, one before it is seen by the look that follows. Opening its
+	// connection waits for Redis's answer too: both run on a helper, and
+	// a subscription its caller left is closed once confirmed.
+	ps, err := ask(b, ctx, "subscribe", func() (*redis.PubSub, error) {
+		ps := b.cli.Subscribe(ctx, b.wake)
+		if _, err := ps.ReceiveTimeout(ctx, opTimeout); err != nil {
+			ps.Close()
+			return nil, err
+		}
+		return ps, nil
+	}, func(ps *redis.PubSub, _ error) {
+		if ps != nil {
+			ps.Close()
+		}
+	})
+	if err != nil {
 		return err
 	}
+	defer ps.Close()
 	msgs := ps.Channel()
 	t := time.NewTimer(0)
 	defer t.Stop()
