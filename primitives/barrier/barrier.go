@@ -60,7 +60,11 @@ type Barrier interface {
 type DoubleBarrier interface {
 	// Enter counts this party in and blocks until Count parties have
 	// entered. ErrFull if Count have entered already. If ctx ends first it
-	// returns ctx.Err() and this party is not counted.
+	// returns ctx.Err() and this party is not counted, with one exception
+	// a store that does not answer forces: an Enter that gives up while
+	// its write's answer has not come cannot learn in time whether the
+	// others counted it, and they may pass the barrier counting it (the
+	// backends' docs say when: redisio, zkio).
 	Enter(ctx context.Context) error
 	// Leave blocks until every party that entered has left or is gone.
 	// ErrNotEntered if this party has not entered. If ctx ends first it
