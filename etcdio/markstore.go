@@ -71,12 +71,18 @@ func NewMarkStore(cli *clientv3.Client, prefix string, opts ...MarkStoreOption) 
 	return s, nil
 }
 
-// bound returns ctx, bounded by the store's timeout if it has no deadline.
-func (s *MarkStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
+// bound returns ctx, bounded by the store's timeout if it has no deadline;
+// an error wrapping ErrInvalidArgument for a nil ctx, for which what
+// called it asks nothing of etcd.
+func (s *MarkStore) bound(ctx context.Context, what string) (context.Context, context.CancelFunc, error) {
+	if ctx == nil {
+		return nil, nil, fmt.Errorf("etcdio: MarkStore: %s: nil context: %w", what, ErrInvalidArgument)
 	}
-	return context.WithTimeout(ctx, s.timeout)
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	return ctx, cancel, nil
 }
 
 // ctxErr makes err, a failed request's error, wrap ctx's error once ctx has
@@ -107,7 +113,10 @@ func (s *MarkStore) get(ctx context.Context, key string) (fencing.Token, int64, 
 
 // Load returns the mark of scope, 0 if it has none.
 func (s *MarkStore) Load(ctx context.Context, scope string) (fencing.Token, error) {
-	ctx, cancel := s.bound(ctx)
+	ctx, cancel, err := s.bound(ctx, "Load")
+	if err != nil {
+		return 0, err
+	}
 	defer cancel()
 	t, _, err := s.get(ctx, s.prefix+scope)
 	return t, err
@@ -126,7 +135,10 @@ func (s *MarkStore) RaiseLoad(ctx context.Context, scope string, t fencing.Token
 	if t <= 0 {
 		return 0, fmt.Errorf("etcdio: MarkStore: Raise: %d is not a token: %w", t, ErrInvalidArgument)
 	}
-	ctx, cancel := s.bound(ctx)
+	ctx, cancel, err := s.bound(ctx, "Raise")
+	if err != nil {
+		return 0, err
+	}
 	defer cancel()
 	key := s.prefix + scope
 	cur, rev, err := s.get(ctx, key)

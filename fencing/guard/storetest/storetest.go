@@ -20,12 +20,15 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/primitives"
 )
 
 // Run checks the laws of a MarkStore on s: unknown scopes load 0, Raise
-// raises and never lowers, scopes are independent, concurrent raises end at
-// the highest, RaiseLoad (if s is a guard.RaiseLoader) reports the stored
-// mark, and a guard on s rejects a token below a mark it raised.
+// raises and never lowers, scopes are independent, a nil context is
+// refused with primitives.ErrInvalidArgument and writes nothing,
+// concurrent raises end at the highest, RaiseLoad (if s is a
+// guard.RaiseLoader) reports the stored mark, and a guard on s rejects a
+// token below a mark it raised.
 // prefix is prepended to every scope it uses, so runs can share a store.
 func Run(t *testing.T, s guard.MarkStore, prefix string) {
 	t.Helper()
@@ -65,6 +68,23 @@ func Run(t *testing.T, s guard.MarkStore, prefix string) {
 	}
 	if m := load(a); m != 9 {
 		t.Fatalf("after a bad raise: mark %d, want 9", m)
+	}
+
+	// A nil context is bad input: refused, nothing written.
+	var noContext context.Context
+	if _, err := s.Load(noContext, a); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Errorf("Load with a nil context: %v, want an error wrapping ErrInvalidArgument", err)
+	}
+	if err := s.Raise(noContext, a, 50); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Errorf("Raise with a nil context: %v, want an error wrapping ErrInvalidArgument", err)
+	}
+	if rl, ok := s.(guard.RaiseLoader); ok {
+		if _, err := rl.RaiseLoad(noContext, a, 50); !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("RaiseLoad with a nil context: %v, want an error wrapping ErrInvalidArgument", err)
+		}
+	}
+	if m := load(a); m != 9 {
+		t.Fatalf("after calls with a nil context: mark %d, want 9", m)
 	}
 
 	// Concurrent raises: the highest wins.
