@@ -13,6 +13,7 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/internal/quote"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // Verifier tells a guard (guard.WithVerifier) whether a token is that of a
@@ -111,6 +112,9 @@ func NewVerifier(cli *clientv3.Client, kind, name string, opts ...VerifierOption
 // scope is ""), an error wrapping fencing.ErrTokenForged if it is not, and
 // any other error if etcd did not answer.
 func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) error {
+	if ctx == nil {
+		return fmt.Errorf("etcdio: verify: %w", driver.ContextErr(ctx))
+	}
 	if scope == "" {
 		scope = v.name
 	}

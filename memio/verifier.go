@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // Verifier tells a guard (guard.WithVerifier) whether a token is that of a
@@ -38,7 +39,10 @@ func NewVerifier(st *Store, kind, name string) (*Verifier, error) {
 
 // Verify returns nil if t is the token of a current grant of scope (name
 // if scope is ""), else an error wrapping fencing.ErrTokenForged.
-func (v *Verifier) Verify(_ context.Context, scope string, t fencing.Token) error {
+func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) error {
+	if ctx == nil {
+		return fmt.Errorf("memio: verify: %w", driver.ContextErr(ctx))
+	}
 	if scope == "" {
 		scope = v.name
 	}

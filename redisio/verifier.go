@@ -11,6 +11,7 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // Verifier tells a guard (guard.WithVerifier) whether a token is that of a
@@ -80,6 +81,9 @@ func NewVerifier(cli *redis.Client, kind, name string) (*Verifier, error) {
 // scope is ""), an error wrapping fencing.ErrTokenForged if it is not, and
 // any other error if Redis did not answer.
 func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) error {
+	if ctx == nil {
+		return fmt.Errorf("redisio: verify: %w", driver.ContextErr(ctx))
+	}
 	if scope == "" {
 		scope = v.name
 	}

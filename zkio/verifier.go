@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/ahrtr/disco/fencing"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // Verifier tells a guard (guard.WithVerifier) whether a token is that of a
@@ -78,6 +79,9 @@ func NewVerifier(s *Session, kind, path string) (*Verifier, error) {
 // Verifier's path if scope is ""), an error wrapping fencing.ErrTokenForged
 // if it is not, and any other error if the ensemble did not answer.
 func (v *Verifier) Verify(ctx context.Context, scope string, t fencing.Token) error {
+	if ctx == nil {
+		return fmt.Errorf("zkio: verify: %w", driver.ContextErr(ctx))
+	}
 	if scope == "" {
 		scope = v.name
 	}

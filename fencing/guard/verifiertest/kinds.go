@@ -8,6 +8,7 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
+	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/primitives/rwlock"
@@ -37,7 +38,9 @@ type Kinds struct {
 // fencing.ErrTokenForged, every token no current grant of the scope
 // carries: one above every grant, one below the holder's, the holder's on
 // another name, a released or resigned grant's, a writer's among readers,
-// a semaphore holder's on another slot. Each kind is a subtest.
+// a semaphore holder's on another slot; and that a Verify given a nil
+// context fails with primitives.ErrInvalidArgument. Each kind is a
+// subtest.
 // A kind whose factory is nil (a backend without it) is skipped.
 func RunKinds(t *testing.T, k Kinds) {
 	t.Helper()
@@ -106,6 +109,10 @@ func kindLock(t *testing.T, k Kinds) {
 	verify(t, v, "the holder's token", "", g1.Token(), true)
 	verify(t, v, "the holder's token, scope given", name, g1.Token(), true)
 	verify(t, every, "the holder's token, to a verifier of every name", name, g1.Token(), true)
+	var noContext context.Context
+	if err := v.Verify(noContext, "", g1.Token()); !errors.Is(err, primitives.ErrInvalidArgument) || errors.Is(err, fencing.ErrTokenForged) {
+		t.Errorf("Verify with a nil context: %v, want an error wrapping primitives.ErrInvalidArgument (not ErrTokenForged)", err)
+	}
 	verify(t, v, "a token above every grant", "", g1.Token()+above, false)
 	verify(t, v, "a token below the holder's", "", g1.Token()-1, false)
 	verify(t, every, "the holder's token on another name", other, g1.Token(), false)
