@@ -325,3 +325,19 @@ func TestRetireRWLock(t *testing.T) {
 		t.Fatalf("token %d after retirement, not above %d", g2.Token(), g.Token())
 	}
 }
+
+// RetireRWLock and RetireSemaphore refuse a nil context as bad input, with
+// nothing deleted, and never panic.
+func TestRetireRefusesNilContext(t *testing.T) {
+	testkit.NoLeaks(t)
+	cli := newClient(t)
+	var noContext context.Context
+	for what, err := range map[string]error{
+		"RetireRWLock":    etcdio.RetireRWLock(noContext, cli, prefixOf(t)+"/rw"),
+		"RetireSemaphore": etcdio.RetireSemaphore(noContext, cli, prefixOf(t)+"/sem"),
+	} {
+		if !errors.Is(err, primitives.ErrInvalidArgument) || !strings.Contains(err.Error(), "nil context") {
+			t.Errorf("%s with a nil context: %v, want an error saying nil context, wrapping ErrInvalidArgument", what, err)
+		}
+	}
+}

@@ -174,6 +174,9 @@ func RetireRWLock(ctx context.Context, cli *clientv3.Client, prefix string) erro
 	if err := checkClient(cli); err != nil {
 		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote.Name(prefix), err)
 	}
+	if ctx == nil {
+		return fmt.Errorf("etcdio: retire rwlock %s: %w", quote.Name(prefix), driver.ContextErr(ctx))
+	}
 	// The lock's keys are in its two queues; a nested name's keys, elsewhere
 	// under prefix/, are not the lock's.
 	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(prefix+"/read/"), "=", 0).WithPrefix(),

@@ -273,6 +273,9 @@ func RetireSemaphore(ctx context.Context, cli *clientv3.Client, prefix string) e
 	if err := checkClient(cli); err != nil {
 		return fail(err)
 	}
+	if ctx == nil {
+		return fail(driver.ContextErr(ctx))
+	}
 	return retireSemaphore(ctx, cli, prefix)
 }
 

@@ -124,6 +124,9 @@ func newSession(cs kubernetes.Interface, o options) (*Session, error) {
 // resourceVersion promised to be an integer that orders every write of a
 // resource (KEP-5504), which k8sio's tokens rely on. NewSession calls it.
 func CheckServer(ctx context.Context, cs kubernetes.Interface) error {
+	if ctx == nil {
+		return fmt.Errorf("k8sio: check the API server: nil context: %w", ErrInvalidArgument)
+	}
 	if nilness.Is(cs) {
 		return fmt.Errorf("k8sio: nil client: %w", ErrInvalidArgument)
 	}

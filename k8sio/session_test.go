@@ -1,6 +1,7 @@
 package k8sio_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -111,6 +112,13 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := k8sio.NewSession((*kubernetes.Clientset)(nil)); !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Errorf("NewSession of a typed nil client: %v, want an error wrapping ErrInvalidArgument", err)
+	}
+	var noContext context.Context
+	if err := k8sio.CheckServer(noContext, cs); !errors.Is(err, k8sio.ErrInvalidArgument) || !strings.Contains(err.Error(), "nil context") {
+		t.Errorf("CheckServer with a nil context: %v, want an error saying nil context, wrapping ErrInvalidArgument", err)
+	}
+	if n := others.Load(); n != 0 {
+		t.Fatalf("%d requests reached the server", n)
 	}
 }
 

@@ -238,7 +238,7 @@ func RetireRWLock(ctx context.Context, s *Session, path string) error {
 	if s == nil {
 		return fail(fmt.Errorf("nil session: %w", ErrInvalidArgument))
 	}
-	if err := ctx.Err(); err != nil {
+	if err := driver.ContextErr(ctx); err != nil {
 		return fail(err)
 	}
 	if err := s.Err(); err != nil {

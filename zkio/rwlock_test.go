@@ -98,3 +98,18 @@ func TestRetireRWLockOnEndedSession(t *testing.T) {
 		t.Fatalf("RetireRWLock on a closed session: %v, want ErrClosed", err)
 	}
 }
+
+// RetireRWLock refuses a nil context as bad input, and never panics.
+func TestRetireRWLockRefusesNilContext(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	s, err := zkio.NewSession(servers, zkio.WithSessionTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var noContext context.Context
+	if err := zkio.RetireRWLock(noContext, s, "/rwlock/retire-nil"); !errors.Is(err, primitives.ErrInvalidArgument) || !strings.Contains(err.Error(), "nil context") {
+		t.Fatalf("RetireRWLock with a nil context: %v, want an error saying nil context, wrapping ErrInvalidArgument", err)
+	}
+}
