@@ -149,8 +149,9 @@ func (d *doubleBarrier) clearIfLast() {
 	_, _ = d.s.cli.Txn(ctx).If(none).Then(clientv3.OpDelete(d.ready())).Commit()
 }
 
-// begin checks ctx and that the party is usable, and returns a context that ends with ctx
-// or the party. The caller holds mu.
+// begin checks ctx (a nil one is refused) and that the party is usable,
+// and returns a context that ends with ctx or the party. The caller holds
+// mu.
 func (d *doubleBarrier) begin(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	if ctx == nil {
 		return nil, nil, fmt.Errorf("etcdio: %s: %w", d.name, driver.ContextErr(ctx))
