@@ -198,9 +198,7 @@ func (d *zkDoubleBarrier) helper(f func()) bool { return d.s.countedHelper(&d.re
 
 // forget has a counted helper (see helper) delete node, trying again while
 // the delete fails with the connection and the session lives.
-func (d *zkDoubleBarrier) forget(node string) {
-	d.helper(func() { _, _ = d.s.deleteNode(context.Background(), nil, node, true) })
-}
+func (d *zkDoubleBarrier) forget(node string) { d.s.forgetNode(&d.requests, node) }
 
 // leftBehind reports whether err is that of a request its caller left
 // running.
@@ -845,7 +843,9 @@ func (d *zkDoubleBarrier) Close() error {
 		if _, derr := d.s.deleteNode(ctx, nil, d.node, !d.own); derr != nil {
 			// ZooKeeper does not answer: nothing more is asked of it.
 			if !d.own {
-				d.s.forgetNode(d.node)
+				// Close tried for its whole bound: the helper that
+				// goes on is not waited for (nil counter).
+				d.s.forgetNode(nil, d.node)
 				err = leftNode(d.name, d.node, derr)
 			}
 		} else if kids, ready, version, _, err := d.members(); err == nil && ready && len(kids) == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -248,6 +249,114 @@ func TestDoubleBarrierCloseWaitsForEnterUnderWay(t *testing.T) {
 					t.Errorf("Enter cut short by Close: %v, want %v", err, c.want)
 				}
 			}
+		})
+	}
+}
+
+// TestCloseWaitsForRetriedCleanup: Close of a lock on a shared session
+// whose cleanup's first delete fails with the connection waits for the
+// deletes tried after it, within its bound: right after Close returned,
+// the lock's directory holds no znode of the closed lock, and the next
+// owner's TryLock succeeds. The cleanup is a waiter's withdrawal, or the
+// delete of the znode a create made that Close had cut short (answered
+// after its caller left). Before, Close waited for the first delete alone;
+// an uncounted session helper tried again, and the znode stood after
+// Close had returned.
+func TestCloseWaitsForRetriedCleanup(t *testing.T) {
+	t.Parallel()
+	servers := startZooKeeper(t)
+	for _, c := range []struct {
+		name string
+		// held: the lock's creates wait until send is called; else the
+		// lock waits behind a holder.
+		held bool
+	}{
+		{name: "withdrawal"},
+		{name: "abandoned create", held: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			path := "/close-waits/retried-" + strings.ReplaceAll(c.name, " ", "-")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			s := testkit.ClosedAtEnd[*zkio.Session](t)(zkio.NewSession(servers))
+			var waiting <-chan struct{}
+			send := func() {}
+			if c.held {
+				// The lock's directory, which the held create needs.
+				admin := adminConn(t, servers)
+				for _, p := range []string{"/close-waits", path} {
+					if _, err := admin.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+						t.Fatal(err)
+					}
+				}
+				waiting, send = zkio.HoldCreates(s)
+				send = sync.OnceFunc(send)
+				t.Cleanup(send)
+			}
+			failed, heal := zkio.FailDeletes(s)
+			heal = sync.OnceFunc(heal)
+			t.Cleanup(heal)
+			var holder lock.Service
+			if !c.held {
+				holder = testkit.ClosedAtEnd[lock.Service](t)(zkio.NewLock(servers, path))
+				if _, err := holder.Lock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l, err := zkio.NewLock(nil, path, zkio.WithSession(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			locked := make(chan error, 1)
+			go func() { _, err := l.Lock(ctx); locked <- err }()
+			if c.held {
+				select {
+				case <-waiting:
+				case <-time.After(20 * time.Second):
+					t.Fatal("Lock did not ask for its create")
+				}
+			} else {
+				queued(t, servers, path, 2)
+			}
+			// Asked: the first delete failed, and the next is under way.
+			asked := make(chan struct{})
+			lockErr := make(chan error, 1)
+			go func() {
+				defer close(asked)
+				if c.held {
+					// Close cut the Lock short, its create left running:
+					// answered now, its znode is deleted after.
+					err := <-locked
+					lockErr <- err
+					send()
+				}
+				deadline := time.Now().Add(20 * time.Second)
+				for failed() < 2 && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond) // polling a counter with a deadline
+				}
+			}()
+			if err := closeHeld(t, l, asked, heal); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			if failed() < 2 {
+				t.Errorf("the cleanup's delete failed %d times, want it tried again", failed())
+			}
+			if !c.held {
+				lockErr <- <-locked
+			}
+			if err := <-lockErr; !errors.Is(err, primitives.ErrClosed) {
+				t.Errorf("Lock of the closed lock: %v, want ErrClosed", err)
+			}
+			want, free := 0, func() {}
+			if holder != nil {
+				want, free = 1, func() {
+					if err := holder.Unlock(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			nextOwnerFree(t, servers, path, want, free)
 		})
 	}
 }

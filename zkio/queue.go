@@ -266,7 +266,7 @@ func (svc *service) createAs(ctx context.Context, dir, marker string, data []byt
 	unknown := false // an attempt's outcome is unknown: its znode may exist
 	giveUp := func(err error) (string, error) {
 		if unknown {
-			svc.helper(func() { svc.s.forgetNow(dir, guid) })
+			svc.helper(func() { svc.s.forgetNow(&svc.requests, dir, guid) })
 		}
 		return "", err
 	}
@@ -300,12 +300,12 @@ func (svc *service) createAs(ctx context.Context, dir, marker string, data []byt
 			return err
 		}, func(err error) {
 			// Given up on while it ran: what it made goes (Close
-			// waits for the first try).
+			// waits for it, the deletes tried again too).
 			switch {
 			case err == nil:
-				svc.s.dropNode(p)
+				svc.s.dropNode(&svc.requests, p)
 			case retryable(err):
-				svc.s.forgetNow(dir, guid)
+				svc.s.forgetNow(&svc.requests, dir, guid)
 			}
 		})
 		switch {
@@ -507,9 +507,10 @@ const withdrawWait = 500 * time.Millisecond
 // (see forgetNode); withdraw waits for the first try's answer, so that a
 // caller that gave up leaves nothing once it returns, but at most
 // withdrawWait (ZooKeeper not answering, the caller does not wait on it;
-// the helper goes on, and Close of the service waits for its first try,
-// see inflight.Counter), and not at all on a session of the service's own
-// that Close is ending: the session's end deletes the znode.
+// the helper goes on, and Close of the service waits for it and for the
+// deletes tried again after it, see inflight.Counter), and not at all on a
+// session of the service's own that Close is ending: the session's end
+// deletes the znode.
 func (svc *service) withdraw(node string) {
 	var closing <-chan struct{}
 	if svc.own {
@@ -518,7 +519,7 @@ func (svc *service) withdraw(node string) {
 	tried := make(chan struct{})
 	if !svc.helper(func() {
 		defer close(tried)
-		svc.s.dropNode(node)
+		svc.s.dropNode(&svc.requests, node)
 	}) {
 		return // the session has ended, and its znodes with it
 	}

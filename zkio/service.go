@@ -507,7 +507,9 @@ func (svc *service) close() error {
 		// Ending the session deletes whatever the service left.
 		err = svc.s.closeOwn()
 	} else if derr != nil {
-		svc.s.forgetNode(g.h.Key)
+		// Close tried for its whole bound: the helper that goes on
+		// is not waited for (nil counter).
+		svc.s.forgetNode(nil, g.h.Key)
 		err = leftNode(svc.path, g.h.Key, derr)
 	}
 	<-svc.Done()
