@@ -17,10 +17,11 @@ import (
 	"github.com/ahrtr/disco/zkio"
 )
 
-// closeHeld closes c and, once asked is closed (what c asks of ZooKeeper
-// is held), checks that Close has not returned 2s later (longer than a
-// caller's wait for its withdrawal, withdrawWait); then it calls release
-// and returns Close's error once Close returns.
+// closeHeld closes c (a lock or a double barrier's party) and, once asked
+// is closed (a request c's calls left under way is held: unanswered, or
+// failing with the connection), checks that Close has not returned 2s
+// later (longer than a caller's wait for its withdrawal, withdrawWait);
+// then it calls release and returns Close's error once Close returns.
 func closeHeld(t *testing.T, c io.Closer, asked <-chan struct{}, release func()) error {
 	t.Helper()
 	closed := make(chan error, 1)
@@ -32,7 +33,7 @@ func closeHeld(t *testing.T, c io.Closer, asked <-chan struct{}, release func())
 	}
 	select {
 	case err := <-closed:
-		t.Errorf("Close returned while what its acquisition asked of ZooKeeper was unanswered: %v", err)
+		t.Errorf("Close returned while a request its calls left under way was held (unanswered, or failing with the connection): %v", err)
 		release()
 		return err
 	case <-time.After(2 * time.Second): // a negative check: nothing to wait on
