@@ -820,7 +820,9 @@ func (d *zkDoubleBarrier) remove(ctx context.Context, node string) error {
 // shared session it also waits, within closeTimeout, for the writes its
 // Enter and Leave calls left running (a join, a withdrawal, a clear of the
 // round) and for what settles them (see write): once it returns, no znode
-// of the party's is left, nor appears later. Its error is a primitive's
+// of the party's is left, nor appears later. A create of a missing parent
+// of path left running is not waited for (see makePath): what it makes is
+// no party's. Its error is a primitive's
 // Close's (see service.Close). A second Close returns an error wrapping
 // primitives.ErrClosed.
 func (d *zkDoubleBarrier) Close() error {

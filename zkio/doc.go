@@ -275,18 +275,31 @@
 // With them, it waits for what its acquisitions left under way on the
 // session's helpers: a create answered after its caller left (or the
 // primitive's Close began), whose znode is then deleted, a withdrawal
-// ZooKeeper had not answered in half a second, the deletes of these
-// tried again while they fail with the connection, and an acquisition's
-// read of its own znode's creation zxid. A double barrier's party waits so for
+// ZooKeeper had not answered in half a second, the deletes of these tried
+// again while they fail with the connection, and an acquisition's read of
+// its own znode's creation zxid. A double barrier's party waits so for
 // what its Enter and Leave left running: a join (its znode then
 // withdrawn), a withdrawal and its settling, a create or clear of ready,
-// a delete of its znode. So once Close returns,
-// with ZooKeeper answering however slowly, nothing the primitive wrote is
-// left. On a shared session that wait too is bounded by the 10 seconds
-// below; what is still under way then is deleted once ZooKeeper answers,
-// and Close returns an error wrapping context.DeadlineExceeded (a helper
-// that retries a delete until the session ends, a lock's or a double
-// barrier party's, is waited for within those 10 seconds).
+// a delete of its znode. So once Close returns, with ZooKeeper answering
+// however slowly, nothing the primitive wrote is left. On a shared
+// session that wait too is bounded by the 10 seconds below; what is still
+// under way then is deleted once ZooKeeper answers, and Close returns an
+// error wrapping context.DeadlineExceeded (a helper that retries a delete
+// until the session ends, a lock's or a double barrier party's, is waited
+// for within those 10 seconds).
+//
+// Close does not wait for a create of a missing parent (of a lock's path,
+// of a party's path or above) left running: what it makes is a persistent
+// znode that is no primitive's own (every primitive and party on the path
+// shares it and it outlives them, as the parents Curator's recipes make
+// do), that an answer in time would have left all the same, and that
+// decides nothing: turns, counts and ready rest on the ephemeral znodes
+// (and a party's transactions on <path>'s data version, read with them),
+// and the create makes a znode only where none is, an empty one. A caller
+// that deletes the path after Close and must see no such create land
+// later closes the session: Session.Close returns once every request its
+// primitives left running is done.
+//
 // On a shared session, a delete that fails with the connection is tried
 // again for up to 10 seconds; a znode still left then is deleted once the
 // session reaches ZooKeeper again, or goes with the session, and Close

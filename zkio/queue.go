@@ -450,8 +450,10 @@ func (svc *service) createParents(ctx context.Context, dir string) error {
 // makePath creates p and its missing ancestors as persistent znodes, each
 // create run by run. A request that fails with the connection is retried
 // after pause; once pause returns false, makePath returns giveUp's error. A
-// create run left running (a leftRunning error) is not waited for: the
-// znode it may make is a persistent parent, as it would have been.
+// create run left running (a leftRunning error) is not waited for, nor
+// counted for Close: the znode it may make is a persistent parent, shared
+// by every primitive on the path, as it would have been had the answer
+// come in time, and no decision reads it (see the package doc on Close).
 func makePath(conn *zk.Conn, p string, run func(req func() error) error, pause func() bool, giveUp func() error) error {
 	parts := strings.Split(p[1:], "/")
 	for i := range parts {
