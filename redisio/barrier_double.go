@@ -324,13 +324,8 @@ func (d *doubleBarrier) giveUp(key string) (round string, in bool) {
 }
 
 // abandon takes the party's key out as its Enter returns an error
-// leaving a request under way (see request), at once, on a helper,
-// without waiting for it: that request takes the party out again when it
-// is answered, but Redis may hear the party while its replies do not
-// reach it, and meanwhile the party would stay counted.
-func (d *doubleBarrier) abandon(key string) {
-	d.v.s.goUndo(&d.v.requests, func() { d.withdrawNow(key) })
-}
+// leaving a request under way (see service.abandon).
+func (d *doubleBarrier) abandon(key string) { d.v.abandon(func() { d.withdrawNow(key) }) }
 
 // withdraw is withdrawNow on a helper, waiting up to leaveGrace for it
 // (see Session.settle).

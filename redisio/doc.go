@@ -344,9 +344,12 @@
 // way. With Redis answering, the call returns once what it queued is
 // withdrawn; otherwise what a request it left wrote is undone when the
 // request is answered (or, if Redis answers no more, expires with the
-// session): the hold an enqueue queued and the key a double barrier's
-// Enter counted in are withdrawn (an Enter also sends that withdrawal as
-// it returns: see NewDoubleBarrier), the key a barrier's Hold created is
+// session): the hold an enqueue queued (or a waiter's look granted) and
+// the key a double barrier's Enter counted in are withdrawn, by a
+// withdrawal also sent as the call returns (see NewDoubleBarrier): where
+// Redis hears the caller but its replies do not reach it, the hold or key
+// is out as soon as Redis runs that withdrawal, and meets no later
+// TryLock or Enter. The key a barrier's Hold created is
 // deleted (waking the Waits), and the value a Proclaim set is put back
 // (if no other was set since). A Release or a Leave left under way may
 // still release the barrier or take the party out when Redis runs it, as

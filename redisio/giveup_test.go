@@ -17,6 +17,7 @@ import (
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
 )
 
@@ -442,5 +443,93 @@ func TestDoubleBarrierEnterReplyHeldNotCounted(t *testing.T) {
 	defer bcancel()
 	if err := b.Enter(bctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("b's Enter, a having failed to enter: %v, want it to wait for a second party until its context ends", err)
+	}
+}
+
+// TestAcquireReplyHeldNotHeld: a Lock that returns its context's error
+// while the reply of one of its requests does not come (Redis ran it and
+// answers the lock's other requests) leaves nothing in the lock once it
+// returns, or soon after: another owner's TryLock gets it. The hold, which
+// the enqueue queued (and granted), or the check granted, stayed until
+// the reply came, and every TryLock found the lock taken.
+func TestAcquireReplyHeldNotHeld(t *testing.T) {
+	r := testserver.StartRedis(t)
+	for _, tc := range []struct {
+		what string
+		// match is the request whose reply is held: the enqueue (four
+		// keys, seq first, seven arguments), or the check (five keys,
+		// two arguments), a's Lock waiting behind b's hold.
+		match  func(name string) func([]any) bool
+		behind bool
+	}{
+		{"enqueue", func(name string) func([]any) bool {
+			return func(a []any) bool { return isScript(a, 4, 7, name+"/seq") }
+		}, false},
+		{"check", func(name string) func([]any) bool {
+			return func(a []any) bool { return isScript(a, 5, 2, name+"/seq") }
+		}, true},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			testkit.NoLeaks(t)
+			name := "replyheld-" + tc.what
+			admin := newClient(t, r)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			g := newScriptGate(true, tc.match(name))
+			defer sync.OnceFunc(func() { close(g.proceed) })()
+			cliA := newClient(t, r)
+			cliA.AddHook(g)
+			a := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(cliA, name))
+			b := testkit.ClosedAtEnd[lock.Service](t)(redisio.NewLock(admin, name))
+			actx, acancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer acancel()
+			if tc.behind {
+				if _, err := b.Lock(ctx); err != nil {
+					t.Fatalf("b's Lock: %v", err)
+				}
+				go func() { // b lets a's check grant a once a waits
+					poll := time.NewTicker(5 * time.Millisecond) // polling, bounded by ctx
+					defer poll.Stop()
+					for admin.ZCard(ctx, name+"/queue").Val() != 2 {
+						select {
+						case <-poll.C:
+						case <-ctx.Done():
+							return
+						}
+					}
+					_ = b.Unlock(ctx)
+				}()
+				actx, acancel = context.WithTimeout(ctx, 3*time.Second)
+				defer acancel()
+				go func() { // a gives up once its check ran
+					select {
+					case <-g.reached:
+					case <-ctx.Done():
+					}
+					acancel()
+				}()
+			}
+			g.armed.Store(true)
+			if _, err := a.Lock(actx); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				t.Fatalf("a's Lock, its reply held: %v, want an error wrapping its context's", err)
+			}
+			select {
+			case <-g.reached: // a's request ran
+			default:
+				t.Fatal("a's Lock returned before its request ran")
+			}
+			var took bool
+			testkit.Eventually(t, 3*time.Second, "b's TryLock, a having given up", func() bool {
+				_, err := b.TryLock(ctx)
+				if err != nil && !errors.Is(err, lock.ErrLockTaken) {
+					t.Fatalf("b's TryLock: %v", err)
+				}
+				took = err == nil
+				return took
+			})
+			if took {
+				_ = b.Unlock(ctx)
+			}
+		})
 	}
 }

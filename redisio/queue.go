@@ -59,7 +59,7 @@ func wireMode(m rwlock.Mode) string {
 func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlock.Mode, began time.Time) (driver.Hold, error) {
 	// An attempt runs on a helper of the session (see request): its
 	// caller leaves once ctx ends, and what the attempt queued is withdrawn
-	// when its answer comes. An attempt whose reply was lost (see
+	// as it leaves and again when its answer comes. An attempt whose reply was lost (see
 	// inAttempts) may have queued its hold: the next one looks for it by
 	// that attempt's nonce and keeps it, and enqueues anew only if it finds
 	// none. A failed enqueue's hold is withdrawn by its nonce; one the
@@ -74,6 +74,16 @@ func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlo
 			return v.enqueueAttempt(ctx, try, value, mode, last, nonce)
 		}, v.undoEnqueue)
 		if left {
+			// Redis may have run it, its reply not reaching the caller:
+			// its hold is withdrawn at once too, by the nonces it may
+			// have queued or found a hold by (see abandon).
+			v.abandon(func() {
+				for _, n := range []string{last, nonce} {
+					if n != "" {
+						_ = v.tryWithdrawNonce(n)
+					}
+				}
+			})
 			return enqueued{}, errLeft
 		}
 		unknown = e.unknown
@@ -268,7 +278,8 @@ func (v *service) wait(ctx context.Context, h driver.Hold, began time.Time, look
 			defer cancel()
 			return v.check(cctx, h.Key)
 		}, func([]int64, error) { v.withdrawNow(h.Key) })
-		if left { // the check withdraws the hold when it is answered
+		if left { // the check withdraws the hold when it is answered, and abandon at once
+			v.abandon(func() { v.withdrawNow(h.Key) })
 			if err := ctx.Err(); err != nil {
 				return driver.Hold{}, err
 			}
@@ -355,6 +366,14 @@ func (v *service) tryWithdrawNonce(nonce string) error {
 	}
 	return nil
 }
+
+// abandon runs f, which withdraws what a caller wrote, as the caller
+// returns an error leaving a request under way (see request): at once, on
+// a helper, without waiting for it. That request withdraws it again when
+// it is answered, but Redis may hear the caller while its replies do not
+// reach it, and meanwhile what it wrote would stay: a hold queued, or
+// granted, refreshed by the session, or a party counted.
+func (v *service) abandon(f func()) { v.s.goUndo(&v.requests, f) }
 
 // withdraw forgets a waiting key and deletes it in Redis (withdrawNow),
 // waiting up to leaveGrace for the delete (see Session.settle).
