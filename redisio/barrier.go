@@ -103,8 +103,10 @@ func ask[R any](b *redisBarrier, ctx context.Context, what string, req func() (R
 }
 
 // Hold creates the barrier's key if it does not exist; barrier.ErrHeld if
-// it does. A Hold whose caller left its script under way (see request)
-// deletes the key it created, if it did, once Redis answers.
+// it does. A Hold that returns an error leaves the barrier as it found
+// it: it deletes the key if its script created it (its reply lost), and
+// if its caller left its script under way (see request), at once and
+// again once Redis answers.
 func (b *redisBarrier) Hold(ctx context.Context) error {
 	if err := driver.ContextErr(ctx); err != nil {
 		return fmt.Errorf("%s: hold: %w", b.name, err)
@@ -118,6 +120,14 @@ func (b *redisBarrier) Hold(ctx context.Context) error {
 		return barrierHoldScript.Run(opCtx, b.asked, []string{b.key}, id).Int64()
 	}, func(int64, error) { b.unhold(id) })
 	if err != nil {
+		// The script may have run, its reply lost (or held: the request
+		// left deletes the key again when answered): the key is deleted
+		// if it is this Hold's before the caller learns the error, or
+		// within leaveGrace (see leaving).
+		_, _, _ = leaving(looseHelpers{}, nil, func() (struct{}, error) {
+			b.unhold(id)
+			return struct{}{}, nil
+		}, func(struct{}, error) {})
 		return err
 	}
 	if n == 0 {

@@ -350,7 +350,9 @@
 // Redis hears the caller but its replies do not reach it, the hold or key
 // is out as soon as Redis runs that withdrawal, and meets no later
 // TryLock or Enter. The key a barrier's Hold created is
-// deleted (waking the Waits), and the value a Proclaim set is put back
+// deleted (waking the Waits), by a Hold that fails with another error
+// too (its script may have run, its reply lost), before it returns or
+// within half a second; and the value a Proclaim set is put back
 // (if no other was set since). A Release or a Leave left under way may
 // still release the barrier or take the party out when Redis runs it, as
 // asked: a later call finds it so. The requests of a primitive with a

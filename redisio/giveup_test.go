@@ -533,3 +533,45 @@ func TestAcquireReplyHeldNotHeld(t *testing.T) {
 		})
 	}
 }
+
+// failedAfterRun is a gate that lets a script matching match run, then
+// fails the call, its reply lost: the connection dropped after Redis ran
+// it.
+func failedAfterRun(match func([]any) bool) *scriptGate {
+	g := newScriptGate(true, match)
+	g.fail = errors.New("connection reset after the script ran (test)")
+	close(g.proceed)
+	g.armed.Store(true)
+	return g
+}
+
+// TestHoldFailedAfterRunNotHeld: a Hold that returns an error after
+// Redis ran its script (its reply lost) leaves the barrier lowered. It
+// was left raised by a Hold that said it failed, and no Release of the
+// caller's would come.
+func TestHoldFailedAfterRunNotHeld(t *testing.T) {
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	const name = "holdfailed"
+	admin := newClient(t, r)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g := failedAfterRun(func(a []any) bool { return isScript(a, 1, 1, name+"/barrier") })
+	cli := newClient(t, r)
+	cli.AddHook(g)
+	b, err := redisio.NewBarrier(cli, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Hold(ctx); err == nil {
+		t.Fatal("Hold, its reply lost: nil, want an error")
+	}
+	select {
+	case <-g.reached:
+	default:
+		t.Fatal("Hold returned before its script ran")
+	}
+	if n := admin.Exists(ctx, name+"/barrier").Val(); n != 0 {
+		t.Errorf("the barrier is raised after a Hold that failed")
+	}
+}
