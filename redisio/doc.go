@@ -353,8 +353,12 @@
 // deleted (waking the Waits), by a Hold that fails with another error
 // too (its script may have run, its reply lost), before it returns or
 // within half a second; and the value a Proclaim set is put back
-// (if no other was set since). A Release or a Leave left under way may
-// still release the barrier or take the party out when Redis runs it, as
+// (if no other was set since) to the term's, by a Proclaim that fails
+// with another error too, before it returns. The Proclaims of one
+// Election, and their undoing, change the value one at a time, the
+// term's with it: a Proclaim's undo never overwrites a later one's value,
+// and Redis's value is the term's (Term) once they are done. A Release
+// or a Leave left under way may still release the barrier or take the party out when Redis runs it, as
 // asked: a later call finds it so. The requests of a primitive with a
 // session run on that session's helpers, on the client itself when its
 // read and write timeouts are at most the TTL (go-redis's defaults are,

@@ -2,10 +2,12 @@ package redisio
 
 import (
 	"context"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
@@ -18,6 +20,12 @@ import (
 type Election struct {
 	face
 	v *service
+	// proclaiming is held from a Proclaim's script (on the helper that
+	// runs it, see request) until the term's value is set to what it
+	// wrote, or the value is put back: Proclaims and their undos change
+	// the value one at a time, the term's last, so that an undo puts back
+	// the term's value, Redis's after the Proclaims before it.
+	proclaiming sync.Mutex
 }
 
 var (
@@ -34,7 +42,7 @@ func NewElection(cli *redis.Client, name string, opts ...Option) (election.Servi
 	if err != nil {
 		return nil, err
 	}
-	return &Election{v, v}, nil
+	return &Election{face: v, v: v}, nil
 }
 
 // Campaign blocks until this candidate leads with value.
@@ -47,6 +55,9 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 }
 
 // Proclaim changes the leader's value; election.ErrNotLeader unless leading.
+// One that returns another error leaves the value as the term has it (see
+// Giving up in the package doc); the Proclaims of one Election change
+// it one at a time.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := e.checkValue("proclaim", value); err != nil {
 		return err
@@ -61,13 +72,33 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	keys := []string{v.queue, v.granted, v.s.key, h.Key}
 	// The script runs on a helper (see request): its caller leaves once
 	// ctx ends, and the value it set is put back when its answer comes.
+	// A script that fails may have run: its value is put back before the
+	// caller learns the error. Either way, proclaiming is held from the
+	// script until the term's value is set or the value put back.
 	n, left, err := request(v.s, &v.requests, ctx, v.Done(), func() (int64, error) {
+		e.proclaiming.Lock()
+		if err := ctx.Err(); err != nil { // it waited for another Proclaim
+			e.proclaiming.Unlock()
+			return 0, err
+		}
 		// The outcome must be known to undo it: ctx does not cut the
 		// script short.
 		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
-		return proclaimScript.Run(opCtx, v.s.asked, keys, value, v.wake).Int64()
-	}, func(int64, error) { e.unproclaim(keys, h.Value, value) })
+		n, err := proclaimScript.Run(opCtx, v.s.asked, keys, value, v.wake).Int64()
+		if err != nil {
+			e.unproclaim(keys, h, value)
+		}
+		if err != nil || n != 1 {
+			e.proclaiming.Unlock()
+		}
+		return n, err
+	}, func(n int64, err error) {
+		if err == nil && n == 1 {
+			e.unproclaim(keys, h, value)
+			e.proclaiming.Unlock()
+		}
+	})
 	if left {
 		if cerr := ctx.Err(); cerr != nil {
 			return v.errf("proclaim: %w", cerr)
@@ -75,11 +106,15 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 		return v.Err()
 	}
 	if err != nil {
+		if cerr := ctxtime.Ended(ctx); cerr != nil {
+			return v.errf("proclaim: %w (%v)", cerr, err)
+		}
 		return v.errf("proclaim: %w", err)
 	}
-	if n == 0 {
+	if n != 1 { // the script held proclaiming only for a value it set
 		return v.errf("%w", election.ErrNotLeader)
 	}
+	defer e.proclaiming.Unlock()
 	_, err = loopCall(v.s, context.Background(), func() (struct{}, error) {
 		v.Update(func(cur *driver.Hold) {
 			if cur.Created == h.Created {
@@ -91,11 +126,21 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	return err
 }
 
-// unproclaim puts the value old back on the hold of keys (proclaimScript's)
-// if it has the value a Proclaim whose caller left it set, within
-// opTimeout (and the bounds of ownCtx and ownClient).
-func (e *Election) unproclaim(keys []string, old, value string) {
+// unproclaim puts the term's value back on the hold of keys
+// (proclaimScript's) if it has the value a Proclaim whose caller left it,
+// or whose script failed, may have set, within opTimeout (and the bounds
+// of ownCtx and ownClient). The term's value, read with proclaiming held,
+// is the one the Proclaims before it set (h's, if the term is no longer
+// h).
+func (e *Election) unproclaim(keys []string, h driver.Hold, value string) {
 	v := e.v
+	old := h.Value
+	if cur, ok := v.Current(); ok && cur.Created == h.Created {
+		old = cur.Value
+	}
+	if old == value {
+		return
+	}
 	ctx, cancel := v.s.ownCtx(context.Background(), opTimeout)
 	defer cancel()
 	if _, _, err := inAttempts(ctx, nil, func() (int64, error) {

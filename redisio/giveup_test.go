@@ -17,6 +17,7 @@ import (
 	"github.com/ahrtr/disco/internal/testserver"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/primitives/election"
 	"github.com/ahrtr/disco/primitives/lock"
 	"github.com/ahrtr/disco/redisio"
 )
@@ -573,5 +574,113 @@ func TestHoldFailedAfterRunNotHeld(t *testing.T) {
 	}
 	if n := admin.Exists(ctx, name+"/barrier").Val(); n != 0 {
 		t.Errorf("the barrier is raised after a Hold that failed")
+	}
+}
+
+// leading returns a client of its own, and a candidate on it that leads
+// the election name with the value "a", for a test with a Redis server of
+// its own, and an admin client.
+func leading(ctx context.Context, t *testing.T, name string) (admin, cli *redis.Client, e election.Service) {
+	t.Helper()
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	admin, cli = newClient(t, r), newClient(t, r)
+	e = testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, name))
+	if err := e.Campaign(ctx, "a"); err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	return admin, cli, e
+}
+
+// leaderValue is the value of the election name's leader in Redis, read
+// by another candidate.
+func leaderValue(ctx context.Context, t *testing.T, cli *redis.Client, name string) string {
+	t.Helper()
+	o := testkit.ClosedAtEnd[election.Service](t)(redisio.NewElection(cli, name))
+	l, err := o.Leader(ctx)
+	if err != nil {
+		t.Fatalf("Leader: %v", err)
+	}
+	return l.Value
+}
+
+// TestProclaimFailedAfterRunUnchanged: a Proclaim that returns an error
+// after Redis ran its script (its reply lost) leaves the leader's value
+// as it was, in Redis as in the term. It was changed in Redis, and the
+// term kept the old one.
+func TestProclaimFailedAfterRunUnchanged(t *testing.T) {
+	const name = "proclaimfailed"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, cli, e := leading(ctx, t, name)
+	// The Proclaim's script: four keys, the queue first, two arguments.
+	g := failedAfterRun(func(a []any) bool { return isScript(a, 4, 2, name+"/queue") })
+	cli.AddHook(g)
+	if err := e.Proclaim(ctx, "b"); err == nil {
+		t.Fatal("Proclaim, its reply lost: nil, want an error")
+	}
+	select {
+	case <-g.reached:
+	default:
+		t.Fatal("Proclaim returned before its script ran")
+	}
+	term, _ := e.Term()
+	if got := leaderValue(ctx, t, admin, name); got != "a" || term.Value != "a" {
+		t.Errorf("after a Proclaim that failed: the value is %q in Redis, %q in the term; want %q in both", got, term.Value, "a")
+	}
+}
+
+// TestProclaimUndoneAfterLaterOne: a Proclaim that gives up, its script
+// held before Redis runs it, and a later Proclaim that succeeds leave
+// Redis with the later one's value, the term's. The first one's script
+// ran after the later one, and its undo put back the value it had seen:
+// Redis and the term differed.
+func TestProclaimUndoneAfterLaterOne(t *testing.T) {
+	const name = "proclaimlater"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, cli, e := leading(ctx, t, name)
+	// The first Proclaim's script (four keys, the queue first, two
+	// arguments) is held before Redis runs it; undone tells when the
+	// undo's (three arguments) has run.
+	g := newScriptGate(false, func(a []any) bool { return isScript(a, 4, 2, name+"/queue") })
+	proceed := sync.OnceFunc(func() { close(g.proceed) })
+	defer proceed()
+	undone := failedAfterRun(func(a []any) bool { return isScript(a, 4, 3, name+"/queue") })
+	undone.fail = nil
+	cli.AddHook(g)
+	cli.AddHook(undone)
+	g.armed.Store(true)
+	pctx, pcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer pcancel()
+	if err := e.Proclaim(pctx, "x"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the first Proclaim, held: %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	later := make(chan error, 1)
+	go func() { later <- e.Proclaim(ctx, "y") }()
+	var err error
+	returned := false
+	select {
+	case err = <-later:
+		returned = true
+	// A bound, not a synchronisation: the later Proclaim may wait for
+	// the first one; if not, it is done well within it.
+	case <-time.After(200 * time.Millisecond):
+	}
+	proceed()
+	select {
+	case <-undone.reached:
+	case <-ctx.Done():
+		t.Fatal("the first Proclaim was never undone")
+	}
+	if !returned {
+		err = <-later
+	}
+	if err != nil {
+		t.Fatalf("the later Proclaim: %v", err)
+	}
+	term, _ := e.Term()
+	if got := leaderValue(ctx, t, admin, name); got != "y" || term.Value != "y" {
+		t.Errorf("after the later Proclaim: the value is %q in Redis, %q in the term; want %q in both", got, term.Value, "y")
 	}
 }
