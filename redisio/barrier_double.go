@@ -14,6 +14,7 @@ import (
 	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // doubleBarrier is one party of a double barrier: a service of kind
@@ -44,8 +45,8 @@ var _ barrier.DoubleBarrier = (*doubleBarrier)(nil)
 // deleted, is gone from the barrier with its key: the next script that
 // looks drops it, so the others neither count nor wait for it. An Enter
 // whose ctx ends, or whose script's reply is lost, takes its key out
-// before it returns ctx.Err() (or the error), unless its round is
-// complete by then: the others may have passed counting it, so it is in,
+// before it returns an error wrapping ctx.Err() (or the error), unless
+// its round is complete by then: the others may have passed counting it, so it is in,
 // and Enter returns nil. Redis runs the count and the taking out one at a
 // time: a party taken out is never counted. While Redis does not answer,
 // though, Enter returns its ctx's error without knowing whether the party
@@ -89,7 +90,7 @@ func (d *doubleBarrier) keys(key string) []string {
 func (d *doubleBarrier) Enter(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.v.Usable(ctx); err != nil {
+	if err := d.usable(ctx, "enter"); err != nil {
 		return err
 	}
 	if d.entered {
@@ -162,7 +163,7 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 	if res[0] != "1" {
 		// A look its caller left takes the party out when it is answered:
 		// the caller has returned an error.
-		left, err := d.await(ctx, wake, func(ctx context.Context) (bool, error) {
+		left, err := d.await(ctx, "enter", wake, func(ctx context.Context) (bool, error) {
 			n, err := dbCheckScript.Run(ctx, v.s.asked, d.keys(key), round).Int64()
 			switch {
 			case err != nil:
@@ -196,12 +197,12 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 }
 
 // Leave takes this party's key out and waits until every party of its
-// round has left or is gone. If ctx ends first the party stays out and a
-// later Leave waits again.
+// round has left or is gone. If ctx ends first it returns an error
+// wrapping ctx.Err(); the party stays out and a later Leave waits again.
 func (d *doubleBarrier) Leave(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.v.Usable(ctx); err != nil {
+	if err := d.usable(ctx, "leave"); err != nil {
 		return err
 	}
 	if !d.entered {
@@ -223,11 +224,20 @@ func (d *doubleBarrier) Leave(ctx context.Context) error {
 		}
 		return n == 1, err
 	}
-	if _, err := d.await(ctx, wake, look, func() {}); err != nil {
+	if _, err := d.await(ctx, "leave", wake, look, func() {}); err != nil {
 		return err
 	}
 	d.entered, d.key, d.round = false, "", ""
 	return nil
+}
+
+// usable is the party's Usable, its context's error (a nil context's
+// included) prefixed with the party's name and what, the call.
+func (d *doubleBarrier) usable(ctx context.Context, what string) error {
+	if err := driver.ContextErr(ctx); err != nil {
+		return d.v.errf("%s: %w", what, err)
+	}
+	return d.v.Err()
 }
 
 // listen registers a wake for the party's waits and, if key is not "",
@@ -252,11 +262,12 @@ func (d *doubleBarrier) listen(key string) (wake chan struct{}, stop func(), err
 }
 
 // await calls look at once and again at every wake message and every
-// re-check interval until it says done, ctx ends (ctx.Err()) or the party
-// ends (its Err). An error of look that is not done is transient. Each
-// look runs on a helper (see request): left reports that await returned
-// leaving one under way, which calls undo when answered.
-func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look func(context.Context) (bool, error), undo func()) (left bool, err error) {
+// re-check interval until it says done, ctx ends (an error wrapping
+// ctx.Err(), prefixed with the party's name and what, the call) or the
+// party ends (its Err). An error of look that is not done is transient.
+// Each look runs on a helper (see request): left reports that await
+// returned leaving one under way, which calls undo when answered.
+func (d *doubleBarrier) await(ctx context.Context, what string, wake <-chan struct{}, look func(context.Context) (bool, error), undo func()) (left bool, err error) {
 	v := d.v
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -268,7 +279,7 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 				v.rechecked()
 			}
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return false, v.errf("%s: %w", what, ctx.Err())
 		case <-v.Done():
 			return false, v.Err()
 		}
@@ -280,7 +291,7 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 		}, func(bool, error) { undo() })
 		if left {
 			if cerr := ctx.Err(); cerr != nil {
-				return true, cerr
+				return true, v.errf("%s: %w", what, cerr)
 			}
 			return true, v.Err()
 		}
@@ -289,7 +300,7 @@ func (d *doubleBarrier) await(ctx context.Context, wake <-chan struct{}, look fu
 		}
 		if err != nil {
 			if cerr := ctxtime.Ended(ctx); cerr != nil {
-				return false, cerr
+				return false, v.errf("%s: %w (%v)", what, cerr, err)
 			}
 			v.s.log.Debug("redisio: double barrier look", zap.String("name", v.name), zap.Error(err))
 		}

@@ -684,3 +684,42 @@ func TestProclaimUndoneAfterLaterOne(t *testing.T) {
 		t.Errorf("after the later Proclaim: the value is %q in Redis, %q in the term; want %q in both", got, term.Value, "y")
 	}
 }
+
+// TestDoubleBarrierContextErrorPrefixed: an Enter that waits for the
+// other parties and a Leave that waits for them return, as their context
+// ends, an error that wraps the context's and says which double barrier
+// and which call, as every other error of theirs does; so do an Enter and
+// a Leave called with a context ended already. All returned the context's
+// error bare.
+func TestDoubleBarrierContextErrorPrefixed(t *testing.T) {
+	r := testserver.StartRedis(t)
+	testkit.NoLeaks(t)
+	const name = "ctxprefixed"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(redisio.NewDoubleBarrier(newClient(t, r), name, 2))
+	b := testkit.ClosedAtEnd[barrier.DoubleBarrier](t)(redisio.NewDoubleBarrier(newClient(t, r), name, 2))
+	prefixed := func(what string, err error, want string) {
+		t.Helper()
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: %v, want an error wrapping context.DeadlineExceeded beginning %q", what, err, want)
+		}
+	}
+	actx, acancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer acancel()
+	prefixed("a's Enter alone", a.Enter(actx), `redisio: double barrier "`+name+`": enter: `)
+	prefixed("a's Enter, its context ended", a.Enter(actx), `redisio: double barrier "`+name+`": enter: `)
+	errs := make(chan error, 2)
+	for _, p := range []barrier.DoubleBarrier{a, b} {
+		go func() { errs <- p.Enter(ctx) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Enter: %v", err)
+		}
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer lcancel()
+	prefixed("a's Leave, b staying", a.Leave(lctx), `redisio: double barrier "`+name+`": leave: `)
+	prefixed("a's Leave, its context ended", a.Leave(lctx), `redisio: double barrier "`+name+`": leave: `)
+}
