@@ -58,11 +58,11 @@ func wireMode(m rwlock.Mode) string {
 // enqueue creates the hold in Redis and waits for its turn.
 func (v *service) enqueue(ctx context.Context, try bool, value string, mode rwlock.Mode, began time.Time) (driver.Hold, error) {
 	// An attempt runs on a helper of the session (see request): its
-	// caller leaves once ctx ends, and what the attempt queued is withdrawn
-	// as it leaves and again when its answer comes. An attempt whose reply was lost (see
-	// inAttempts) may have queued its hold: the next one looks for it by
-	// that attempt's nonce and keeps it, and enqueues anew only if it finds
-	// none. A failed enqueue's hold is withdrawn by its nonce; one the
+	// caller leaves once ctx ends, and what the attempt queued is
+	// withdrawn as it leaves and again when its answer comes. An attempt
+	// whose reply was lost (see inAttempts) may have queued its hold: the
+	// next one looks for it by that attempt's nonce and keeps it, and
+	// enqueues anew only if it finds none. A failed enqueue's hold is withdrawn by its nonce; one the
 	// search misses (the script ran after it) is refreshed by nobody and
 	// dies with the session's current expiry. The repeats end with the
 	// service (its Close, or its session's end): an enqueue repeated for a
