@@ -185,9 +185,7 @@ func (e electionService) Term() (election.Leadership, bool) {
 
 func (e electionService) Observe(ctx context.Context) <-chan election.Leadership {
 	if ctx == nil {
-		closed := make(chan election.Leadership)
-		close(closed)
-		return closed
+		return driver.Closed[election.Leadership]()
 	}
 	e.listeners.Join(ctx)
 	// The first state Observe gives is no older than the call: the loop
@@ -199,9 +197,7 @@ func (e electionService) Observe(ctx context.Context) <-chan election.Leadership
 	}
 	ch, err := call(ctx, e.s, func(r actor.Reply[<-chan election.Leadership]) { e.observe(ctx, now, r) })
 	if err != nil {
-		closed := make(chan election.Leadership)
-		close(closed)
-		return closed
+		return driver.Closed[election.Leadership]()
 	}
 	return ch
 }

@@ -763,11 +763,7 @@ func (v *service) Term() (election.Leadership, bool) {
 // Observe delivers who leads by the Lease as read when Observe is called,
 // then every change the candidate sees.
 func (v *service) Observe(ctx context.Context) <-chan election.Leadership {
-	closed := func() <-chan election.Leadership {
-		ch := make(chan election.Leadership)
-		close(ch)
-		return ch
-	}
+	closed := driver.Closed[election.Leadership]
 	if ctx == nil || v.Err() != nil {
 		return closed()
 	}

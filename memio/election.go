@@ -105,9 +105,7 @@ func (e electionService) Observe(ctx context.Context) <-chan election.Leadership
 	e.st.mu.Lock()
 	defer e.st.mu.Unlock()
 	if e.Ended() {
-		ch := make(chan election.Leadership)
-		close(ch)
-		return ch
+		return driver.Closed[election.Leadership]()
 	}
 	return e.observers.Subscribe(ctx, e.q.leader)
 }

@@ -188,9 +188,7 @@ func (e *Election) Leader(ctx context.Context) (election.Leadership, error) {
 // session's leader watch) for as long as ctx lives.
 func (e *Election) Observe(ctx context.Context) <-chan election.Leadership {
 	if ctx == nil {
-		closed := make(chan election.Leadership)
-		close(closed)
-		return closed
+		return driver.Closed[election.Leadership]()
 	}
 	v := e.v
 	v.Spec().Listeners.Join(ctx)
@@ -206,9 +204,7 @@ func (e *Election) Observe(ctx context.Context) <-chan election.Leadership {
 		})
 	}
 	if err != nil {
-		closed := make(chan election.Leadership)
-		close(closed)
-		return closed
+		return driver.Closed[election.Leadership]()
 	}
 	return ch
 }

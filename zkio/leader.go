@@ -60,9 +60,7 @@ func (ls *leaderState) end() {
 // closed channel: the service ended, or their contexts did. Loop only.
 func (ls *leaderState) answerWaiting() {
 	for _, w := range ls.waiting {
-		closed := make(chan election.Leadership)
-		close(closed)
-		w.r.Answer(closed, nil)
+		w.r.Answer(driver.Closed[election.Leadership](), nil)
 	}
 	ls.waiting = nil
 }
@@ -369,9 +367,7 @@ func (svc *service) leaderRead(n uint64, l election.Leadership) {
 // followed while ctx lives.
 func (svc *service) observe(ctx context.Context) <-chan election.Leadership {
 	if ctx == nil {
-		closed := make(chan election.Leadership)
-		close(closed)
-		return closed
+		return driver.Closed[election.Leadership]()
 	}
 	svc.leader.listeners.Join(ctx)
 	ch, err := call(ctx, svc, func(r actor.Reply[<-chan election.Leadership]) {
@@ -379,17 +375,13 @@ func (svc *service) observe(ctx context.Context) <-chan election.Leadership {
 		f := svc.leader.follow
 		if svc.stopped() != nil || f == nil {
 			// Done, or ctx ended already.
-			closed := make(chan election.Leadership)
-			close(closed)
-			r.Answer(closed, nil)
+			r.Answer(driver.Closed[election.Leadership](), nil)
 			return
 		}
 		svc.leader.waiting = append(svc.leader.waiting, observeReq{after: svc.s.ask(f), r: r})
 	})
 	if err != nil {
-		closed := make(chan election.Leadership)
-		close(closed)
-		return closed
+		return driver.Closed[election.Leadership]()
 	}
 	return ch
 }

@@ -151,6 +151,15 @@ func ContextErr(ctx context.Context) error {
 
 var errNilContext = fmt.Errorf("nil context: %w", primitives.ErrInvalidArgument)
 
+// Closed returns a channel that is closed already: what a call that
+// returns only a channel (Observe) gives when it has nothing to deliver,
+// its context nil or ended, or its service done.
+func Closed[T any]() <-chan T {
+	ch := make(chan T)
+	close(ch)
+	return ch
+}
+
 // Usable returns why a new request cannot start, if it cannot: ctx is nil
 // or ended, or the service is done.
 func (sh *Shell) Usable(ctx context.Context) error {
