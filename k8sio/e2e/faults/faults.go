@@ -15,12 +15,14 @@ var ErrCut = errors.New("faults: cut off from the API server")
 // Link is one client's connection to the API server: Wrap it into the
 // client's transport (rest.Config.Wrap).
 type Link struct {
-	mu      sync.Mutex
-	cut     bool
-	paused  bool
-	changed chan struct{} // closed and replaced at every change
-	bodies  map[*body]struct{}
-	held    map[*http.Request]struct{} // requests waiting at a pause
+	mu     sync.Mutex
+	cut    bool
+	paused bool
+	// matching holds the requests any of its functions match, until Heal.
+	matching []func(*http.Request) bool
+	changed  chan struct{} // closed and replaced at every change
+	bodies   map[*body]struct{}
+	held     map[*http.Request]struct{} // requests waiting at a pause
 }
 
 // New returns a healthy link.
@@ -79,8 +81,16 @@ func (l *Link) Cut() {
 // process that does not run would; a request whose context ends gives up.
 func (l *Link) Pause() { l.set(func() { l.paused = true }) }
 
-// Heal ends a Cut or a Pause.
-func (l *Link) Heal() { l.set(func() { l.cut, l.paused = false, false }) }
+// PauseMatching holds every request match accepts (not the reads of
+// responses already under way) until Heal, as an API server that does not
+// answer those requests would; a request whose context ends gives up. The
+// other requests go on. Each call adds match to those of earlier calls.
+func (l *Link) PauseMatching(match func(*http.Request) bool) {
+	l.set(func() { l.matching = append(l.matching, match) })
+}
+
+// Heal ends a Cut, a Pause and every PauseMatching.
+func (l *Link) Heal() { l.set(func() { l.cut, l.paused, l.matching = false, false, nil }) }
 
 func (l *Link) set(f func()) {
 	l.mu.Lock()
@@ -100,15 +110,21 @@ func (l *Link) gateRequest(req *http.Request) error {
 		delete(l.held, req)
 		l.mu.Unlock()
 	}()
-	return l.gate(req.Context().Done(), nil)
+	return l.gate(req.Context().Done(), nil, req)
 }
 
-// gate waits while the link is paused, until stop or end is closed (a
-// nil one never is); ErrCut if it is cut.
-func (l *Link) gate(stop, end <-chan struct{}) error {
+// gate waits while the link is paused (or, for a request req, while a
+// PauseMatching holds it), until stop or end is closed (a nil one never
+// is); ErrCut if it is cut.
+func (l *Link) gate(stop, end <-chan struct{}, req *http.Request) error {
 	for {
 		l.mu.Lock()
 		cut, paused, changed := l.cut, l.paused, l.changed
+		for _, m := range l.matching {
+			if req != nil && m(req) {
+				paused = true
+			}
+		}
 		l.mu.Unlock()
 		switch {
 		case cut:
@@ -141,7 +157,7 @@ type body struct {
 }
 
 func (b *body) Read(p []byte) (int, error) {
-	if err := b.l.gate(b.closed, b.ended); err != nil {
+	if err := b.l.gate(b.closed, b.ended, nil); err != nil {
 		return 0, err
 	}
 	return b.rc.Read(p)
