@@ -55,13 +55,18 @@
 //
 // # Leading and losing
 //
-// A session renews every Lease it holds every third of its TTL (with a
-// WithSuspendAfter part below 1/2, every two thirds of that part; an idle
-// session asks for the server's version instead). The driver engine's
-// clock rules apply: the deadline counts from the send of the last round
-// of renewals all acknowledged; the holders are Suspended after
+// A session renews each Lease it holds every third of its TTL (with a
+// WithSuspendAfter part below 1/2, every two thirds of that part), each
+// renewal a request of its own. The driver engine's clock rules apply to
+// each Lease alone: its deadline counts from the send of its last
+// acknowledged renewal (or of its take); its holder is Suspended after
 // WithSuspendAfter's part of the TTL without one and Lost at the deadline,
-// and the session and its elections are then done. A candidate waits at
+// and the election stays usable. A renewal of one Lease that the API server
+// does not answer delays no other Lease's. The session lives while the API
+// server answers it: an acknowledged renewal or take of any of its Leases
+// confirms it, and a session that holds none asks for the server's version
+// instead; one confirmed by none for its TTL is lost, everything it holds
+// with it, and its elections are done. A candidate waits at
 // least the holder's leaseDurationSeconds from the moment it saw the
 // holder's record last change before it takes the Lease, so a disco
 // successor never takes over before its predecessor's deadline (clocks that
@@ -109,17 +114,21 @@
 //
 // # Requests, giving up and Close
 //
-// A session's loop makes its elections' requests itself, one at a time,
-// each bounded by 5 s (and by the clock's deadline): renewals, a waiting
-// candidate's reads, takes and the create of its record, Resign,
-// Proclaim, and the resigns of terms nobody holds. Leader, Term,
-// Subscribe and Observe's first read run off the loop; a record's
-// renewals and deletes, and sweeps, run on helpers. While the API server
-// does not answer, a request holds the loop for its bound, and what needs
-// the loop waits behind it, on every election of the session: Campaign,
-// Resign, Proclaim, Observe's subscription, Close, and the events
-// Subscribe and Observe deliver. A call whose ctx ends meanwhile returns
-// its ctx's error and changes nothing.
+// A session's loop owns its elections' state and makes no request
+// itself: each request runs on a helper goroutine, bounded by 5 s (and by
+// the deadline of the clock that covers it), and its answer goes back to
+// the loop. The requests of one election run one after the other, in the
+// order they were asked for: renewals, a waiting candidate's reads, takes
+// and the create of its record, Resign, Proclaim, the resigns of terms
+// nobody holds, and Close's resigns. Those of different elections run side
+// by side, so an API server that does not answer one election's request
+// (a stalled connection, a slow Lease) holds up that election alone: the
+// session's other elections go on campaigning, renewing, resigning,
+// proclaiming and delivering their events. A call waits for the requests
+// of its election asked for before it; one whose ctx ends meanwhile
+// returns its ctx's error and changes nothing. Leader, Term, Subscribe and
+// Observe's first read make their requests themselves; a record's
+// renewals and deletes, and sweeps, run on helpers of their own.
 //
 // A Campaign whose ctx ends returns its ctx's error once its withdrawal
 // (its record deleted, and the term of a take whose answer was lost
@@ -132,11 +141,11 @@
 // Close resigns the term it holds, ends a waiting Campaign (deleting its
 // record) and resigns a term nobody holds. These requests, tried again
 // while they fail, and the withdrawals still under way are bounded by 5 s
-// together, counted from when the loop takes Close up (a Session's Close:
-// for all its elections together). Before that, the loop finishes the
-// request it has under way: up to 5 s more while the API server does not
-// answer. A term Close could not resign stays on the Lease until its lease
-// duration has passed; a record left is swept.
+// together, counted from Close's call (a Session's Close: for all its
+// elections together); a request of the election already under way, itself
+// bounded by 5 s from its send, ends within that bound, and Close's
+// requests follow it. A term Close could not resign stays on the Lease
+// until its lease duration has passed; a record left is swept.
 //
 // # With client-go's leaderelection
 //

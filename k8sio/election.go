@@ -91,12 +91,14 @@ func NewElection(cs kubernetes.Interface, namespace, name string, opts ...Option
 			}
 		}
 		s.services[v] = struct{}{}
-		if s.clock.Suspended() {
-			v.Suspend(s.clock.Deadline())
-		}
 		ctx, cancel := context.WithCancel(s.ctx)
 		v.stop = cancel
-		v.follow(ctx, name, func(l *coordinationv1.Lease, rv string) { v.observed(l, rv) })
+		v.follow(ctx, name, func(l *coordinationv1.Lease, rv string) {
+			v.observed(l, rv)
+			if c := v.camp; c != nil && c.trying {
+				c.recheck = true
+			}
+		})
 		return struct{}{}, nil
 	})
 	if err != nil {
@@ -144,6 +146,27 @@ type service struct {
 	// orphanWait is the wait before the retry after that.
 	orphanRetry time.Time
 	orphanWait  time.Duration
+	orphaning   bool // a resign of the orphan is asked for
+
+	// The service's sequences of requests run one at a time (serially):
+	// busy while one is under way, queue those asked for since.
+	busy  bool
+	queue []func()
+	// clock is the liveness of the term whose Created is clockOf, counted
+	// from the sends of its Lease's acknowledged renewals; nextRenew is
+	// when the Lease is renewed next, renewing while a renewal is asked
+	// for.
+	clock     driver.Clock
+	clockOf   int64
+	nextRenew time.Time
+	renewing  bool
+	// closing is set once Close (the service's or its session's) has
+	// begun: new requests fail with closeErr, and every request is
+	// bounded by closeBy. onClosed runs once its resigns are over.
+	closing  bool
+	closeErr error
+	closeBy  time.Time
+	onClosed []func()
 }
 
 // campaign is a Campaign waiting for the Lease.
@@ -163,6 +186,12 @@ type campaign struct {
 	// recordRetry is when a failed create of the record is tried again
 	// (zero: none due), however the Lease changes meanwhile.
 	recordRetry time.Time
+	// creating is closed once the last create of the record sent has
+	// returned: the record's delete waits for it.
+	creating <-chan struct{}
+	// trying is set while a try is asked for or under way; recheck if the
+	// watch saw the Lease change meanwhile.
+	trying, recheck bool
 }
 
 // follow runs follow on a helper of the service; deliveries go to the loop.
@@ -224,13 +253,7 @@ func (v *service) observed(l *coordinationv1.Lease, rv string) {
 	if c := v.camp; c != nil {
 		// A free or vanished Lease is tried at once; a held one when its
 		// holder's lease duration has passed since its record last changed.
-		c.wakeAt = time.Now()
-		if h := holderOf(l); h != "" && h != v.s.id {
-			c.wakeAt = v.seenAt.Add(time.Duration(v.rec.duration) * time.Second)
-		}
-		if !c.recordRetry.IsZero() && c.recordRetry.Before(c.wakeAt) {
-			c.wakeAt = c.recordRetry
-		}
+		c.wakeAt = v.wakeTime(c)
 	}
 }
 
@@ -255,16 +278,6 @@ func (v *service) readUntilDone(ctx context.Context) (*coordinationv1.Lease, str
 	return v.read(ctx)
 }
 
-// refresh reads the Lease and records what it found. Loop only.
-func (v *service) refresh(ctx context.Context) error {
-	l, rv, err := v.read(ctx)
-	if err != nil {
-		return err
-	}
-	v.observed(l, rv)
-	return nil
-}
-
 // retryAfter is how long a waiting candidate waits before it tries again
 // after a failed request.
 func (v *service) retryAfter() time.Duration { return v.s.retryAfter() }
@@ -273,129 +286,243 @@ func (v *service) retryAfter() time.Duration { return v.s.retryAfter() }
 // failed request.
 func (s *Session) retryAfter() time.Duration { return max(s.ttl/20, 50*time.Millisecond) }
 
-// try lets the waiting Campaign take the Lease if it is free or its
-// holder's lease duration has passed since this candidate saw its record
-// change; else the candidate waits (its record written) until the Lease
-// changes or that duration passes. Loop only.
+// reqCtx bounds a request of the service as reqCtxOn does, by the term's
+// clock while the service holds the Lease, else by the session's; while
+// the service closes, also by its Close's bound. Loop only.
+func (v *service) reqCtx(by time.Time) (context.Context, context.CancelFunc) {
+	if v.closing && (by.IsZero() || v.closeBy.Before(by)) {
+		by = v.closeBy
+	}
+	c := &v.s.clock
+	if v.termClocked() {
+		c = &v.clock
+	}
+	return v.s.reqCtxOn(c, by)
+}
+
+// wakeTime is when the waiting Campaign c tries next by the Lease as last
+// seen: at once if it is free or gone; when its holder's lease duration
+// has passed since its record last changed if it is held; no later than a
+// failed create of c's record is due again. Loop only.
+func (v *service) wakeTime(c *campaign) time.Time {
+	at := time.Now()
+	if h := holderOf(v.cur); h != "" && h != v.s.id {
+		at = v.seenAt.Add(time.Duration(v.rec.duration) * time.Second)
+	}
+	if !c.recordRetry.IsZero() && c.recordRetry.Before(at) {
+		at = c.recordRetry
+	}
+	return at
+}
+
+// try has the waiting Campaign try, serially: it takes the Lease if it is
+// free or its holder's lease duration has passed since this candidate saw
+// its record change; else the candidate waits (its record written) until
+// the Lease changes or that duration passes. One try at a time. Loop only.
 func (v *service) try() {
 	c := v.camp
-	if c == nil {
+	if c == nil || c.trying {
 		return
 	}
-	if err := c.reply.Context().Err(); err != nil {
-		v.endCampaign(err)
-		return
-	}
-	ctx, cancel := v.s.reqCtx()
-	defer cancel()
-	for range 3 {
-		if err := v.refresh(ctx); err != nil {
-			c.wakeAt = time.Now().Add(v.retryAfter())
+	c.trying = true
+	v.serially(func() {
+		if v.camp != c || v.gone() != nil {
+			c.trying = false
+			v.finished()
 			return
 		}
-		if v.camp == nil {
+		if err := c.reply.Context().Err(); err != nil {
+			c.trying = false
+			v.endCampaign(err)
+			v.finished()
+			return
+		}
+		ctx, cancel := v.reqCtx(time.Time{})
+		v.tryStep(c, ctx, func() {
+			cancel()
+			c.trying = false
+			if c.recheck && v.camp == c {
+				// The Lease changed while the try was under way.
+				if at := v.wakeTime(c); at.Before(c.wakeAt) {
+					c.wakeAt = at
+				}
+			}
+			c.recheck = false
+			v.finished()
+		}, 3)
+	})
+}
+
+// tryStep is one step of a try of the Campaign c: it reads the Lease and
+// acts on what it finds, with requests of its own, and calls end once the
+// try is over (having set c.wakeAt). left is how many more steps a try
+// may take. Loop only.
+func (v *service) tryStep(c *campaign, ctx context.Context, end func(), left int) {
+	if left == 0 {
+		c.wakeAt = time.Now()
+		end()
+		return
+	}
+	retry := func() {
+		if v.camp == c {
+			c.wakeAt = time.Now().Add(v.retryAfter())
+		}
+		end()
+	}
+	request(v.s, ctx, nil, func(ctx context.Context) (seen, error) {
+		l, rv, err := v.read(ctx)
+		return seen{l: l, rv: rv}, err
+	}, func(r seen, err error) {
+		if err != nil {
+			retry()
+			return
+		}
+		v.observed(r.l, r.rv)
+		if v.camp != c || v.gone() != nil {
+			end()
 			return
 		}
 		l := v.cur
 		if l == nil {
-			created, err := v.leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: v.name, Namespace: v.ns}}, metav1.CreateOptions{})
-			switch {
-			case err == nil:
-				v.observed(created, created.ResourceVersion)
-			case apierrors.IsAlreadyExists(err):
-			default:
-				c.wakeAt = time.Now().Add(v.retryAfter())
-				return
-			}
-			continue
+			request(v.s, ctx, nil, func(ctx context.Context) (*coordinationv1.Lease, error) {
+				return v.leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: v.name, Namespace: v.ns}}, metav1.CreateOptions{})
+			}, func(created *coordinationv1.Lease, err error) {
+				switch {
+				case err == nil:
+					v.observed(created, created.ResourceVersion)
+				case apierrors.IsAlreadyExists(err):
+				default:
+					retry()
+					return
+				}
+				if v.camp != c || v.gone() != nil {
+					end()
+					return
+				}
+				v.tryStep(c, ctx, end, left-1)
+			}, nil)
+			return
 		}
 		holder := holderOf(l)
 		if tok, ok := termOf(l); ok && holder == v.s.id && tok == c.tried {
-			// A take whose answer was lost went through.
-			v.grant(tok)
+			// A take whose answer was lost went through; its send is
+			// unknown, the Lease's renewTime stands for it.
+			sent := time.Now()
+			if rt := l.Spec.RenewTime; rt != nil && rt.Time.Before(sent) {
+				sent = rt.Time
+			}
+			v.grant(c, tok, sent)
+			end()
 			return
 		}
 		if holder != "" && holder != v.s.id {
 			if until := v.seenAt.Add(time.Duration(v.rec.duration) * time.Second); time.Now().Before(until) {
-				v.wait(ctx, until)
+				v.wait(c, ctx, until, end)
 				return
 			}
 		}
 		tok, err := parseRV(l.ResourceVersion)
 		if err != nil {
 			v.endCampaign(err)
+			end()
 			return
 		}
 		c.tried = tok
-		upd, err := v.leases.Update(ctx, withTerm(l, v.s.id, c.value, tok, v.s.ttl, time.Now()), metav1.UpdateOptions{})
-		switch {
-		case err == nil:
-			v.observed(upd, upd.ResourceVersion)
-			v.grant(tok)
-			return
-		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			continue
-		default:
-			c.wakeAt = time.Now().Add(v.retryAfter())
-			return
-		}
-	}
-	c.wakeAt = time.Now()
+		sent := time.Now()
+		take := withTerm(l, v.s.id, c.value, tok, v.s.ttl, sent)
+		request(v.s, ctx, nil, func(ctx context.Context) (*coordinationv1.Lease, error) {
+			return v.leases.Update(ctx, take, metav1.UpdateOptions{})
+		}, func(upd *coordinationv1.Lease, err error) {
+			switch {
+			case err == nil:
+				v.observed(upd, upd.ResourceVersion)
+				v.s.confirmed(sent, time.Now())
+				if v.camp == c {
+					v.grant(c, tok, sent)
+				}
+				// Else the Campaign ended while its take was under way:
+				// its withdrawal resigns the term (resignTried, after
+				// this).
+				end()
+			case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+				if v.camp != c || v.gone() != nil {
+					end()
+					return
+				}
+				v.tryStep(c, ctx, end, left-1)
+			default:
+				retry()
+			}
+		}, nil)
+	}, nil)
 }
 
-// wait makes the Campaign wait until the Lease changes or until; its
+// wait makes the Campaign c wait until the Lease changes or until; its
 // record is written first (a failed write is tried again retryAfter
-// later). Loop only.
-func (v *service) wait(ctx context.Context, until time.Time) {
-	c := v.camp
+// later), and end called once that is done. Loop only.
+func (v *service) wait(c *campaign, ctx context.Context, until time.Time, end func()) {
 	c.waited, c.wakeAt = true, until
 	if c.record != "" {
+		end()
 		return
 	}
 	if c.recordName == "" {
 		c.recordName = v.name + candidateMark + randomHex(5)
 	}
 	name, now := c.recordName, time.Now()
-	_, err := v.leases.Create(ctx, v.newRecord(name, now), metav1.CreateOptions{})
-	switch {
-	case err == nil:
-		c.renewed = now
-	case apierrors.IsAlreadyExists(err):
-		// An earlier create whose answer was lost went through (the name
-		// is random, and this Campaign's alone). It carries that create's
-		// renewTime: the next round renews it.
-		c.renewed = time.Time{}
-	default:
-		v.s.log.Debug("k8sio: write candidate record", zap.String("lease", v.key), zap.Error(err))
-		c.recordRetry = now.Add(v.retryAfter())
-		c.wakeAt = c.recordRetry
-		return
-	}
-	c.record, c.recordRetry = name, time.Time{}
-	fctx, cancel := context.WithCancel(v.s.ctx)
-	c.endRecord = cancel
-	v.follow(fctx, name, func(l *coordinationv1.Lease, _ string) {
-		if l == nil && v.camp == c {
-			c.record = "" // gone already
-			v.endCampaign(fmt.Errorf("%s: candidate record %s/%s deleted by another client: %w", v.Spec().Name, v.ns, name, primitives.ErrLost))
+	rec := v.newRecord(name, now)
+	created := make(chan struct{})
+	c.creating = created
+	request(v.s, ctx, nil, func(ctx context.Context) (struct{}, error) {
+		defer close(created) // a delete of the record waits for this
+		_, err := v.leases.Create(ctx, rec, metav1.CreateOptions{})
+		return struct{}{}, err
+	}, func(_ struct{}, err error) {
+		if v.camp != c {
+			end() // dropCampaign deletes the record, after this create
+			return
 		}
-	})
+		switch {
+		case err == nil:
+			c.renewed = now
+		case apierrors.IsAlreadyExists(err):
+			// An earlier create whose answer was lost went through (the
+			// name is random, and this Campaign's alone). It carries that
+			// create's renewTime: the next round renews it.
+			c.renewed = time.Time{}
+		default:
+			v.s.log.Debug("k8sio: write candidate record", zap.String("lease", v.key), zap.Error(err))
+			c.recordRetry = now.Add(v.retryAfter())
+			c.wakeAt = c.recordRetry
+			end()
+			return
+		}
+		c.record, c.recordRetry = name, time.Time{}
+		fctx, cancel := context.WithCancel(v.s.ctx)
+		c.endRecord = cancel
+		v.follow(fctx, name, func(l *coordinationv1.Lease, _ string) {
+			if l == nil && v.camp == c {
+				c.record = "" // gone already
+				v.endCampaign(fmt.Errorf("%s: candidate record %s/%s deleted by another client: %w", v.Spec().Name, v.ns, name, primitives.ErrLost))
+			}
+		})
+		end()
+	}, nil)
 }
 
-// grant ends the Campaign with the term of tok. If its caller gave up
-// meanwhile, the term is resigned at once. Loop only.
-func (v *service) grant(tok fencing.Token) {
-	c := v.camp
+// grant ends the Campaign c with the term of tok, whose take was sent at
+// sent: the term's clock starts then. If its caller gave up meanwhile,
+// the term is resigned at once. Loop only.
+func (v *service) grant(c *campaign, tok fencing.Token, sent time.Time) {
 	h := driver.Hold{Key: v.key, Created: int64(tok), Token: tok, Value: c.value, Waited: c.waited}
-	v.dropCampaign(time.Now().Add(opTimeout))
+	lo := v.dropCampaign(time.Now().Add(opTimeout))
+	defer lo.finish()
 	v.sweep()
+	v.Resume() // forget an earlier term's suspension: this term has a clock of its own
+	v.clock, v.clockOf = driver.NewClock(sent, v.s.ttl, v.s.clock.SuspendAfter()), h.Created
+	v.nextRenew, v.renewing = sent.Add(v.clock.RenewEvery()), false
 	if !v.Grant(h, c.began, func(h driver.Hold) bool { return c.reply.Answer(h, nil) }) {
-		ctx, cancel := v.s.reqCtx()
-		defer cancel()
-		if err := v.writeRelease(ctx, &h); err != nil && !errors.Is(err, errGone) {
-			v.s.log.Debug("k8sio: resign a term nobody took", zap.String("lease", v.key), zap.Error(err))
-			v.orphaned(tok)
-		}
+		v.resignUnheld(func() fencing.Token { return tok }, time.Now().Add(opTimeout), lo)
 	}
 }
 
@@ -412,80 +539,138 @@ func (v *service) endCampaign(err error) { v.endCampaignBy(err, time.Now().Add(o
 // endCampaignBy is endCampaign, its requests bounded by by. Loop only.
 func (v *service) endCampaignBy(err error, by time.Time) {
 	if c := v.camp; c != nil {
-		v.dropCampaign(by)
-		v.resignTried(c, by)
+		v.withdrawCampaign(c, by)
 		c.reply.Answer(driver.Hold{}, err)
 	}
 }
 
-// resignTried lets go of the term of c's last take if the Lease shows it:
-// a take whose answer was lost may have gone through, and nobody holds
-// that term once the Campaign has ended. The request is bounded by by too.
+// withdrawCampaign forgets the Campaign c, deletes its record and resigns
+// the term of its last take if the Lease shows it (a take whose answer
+// was lost, or still under way, may go through, and nobody holds that
+// term once the Campaign has ended), each bounded by by; the channel it
+// returns is closed once all that is done. Loop only.
+func (v *service) withdrawCampaign(c *campaign, by time.Time) <-chan struct{} {
+	lo := v.dropCampaign(by)
+	defer lo.finish()
+	// c.tried as it stands once the requests before this one are over: a
+	// take under way when the Campaign ended has set it.
+	v.resignUnheld(func() fencing.Token { return c.tried }, by, lo)
+	return lo.done
+}
+
+// resignUnheld resigns, serially, the term of tok(), nobody's, read when
+// its turn comes (0: none), bounded by by; lo and withdrawals count it.
 // Loop only.
-func (v *service) resignTried(c *campaign, by time.Time) {
-	if c.tried == 0 {
-		return
+func (v *service) resignUnheld(tok func() fencing.Token, by time.Time, lo *leftovers) {
+	lo.add()
+	v.withdrawals.Add()
+	done := func() {
+		v.withdrawals.Done()
+		lo.finish()
 	}
-	h := driver.Hold{Key: v.key, Created: int64(c.tried), Token: c.tried}
-	ctx, cancel := v.s.reqCtxBy(by)
-	defer cancel()
-	switch err := v.writeRelease(ctx, &h); {
-	case errors.Is(err, errGone):
-		// Not (yet) on the Lease: watch for it.
-		v.orphan = c.tried
-	case err != nil:
-		v.s.log.Debug("k8sio: resign the term of a take whose answer was lost", zap.String("lease", v.key), zap.Error(err))
-		v.orphaned(c.tried)
-	}
+	v.serially(func() {
+		t := tok()
+		if t == 0 || v.Err() != nil { // ended: nothing is written
+			done()
+			v.finished()
+			return
+		}
+		v.resignTerm(t, by, done)
+	})
 }
 
-// resignOrphan resigns the term of v.orphan if the Lease still shows it
-// and the service does not hold it. A resign that fails is tried again,
-// each wait twice the one before up to a third of the TTL, until it goes
-// through, the Lease shows another state or the service ends. Loop only.
-func (v *service) resignOrphan() {
-	tok := v.orphan
-	v.orphanRetry = time.Time{}
-	if tok == 0 || v.Ended() {
-		return
-	}
-	if v.camp != nil {
-		// A waiting Campaign takes the Lease over itself; should it end
-		// without, the resign is still due.
-		v.orphanRetry = time.Now().Add(v.retryAfter())
-		return
-	}
-	if h := v.Held(); h != nil && h.Token == tok {
-		return
-	}
-	ctx, cancel := v.s.reqCtx()
-	defer cancel()
-	switch err := v.releaseOrphan(ctx, tok); {
-	case err == nil:
-		v.orphan = 0
-	case errors.Is(err, errGone):
-		// The Lease, just read, does not show the term: observed has
-		// forgotten the orphan if the take can no longer land.
-	default:
-		v.s.log.Debug("k8sio: resign the term of a take applied after its Campaign ended", zap.String("lease", v.key), zap.Error(err))
-		v.orphanWait = max(v.retryAfter(), min(2*v.orphanWait, v.s.ttl/3))
-		v.orphanRetry = time.Now().Add(v.orphanWait)
-	}
-}
-
-// releaseOrphan lets go of the Lease in the term of tok, the orphan, as
-// writeRelease does. Loop only.
-func (v *service) releaseOrphan(ctx context.Context, tok fencing.Token) error {
+// resignTerm lets go of the term of tok, which nobody holds, if the Lease
+// shows it, bounded by by; a term the Lease does not show (yet) becomes
+// the orphan, watched for, and one whose resign failed the orphan tried
+// again later. done runs once it is over, also if the loop has stopped
+// meanwhile; then the sequence ends. Loop only (serially).
+func (v *service) resignTerm(tok fencing.Token, by time.Time, done func()) {
 	h := driver.Hold{Key: v.key, Created: int64(tok), Token: tok}
-	return v.writeRelease(ctx, &h)
+	ctx, cancel := v.reqCtx(by)
+	cur := v.cur
+	request(v.s, ctx, cancel, func(ctx context.Context) ([]seen, error) {
+		ss, _, err := v.writeTerm(ctx, cur, h, releasedNow)
+		return ss, err
+	}, func(ss []seen, err error) {
+		v.saw(ss)
+		switch {
+		case errors.Is(err, errGone):
+			// Not (yet) on the Lease: watch for it.
+			if v.orphan == 0 {
+				v.orphan = tok
+			}
+		case err != nil:
+			v.s.log.Debug("k8sio: resign a term nobody holds", zap.String("lease", v.key), zap.Error(err))
+			v.orphaned(tok)
+		}
+		done()
+		v.finished()
+	}, done)
+}
+
+// releasedNow is the Lease l let go of now.
+func releasedNow(l *coordinationv1.Lease) *coordinationv1.Lease { return released(l, time.Now()) }
+
+// resignOrphan resigns, serially, the term of v.orphan if the Lease still
+// shows it and the service does not hold it. A resign that fails is tried
+// again, each wait twice the one before up to a third of the TTL, until it
+// goes through, the Lease shows another state or the service ends. Loop
+// only.
+func (v *service) resignOrphan() {
+	v.orphanRetry = time.Time{}
+	if v.orphan == 0 || v.orphaning || v.gone() != nil {
+		return
+	}
+	v.orphaning = true
+	v.serially(func() {
+		over := func() {
+			v.orphaning = false
+			v.finished()
+		}
+		tok := v.orphan
+		if tok == 0 || v.gone() != nil {
+			over()
+			return
+		}
+		if v.camp != nil {
+			// A waiting Campaign takes the Lease over itself; should it end
+			// without, the resign is still due.
+			v.orphanRetry = time.Now().Add(v.retryAfter())
+			over()
+			return
+		}
+		if h := v.Held(); h != nil && h.Token == tok {
+			over()
+			return
+		}
+		ctx, cancel := v.reqCtx(time.Time{})
+		v.write(ctx, cancel, driver.Hold{Key: v.key, Created: int64(tok), Token: tok}, releasedNow, func(err error) {
+			switch {
+			case err == nil:
+				if v.orphan == tok {
+					v.orphan = 0
+				}
+			case errors.Is(err, errGone):
+				// The Lease, just read, does not show the term: observed
+				// has forgotten the orphan if the take can no longer land.
+			default:
+				v.s.log.Debug("k8sio: resign the term of a take applied after its Campaign ended", zap.String("lease", v.key), zap.Error(err))
+				v.orphanWait = max(v.retryAfter(), min(2*v.orphanWait, v.s.ttl/3))
+				v.orphanRetry = time.Now().Add(v.orphanWait)
+			}
+			over()
+		})
+	})
 }
 
 // dropCampaign forgets the Campaign and deletes its record, if any, on a
-// helper, trying until by (withdrawals counts it); the channel it returns
-// is closed once that is done. Loop only.
-func (v *service) dropCampaign(by time.Time) <-chan struct{} {
-	done := make(chan struct{})
-	v.dropped = done
+// helper, trying until by (withdrawals counts it), once a create of it
+// under way has returned. The leftovers it returns, sealed by the caller,
+// count that delete, and v.dropped is closed once they are done. Loop
+// only.
+func (v *service) dropCampaign(by time.Time) *leftovers {
+	lo := newLeftovers()
+	v.dropped = lo.done
 	c := v.camp
 	v.camp = nil
 	if c != nil && c.endRecord != nil {
@@ -494,68 +679,109 @@ func (v *service) dropCampaign(by time.Time) <-chan struct{} {
 	// The record's name, if a create was sent: written, or its outcome
 	// unknown.
 	if c == nil || c.recordName == "" {
-		close(done)
-		return done
+		return lo
 	}
+	lo.add()
 	v.withdrawals.Add()
+	name, creating := c.recordName, c.creating
 	v.s.goHelper(func() {
 		defer v.withdrawals.Done()
-		defer close(done)
-		v.deleteRecord(c.recordName, by)
+		defer lo.finish()
+		v.deleteRecord(name, creating, by)
 	})
-	return done
-}
-
-// writeRelease lets go of the Lease in term h, as client-go lets go: nil
-// once the Lease is released; errGone if it was no longer h's. Loop only.
-func (v *service) writeRelease(ctx context.Context, h *driver.Hold) error {
-	return v.update(ctx, h, func(l *coordinationv1.Lease) *coordinationv1.Lease { return released(l, time.Now()) })
+	return lo
 }
 
 // errGone says the Lease is no longer the term's.
 var errGone = errors.New("k8sio: the Lease is no longer the term's")
 
-// update writes f(cur) for the current term, reading the Lease again on a
-// conflict; errGone if the Lease is no longer the term's. Loop only.
-func (v *service) update(ctx context.Context, h *driver.Hold, f func(*coordinationv1.Lease) *coordinationv1.Lease) error {
-	for range 3 {
-		if !v.mine(v.cur, h) {
-			if err := v.refresh(ctx); err != nil {
-				return err
-			}
-			if !v.mine(v.cur, h) {
-				return errGone
-			}
-		}
-		upd, err := v.leases.Update(ctx, f(v.cur), metav1.UpdateOptions{})
-		switch {
-		case err == nil:
-			v.observed(upd, upd.ResourceVersion)
-			return nil
-		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			// cur is stale: read the Lease again. curRV stays, so that,
-			// should that read fail, no state older than cur (a watch
-			// event still queued) is taken for the Lease's meanwhile.
-			v.cur = nil
-		default:
-			return err
-		}
-	}
-	return fmt.Errorf("%s: the Lease keeps changing", v.Spec().Name)
+// termClocked reports whether the service holds the Lease in the term its
+// clock counts for. Loop only.
+func (v *service) termClocked() bool {
+	h := v.Held()
+	return h != nil && h.Created == v.clockOf
 }
 
-// renew renews the held Lease (sent is the round's send). A Lease that is
-// no longer this term's ends the term and is not an error. Loop only.
-func (v *service) renew(ctx context.Context, sent time.Time) error {
-	h := v.Held()
-	err := v.update(ctx, h, func(l *coordinationv1.Lease) *coordinationv1.Lease { return renewed(l, v.s.ttl, sent) })
-	if errors.Is(err, errGone) {
-		if h := v.Held(); h != nil && !h.Releasing() {
-			v.Lose(v.KeyDeleted(v.key), metrics.CauseKeyDeleted)
-		}
-		return nil
+// termNext is when the term's clock or its renewal next needs the loop
+// (zero: never). Loop only.
+func (v *service) termNext() time.Time {
+	if !v.termClocked() || v.closing {
+		return time.Time{}
 	}
-	return err
+	at := v.clock.Next()
+	if !v.renewing && (at.IsZero() || v.nextRenew.Before(at)) {
+		at = v.nextRenew
+	}
+	return at
+}
+
+// tickTerm acts on the term's clock at now (Suspended, or Lost at its
+// deadline: the term ends, the service stays usable) and has the Lease
+// renewed when due. Loop only.
+func (v *service) tickTerm(now time.Time) {
+	if !v.termClocked() {
+		return
+	}
+	switch v.clock.Tick(now) {
+	case driver.Suspend:
+		v.s.metrics.Suspended()
+		v.Suspend(v.clock.Deadline())
+	case driver.Expire:
+		v.expired()
+		return
+	}
+	if !v.renewing && !now.Before(v.nextRenew) {
+		v.renewing = true
+		v.serially(v.renew)
+	}
+}
+
+// expired ends the term whose deadline passed with Lost. Loop only.
+func (v *service) expired() {
+	v.Lose(fmt.Errorf("%s: no renewal of the Lease acknowledged within the TTL of %v: %w", v.Spec().Name, v.s.ttl, primitives.ErrLost), metrics.CauseLeaseExpired)
+}
+
+// renew renews the held Lease, serially: an acknowledgement moves the
+// term's clock and confirms the session; a failed renewal is tried again
+// a tenth of the TTL later. A Lease that is no longer this term's ends the
+// term. Loop only.
+func (v *service) renew() {
+	if !v.termClocked() || v.gone() != nil {
+		v.renewing = false
+		v.finished()
+		return
+	}
+	h, sent := *v.Held(), time.Now()
+	ctx, cancel := v.reqCtx(time.Time{})
+	v.write(ctx, cancel, h, func(l *coordinationv1.Lease) *coordinationv1.Lease { return renewed(l, v.s.ttl, sent) }, func(err error) {
+		v.renewing = false
+		defer v.finished()
+		now := time.Now()
+		if err == nil || errors.Is(err, errGone) {
+			v.s.confirmed(sent, now) // the server answered
+		}
+		cur := v.Held()
+		if cur == nil || cur.Created != h.Created {
+			return // the term ended meanwhile
+		}
+		switch {
+		case errors.Is(err, errGone):
+			if !cur.Releasing() {
+				v.Lose(v.KeyDeleted(v.key), metrics.CauseKeyDeleted)
+			}
+		case err != nil:
+			v.s.log.Debug("k8sio: renewal failed", zap.String("lease", v.key), zap.Error(err))
+			v.nextRenew = now.Add(max(v.s.ttl/10, 50*time.Millisecond))
+		default:
+			v.nextRenew = sent.Add(v.clock.RenewEvery())
+			switch v.clock.Renewed(sent, now, 0) {
+			case driver.Resume:
+				v.Resume()
+			case driver.Expire:
+				v.expired()
+			}
+		}
+	})
 }
 
 // checkValue refuses a value the Lease cannot carry as it is: over
@@ -586,7 +812,7 @@ func (v *service) Campaign(ctx context.Context, value string) error {
 	_, err := actor.Call(ctx, v.Done(), func(rep actor.Reply[driver.Hold]) bool {
 		r = rep
 		return v.s.mb.Post(func() {
-			if err := v.Err(); err != nil {
+			if err := v.gone(); err != nil {
 				rep.Answer(driver.Hold{}, err)
 				return
 			}
@@ -611,21 +837,18 @@ func (v *service) Campaign(ctx context.Context, value string) error {
 }
 
 // withdraw has the loop forget the Campaign of r (unless it ended it
-// itself) and delete its record, and waits up to leaveGrace for that:
-// with the API server answering, nothing of the Campaign is left once it
-// returns. Otherwise the withdrawal goes on without its caller, bounded by
-// opTimeout (withdrawals counts the record's delete, and Close waits for
-// it). It is posted before the Campaign lets the service's next one in
-// (Leave), so that it withdraws this Campaign, not that one: the loop
-// runs posts in order.
+// itself), delete its record and resign the term of a take of it that may
+// have gone through, and waits up to leaveGrace for that: with the API
+// server answering, nothing of the Campaign is left once it returns.
+// Otherwise the withdrawal goes on without its caller, bounded by
+// opTimeout (withdrawals counts it, and Close waits for it). It is posted
+// before the Campaign lets the service's next one in (Leave), so that it
+// withdraws this Campaign, not that one: the loop runs posts in order.
 func (v *service) withdraw(r actor.Reply[driver.Hold]) {
 	handed := make(chan (<-chan struct{}), 1)
 	if !v.s.mb.Post(func() {
 		if c := v.camp; c != nil && c.reply == r {
-			by := time.Now().Add(opTimeout)
-			dropped := v.dropCampaign(by)
-			v.resignTried(c, by)
-			handed <- dropped
+			handed <- v.withdrawCampaign(c, time.Now().Add(opTimeout))
 			return
 		}
 		// The loop ended the Campaign itself (one at a time per service).
@@ -660,30 +883,34 @@ func (v *service) Proclaim(ctx context.Context, value string) error {
 	if err := v.Usable(ctx); err != nil {
 		return err
 	}
-	_, err := loopCall(v.s, ctx, func() (struct{}, error) {
-		if err := ctx.Err(); err != nil {
-			return struct{}{}, err // given up while the loop was busy: changes nothing
-		}
+	_, err := callSerially(v, ctx, func(r actor.Reply[struct{}]) {
 		h, err := v.On(nil)
 		if err != nil {
-			return struct{}{}, err
+			r.Answer(struct{}{}, err)
+			v.finished()
+			return
 		}
-		rctx, cancel := v.s.reqCtx()
-		defer cancel()
-		err = v.update(rctx, v.Held(), func(l *coordinationv1.Lease) *coordinationv1.Lease { return proclaimed(l, value) })
-		if errors.Is(err, errGone) {
-			v.Lose(v.KeyDeleted(v.key), metrics.CauseKeyDeleted)
-			return struct{}{}, fmt.Errorf("%s: proclaim: %w", v.Spec().Name, election.ErrNotLeader)
-		}
-		if err != nil {
-			return struct{}{}, fmt.Errorf("%s: proclaim: %w", v.Spec().Name, err)
-		}
-		v.Update(func(hh *driver.Hold) {
-			if hh.Created == h.Created {
-				hh.Value = value
+		rctx, cancel := v.reqCtx(time.Time{})
+		v.write(rctx, cancel, h, func(l *coordinationv1.Lease) *coordinationv1.Lease { return proclaimed(l, value) }, func(err error) {
+			defer v.finished()
+			if errors.Is(err, errGone) {
+				if cur := v.Held(); cur != nil && cur.Created == h.Created {
+					v.Lose(v.KeyDeleted(v.key), metrics.CauseKeyDeleted)
+				}
+				r.Answer(struct{}{}, fmt.Errorf("%s: proclaim: %w", v.Spec().Name, election.ErrNotLeader))
+				return
 			}
+			if err != nil {
+				r.Answer(struct{}{}, fmt.Errorf("%s: proclaim: %w", v.Spec().Name, err))
+				return
+			}
+			v.Update(func(hh *driver.Hold) {
+				if hh.Created == h.Created {
+					hh.Value = value
+				}
+			})
+			r.Answer(struct{}{}, nil)
 		})
-		return struct{}{}, nil
 	})
 	return err
 }
@@ -698,31 +925,32 @@ func (v *service) ResignTerm(ctx context.Context, term election.Leadership) erro
 	return v.release(ctx, driver.CreatedAt(term.Created))
 }
 
+// release resigns the term m accepts, serially: a call given up before its
+// turn changes nothing (the term stands, and a retry releases it); a
+// release under way when ctx ends still completes.
 func (v *service) release(ctx context.Context, m driver.Match) error {
 	if err := v.Usable(ctx); err != nil {
 		return err
 	}
-	_, err := loopCall(v.s, ctx, func() (struct{}, error) {
-		if err := ctx.Err(); err != nil {
-			// Given up while the loop was busy (a request to an API server
-			// that does not answer): the term stands, and a retry releases
-			// it. A release under way when ctx ends still completes.
-			return struct{}{}, err
-		}
+	_, err := callSerially(v, ctx, func(r actor.Reply[struct{}]) {
 		h, err := v.BeginRelease(m)
 		if err != nil {
-			return struct{}{}, err
+			r.Answer(struct{}{}, err)
+			v.finished()
+			return
 		}
-		rctx, cancel := v.s.reqCtx()
-		defer cancel()
-		switch err := v.writeRelease(rctx, &h); {
-		case err == nil:
-			return struct{}{}, v.SettleRelease(h, driver.Deleted, nil)
-		case errors.Is(err, errGone):
-			return struct{}{}, v.SettleRelease(h, driver.Gone, nil)
-		default:
-			return struct{}{}, v.SettleRelease(h, driver.Failed, err)
-		}
+		rctx, cancel := v.reqCtx(time.Time{})
+		v.write(rctx, cancel, h, releasedNow, func(err error) {
+			defer v.finished()
+			switch {
+			case err == nil:
+				r.Answer(struct{}{}, v.SettleRelease(h, driver.Deleted, nil))
+			case errors.Is(err, errGone):
+				r.Answer(struct{}{}, v.SettleRelease(h, driver.Gone, nil))
+			default:
+				r.Answer(struct{}{}, v.SettleRelease(h, driver.Failed, err))
+			}
+		})
 	})
 	return err
 }
@@ -786,24 +1014,23 @@ func (v *service) Observe(ctx context.Context) <-chan election.Leadership {
 // Close resigns (or withdraws a waiting Campaign, deleting its record) and
 // ends the service; with its own session, the session is closed too. Its
 // requests, and the withdrawals of Campaigns that gave up still under
-// way, are bounded by 5 s together, counted from when the session's loop
-// takes Close up: a resign or delete that fails is tried again until
-// then. Before that, the loop finishes a request it has under way, which
-// an API server that does not answer holds for up to 5 s more (see the
-// package doc). A second Close returns an error wrapping
-// primitives.ErrClosed once the first has returned.
+// way, are bounded by 5 s together, counted from Close's call: a resign or
+// delete that fails is tried again until then, and a request of the
+// election already under way (bounded by 5 s from when it was sent) is
+// finished within that bound too. A second Close returns an error
+// wrapping primitives.ErrClosed once the first has returned.
 func (v *service) Close() error { return v.CloseOnce(v.close) }
 
 // close is the first Close's work (see driver.Shell.CloseOnce).
 func (v *service) close() error {
 	err := fmt.Errorf("%s: closed: %w", v.Spec().Name, primitives.ErrClosed)
-	until, lerr := loopCall(v.s, context.Background(), func() (time.Time, error) {
-		until := time.Now().Add(opTimeout)
-		v.s.closeAll([]*service{v}, err, until)
-		return until, nil
-	})
-	if lerr != nil {
-		until = time.Now().Add(opTimeout) // the session has ended, and the service with it
+	until := time.Now().Add(opTimeout)
+	done := make(chan struct{})
+	if v.s.mb.Post(func() { v.s.closeAll([]*service{v}, err, until, func() { close(done) }) }) {
+		select {
+		case <-done:
+		case <-v.s.stopped: // the session has ended, and the service with it
+		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), until)
 	v.withdrawals.Wait(ctx) // the deletes of its Campaigns' records
@@ -817,78 +1044,122 @@ func (v *service) close() error {
 	return nil
 }
 
-// closeStep is a resign Close makes, tried again while it fails.
-type closeStep struct {
-	v    *service
-	what string
-	f    func(context.Context) error
-	done func() // after f returned nil
-	err  error  // f's last error
-}
-
-// closeAll ends the services vs with err, as Close: each resigns what it
-// holds, ends its waiting Campaign (its record's delete bounded by until)
-// and resigns its orphan. A resign that fails is tried again, those of
-// every service in turn, with growing waits, until it goes through, the
-// Lease shows another term (errGone) or until has passed; every request
-// is bounded by until. Loop only.
-func (s *Session) closeAll(vs []*service, err error, until time.Time) {
-	var steps []closeStep
+// closeAll ends the services vs with err, as Close, and calls done once
+// they have: each ends its waiting Campaign (its record's delete, and the
+// resign of its last take's term, bounded by until), then, serially after
+// the requests of the service already asked for, resigns what it holds
+// and its orphan. A resign that fails is tried again, with growing waits,
+// until it goes through, the Lease shows another term (errGone) or until
+// has passed; every request is bounded by until. The services' requests
+// run side by side. A service already closing is waited for. Loop only.
+func (s *Session) closeAll(vs []*service, err error, until time.Time, done func()) {
+	left := 1
+	finish := func() {
+		if left--; left > 0 {
+			return
+		}
+		for _, v := range vs {
+			v.endLoop(err, "")
+		}
+		done()
+	}
 	for _, v := range vs {
 		if v.Ended() {
 			continue
 		}
-		if h, herr := v.BeginRelease(driver.Any); herr == nil {
-			// The release is in flight: the Lease's change is not a loss.
-			steps = append(steps, closeStep{v: v, what: "k8sio: resign at close",
-				f: func(ctx context.Context) error { return v.writeRelease(ctx, &h) }})
+		left++
+		if v.closing {
+			v.onClosed = append(v.onClosed, finish)
+			continue
 		}
+		v.closing, v.closeErr, v.closeBy = true, err, until
+		v.onClosed = append(v.onClosed, finish)
 		// A waiting Campaign ends first: the term of its last take, if
-		// that may have landed, becomes the orphan, resigned below.
+		// that may have landed, is resigned before what follows.
 		v.endCampaignBy(err, until)
-		if tok := v.orphan; tok != 0 {
-			steps = append(steps, closeStep{v: v, what: "k8sio: resign the term of a take whose Campaign ended, at close",
-				f: func(ctx context.Context) error { return v.releaseOrphan(ctx, tok) }, done: func() { v.orphan = 0 }})
+		v.serially(v.closeRequests)
+	}
+	finish()
+}
+
+// closeRequests resigns, at Close, the term the service holds and its
+// orphan, retrying until Close's bound; then it tells those waiting for
+// the service's Close. Loop only (serially).
+func (v *service) closeRequests() {
+	over := func() {
+		fs := v.onClosed
+		v.onClosed = nil
+		v.finished()
+		for _, f := range fs {
+			f()
 		}
 	}
-	pause := ctxtime.NewBackoff(s.retryAfter(), opTimeout/5)
-	for len(steps) > 0 {
-		failed := steps[:0]
-		for _, st := range steps {
-			ctx, cancel := s.reqCtxBy(until)
-			st.err = st.f(ctx)
-			cancel()
-			switch {
-			case st.err == nil:
-				if st.done != nil {
-					st.done()
+	if v.Ended() {
+		over()
+		return
+	}
+	type step struct {
+		what   string
+		h      driver.Hold
+		orphan bool
+	}
+	var steps []step
+	if h, herr := v.BeginRelease(driver.Any); herr == nil {
+		// The release is in flight: the Lease's change is not a loss.
+		steps = append(steps, step{what: "k8sio: resign at close", h: h})
+	}
+	orphan := v.orphan
+	if orphan != 0 {
+		steps = append(steps, step{what: "k8sio: resign the term of a take whose Campaign ended, at close",
+			h: driver.Hold{Key: v.key, Created: int64(orphan), Token: orphan}, orphan: true})
+	}
+	if len(steps) == 0 {
+		over()
+		return
+	}
+	type result struct {
+		saw        []seen
+		orphanDone bool
+	}
+	ctx, cancel := v.reqCtx(v.closeBy)
+	cur := v.cur
+	request(v.s, ctx, cancel, func(ctx context.Context) (result, error) {
+		var r result
+		pause := ctxtime.NewBackoff(v.retryAfter(), opTimeout/5)
+		for {
+			failed := steps[:0]
+			var errs []error
+			for _, st := range steps {
+				ss, last, err := v.writeTerm(ctx, cur, st.h, releasedNow)
+				r.saw, cur = append(r.saw, ss...), last
+				switch {
+				case err == nil:
+					r.orphanDone = r.orphanDone || st.orphan
+				case !errors.Is(err, errGone):
+					failed, errs = append(failed, st), append(errs, err)
 				}
-			case !errors.Is(st.err, errGone):
-				failed = append(failed, st)
+			}
+			steps = failed
+			if len(steps) == 0 || !pause.Wait(ctx) {
+				for i, st := range steps {
+					v.s.log.Debug(st.what, zap.String("lease", v.key), zap.Error(errs[i]))
+				}
+				return r, nil
 			}
 		}
-		steps = failed
-		if len(steps) == 0 {
-			break
+	}, func(r result, _ error) {
+		v.saw(r.saw)
+		if r.orphanDone && v.orphan == orphan {
+			v.orphan = 0
 		}
-		wctx, cancel := context.WithDeadline(s.ctx, until)
-		waited := pause.Wait(wctx)
-		cancel()
-		if !waited {
-			break
-		}
-	}
-	for _, st := range steps {
-		s.log.Debug(st.what, zap.String("lease", st.v.key), zap.Error(st.err))
-	}
-	for _, v := range vs {
-		v.endLoop(err, "")
-	}
+		over()
+	}, nil)
 }
 
 // endLoop ends the service with err: its term ends (Released if err wraps
 // primitives.ErrClosed, else Lost with cause), its waiting Campaign fails,
-// its followers stop. Loop only.
+// its followers stop, and the requests asked for but not begun are
+// answered with err. Loop only.
 func (v *service) endLoop(err error, cause string) {
 	if v.Ended() {
 		return
@@ -901,6 +1172,22 @@ func (v *service) endLoop(err error, cause string) {
 	delete(v.s.services, v)
 	v.observers.Close()
 	v.Finish(err)
+	if v.busy && len(v.queue) > 0 {
+		// The sequence under way ends on its own; those waiting see the
+		// service ended and send nothing.
+		q := v.queue
+		v.queue = nil
+		for _, op := range q {
+			v.busy = true
+			op()
+		}
+		v.busy = true
+	}
+	fs := v.onClosed
+	v.onClosed = nil
+	for _, f := range fs {
+		f()
+	}
 }
 
 var (

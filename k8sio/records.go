@@ -74,11 +74,20 @@ func (v *service) renewRecord(sent time.Time) {
 	})
 }
 
-// deleteRecord deletes the candidate record name, repeating a failed
+// deleteRecord deletes the candidate record name once creating (if not
+// nil) is closed, the create of it under way returned, repeating a failed
 // delete until by; a record still left waits for a sweep.
-func (v *service) deleteRecord(name string, by time.Time) {
+func (v *service) deleteRecord(name string, creating <-chan struct{}, by time.Time) {
 	ctx, cancel := context.WithDeadline(context.Background(), by)
 	defer cancel()
+	if creating != nil {
+		select {
+		case <-creating:
+		case <-ctx.Done():
+			v.s.log.Debug("k8sio: delete candidate record: its create is still under way", zap.String("record", name))
+			return
+		}
+	}
 	pause := ctxtime.NewBackoff(v.retryAfter(), opTimeout/5)
 	for {
 		err := v.leases.Delete(ctx, name, metav1.DeleteOptions{})

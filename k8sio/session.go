@@ -37,15 +37,18 @@ const opTimeout = 5 * time.Second
 const leaveGrace = 500 * time.Millisecond
 
 // Session is one identity on the API server: the holderIdentity of the
-// Leases it holds, one event loop that renews them, and the elections that
-// run on it. Kubernetes keeps no session of its own: the session's
-// liveness is its renewals. Every third of the TTL (with a WithSuspendAfter
-// part below 1/2, every two thirds of that part) its loop renews every
-// Lease it holds (an idle session asks the server's version instead), and
-// a round counts once all of them are acknowledged; its holders are
-// Suspended after WithSuspendAfter's part of the TTL without a counted
-// round, and Lost at the deadline, the send of the last counted round plus
-// the TTL. Everything the session holds is then lost with it, and the
+// Leases it holds, one event loop that owns the state of the elections on
+// it, and the helpers that make their requests. Kubernetes keeps no
+// session of its own: each Lease's liveness is its renewals. Every third
+// of the TTL (with a WithSuspendAfter part below 1/2, every two thirds of
+// that part) the session renews each Lease it holds, each renewal a
+// request of its own; a Lease's holder is Suspended after WithSuspendAfter's
+// part of the TTL without an acknowledged renewal of its Lease, and Lost at
+// its deadline, the send of its last acknowledged renewal plus the TTL.
+// The session itself lives while the API server answers it: an
+// acknowledged renewal of any of its Leases confirms it, and an idle
+// session asks the server's version on the same schedule; a session
+// confirmed by none for the TTL is lost, with everything it holds, and the
 // elections on it are done.
 type Session struct {
 	cs      kubernetes.Interface
@@ -67,8 +70,9 @@ type Session struct {
 
 	// Loop only.
 	services  map[*service]struct{}
-	clock     driver.Clock
-	nextRound time.Time
+	clock     driver.Clock // the session's liveness (see Session)
+	nextRound time.Time    // the next ask of the server's version, and renewal of waiting candidates' records
+	pinging   bool         // an ask of the server's version is under way
 	ended     bool
 }
 
@@ -183,11 +187,10 @@ func (s *Session) Err() error {
 // Close ends every election on the session: each leader resigns (its
 // subscribers see Released), each waiting Campaign fails with an error
 // wrapping primitives.ErrClosed and its record is deleted. Its requests
-// are bounded by 5 s all together, counted from when the loop takes Close
-// up: a resign or delete that fails is tried again until then. Before
-// that, the loop finishes a request it has under way, which an API server
-// that does not answer holds for up to 5 s more (see the package doc).
-// Then the loop stops. A second Close returns an error wrapping
+// are bounded by 5 s all together: a resign or delete that fails is tried
+// again until then, and an election's request already under way (bounded
+// by 5 s from when it was sent) is finished within that bound too. Then
+// the loop stops. A second Close returns an error wrapping
 // primitives.ErrClosed, also after the session was lost.
 func (s *Session) Close() error {
 	s.closeMu.Lock()
@@ -196,16 +199,24 @@ func (s *Session) Close() error {
 		return fmt.Errorf("k8sio: session %s: already closed: %w", s.id, primitives.ErrClosed)
 	}
 	s.closed = true
-	_, _ = loopCall(s, context.Background(), func() (struct{}, error) {
+	done := make(chan struct{})
+	if s.mb.Post(func() {
 		if s.ended {
-			return struct{}{}, nil // lost: nothing is left to release
+			close(done) // lost: nothing is left to release
+			return
 		}
 		err := fmt.Errorf("k8sio: session %s: %w", s.id, primitives.ErrClosed)
 		// One bound for every election's requests together.
-		s.closeAll(slices.Collect(maps.Keys(s.services)), err, time.Now().Add(opTimeout))
-		s.end(err)
-		return struct{}{}, nil
-	})
+		s.closeAll(slices.Collect(maps.Keys(s.services)), err, time.Now().Add(opTimeout), func() {
+			s.end(err)
+			close(done)
+		})
+	}) {
+		select {
+		case <-done:
+		case <-s.stopped:
+		}
+	}
 	s.cancel()
 	s.helpers.Wait()
 	return nil
@@ -266,26 +277,22 @@ func (s *Session) goHelper(f func()) {
 	}()
 }
 
-// reqCtx bounds a request of the loop: opTimeout, never past the clock's
-// deadline (so that a request the server does not answer never makes a
-// Lost late), and, until the session is suspended, past its suspension
-// point by no more than a sixth of the TTL (so that Suspended is at most
-// that late). Loop only.
-func (s *Session) reqCtx() (context.Context, context.CancelFunc) { return s.reqCtxBy(time.Time{}) }
-
-// reqCtxBy is reqCtx, also bounded by by (zero: no bound of its own): the
-// deadline of the work the request is part of (a Close's). Loop only.
-func (s *Session) reqCtxBy(by time.Time) (context.Context, context.CancelFunc) {
+// reqCtxOn bounds a request: opTimeout and by (zero: no bound of its
+// own), never past the deadline of c, the clock that covers the request,
+// and, until c is suspended, past its suspension point by no more than a
+// sixth of the TTL (so that a request the server does not answer is given
+// up, and tried again, soon after its holder is Suspended). Loop only.
+func (s *Session) reqCtxOn(c *driver.Clock, by time.Time) (context.Context, context.CancelFunc) {
 	now := time.Now()
 	d := now.Add(opTimeout)
 	if !by.IsZero() && by.Before(d) {
 		d = by
 	}
-	if dl := s.clock.Deadline(); dl.Before(d) {
+	if dl := c.Deadline(); dl.Before(d) {
 		d = dl
 	}
-	if !s.clock.Suspended() {
-		if at := s.clock.Next().Add(s.ttl / 6); at.Before(d) {
+	if !c.Suspended() {
+		if at := c.Next().Add(s.ttl / 6); at.Before(d) {
 			d = at
 		}
 	}
@@ -293,10 +300,11 @@ func (s *Session) reqCtxBy(by time.Time) (context.Context, context.CancelFunc) {
 }
 
 // run is the session's event loop: the functions posted to its mailbox
-// and its timer, set to the next renewal round, the clock's next
-// suspension point or deadline, the moment a waiting candidate may take
-// its Lease, or a failed resign's retry, whichever comes first. The loop
-// makes its requests itself, one at a time, each bounded by reqCtx.
+// and its timer, set to the next renewal of a Lease or ask of the
+// server's version, the next suspension point or deadline of a Lease's
+// clock or the session's, the moment a waiting candidate may take its
+// Lease, or a failed resign's retry, whichever comes first. The loop
+// makes no request itself: helpers make them, and post their answers.
 func (s *Session) run() {
 	defer s.helpers.Done()
 	defer close(s.stopped)
@@ -335,7 +343,13 @@ func (s *Session) next() time.Time {
 		at = n
 	}
 	for v := range s.services {
-		if c := v.camp; c != nil && c.wakeAt.Before(at) {
+		if v.closing {
+			continue // its Close's requests are under way: nothing else is due
+		}
+		if n := v.termNext(); !n.IsZero() && n.Before(at) {
+			at = n
+		}
+		if c := v.camp; c != nil && !c.trying && c.wakeAt.Before(at) {
 			at = c.wakeAt
 		}
 		if r := v.orphanRetry; !r.IsZero() && r.Before(at) {
@@ -345,89 +359,78 @@ func (s *Session) next() time.Time {
 	return at
 }
 
-// tick acts on the clock, renews when a round is due, lets waiting
+// tick acts on the session's clock and on each term's, renews the Leases
+// whose renewal is due, asks the server's version when due, lets waiting
 // candidates whose time has come try, and tries again the failed resigns
 // that are due. Loop only.
 func (s *Session) tick() {
-	if s.ended || s.observe(s.clock.Tick(time.Now())) {
+	now := time.Now()
+	if s.ended {
 		return
 	}
-	if !time.Now().Before(s.nextRound) {
-		s.renew()
+	if s.clock.Tick(now) == driver.Expire {
+		s.lose(fmt.Errorf("no request acknowledged within the TTL of %v", s.ttl), metrics.CauseLeaseExpired)
+		return
+	}
+	if !now.Before(s.nextRound) {
+		s.round(now)
+	}
+	for v := range s.services {
+		if v.closing {
+			continue
+		}
+		v.tickTerm(now)
+		if c := v.camp; c != nil && !c.trying && !now.Before(c.wakeAt) {
+			v.try()
+		}
+		if r := v.orphanRetry; !r.IsZero() && !now.Before(r) {
+			v.resignOrphan()
+		}
+	}
+}
+
+// round renews the waiting candidates' records that are due and, if the
+// session holds no Lease (whose renewals confirm it), asks the server's
+// version: its answer alone confirms the session. Loop only.
+func (s *Session) round(now time.Time) {
+	s.nextRound = now.Add(s.clock.RenewEvery())
+	held := false
+	for v := range s.services {
+		v.renewRecord(now)
+		held = held || v.Held() != nil
+	}
+	if held || s.pinging {
+		return
+	}
+	s.pinging = true
+	ctx, cancel := s.reqCtxOn(&s.clock, time.Time{})
+	request(s, ctx, cancel, func(ctx context.Context) (struct{}, error) {
+		_, err := s.cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
+		return struct{}{}, err
+	}, func(_ struct{}, err error) {
+		s.pinging = false
 		if s.ended {
 			return
 		}
-	}
-	for v := range s.services {
-		if c := v.camp; c != nil && !time.Now().Before(c.wakeAt) {
-			v.try()
-			if s.ended {
-				return
+		if err != nil {
+			if retry := time.Now().Add(max(s.ttl/10, 50*time.Millisecond)); retry.Before(s.nextRound) {
+				s.nextRound = retry
 			}
+			return
 		}
-		if r := v.orphanRetry; !r.IsZero() && !time.Now().Before(r) {
-			v.resignOrphan()
-			if s.ended {
-				return
-			}
-		}
-	}
+		s.confirmed(now, time.Now())
+	}, nil)
 }
 
-// observe tells the services what the clock reported; true if the session
-// is lost. Loop only.
-func (s *Session) observe(c driver.Change) bool {
-	switch c {
-	case driver.Suspend:
-		s.metrics.Suspended()
-		for v := range s.services {
-			v.Suspend(s.clock.Deadline())
-		}
-	case driver.Resume:
-		for v := range s.services {
-			v.Resume()
-		}
-	case driver.Expire:
-		s.lose(fmt.Errorf("no renewal acknowledged within the TTL of %v", s.ttl), metrics.CauseLeaseExpired)
-		return true
-	}
-	return false
-}
-
-// renew runs one renewal round: every held Lease is renewed; the round
-// counts (the clock is told its send time) once all are acknowledged. A
-// Lease that is no longer this session's ends its term and does not stop
-// the round from counting. Loop only.
-func (s *Session) renew() {
-	sent := time.Now()
-	ctx, cancel := s.reqCtx()
-	defer cancel()
-	ok, held := true, false
-	for v := range s.services {
-		if v.Held() == nil {
-			continue
-		}
-		held = true
-		if err := v.renew(ctx, sent); err != nil {
-			s.log.Debug("k8sio: renewal failed", zap.String("lease", v.key), zap.Error(err))
-			ok = false
-		}
-	}
-	for v := range s.services {
-		v.renewRecord(sent)
-	}
-	if !held {
-		// Nothing to renew: the server's answer alone confirms the session.
-		if _, err := s.cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw(); err != nil {
-			ok = false
-		}
-	}
-	now := time.Now()
-	if !ok {
-		s.nextRound = now.Add(max(s.ttl/10, 50*time.Millisecond))
+// confirmed records that the API server acknowledged a request of the
+// session sent at sent: a renewal, a take, or an ask of its version.
+// Loop only.
+func (s *Session) confirmed(sent, now time.Time) {
+	if s.ended {
 		return
 	}
 	s.metrics.Renewed(now.Sub(sent), s.clock.Deadline().Sub(now))
-	s.nextRound = sent.Add(s.clock.RenewEvery())
-	s.observe(s.clock.Renewed(sent, now, 0))
+	if s.clock.Renewed(sent, now, 0) == driver.Expire {
+		s.lose(fmt.Errorf("no request acknowledged within the TTL of %v", s.ttl), metrics.CauseLeaseExpired)
+	}
 }
