@@ -64,9 +64,10 @@
 // and the election stays usable. A renewal of one Lease that the API server
 // does not answer delays no other Lease's. The session lives while the API
 // server answers it: an acknowledged renewal or take of any of its Leases
-// confirms it, and a session that holds none asks for the server's version
-// instead; one confirmed by none for its TTL is lost, everything it holds
-// with it, and its elections are done. A candidate waits at
+// confirms it, and a session that none confirmed for a third of the TTL
+// asks for the server's version (as one that holds no Lease does); one
+// confirmed by nothing for its TTL is lost, everything it holds with it,
+// and its elections are done. A candidate waits at
 // least the holder's leaseDurationSeconds from the moment it saw the
 // holder's record last change before it takes the Lease, so a disco
 // successor never takes over before its predecessor's deadline (clocks that

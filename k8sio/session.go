@@ -46,10 +46,10 @@ const leaveGrace = 500 * time.Millisecond
 // part of the TTL without an acknowledged renewal of its Lease, and Lost at
 // its deadline, the send of its last acknowledged renewal plus the TTL.
 // The session itself lives while the API server answers it: an
-// acknowledged renewal of any of its Leases confirms it, and an idle
-// session asks the server's version on the same schedule; a session
-// confirmed by none for the TTL is lost, with everything it holds, and the
-// elections on it are done.
+// acknowledged renewal or take of any of its Leases confirms it, and a
+// session that none confirmed for a third of the TTL asks the server's
+// version; a session confirmed by nothing for the TTL is lost, with
+// everything it holds, and the elections on it are done.
 type Session struct {
 	cs      kubernetes.Interface
 	id      string
@@ -389,17 +389,17 @@ func (s *Session) tick() {
 	}
 }
 
-// round renews the waiting candidates' records that are due and, if the
-// session holds no Lease (whose renewals confirm it), asks the server's
-// version: its answer alone confirms the session. Loop only.
+// round renews the waiting candidates' records that are due and, unless
+// an acknowledged renewal or take confirmed the session since the last
+// round, asks the server's version: its answer alone confirms the session
+// (so that a session whose Leases' requests stall, or that holds none,
+// lives while the server answers it). Loop only.
 func (s *Session) round(now time.Time) {
 	s.nextRound = now.Add(s.clock.RenewEvery())
-	held := false
 	for v := range s.services {
 		v.renewRecord(now)
-		held = held || v.Held() != nil
 	}
-	if held || s.pinging {
+	if s.pinging || now.Before(s.clock.LastSent().Add(s.clock.RenewEvery())) {
 		return
 	}
 	s.pinging = true

@@ -69,11 +69,20 @@ func eventWithin(t *testing.T, events <-chan primitives.Event, what string, want
 	}
 }
 
-// stalledPair starts a session of TTL ttl with two elections on it, a and
-// b, both leading, and b's events; then stalls every request about a's
-// Lease (the link holds them until Heal or their context ends) and returns
-// once one is held.
-func stalledPair(t *testing.T, id string, ttl time.Duration) (s *k8sio.Session, a, b election.Service, events <-chan primitives.Event, link *faults.Link) {
+// stalled is a session with two elections on it, a and b, whose every
+// request about a's Lease stalls: the link holds it until Heal or its
+// context ends.
+type stalled struct {
+	s                *k8sio.Session
+	a, b             election.Service
+	aEvents, bEvents <-chan primitives.Event
+	link             *faults.Link
+}
+
+// stalledPair starts a session of TTL ttl with two elections on it, a,
+// leading, and b, leading if bLeads, and their events; then stalls every
+// request about a's Lease and returns once one is held.
+func stalledPair(t *testing.T, id string, ttl time.Duration, bLeads bool) stalled {
 	t.Helper()
 	ctx := background(t)
 	la, lb := leaseName(t.Name()+"-a"), leaseName(t.Name()+"-b")
@@ -84,11 +93,13 @@ func stalledPair(t *testing.T, id string, ttl time.Duration) (s *k8sio.Session, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	a = testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, la, k8sio.WithSession(s)))
-	b = testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lb, k8sio.WithSession(s)))
+	a := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, la, k8sio.WithSession(s)))
+	b := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lb, k8sio.WithSession(s)))
 	mustLead(t, ctx, a, "a")
-	mustLead(t, ctx, b, "b")
-	events = b.Subscribe(ctx)
+	if bLeads {
+		mustLead(t, ctx, b, "b")
+	}
+	st := stalled{s: s, a: a, b: b, aEvents: a.Subscribe(ctx), bEvents: b.Subscribe(ctx), link: link}
 	touchesA := touches(la)
 	link.PauseMatching(touchesA)
 	// A Proclaim on a makes a request about its Lease now; its renewals
@@ -100,7 +111,7 @@ func stalledPair(t *testing.T, id string, ttl time.Duration) (s *k8sio.Session, 
 	}()
 	t.Cleanup(func() { <-proclaimed })
 	testkit.Eventually(t, 10*time.Second, "a request about a's Lease held", func() bool { return link.Held(touchesA) > 0 })
-	return s, a, b, events, link
+	return st
 }
 
 // One election's request that the API server does not answer holds up no
@@ -114,7 +125,8 @@ func stalledPair(t *testing.T, id string, ttl time.Duration) (s *k8sio.Session, 
 func TestStalledElectionHoldsUpNoOther(t *testing.T) {
 	t.Cleanup(func() { noneLeft(t) })
 	const ttl = 10 * time.Second // Suspended after 5 s without a renewal
-	_, _, b, events, link := stalledPair(t, "stall-other", ttl)
+	st := stalledPair(t, "stall-other", ttl, true)
+	b, events := st.b, st.bEvents
 	stalled := time.Now()
 	ctx := background(t)
 
@@ -129,7 +141,7 @@ func TestStalledElectionHoldsUpNoOther(t *testing.T) {
 	if l, ok := b.Term(); !ok || l.Value != "b3" {
 		t.Fatalf("b's term after a's requests stalled for 8 s: %+v, %v; want leading with b3", l, ok)
 	}
-	link.Heal()
+	st.link.Heal()
 	withinPrompt(t, ctx, "b's Resign once a's requests go through", b.Resign)
 }
 
@@ -142,7 +154,8 @@ func TestStalledElectionHoldsUpNoOther(t *testing.T) {
 func TestSessionCloseBoundWhileAnElectionStalls(t *testing.T) {
 	t.Cleanup(func() { noneLeft(t) })
 	const ttl = 10 * time.Second // not lost while Close runs
-	s, _, b, _, _ := stalledPair(t, "stall-close", ttl)
+	st := stalledPair(t, "stall-close", ttl, true)
+	s, b := st.s, st.b
 	lb, _ := b.Term()
 	began := time.Now()
 	if err := s.Close(); err != nil {
@@ -158,5 +171,51 @@ func TestSessionCloseBoundWhileAnElectionStalls(t *testing.T) {
 	}
 	if h := l.Spec.HolderIdentity; h != nil && *h != "" {
 		t.Fatalf("b's Lease names %q as holder once the session's Close has returned", *h)
+	}
+}
+
+// A Lease whose every request stalls past its deadline loses its term
+// alone: a's holder is Suspended, then Lost, and the election stays
+// usable; the session, whose only Lease a's is, lives on while the API
+// server answers it otherwise, so b, on the same session, campaigns and
+// leads without being Suspended; once a's requests go through again, a
+// leads again with a higher token. Before, the session was confirmed only
+// by the renewals of the Leases it held: it was lost at a's deadline, and
+// b with it.
+func TestStalledLeaseLosesItsTermAlone(t *testing.T) {
+	t.Cleanup(func() { noneLeft(t) })
+	const ttl = 3 * time.Second
+	st := stalledPair(t, "stall-alone", ttl, false)
+	ctx := background(t)
+	la, _ := st.a.Term()
+	var suspended primitives.Suspended
+	for suspended.Token == 0 {
+		ev, _ := nextEvent(t, st.aEvents, 2*ttl)
+		switch ev := ev.(type) {
+		case primitives.Suspended:
+			suspended = ev
+		case primitives.Acquired: // a's own, subscribed after it led
+		default:
+			t.Fatalf("a's event %#v while its requests stall, want Suspended", ev)
+		}
+	}
+	ev, _ := nextEvent(t, st.aEvents, 2*ttl)
+	if lost, ok := ev.(primitives.Lost); !ok || lost.Token != la.Token() {
+		t.Fatalf("a's event %#v after Suspended, want Lost of its term", ev)
+	}
+	if err := st.a.Err(); err != nil {
+		t.Fatalf("a's election done after its term was Lost at its deadline: %v", err)
+	}
+	withinPrompt(t, ctx, "b's Campaign once a's term is Lost", func(ctx context.Context) error { return st.b.Campaign(ctx, "b") })
+	testkit.NeverSuspended(t, st.bEvents, 2*ttl)
+	if err := st.s.Err(); err != nil {
+		t.Fatalf("the session ended, its only Lease's requests stalled, the API server answering it otherwise: %v", err)
+	}
+	st.link.Heal()
+	if err := st.a.Campaign(ctx, "a3"); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := st.a.Term(); l.Token() <= la.Token() {
+		t.Fatalf("a's new token %d, not above its lost term's %d", l.Token(), la.Token())
 	}
 }
