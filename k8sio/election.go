@@ -121,9 +121,9 @@ type service struct {
 	leases    coordinationv1client.LeaseInterface
 	observers *actor.Fanout[election.Leadership]
 	followers sync.WaitGroup
-	// withdrawals counts the deletes of its Campaigns' records under way,
-	// so that Close waits for those a Campaign that gave up left to go on
-	// without it.
+	// withdrawals counts the deletes of its Campaigns' records, and the
+	// resigns of terms nobody holds, under way, so that Close waits for
+	// those a Campaign that gave up left to go on without it.
 	withdrawals inflight.Counter
 
 	// Loop only.
@@ -134,7 +134,7 @@ type service struct {
 	seenAt  time.Time
 	leader  election.Leadership // the latest told to observers
 	camp    *campaign
-	dropped <-chan struct{} // closed once the last Campaign's record is deleted (or given up)
+	dropped <-chan struct{} // closed once the last Campaign's leftovers are done (or given up): see withdrawCampaign
 	// orphan is the token of a take whose Campaign ended without it, and
 	// that may still land (the API server may apply a write after its
 	// client gave up on it): nobody holds that term, so the service
