@@ -146,7 +146,8 @@ func (m *Metrics) Ended(kind string, held time.Duration, cause string) {
 	}
 }
 
-// Suspended records that a session suspended its holders.
+// Suspended records that a session (on Kubernetes, a Lease) suspended its
+// holders.
 func (m *Metrics) Suspended() {
 	if m != nil {
 		m.suspensions.Inc()
