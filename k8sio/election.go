@@ -134,7 +134,7 @@ type service struct {
 	seenAt  time.Time
 	leader  election.Leadership // the latest told to observers
 	camp    *campaign
-	dropped <-chan struct{} // closed once the last Campaign's leftovers are done (or given up): see withdrawCampaign
+	dropped *inflight.Counter // the last Campaign's leftovers under way: see withdrawCampaign
 	// orphan is the token of a take whose Campaign ended without it, and
 	// that may still land (the API server may apply a write after its
 	// client gave up on it): nobody holds that term, so the service
@@ -516,7 +516,6 @@ func (v *service) wait(c *campaign, ctx context.Context, until time.Time, end fu
 func (v *service) grant(c *campaign, tok fencing.Token, sent time.Time) {
 	h := driver.Hold{Key: v.key, Created: int64(tok), Token: tok, Value: c.value, Waited: c.waited}
 	lo := v.dropCampaign(time.Now().Add(opTimeout))
-	defer lo.finish()
 	v.sweep()
 	v.Resume() // forget an earlier term's suspension: this term has a clock of its own
 	v.clock, v.clockOf = driver.NewClock(sent, v.s.ttl, v.s.clock.SuspendAfter()), h.Created
@@ -547,26 +546,25 @@ func (v *service) endCampaignBy(err error, by time.Time) {
 // withdrawCampaign forgets the Campaign c, deletes its record and resigns
 // the term of its last take if the Lease shows it (a take whose answer
 // was lost, or still under way, may go through, and nobody holds that
-// term once the Campaign has ended), each bounded by by; the channel it
-// returns is closed once all that is done. Loop only.
-func (v *service) withdrawCampaign(c *campaign, by time.Time) <-chan struct{} {
+// term once the Campaign has ended), each bounded by by; the counter it
+// returns counts what of that is under way. Loop only.
+func (v *service) withdrawCampaign(c *campaign, by time.Time) *inflight.Counter {
 	lo := v.dropCampaign(by)
-	defer lo.finish()
 	// c.tried as it stands once the requests before this one are over: a
 	// take under way when the Campaign ended has set it.
 	v.resignUnheld(func() fencing.Token { return c.tried }, by, lo)
-	return lo.done
+	return lo
 }
 
 // resignUnheld resigns, serially, the term of tok(), nobody's, read when
 // its turn comes (0: none), bounded by by; lo and withdrawals count it.
 // Loop only.
-func (v *service) resignUnheld(tok func() fencing.Token, by time.Time, lo *leftovers) {
-	lo.add()
+func (v *service) resignUnheld(tok func() fencing.Token, by time.Time, lo *inflight.Counter) {
+	lo.Add()
 	v.withdrawals.Add()
 	done := func() {
 		v.withdrawals.Done()
-		lo.finish()
+		lo.Done()
 	}
 	v.serially(func() {
 		t := tok()
@@ -665,12 +663,12 @@ func (v *service) resignOrphan() {
 
 // dropCampaign forgets the Campaign and deletes its record, if any, on a
 // helper, trying until by (withdrawals counts it), once a create of it
-// under way has returned. The leftovers it returns, sealed by the caller,
-// count that delete, and v.dropped is closed once they are done. Loop
+// under way has returned. The counter it returns, v.dropped, counts that
+// delete, and the Campaign's other leftovers the caller adds to it. Loop
 // only.
-func (v *service) dropCampaign(by time.Time) *leftovers {
-	lo := newLeftovers()
-	v.dropped = lo.done
+func (v *service) dropCampaign(by time.Time) *inflight.Counter {
+	lo := new(inflight.Counter)
+	v.dropped = lo
 	c := v.camp
 	v.camp = nil
 	if c != nil && c.endRecord != nil {
@@ -681,12 +679,12 @@ func (v *service) dropCampaign(by time.Time) *leftovers {
 	if c == nil || c.recordName == "" {
 		return lo
 	}
-	lo.add()
+	lo.Add()
 	v.withdrawals.Add()
 	name, creating := c.recordName, c.creating
 	v.s.goHelper(func() {
 		defer v.withdrawals.Done()
-		defer lo.finish()
+		defer lo.Done()
 		v.deleteRecord(name, creating, by)
 	})
 	return lo
@@ -845,7 +843,7 @@ func (v *service) Campaign(ctx context.Context, value string) error {
 // before the Campaign lets the service's next one in (Leave), so that it
 // withdraws this Campaign, not that one: the loop runs posts in order.
 func (v *service) withdraw(r actor.Reply[driver.Hold]) {
-	handed := make(chan (<-chan struct{}), 1)
+	handed := make(chan *inflight.Counter, 1)
 	if !v.s.mb.Post(func() {
 		if c := v.camp; c != nil && c.reply == r {
 			handed <- v.withdrawCampaign(c, time.Now().Add(opTimeout))
@@ -856,21 +854,13 @@ func (v *service) withdraw(r actor.Reply[driver.Hold]) {
 	}) {
 		return // the loop has stopped, and ended the Campaign
 	}
-	grace := time.NewTimer(leaveGrace)
-	defer grace.Stop()
-	var dropped <-chan struct{}
+	ctx, cancel := context.WithTimeout(context.Background(), leaveGrace)
+	defer cancel()
 	select {
-	case dropped = <-handed:
-	case <-grace.C:
-		return
+	case dropped := <-handed:
+		dropped.Wait(ctx) // a nil one (no Campaign dropped yet) waits for nothing
+	case <-ctx.Done():
 	case <-v.s.stopped:
-		return
-	}
-	if dropped != nil {
-		select {
-		case <-dropped:
-		case <-grace.C:
-		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -185,31 +184,4 @@ func (v *service) write(ctx context.Context, cancel context.CancelFunc, h driver
 		v.saw(ss)
 		then(err)
 	}, nil)
-}
-
-// leftovers is what is left of a Campaign that ended (its record's delete,
-// the resign of a term its take may have made): done is closed once every
-// part is done. Any goroutine.
-type leftovers struct {
-	mu   sync.Mutex
-	n    int
-	done chan struct{}
-}
-
-// newLeftovers returns leftovers with one part, its seal: seal them (with
-// finish) once every other part is added.
-func newLeftovers() *leftovers { return &leftovers{n: 1, done: make(chan struct{})} }
-
-func (l *leftovers) add() {
-	l.mu.Lock()
-	l.n++
-	l.mu.Unlock()
-}
-
-func (l *leftovers) finish() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n--; l.n == 0 {
-		close(l.done)
-	}
 }
