@@ -718,6 +718,7 @@ func (v *service) termNext() time.Time {
 // renewed when due. Loop only.
 func (v *service) tickTerm(now time.Time) {
 	if !v.termClocked() {
+		v.endSuspension()
 		return
 	}
 	switch v.clock.Tick(now) {
@@ -726,11 +727,24 @@ func (v *service) tickTerm(now time.Time) {
 		v.Suspend(v.clock.Deadline())
 	case driver.Expire:
 		v.expired()
+		v.endSuspension()
 		return
 	}
 	if !v.renewing && !now.Before(v.nextRenew) {
 		v.renewing = true
 		v.serially(v.renew)
+	}
+}
+
+// endSuspension forgets the suspension of a term that has ended (lost,
+// resigned, or its Lease taken), with no event: a suspension is its term's
+// alone, and a service that holds nothing is not suspended, so that
+// election.Supervise, which campaigns again once a suspension is over,
+// does. The loop ticks after every change it makes, so a term's end is
+// followed by this at once. Loop only.
+func (v *service) endSuspension() {
+	if _, ok := v.SuspendedUntil(); ok && v.Held() == nil {
+		v.Resume() // no hold: no Resumed
 	}
 }
 

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -217,5 +218,65 @@ func TestStalledLeaseLosesItsTermAlone(t *testing.T) {
 	}
 	if l, _ := st.a.Term(); l.Token() <= la.Token() {
 		t.Fatalf("a's new token %d, not above its lost term's %d", l.Token(), la.Token())
+	}
+}
+
+// A supervisor whose term is Lost at its Lease's deadline, every request
+// about the Lease stalled, campaigns again on the same election (the
+// election stays usable) and leads again once the requests go through:
+// the term's suspension ends with the term. Before, the election still
+// reported the lost term's suspension, and election.Supervise, which
+// campaigns again only once a suspension is over, waited for good.
+func TestSupervisorLeadsAgainAfterItsLeaseStalled(t *testing.T) {
+	t.Cleanup(func() { noneLeft(t) })
+	const ttl = 3 * time.Second
+	lease := leaseName(t.Name())
+	cs, link := client(t)
+	t.Cleanup(link.Heal)
+	s, err := k8sio.NewSession(cs, k8sio.WithIdentity("stall-supervise"), k8sio.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx, stop := context.WithCancel(background(t))
+	terms := make(chan election.Leadership, 4)
+	ended := make(chan struct{}, 4)
+	supervised := make(chan error, 1)
+	go func() {
+		supervised <- election.Supervise(ctx, func(context.Context) (election.Service, error) {
+			return k8sio.NewElection(cs, namespace, lease, k8sio.WithSession(s))
+		}, "v", func(ctx context.Context, l election.Leadership) error {
+			terms <- l
+			<-ctx.Done()
+			ended <- struct{}{}
+			return nil
+		}, election.WithBackoff(50*time.Millisecond, 200*time.Millisecond))
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-supervised; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Supervise: %v", err)
+		}
+	})
+	var first election.Leadership
+	select {
+	case first = <-terms:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the supervisor did not lead within 20s")
+	}
+	link.PauseMatching(touches(lease))
+	select {
+	case <-ended:
+	case <-time.After(4 * ttl):
+		t.Fatalf("the term's fn still runs %v after every request about its Lease stalled", 4*ttl)
+	}
+	link.Heal()
+	select {
+	case second := <-terms:
+		if second.Token() <= first.Token() {
+			t.Fatalf("the supervisor's second term has token %d, not above the lost term's %d", second.Token(), first.Token())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the supervisor did not lead again within 20s of the Lease's requests going through")
 	}
 }
