@@ -205,7 +205,9 @@ func (v *service) follow(ctx context.Context, name string, deliver func(*coordin
 	})
 }
 
-// mine reports whether l is held in the term h. Loop only.
+// mine reports whether l is held in the term h. Any goroutine: it reads
+// only the session's identity, which never changes (writeTerm calls it
+// off the loop).
 func (v *service) mine(l *coordinationv1.Lease, h *driver.Hold) bool {
 	if l == nil || h == nil || holderOf(l) != v.s.id {
 		return false
