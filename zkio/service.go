@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
@@ -168,14 +169,24 @@ func (svc *service) stopped() error {
 // have one), with value as its data, and returns the grant once it holds;
 // with try, it fails at once with spec.taken if it would wait. A second
 // acquisition of the service waits for the first grant to end. If ctx has
-// ended (or its deadline passed) when it fails, its error is ctx.Err() or
-// wraps it, whatever else it wraps.
+// ended (or its deadline passed) when it fails, its error is ctx.Err()
+// itself where the context's end alone made it fail, as lock.Service
+// promises (a request cut short by it says so only in the log); where the
+// service was also closed or its session lost, the error wraps ctx.Err()
+// and that too.
 func (svc *service) acquire(ctx context.Context, mode rwlock.Mode, value string, try bool) (driver.Hold, error) {
 	h, err := svc.acquireOnce(ctx, mode, value, try)
-	if err != nil {
-		err = ctxFirst(ctx, err)
+	if err == nil {
+		return h, nil
 	}
-	return h, err
+	cerr := ctxtime.Ended(ctx)
+	if cerr != nil && errors.Is(err, cerr) && !errors.Is(err, primitives.ErrClosed) && !errors.Is(err, primitives.ErrLost) {
+		if err != cerr { //nolint:errorlint // is it ctx.Err() itself?
+			svc.s.log.Debug("zkio: acquisition given up", zap.String("path", svc.path), zap.Error(err))
+		}
+		return h, cerr
+	}
+	return h, ctxFirst(ctx, err)
 }
 
 // ctxFirst returns err, made to wrap ctx.Err() too if ctx has ended or its

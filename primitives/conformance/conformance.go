@@ -461,6 +461,17 @@ func errIs(t *testing.T, err, target error, what string) {
 	}
 }
 
+// isCtxErr fails t unless err is target itself, ctx.Err() of a call whose
+// context ended while it waited: the interfaces promise ctx.Err(), as
+// golang.org/x/sync/semaphore does, so that err == ctx.Err() holds as well
+// as errors.Is.
+func isCtxErr(t *testing.T, err, target error, what string) {
+	t.Helper()
+	if err != target { //nolint:errorlint // the promise is ctx.Err() itself
+		t.Fatalf("%s: %v, want ctx.Err() itself (%v)", what, err, target)
+	}
+}
+
 // ok fails t on err.
 func ok(t *testing.T, err error, what string) {
 	t.Helper()

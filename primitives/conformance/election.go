@@ -51,7 +51,7 @@ import (
 //   - ResignTerm: ends only the term it names by Created.
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
 //   - CancelledAtAnyMoment: Campaigns whose contexts end at any step return
-//     an error wrapping the context's, and leave nothing.
+//     ctx.Err() itself, and leave nothing.
 //   - WaiterKeyDeleted: a waiting candidate whose key is deleted fails with
 //     ErrLost within half a TTL.
 //   - OversizedValue: a value over Backend.MaxValue is refused at once with
@@ -372,7 +372,7 @@ func electCancelled(t *testing.T, b Backend) {
 	mustCampaign(t, b, leader, "leader")
 	cctx, cancel := context.WithTimeout(ctx, brief)
 	defer cancel()
-	errIs(t, c.Campaign(cctx, "c"), context.DeadlineExceeded, "Campaign past its deadline")
+	isCtxErr(t, c.Campaign(cctx, "c"), context.DeadlineExceeded, "Campaign past its deadline")
 	if _, leading := c.Term(); leading {
 		t.Fatal("a withdrawn candidate has a term")
 	}

@@ -60,7 +60,7 @@ import (
 //   - WaiterKeyDeleted: a waiter whose key is deleted fails with ErrLost
 //     within half a TTL and blocks nobody.
 //   - CancelledAtAnyMoment: Locks whose contexts end at any step of their
-//     acquisition return an error wrapping the context's, and leave nothing.
+//     acquisition return ctx.Err() itself, and leave nothing.
 //   - GrantTokenNow: a primitives.GrantToken stamps the grant's token as
 //     soon as Lock returns and none once Unlock returns or Do's context
 //     ends for a loss.
@@ -265,7 +265,7 @@ func lockCancelled(t *testing.T, b Backend) {
 	wctx, cancel := context.WithTimeout(b.ctx(t), brief)
 	defer cancel()
 	_, err := w.Lock(wctx)
-	errIs(t, err, context.DeadlineExceeded, "Lock whose deadline passes while it waits")
+	isCtxErr(t, err, context.DeadlineExceeded, "Lock whose deadline passes while it waits")
 	wantAlive(t, w, "after its Lock's deadline passed")
 	ok(t, a.Unlock(b.ctx(t)), "Unlock")
 	lockFree(t, b, c, "after the holder unlocked and the waiter gave up")

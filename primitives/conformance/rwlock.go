@@ -48,7 +48,7 @@ import (
 //   - PausedReaderIsFenced: a writer takes over after the TTL; the paused
 //     reader sees Lost when it resumes.
 //   - CancelledAtAnyMoment: RLocks and Locks whose contexts end at any step
-//     return an error wrapping the context's, and leave nothing.
+//     return ctx.Err() itself, and leave nothing.
 //   - WaiterKeyDeleted: a waiting writer whose key is deleted fails with
 //     ErrLost within half a TTL.
 //   - BadNames: every bad name is refused with ErrInvalidArgument.
@@ -448,7 +448,7 @@ func rwCancelled(t *testing.T, b Backend) {
 	mustWLock(t, b, w)
 	rctx, cancelR := context.WithTimeout(ctx, brief)
 	defer cancelR()
-	errIs(t, takeErr(r.RLock(rctx)), context.DeadlineExceeded, "RLock whose deadline passes while a writer holds")
+	isCtxErr(t, takeErr(r.RLock(rctx)), context.DeadlineExceeded, "RLock whose deadline passes while a writer holds")
 	wantAlive(t, r, "after its RLock's deadline passed")
 	ok(t, w.Unlock(ctx), "Unlock")
 	rwFree(t, b, probe, "after the reader gave up and the writer unlocked")
@@ -460,7 +460,7 @@ func rwCancelled(t *testing.T, b Backend) {
 	writerQueued(t, b, probe)
 	cancelW()
 	_, err := await(t, b, writer, "Lock cancelled while it waits")
-	errIs(t, err, context.Canceled, "Lock cancelled while it waits")
+	isCtxErr(t, err, context.Canceled, "Lock cancelled while it waits")
 	g, err := probe.TryRLock(ctx)
 	ok(t, err, "TryRLock right after the waiting writer withdrew")
 	ok(t, probe.Release(ctx, g), "Release")

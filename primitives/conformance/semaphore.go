@@ -236,7 +236,7 @@ func semCancelled(t *testing.T, b SemaphoreBackend) {
 	bctx, cancel := context.WithTimeout(ctx, brief)
 	defer cancel()
 	_, err = w.Acquire(bctx)
-	errIs(t, err, context.DeadlineExceeded, "Acquire past its deadline")
+	isCtxErr(t, err, context.DeadlineExceeded, "Acquire past its deadline")
 	next := start(func() (semaphore.Grant, error) { return c.Acquire(ctx) })
 	ok(t, a.Release(ctx, ga), "Release")
 	released := time.Now()

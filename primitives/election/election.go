@@ -42,7 +42,8 @@ var (
 type Service interface {
 	// Campaign blocks until this candidate leads, with value as the
 	// leader's value. If ctx ends or anything fails first, the candidacy is
-	// withdrawn and nothing is left behind. A second Campaign of the same
+	// withdrawn and nothing is left behind; if ctx ended, the error is
+	// ctx.Err(). A second Campaign of the same
 	// Service waits until the first term ends.
 	Campaign(ctx context.Context, value string) error
 	// Proclaim changes the leader's value without changing the term or its

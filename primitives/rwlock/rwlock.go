@@ -71,14 +71,16 @@ var (
 
 // Service is a distributed read/write lock.
 type Service interface {
-	// RLock blocks until this owner holds the lock for reading.
+	// RLock blocks until this owner holds the lock for reading. If ctx
+	// ends first it returns ctx.Err() and leaves nothing behind.
 	RLock(ctx context.Context) (Grant, error)
 	// TryRLock acquires for reading only if no writer holds or waits;
 	// otherwise ErrRWLockTaken at once.
 	TryRLock(ctx context.Context) (Grant, error)
 	// RUnlock releases the current read grant; ErrNotHeld if there is none.
 	RUnlock(ctx context.Context) error
-	// Lock blocks until this owner holds the lock for writing.
+	// Lock blocks until this owner holds the lock for writing. If ctx ends
+	// first it returns ctx.Err() and leaves nothing behind.
 	Lock(ctx context.Context) (Grant, error)
 	// TryLock acquires for writing only if nobody holds or waits;
 	// otherwise ErrRWLockTaken at once.
