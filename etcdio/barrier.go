@@ -91,6 +91,10 @@ func (b *etcdBarrier) Release(ctx context.Context) error {
 // which takes gRPC keepalives (clientv3.Config DialKeepAliveTime and
 // DialKeepAliveTimeout; see the package doc).
 func (b *etcdBarrier) Wait(ctx context.Context) error {
+	return ctxtime.Alone(ctx, b.wait(ctx)) // ctx.Err() itself, as barrier.Barrier promises
+}
+
+func (b *etcdBarrier) wait(ctx context.Context) error {
 	if err := driver.ContextErr(ctx); err != nil {
 		return fmt.Errorf("etcdio: %s: wait: %w", b.name, err)
 	}

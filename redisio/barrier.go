@@ -182,9 +182,12 @@ func (b *redisBarrier) Release(ctx context.Context) error {
 // Wait returns once the barrier's key is absent, or once a Release's
 // message arrives (even if the barrier was held again since: Release lets
 // a Wait under way return, unless its subscription was being re-made
-// across the Release and the next Hold); ctx.Err() (wrapped) if ctx ends
-// first.
+// across the Release and the next Hold); ctx.Err() if ctx ends first.
 func (b *redisBarrier) Wait(ctx context.Context) error {
+	return ctxtime.Alone(ctx, b.wait(ctx)) // ctx.Err() itself, as barrier.Barrier promises
+}
+
+func (b *redisBarrier) wait(ctx context.Context) error {
 	if err := driver.ContextErr(ctx); err != nil {
 		return fmt.Errorf("%s: wait: %w", b.name, err)
 	}

@@ -45,7 +45,7 @@ var _ barrier.DoubleBarrier = (*doubleBarrier)(nil)
 // deleted, is gone from the barrier with its key: the next script that
 // looks drops it, so the others neither count nor wait for it. An Enter
 // whose ctx ends, or whose script's reply is lost, takes its key out
-// before it returns an error wrapping ctx.Err() (or the error), unless
+// before it returns ctx.Err() (or an error wrapping the error), unless
 // its round is complete by then: the others may have passed counting it, so it is in,
 // and Enter returns nil. Redis runs the count and the taking out one at a
 // time: a party taken out is never counted. While Redis does not answer,
@@ -86,8 +86,13 @@ func (d *doubleBarrier) keys(key string) []string {
 	return []string{d.v.granted, d.v.queue, d.v.s.key, key}
 }
 
-// Enter counts this party in and waits until count parties have entered.
+// Enter counts this party in and waits until count parties have entered;
+// if ctx ends first, it returns ctx.Err() (see NewDoubleBarrier).
 func (d *doubleBarrier) Enter(ctx context.Context) error {
+	return ctxtime.Alone(ctx, d.enter(ctx)) // ctx.Err() itself, as barrier.DoubleBarrier promises
+}
+
+func (d *doubleBarrier) enter(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.usable(ctx, "enter"); err != nil {
@@ -197,9 +202,13 @@ func (d *doubleBarrier) Enter(ctx context.Context) error {
 }
 
 // Leave takes this party's key out and waits until every party of its
-// round has left or is gone. If ctx ends first it returns an error
-// wrapping ctx.Err(); the party stays out and a later Leave waits again.
+// round has left or is gone. If ctx ends first it returns ctx.Err(); the
+// party stays out and a later Leave waits again.
 func (d *doubleBarrier) Leave(ctx context.Context) error {
+	return ctxtime.Alone(ctx, d.leave(ctx)) // ctx.Err() itself, as barrier.DoubleBarrier promises
+}
+
+func (d *doubleBarrier) leave(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.usable(ctx, "leave"); err != nil {

@@ -176,15 +176,15 @@ func (svc *service) stopped() error {
 // and that too.
 func (svc *service) acquire(ctx context.Context, mode rwlock.Mode, value string, try bool) (driver.Hold, error) {
 	h, err := svc.acquireOnce(ctx, mode, value, try)
-	if err == nil {
+	switch {
+	case err == nil:
 		return h, nil
+	case errors.Is(err, primitives.ErrClosed), errors.Is(err, primitives.ErrLost):
+		return h, ctxFirst(ctx, err)
 	}
-	cerr := ctxtime.Ended(ctx)
-	if cerr != nil && errors.Is(err, cerr) && !errors.Is(err, primitives.ErrClosed) && !errors.Is(err, primitives.ErrLost) {
-		if err != cerr { //nolint:errorlint // is it ctx.Err() itself?
-			svc.s.log.Debug("zkio: acquisition given up", zap.String("path", svc.path), zap.Error(err))
-		}
-		return h, cerr
+	if alone := ctxtime.Alone(ctx, err); alone != err { //nolint:errorlint // ctx.Err() itself in place of err
+		svc.s.log.Debug("zkio: acquisition given up", zap.String("path", svc.path), zap.Error(err))
+		return h, alone
 	}
 	return h, ctxFirst(ctx, err)
 }

@@ -3,6 +3,7 @@ package ctxtime
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 )
@@ -63,6 +64,20 @@ func Ended(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// Alone returns ctx's error itself (see Ended) when err, a call's failure,
+// wraps it: the call gave up because its context ended, and the
+// primitives promise ctx.Err() then, so that err == ctx.Err() holds. Any
+// other err, and nil, is returned as is.
+func Alone(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerr := Ended(ctx); cerr != nil && errors.Is(err, cerr) {
+		return cerr
+	}
+	return err
 }
 
 // WithDone returns a context that ends when ctx does or done is closed,

@@ -2,6 +2,8 @@ package ctxtime
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -26,6 +28,31 @@ func TestEnded(t *testing.T) {
 	defer cancel()
 	if err := Ended(ctx); err != nil {
 		t.Fatalf("context before its deadline: %v", err)
+	}
+}
+
+// Alone gives ctx.Err() itself for a failure that wraps it, and any other
+// failure as it is.
+func TestAlone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	wrapped := fmt.Errorf("list /jobs: %w", context.Canceled)
+	other := errors.New("connection lost")
+	if err := Alone(ctx, wrapped); err != wrapped {
+		t.Fatalf("live context: %v, want the error as it is", err)
+	}
+	cancel()
+	if err := Alone(ctx, wrapped); err != context.Canceled {
+		t.Fatalf("ended context, a failure wrapping its error: %v, want context.Canceled itself", err)
+	}
+	if err := Alone(ctx, other); err != other {
+		t.Fatalf("ended context, another failure: %v, want that failure", err)
+	}
+	if err := Alone(ctx, nil); err != nil {
+		t.Fatalf("no failure: %v", err)
+	}
+	var none context.Context // a nil context has not ended
+	if err := Alone(none, wrapped); err != wrapped {
+		t.Fatalf("nil context: %v, want the error as it is", err)
 	}
 }
 

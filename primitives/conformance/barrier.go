@@ -125,7 +125,7 @@ func barrierWaitBlocks(t *testing.T, b BarrierBackend) {
 	probe := b.NewBarrier(t, name(t))
 	pctx, cancel := briefly(ctx)
 	defer cancel()
-	errIs(t, probe.Wait(pctx), context.DeadlineExceeded, "Wait on a held barrier")
+	isCtxErr(t, probe.Wait(pctx), context.DeadlineExceeded, "Wait on a held barrier")
 	for i, ch := range done {
 		notYet(t, ch, fmt.Sprintf("waiter %d's Wait while held", i))
 	}
@@ -161,10 +161,10 @@ func barrierCancelledWait(t *testing.T, b BarrierBackend) {
 	ok(t, x.Hold(ctx), "Hold")
 	wctx, cancel := briefly(ctx)
 	defer cancel()
-	errIs(t, w.Wait(wctx), context.DeadlineExceeded, "a Wait whose ctx ends")
+	isCtxErr(t, w.Wait(wctx), context.DeadlineExceeded, "a Wait whose ctx ends")
 	cctx, cancelNow := context.WithCancel(ctx)
 	cancelNow()
-	errIs(t, w.Wait(cctx), context.Canceled, "a Wait with a cancelled ctx")
+	isCtxErr(t, w.Wait(cctx), context.Canceled, "a Wait with a cancelled ctx")
 	ok(t, x.Release(ctx), "Release")
 	noKeys(t, b, "after the Release")
 }
@@ -223,7 +223,7 @@ func dbEnterTogether(t *testing.T, b BarrierBackend) {
 	// end, uncounted, and may be called again.
 	pctx, cancel := briefly(ctx)
 	defer cancel()
-	errIs(t, ps[0].Enter(pctx), context.DeadlineExceeded, "Enter with parties missing")
+	isCtxErr(t, ps[0].Enter(pctx), context.DeadlineExceeded, "Enter with parties missing")
 	first := startErr(func() error { return ps[0].Enter(ctx) })
 	second := startErr(func() error { return ps[1].Enter(ctx) })
 	notYet(t, first, "party 0's Enter with a party missing")
@@ -265,7 +265,7 @@ func dbLeaveTogether(t *testing.T, b BarrierBackend) {
 	enterAll(t, b, ctx, ps)
 	lctx, cancel := briefly(ctx)
 	defer cancel()
-	errIs(t, ps[0].Leave(lctx), context.DeadlineExceeded, "Leave while the others stay")
+	isCtxErr(t, ps[0].Leave(lctx), context.DeadlineExceeded, "Leave while the others stay")
 	// Leave may be called again after its ctx ended.
 	first := startErr(func() error { return ps[0].Leave(ctx) })
 	second := startErr(func() error { return ps[1].Leave(ctx) })
@@ -322,7 +322,7 @@ func dbCancelledEnter(t *testing.T, b BarrierBackend) {
 	quitter := b.NewDoubleBarrier(t, name(t), count)
 	qctx, cancel := briefly(ctx)
 	defer cancel()
-	errIs(t, quitter.Enter(qctx), context.DeadlineExceeded, "an Enter alone whose ctx ends")
+	isCtxErr(t, quitter.Enter(qctx), context.DeadlineExceeded, "an Enter alone whose ctx ends")
 	ps := parties(t, b, count, count)
 	enterAll(t, b, ctx, ps) // the quitter, not counted, leaves room for both
 	leaveAll(t, b, ctx, ps)
