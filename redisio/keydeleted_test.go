@@ -66,7 +66,7 @@ func TestTryAfterKeyDeletedLoss(t *testing.T) {
 				if err := admin.Del(ctx, key).Err(); err != nil {
 					t.Fatal(err)
 				}
-				awaitEvent[primitives.Lost](t, events)
+				testkit.NextOf[primitives.Lost](t, events, 10*time.Second)
 				if key, err = try(ctx); err != nil {
 					t.Fatalf("round %d: try right after the Lost of a deleted key: %v", i, err)
 				}

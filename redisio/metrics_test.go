@@ -68,7 +68,7 @@ func TestMetrics(t *testing.T) {
 	if err := admin.Del(ctx, fmt.Sprintf("disco/session/%d", wg.g.LeaseID)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	awaitEvent[primitives.Lost](t, wevents)
+	testkit.NextOf[primitives.Lost](t, wevents, 10*time.Second)
 	// The later grants come without waiting once the lost hold is cleaned
 	// up: one handoff in all.
 	drained := func() {
@@ -88,7 +88,7 @@ func TestMetrics(t *testing.T) {
 	if err := admin.Del(ctx, g.Key).Err(); err != nil {
 		t.Fatal(err)
 	}
-	awaitEvent[primitives.Lost](t, events)
+	testkit.NextOf[primitives.Lost](t, events, 10*time.Second)
 	drained()
 
 	// A grant on a suspended session, then Resumed.
@@ -97,9 +97,9 @@ func TestMetrics(t *testing.T) {
 	}
 	resume := make(chan struct{})
 	testhook.PauseRenewal(s, resume)
-	awaitEvent[primitives.Suspended](t, events)
+	testkit.NextOf[primitives.Suspended](t, events, 10*time.Second)
 	close(resume)
-	awaitEvent[primitives.Resumed](t, events)
+	testkit.NextOf[primitives.Resumed](t, events, 10*time.Second)
 
 	// An election's leader change, counted while someone listens to the
 	// election (here a subscription).
@@ -149,26 +149,5 @@ func TestMetrics(t *testing.T) {
 		}
 		sort.Strings(keys)
 		t.Logf("series:\n%s", strings.Join(keys, "\n"))
-	}
-}
-
-// awaitEvent returns the next event of type E from events.
-func awaitEvent[E primitives.Event](t *testing.T, events <-chan primitives.Event) E {
-	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case e, ok := <-events:
-			if !ok {
-				var zero E
-				t.Fatalf("events closed before a %T", zero)
-			}
-			if e, ok := e.(E); ok {
-				return e
-			}
-		case <-timeout:
-			var zero E
-			t.Fatalf("no %T within 10s", zero)
-		}
 	}
 }

@@ -53,10 +53,10 @@ func TestSuspendAfter(t *testing.T) {
 	}
 	resume := make(chan struct{})
 	testhook.PauseRenewal(s, resume)
-	sus := awaitEvent[primitives.Suspended](t, events)
+	sus := testkit.NextOf[primitives.Suspended](t, events, 10*time.Second)
 	if left := time.Until(sus.Deadline); left < ttl/2+ttl/6 {
 		t.Errorf("Suspended with %v left of a TTL of %v, want about 80%% of it", left, ttl)
 	}
 	close(resume)
-	awaitEvent[primitives.Resumed](t, events)
+	testkit.NextOf[primitives.Resumed](t, events, 10*time.Second)
 }

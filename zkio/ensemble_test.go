@@ -49,7 +49,7 @@ func TestServerFailureKeepsHold(t *testing.T) {
 			z.Stop()
 		}
 	}
-	sus := nextOf[primitives.Suspended](t, events, 20*time.Second)
+	sus := testkit.NextOf[primitives.Suspended](t, events, 20*time.Second)
 	e, _ := readHold(t, events, 20*time.Second)
 	if _, ok := e.(primitives.Resumed); !ok || sus.Created != g.Created {
 		t.Fatalf("after the server died: Suspended %+v then %#v (%v), want Resumed", sus, e, s.Err())
@@ -131,7 +131,7 @@ func TestExpiredSessionNotResumed(t *testing.T) {
 	for czxid(t, mark, "/fault/expired-mark") <= seen {
 	}
 	connected.Stop()
-	sus := nextOf[primitives.Suspended](t, events, 20*time.Second)
+	sus := testkit.NextOf[primitives.Suspended](t, events, 20*time.Second)
 	e, _ := readHold(t, events, 20*time.Second)
 	lost, ok := e.(primitives.Lost)
 	if !ok || sus.Created != g.Created || lost.Created != g.Created || !errors.Is(lost.Err, primitives.ErrLost) {

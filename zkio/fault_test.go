@@ -34,27 +34,6 @@ func newPartition(t *testing.T, server string) (*partition, string) {
 func (p *partition) cut()  { p.px.BlackholeTx(); p.px.BlackholeRx() }
 func (p *partition) heal() { p.px.UnblackholeTx(); p.px.UnblackholeRx() }
 
-// nextOf returns the next event of type E on ch, skipping others.
-func nextOf[E primitives.Event](t *testing.T, ch <-chan primitives.Event, within time.Duration) E {
-	t.Helper()
-	deadline := time.After(within)
-	for {
-		select {
-		case e, ok := <-ch:
-			if !ok {
-				var zero E
-				t.Fatalf("events closed before a %T", zero)
-			}
-			if e, ok := e.(E); ok {
-				return e
-			}
-		case <-deadline:
-			var zero E
-			t.Fatalf("no %T within %v", zero, within)
-		}
-	}
-}
-
 // TestPartitionPastTimeoutLoses: a holder cut off from ZooKeeper for longer
 // than its session timeout is Suspended, then Lost no later than the server
 // can have expired its session; lock.Do's context ends with ErrLost; the
@@ -103,8 +82,8 @@ func TestPartitionPastTimeoutLoses(t *testing.T) {
 	}()
 
 	p.cut()
-	sus := nextOf[primitives.Suspended](t, events, 10*time.Second)
-	lost := nextOf[primitives.Lost](t, events, 10*time.Second)
+	sus := testkit.NextOf[primitives.Suspended](t, events, 10*time.Second)
+	lost := testkit.NextOf[primitives.Lost](t, events, 10*time.Second)
 	if sus.Created != gh.Created || lost.Created != gh.Created || !errors.Is(lost.Err, primitives.ErrLost) {
 		t.Fatalf("Suspended %+v, Lost %+v for grant %+v", sus, lost, gh)
 	}
@@ -154,9 +133,9 @@ func TestShortPartitionResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.cut()
-	sus := nextOf[primitives.Suspended](t, events, 10*time.Second)
+	sus := testkit.NextOf[primitives.Suspended](t, events, 10*time.Second)
 	p.heal()
-	res := nextOf[primitives.Resumed](t, events, 10*time.Second)
+	res := testkit.NextOf[primitives.Resumed](t, events, 10*time.Second)
 	if sus.Created != g.Created || res.Created != g.Created || time.Now().After(sus.Deadline) {
 		t.Fatalf("Suspended %+v, Resumed %+v for %+v (now %v)", sus, res, g, time.Now())
 	}
@@ -238,8 +217,8 @@ func TestLostAtDeadline(t *testing.T) {
 	cutAt := time.Now()
 	p.cut()
 	defer p.heal()
-	sus := nextOf[primitives.Suspended](t, events, 30*time.Second)
-	lost := nextOf[primitives.Lost](t, events, 30*time.Second)
+	sus := testkit.NextOf[primitives.Suspended](t, events, 30*time.Second)
+	lost := testkit.NextOf[primitives.Lost](t, events, 30*time.Second)
 	lostAt := time.Now()
 	if sus.Created != g.Created || lost.Created != g.Created {
 		t.Fatalf("Suspended %+v, Lost %+v for grant %+v", sus, lost, g)
@@ -279,7 +258,7 @@ func TestSuspendAfter(t *testing.T) {
 	resume := make(chan struct{})
 	testhook.PauseRenewal(s, resume)
 	defer close(resume)
-	sus := nextOf[primitives.Suspended](t, events, 10*time.Second)
+	sus := testkit.NextOf[primitives.Suspended](t, events, 10*time.Second)
 	after := time.Since(sus.Deadline.Add(-ttl))
 	if want := time.Duration(part * float64(ttl)); after < want || after > want+time.Second {
 		t.Fatalf("Suspended %v after the last answered request, want %v", after, want)

@@ -166,7 +166,7 @@ func TestElectionFollowSharedPerSession(t *testing.T) {
 		t.Helper()
 		want := primitives.LeaderChanged{Key: l.Key, Value: l.Value, Token: l.Token()}
 		for i, sub := range subs {
-			if got := nextOf[primitives.LeaderChanged](t, sub, 10*time.Second); got != want {
+			if got := testkit.NextOf[primitives.LeaderChanged](t, sub, 10*time.Second); got != want {
 				t.Fatalf("subscription of candidate %d: %+v, want %+v", i, got, want)
 			}
 		}
@@ -233,7 +233,7 @@ func TestElectionFollowStopsWithItsListeners(t *testing.T) {
 	if err := lead.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := nextOf[primitives.LeaderChanged](t, events, 10*time.Second); got != (primitives.LeaderChanged{}) {
+	if got := testkit.NextOf[primitives.LeaderChanged](t, events, 10*time.Second); got != (primitives.LeaderChanged{}) {
 		t.Fatalf("first LeaderChanged after the leader resigned: %+v, want no leader", got)
 	}
 	stop()

@@ -44,16 +44,16 @@ func TestMetrics(t *testing.T) {
 	if err := admin.Delete(g.Key, -1); err != nil {
 		t.Fatal(err)
 	}
-	nextOf[primitives.Lost](t, events, 10*time.Second)
+	testkit.NextOf[primitives.Lost](t, events, 10*time.Second)
 	// A suspension: the server hears nothing until resumed.
 	if _, err := l.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	resume := make(chan struct{})
 	testhook.PauseRenewal(s, resume)
-	nextOf[primitives.Suspended](t, events, 10*time.Second)
+	testkit.NextOf[primitives.Suspended](t, events, 10*time.Second)
 	close(resume)
-	nextOf[primitives.Resumed](t, events, 10*time.Second)
+	testkit.NextOf[primitives.Resumed](t, events, 10*time.Second)
 	// A leader, with a subscriber: an election follows who leads only
 	// while someone listens.
 	e.Subscribe(ctx)

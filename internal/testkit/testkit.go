@@ -204,6 +204,28 @@ func SilentEndpoint(t testing.TB) (addr string, accepted <-chan struct{}) {
 	return ln.Addr().String(), first
 }
 
+// NextOf returns the next event of type E on events, skipping any other,
+// and fails t if events closes or none comes within d.
+func NextOf[E primitives.Event](t testing.TB, events <-chan primitives.Event, d time.Duration) E {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				var zero E
+				t.Fatalf("events closed before a %T", zero)
+			}
+			if e, ok := e.(E); ok {
+				return e
+			}
+		case <-deadline:
+			var zero E
+			t.Fatalf("no %T within %v", zero, d)
+		}
+	}
+}
+
 // NeverSuspended fails t if a Suspended event comes on events within d:
 // a healthy session's renewals go often enough for its suspension point.
 func NeverSuspended(t testing.TB, events <-chan primitives.Event, d time.Duration) {
