@@ -438,7 +438,7 @@ func (v *service) tryStep(c *campaign, ctx context.Context, end func(), left int
 			switch {
 			case err == nil:
 				v.observed(upd, upd.ResourceVersion)
-				v.s.confirmed(sent, time.Now())
+				v.s.confirmed(sent, time.Now(), time.Time{})
 				if v.camp == c {
 					v.grant(c, tok, sent)
 				}
@@ -771,11 +771,15 @@ func (v *service) renew() {
 		v.renewing = false
 		defer v.finished()
 		now := time.Now()
-		if err == nil || errors.Is(err, errGone) {
-			v.s.confirmed(sent, now) // the server answered
-		}
 		cur := v.Held()
-		if cur == nil || cur.Created != h.Created {
+		same := cur != nil && cur.Created == h.Created
+		switch {
+		case err == nil && same && v.termClocked():
+			v.s.confirmed(sent, now, v.clock.Deadline()) // the margin left on the Lease
+		case err == nil || errors.Is(err, errGone):
+			v.s.confirmed(sent, now, time.Time{}) // the server answered
+		}
+		if !same {
 			return // the term ended meanwhile
 		}
 		switch {

@@ -418,18 +418,23 @@ func (s *Session) round(now time.Time) {
 			}
 			return
 		}
-		s.confirmed(now, time.Now())
+		s.confirmed(now, time.Now(), time.Time{})
 	}, nil)
 }
 
 // confirmed records that the API server acknowledged a request of the
-// session sent at sent: a renewal, a take, or an ask of its version.
+// session sent at sent: a renewal, a take, or an ask of its version. The
+// margin reported is the time left before deadline, a renewed Lease's
+// deadline before this renewal; for a zero deadline, the session's.
 // Loop only.
-func (s *Session) confirmed(sent, now time.Time) {
+func (s *Session) confirmed(sent, now, deadline time.Time) {
 	if s.ended {
 		return
 	}
-	s.metrics.Renewed(now.Sub(sent), s.clock.Deadline().Sub(now))
+	if deadline.IsZero() {
+		deadline = s.clock.Deadline()
+	}
+	s.metrics.Renewed(now.Sub(sent), deadline.Sub(now))
 	if s.clock.Renewed(sent, now, 0) == driver.Expire {
 		s.lose(fmt.Errorf("no request acknowledged within the TTL of %v", s.ttl), metrics.CauseLeaseExpired)
 	}

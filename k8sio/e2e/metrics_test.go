@@ -1,0 +1,136 @@
+package e2e_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ahrtr/disco/internal/testkit"
+	"github.com/ahrtr/disco/k8sio"
+	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/election"
+)
+
+// TestMetrics: a session and its election given WithMetrics report a
+// term and its release, a handoff (a term won after waiting behind
+// another candidate's), a loss (the Lease deleted by someone else), a
+// suspension (the Lease's requests unanswered), acknowledged renewals,
+// the loop's mailbox and a change of leader to the registry's series; and
+// the renewal that ends a Lease's suspension reports the time that was
+// left on that Lease, not on the session (which the server's answers to
+// its version asks kept confirming meanwhile).
+func TestMetrics(t *testing.T) {
+	t.Cleanup(func() { noneLeft(t) })
+	ctx := background(t)
+	reg, m := testkit.NewMetrics(t)
+	// Suspended after 6 s unrenewed, Lost after 12; renewals and version
+	// asks every 4 s.
+	const ttl = 12 * time.Second
+	lease := leaseName(t.Name())
+	cs, link := client(t)
+	t.Cleanup(link.Heal)
+	s, err := k8sio.NewSession(cs, k8sio.WithIdentity("metrics"), k8sio.WithTTL(ttl), k8sio.WithMetrics(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	e := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithSession(s)))
+	other := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(admin(), namespace, lease, k8sio.WithIdentity("metrics-other"), k8sio.WithTTL(ttl)))
+	events := e.Subscribe(ctx)
+
+	// A term and its release.
+	mustLead(t, ctx, e, "first")
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A handoff: e waits behind the other candidate's term.
+	mustLead(t, ctx, other, "other")
+	won := make(chan error, 1)
+	go func() { won <- e.Campaign(ctx, "second") }()
+	testkit.Eventually(t, 10*time.Second, "e waiting as a candidate", func() bool {
+		list, err := admin().CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: k8sio.LabelCandidate + "=true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range list.Items {
+			if h := l.Spec.HolderIdentity; h != nil && *h == "metrics" {
+				return true
+			}
+		}
+		return false
+	})
+	if err := other.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil {
+		t.Fatal(err)
+	}
+	// A term lost to someone else's delete of the Lease.
+	if err := admin().CoordinationV1().Leases(namespace).Delete(ctx, lease, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.NextOf[primitives.Lost](t, events, 20*time.Second)
+	// A suspension: the Lease's requests go unanswered until healed, while
+	// the session's version asks go through.
+	mustLead(t, ctx, e, "third")
+	link.PauseMatching(touches(lease))
+	testkit.NextOf[primitives.Suspended](t, events, 20*time.Second)
+	// Healed just after a version ask was answered, so that the renewal
+	// the heal lets through is the one observation until Resumed.
+	_, before := margins(t, reg)
+	testkit.Eventually(t, 10*time.Second, "a version ask answered", func() bool {
+		_, n := margins(t, reg)
+		return n > before
+	})
+	sum0, n0 := margins(t, reg)
+	link.Heal()
+	testkit.NextOf[primitives.Resumed](t, events, 20*time.Second)
+	sum1, n1 := margins(t, reg)
+	if n1-n0 == 1 {
+		// The Lease went unrenewed for at least SuspendAfter (6 s), so at
+		// most 6 s were left on it; the session had just been confirmed,
+		// with nearly 12 s left.
+		if margin := sum1 - sum0; margin > (ttl / 2).Seconds() {
+			t.Errorf("margin of the renewal that resumed the Lease: %.2fs, want at most %v (the Lease's, not the session's)", margin, ttl/2)
+		}
+	} else {
+		t.Errorf("%d renewals acknowledged between the heal and Resumed, want 1", n1-n0)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	testkit.Eventually(t, 10*time.Second, "a leader change", func() bool {
+		return testkit.Gather(t, reg)["disco_leader_changes_total"] >= 1
+	})
+	testkit.WantSeries(t, testkit.Gather(t, reg), map[string]float64{
+		`disco_acquisitions_total{kind="election"}`:               3,
+		`disco_acquire_wait_seconds_count{kind="election"}`:       3,
+		`disco_handoffs_total{kind="election"}`:                   1,
+		`disco_hold_seconds_count{kind="election"}`:               3,
+		`disco_losses_total{cause="key_deleted",kind="election"}`: 1,
+		`disco_suspensions_total`:                                 -1, // the paused Lease; a loaded machine may add more
+		`disco_leader_changes_total`:                              -1,
+		`disco_keepalive_rtt_seconds_count`:                       -1,
+		`disco_lease_margin_seconds_count`:                        -1,
+		`disco_loop_mailbox_depth_count`:                          -1,
+	})
+}
+
+// margins returns the sum and the count of disco_lease_margin_seconds.
+func margins(t *testing.T, reg *prometheus.Registry) (sum float64, n uint64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "disco_lease_margin_seconds" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleSum(), h.GetSampleCount()
+		}
+	}
+	return 0, 0
+}
