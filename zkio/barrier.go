@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/google/uuid"
 
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/primitives/barrier"
 	"github.com/ahrtr/disco/primitives/driver"
 )
@@ -268,10 +269,7 @@ func (b *zkBarrier) Wait(ctx context.Context) error {
 			}
 		}
 	})
-	if ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return ctx.Err()
-	}
-	return err
+	return ctxtime.Alone(ctx, err) // ctx.Err() itself, as barrier.Barrier promises
 }
 
 // spares keeps the watches that calls set and left unfired, one per path,

@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/google/uuid"
 
+	"github.com/ahrtr/disco/internal/ctxtime"
 	"github.com/ahrtr/disco/internal/inflight"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/barrier"
@@ -214,8 +215,8 @@ func (d *zkDoubleBarrier) fail(ctx context.Context, what string, err error) erro
 	switch {
 	case errors.Is(err, barrier.ErrFull), errors.Is(err, barrier.ErrEntered), errors.Is(err, barrier.ErrNotEntered):
 		return fmt.Errorf("zkio: %s: %w", d.name, err)
-	case ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return ctx.Err()
+	case ctxtime.EndedBy(ctx, err) != nil:
+		return ctxtime.EndedBy(ctx, err) // ctx.Err() itself, as barrier.DoubleBarrier promises
 	}
 	return fmt.Errorf("zkio: %s: %s: %w", d.name, what, ctxFirst(ctx, err))
 }

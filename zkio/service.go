@@ -182,9 +182,11 @@ func (svc *service) acquire(ctx context.Context, mode rwlock.Mode, value string,
 	case errors.Is(err, primitives.ErrClosed), errors.Is(err, primitives.ErrLost):
 		return h, ctxFirst(ctx, err)
 	}
-	if alone := ctxtime.Alone(ctx, err); alone != err { //nolint:errorlint // ctx.Err() itself in place of err
-		svc.s.log.Debug("zkio: acquisition given up", zap.String("path", svc.path), zap.Error(err))
-		return h, alone
+	if cerr := ctxtime.EndedBy(ctx, err); cerr != nil {
+		if err != cerr { //nolint:errorlint // is it ctx.Err() itself?
+			svc.s.log.Debug("zkio: acquisition given up", zap.String("path", svc.path), zap.Error(err))
+		}
+		return h, cerr
 	}
 	return h, ctxFirst(ctx, err)
 }

@@ -71,13 +71,22 @@ func Ended(ctx context.Context) error {
 // primitives promise ctx.Err() then, so that err == ctx.Err() holds. Any
 // other err, and nil, is returned as is.
 func Alone(ctx context.Context, err error) error {
+	if cerr := EndedBy(ctx, err); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// EndedBy returns ctx's error itself (see Ended) if err wraps it: the
+// call that failed with err gave up because ctx ended. Otherwise nil.
+func EndedBy(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	if cerr := Ended(ctx); cerr != nil && errors.Is(err, cerr) {
 		return cerr
 	}
-	return err
+	return nil
 }
 
 // WithDone returns a context that ends when ctx does or done is closed,
