@@ -18,10 +18,6 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/fencing"
-	"github.com/ahrtr/disco/internal/ctxtime"
-	"github.com/ahrtr/disco/internal/inflight"
-	"github.com/ahrtr/disco/internal/nilness"
-	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -43,13 +39,13 @@ import (
 // interoperates with client-go's leaderelection.
 func NewElection(cs kubernetes.Interface, namespace, name string, opts ...Option) (election.Service, error) {
 	fail := func(err error) error {
-		return fmt.Errorf("k8sio: new election %s/%s: %w", quote.Name(namespace), quote.Name(name), err)
+		return fmt.Errorf("k8sio: new election %s/%s: %w", driver.QuoteName(namespace), driver.QuoteName(name), err)
 	}
 	o, err := buildOptions(opts)
 	if err != nil {
 		return nil, fail(err)
 	}
-	if nilness.Is(cs) {
+	if driver.IsNil(cs) {
 		return nil, fail(fmt.Errorf("nil client: %w", ErrInvalidArgument))
 	}
 	if err := checkNames(namespace, name); err != nil {
@@ -124,7 +120,7 @@ type service struct {
 	// withdrawals counts the deletes of its Campaigns' records, and the
 	// resigns of terms nobody holds, under way, so that Close waits for
 	// those a Campaign that gave up left to go on without it.
-	withdrawals inflight.Counter
+	withdrawals driver.Inflight
 
 	// Loop only.
 	stop    context.CancelFunc // stops the followers
@@ -134,7 +130,7 @@ type service struct {
 	seenAt  time.Time
 	leader  election.Leadership // the latest told to observers
 	camp    *campaign
-	dropped *inflight.Counter // the last Campaign's leftovers under way: see withdrawCampaign
+	dropped *driver.Inflight // the last Campaign's leftovers under way: see withdrawCampaign
 	// orphan is the token of a take whose Campaign ended without it, and
 	// that may still land (the API server may apply a write after its
 	// client gave up on it): nobody holds that term, so the service
@@ -275,7 +271,7 @@ func (v *service) read(ctx context.Context) (*coordinationv1.Lease, string, erro
 // readUntilDone is read, cut short when the service is done: a read off
 // the loop (Observe's first) must not outlive Close.
 func (v *service) readUntilDone(ctx context.Context) (*coordinationv1.Lease, string, error) {
-	ctx, cancel := ctxtime.WithDone(ctx, v.Done())
+	ctx, cancel := driver.WithDone(ctx, v.Done())
 	defer cancel()
 	return v.read(ctx)
 }
@@ -550,7 +546,7 @@ func (v *service) endCampaignBy(err error, by time.Time) {
 // was lost, or still under way, may go through, and nobody holds that
 // term once the Campaign has ended), each bounded by by; the counter it
 // returns counts what of that is under way. Loop only.
-func (v *service) withdrawCampaign(c *campaign, by time.Time) *inflight.Counter {
+func (v *service) withdrawCampaign(c *campaign, by time.Time) *driver.Inflight {
 	lo := v.dropCampaign(by)
 	// c.tried as it stands once the requests before this one are over: a
 	// take under way when the Campaign ended has set it.
@@ -561,7 +557,7 @@ func (v *service) withdrawCampaign(c *campaign, by time.Time) *inflight.Counter 
 // resignUnheld resigns, serially, the term of tok(), nobody's, read when
 // its turn comes (0: none), bounded by by; lo and withdrawals count it.
 // Loop only.
-func (v *service) resignUnheld(tok func() fencing.Token, by time.Time, lo *inflight.Counter) {
+func (v *service) resignUnheld(tok func() fencing.Token, by time.Time, lo *driver.Inflight) {
 	lo.Add()
 	v.withdrawals.Add()
 	done := func() {
@@ -668,8 +664,8 @@ func (v *service) resignOrphan() {
 // under way has returned. The counter it returns, v.dropped, counts that
 // delete, and the Campaign's other leftovers the caller adds to it. Loop
 // only.
-func (v *service) dropCampaign(by time.Time) *inflight.Counter {
-	lo := new(inflight.Counter)
+func (v *service) dropCampaign(by time.Time) *driver.Inflight {
+	lo := new(driver.Inflight)
 	v.dropped = lo
 	c := v.camp
 	v.camp = nil
@@ -811,7 +807,7 @@ func (v *service) checkValue(what, value string) error {
 		return fmt.Errorf("%s: %s: value of %d bytes, more than %d: %w", v.Spec().Name, what, len(value), MaxValueSize, ErrInvalidArgument)
 	}
 	if !utf8.ValidString(value) {
-		return fmt.Errorf("%s: %s: value %s is not valid UTF-8: %w", v.Spec().Name, what, quote.Name(value), ErrInvalidArgument)
+		return fmt.Errorf("%s: %s: value %s is not valid UTF-8: %w", v.Spec().Name, what, driver.QuoteName(value), ErrInvalidArgument)
 	}
 	return nil
 }
@@ -863,7 +859,7 @@ func (v *service) Campaign(ctx context.Context, value string) error {
 // before the Campaign lets the service's next one in (Leave), so that it
 // withdraws this Campaign, not that one: the loop runs posts in order.
 func (v *service) withdraw(r actor.Reply[driver.Hold]) {
-	handed := make(chan *inflight.Counter, 1)
+	handed := make(chan *driver.Inflight, 1)
 	if !v.s.mb.Post(func() {
 		if c := v.camp; c != nil && c.reply == r {
 			handed <- v.withdrawCampaign(c, time.Now().Add(opTimeout))
@@ -1135,7 +1131,7 @@ func (v *service) closeRequests() {
 	cur := v.cur
 	request(v.s, ctx, cancel, func(ctx context.Context) (result, error) {
 		var r result
-		pause := ctxtime.NewBackoff(v.retryAfter(), opTimeout/5)
+		pause := driver.NewBackoff(v.retryAfter(), opTimeout/5)
 		for {
 			failed := steps[:0]
 			var errs []error

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
-	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // follow delivers the state of the Lease name, and every change of it,
@@ -25,7 +25,7 @@ func follow(ctx context.Context, leases coordinationv1client.LeaseInterface, nam
 	for ctx.Err() == nil {
 		list, err := leases.List(ctx, metav1.ListOptions{FieldSelector: sel})
 		if err != nil {
-			if !ctxtime.Sleep(ctx, backoff) {
+			if !driver.Sleep(ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, time.Second)
@@ -38,7 +38,7 @@ func follow(ctx context.Context, leases coordinationv1client.LeaseInterface, nam
 		}
 		w, err := leases.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
 		if err != nil {
-			if !ctxtime.Sleep(ctx, backoff) {
+			if !driver.Sleep(ctx, backoff) {
 				return
 			}
 			continue

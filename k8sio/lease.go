@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ahrtr/disco/fencing"
-	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/primitives"
+	"github.com/ahrtr/disco/primitives/driver"
 	"github.com/ahrtr/disco/primitives/election"
 )
 
@@ -64,7 +64,7 @@ var minVersion = [2]int{1, 35}
 // without candidateMark.
 func checkNames(namespace, name string) error {
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
-		return fmt.Errorf("namespace %s: %s: %w", quote.Name(namespace), strings.Join(errs, "; "), ErrInvalidArgument)
+		return fmt.Errorf("namespace %s: %s: %w", driver.QuoteName(namespace), strings.Join(errs, "; "), ErrInvalidArgument)
 	}
 	switch {
 	case name == "":
@@ -72,10 +72,10 @@ func checkNames(namespace, name string) error {
 	case len(name) > validation.DNS1123SubdomainMaxLength-candidateSuffix:
 		return fmt.Errorf("name of %d bytes, more than %d: %w", len(name), validation.DNS1123SubdomainMaxLength-candidateSuffix, ErrInvalidArgument)
 	case strings.Contains(name, candidateMark):
-		return fmt.Errorf("name %s: %q is reserved for candidates' records: %w", quote.Name(name), candidateMark, ErrInvalidArgument)
+		return fmt.Errorf("name %s: %q is reserved for candidates' records: %w", driver.QuoteName(name), candidateMark, ErrInvalidArgument)
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return fmt.Errorf("name %s is not a Lease name: %s: %w", quote.Name(name), strings.Join(errs, "; "), ErrInvalidArgument)
+		return fmt.Errorf("name %s is not a Lease name: %s: %w", driver.QuoteName(name), strings.Join(errs, "; "), ErrInvalidArgument)
 	}
 	return nil
 }

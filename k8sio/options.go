@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/ahrtr/disco/internal/quote"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives/driver"
 )
@@ -101,7 +100,7 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if !utf8.ValidString(o.identity) {
 		// AnnotationTerm names the holder in JSON, which cannot hold it.
-		return o, fmt.Errorf("identity %s is not valid UTF-8: %w", quote.Name(o.identity), ErrInvalidArgument)
+		return o, fmt.Errorf("identity %s is not valid UTF-8: %w", driver.QuoteName(o.identity), ErrInvalidArgument)
 	}
 	return o, nil
 }

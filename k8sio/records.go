@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ahrtr/disco/internal/ctxtime"
+	"github.com/ahrtr/disco/primitives/driver"
 )
 
 // A waiting candidate's record is a Lease of its own (see the package
@@ -88,7 +88,7 @@ func (v *service) deleteRecord(name string, creating <-chan struct{}, by time.Ti
 			return
 		}
 	}
-	pause := ctxtime.NewBackoff(v.retryAfter(), opTimeout/5)
+	pause := driver.NewBackoff(v.retryAfter(), opTimeout/5)
 	for {
 		err := v.leases.Delete(ctx, name, metav1.DeleteOptions{})
 		if err == nil || apierrors.IsNotFound(err) {

@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ahrtr/disco/actor"
-	"github.com/ahrtr/disco/internal/nilness"
 	"github.com/ahrtr/disco/metrics"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/driver"
@@ -94,7 +93,7 @@ func NewSession(cs kubernetes.Interface, opts ...Option) (*Session, error) {
 }
 
 func newSession(cs kubernetes.Interface, o options) (*Session, error) {
-	if nilness.Is(cs) {
+	if driver.IsNil(cs) {
 		return nil, fmt.Errorf("k8sio: nil client: %w", ErrInvalidArgument)
 	}
 	id := o.identity
@@ -131,11 +130,11 @@ func CheckServer(ctx context.Context, cs kubernetes.Interface) error {
 	if ctx == nil {
 		return fmt.Errorf("k8sio: check the API server: nil context: %w", ErrInvalidArgument)
 	}
-	if nilness.Is(cs) {
+	if driver.IsNil(cs) {
 		return fmt.Errorf("k8sio: nil client: %w", ErrInvalidArgument)
 	}
 	d := cs.Discovery()
-	if nilness.Is(d) || nilness.Is(d.RESTClient()) {
+	if driver.IsNil(d) || driver.IsNil(d.RESTClient()) {
 		return fmt.Errorf("k8sio: the client has no REST client to ask the API server's version with (client-go's fake clientset has none): %w", ErrInvalidArgument)
 	}
 	raw, err := d.RESTClient().Get().AbsPath("/version").Do(ctx).Raw()

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
@@ -66,7 +65,7 @@ func TestCloseRetriesAFailedResign(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 30 * time.Second // the lease duration a closed leader would block others for
-	e := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithTTL(ttl), k8sio.WithIdentity("close-resign-fails")))
+	e := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithTTL(ttl), k8sio.WithIdentity("close-resign-fails")))
 	mustLead(t, ctx, e, "v")
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
@@ -128,7 +127,7 @@ func TestCloseRetriesTheResignOfALostTake(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 30 * time.Second // the lease duration a leaderless term blocks others for
-	e := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithTTL(ttl), k8sio.WithIdentity("close-lost-take")))
+	e := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithTTL(ttl), k8sio.WithIdentity("close-lost-take")))
 	events := e.Subscribe(ctx)
 	campaigned := make(chan error, 1)
 	go func() { campaigned <- e.Campaign(ctx, "v") }()

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 	"github.com/ahrtr/disco/primitives"
 )
@@ -56,7 +55,7 @@ func TestLostAtDeadlineWhileRequestsHang(t *testing.T) {
 	put := func(r *http.Request) bool { return r.Method == http.MethodPut }
 
 	link.Pause()
-	testkit.Eventually(t, 10*time.Second, "a renewal held at the pause", func() bool { return link.Held(put) > 0 })
+	eventually(t, 10*time.Second, "a renewal held at the pause", func() bool { return link.Held(put) > 0 })
 	ev, _ := nextEvent(t, events, 2*ttl)
 	if s, ok := ev.(primitives.Suspended); !ok || s.Token != l.Token() {
 		t.Fatalf("event %#v while the renewals hang, want Suspended", ev)
@@ -75,7 +74,7 @@ func TestLostAtDeadlineWhileRequestsHang(t *testing.T) {
 		}
 		nextWon <- time.Now()
 	}()
-	testkit.Eventually(t, 10*time.Second, "the successor waiting", func() bool { return len(records(t, "deadline-next")) == 1 })
+	eventually(t, 10*time.Second, "the successor waiting", func() bool { return len(records(t, "deadline-next")) == 1 })
 	link.Pause()
 	ev, _ = nextEvent(t, events, 2*ttl)
 	s, ok := ev.(primitives.Suspended)
@@ -84,7 +83,7 @@ func TestLostAtDeadlineWhileRequestsHang(t *testing.T) {
 	}
 	// Suspended, a request is bounded by the deadline alone: the next
 	// renewal hangs until then.
-	testkit.Eventually(t, ttl, "a renewal held at the pause after Suspended", func() bool { return link.Held(put) > 0 })
+	eventually(t, ttl, "a renewal held at the pause after Suspended", func() bool { return link.Held(put) > 0 })
 	ev, at := nextEvent(t, events, 2*ttl)
 	if lost, ok := ev.(primitives.Lost); !ok || lost.Token != l.Token() {
 		t.Fatalf("event %#v after Suspended, want Lost", ev)

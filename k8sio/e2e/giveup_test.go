@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 	"github.com/ahrtr/disco/primitives/election"
 )
@@ -31,12 +30,12 @@ func TestCampaignGivesUpWhileServerSilent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	w := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithSession(s)))
+	w := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithSession(s)))
 	cctx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	campaigned := make(chan error, 1)
 	go func() { campaigned <- w.Campaign(cctx, "w") }()
-	testkit.Eventually(t, 10*time.Second, "a record while the candidate waits", func() bool {
+	eventually(t, 10*time.Second, "a record while the candidate waits", func() bool {
 		return len(records(t, "silent-waiter")) == 1
 	})
 	link.Pause()
@@ -85,12 +84,12 @@ func TestSessionCloseBoundWhileServerRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, held, k8sio.WithSession(s)))
-	b := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, waited, k8sio.WithSession(s)))
+	a := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, held, k8sio.WithSession(s)))
+	b := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, waited, k8sio.WithSession(s)))
 	mustLead(t, ctx, a, "a")
 	campaigned := make(chan error, 1)
 	go func() { campaigned <- b.Campaign(ctx, "b") }()
-	testkit.Eventually(t, 10*time.Second, "a record while b waits", func() bool {
+	eventually(t, 10*time.Second, "a record while b waits", func() bool {
 		return len(records(t, "refuses-session")) == 1
 	})
 	link.Cut()

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 )
 
@@ -103,7 +102,7 @@ func TestLostRecordCreateAnswer(t *testing.T) {
 				}
 				return
 			}
-			testkit.Eventually(t, 10*time.Second, "the record's create tried again", func() bool { return creates.Load() >= 2 })
+			eventually(t, 10*time.Second, "the record's create tried again", func() bool { return creates.Load() >= 2 })
 			if rs := records(t, id); len(rs) != 1 {
 				t.Fatalf("%d records of one waiting candidate, want 1", len(rs))
 			}
@@ -113,7 +112,7 @@ func TestLostRecordCreateAnswer(t *testing.T) {
 			if err := <-won; err != nil {
 				t.Fatal(err)
 			}
-			testkit.Eventually(t, 10*time.Second, "no record left after the candidate won", func() bool { return len(records(t, id)) == 0 })
+			eventually(t, 10*time.Second, "no record left after the candidate won", func() bool { return len(records(t, id)) == 0 })
 			if failDelete.Load() {
 				t.Fatal("the record's delete was never tried")
 			}

@@ -4,10 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
@@ -24,7 +22,7 @@ import (
 func TestMetrics(t *testing.T) {
 	t.Cleanup(func() { noneLeft(t) })
 	ctx := background(t)
-	reg, m := testkit.NewMetrics(t)
+	reg, m := newMetrics(t)
 	// Suspended after 6 s unrenewed, Lost after 12; renewals and version
 	// asks every 4 s.
 	const ttl = 12 * time.Second
@@ -36,8 +34,8 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	e := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithSession(s)))
-	other := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(admin(), namespace, lease, k8sio.WithIdentity("metrics-other"), k8sio.WithTTL(ttl)))
+	e := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithSession(s)))
+	other := closedAtEnd[election.Service](t)(k8sio.NewElection(admin(), namespace, lease, k8sio.WithIdentity("metrics-other"), k8sio.WithTTL(ttl)))
 	events := e.Subscribe(ctx)
 
 	// A term and its release.
@@ -49,7 +47,7 @@ func TestMetrics(t *testing.T) {
 	mustLead(t, ctx, other, "other")
 	won := make(chan error, 1)
 	go func() { won <- e.Campaign(ctx, "second") }()
-	testkit.Eventually(t, 10*time.Second, "e waiting as a candidate", func() bool {
+	eventually(t, 10*time.Second, "e waiting as a candidate", func() bool {
 		list, err := admin().CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: k8sio.LabelCandidate + "=true"})
 		if err != nil {
 			t.Fatal(err)
@@ -71,41 +69,40 @@ func TestMetrics(t *testing.T) {
 	if err := admin().CoordinationV1().Leases(namespace).Delete(ctx, lease, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testkit.NextOf[primitives.Lost](t, events, 20*time.Second)
+	nextOf[primitives.Lost](t, events, 20*time.Second)
 	// A suspension: the Lease's requests go unanswered until healed, while
 	// the session's version asks go through.
 	mustLead(t, ctx, e, "third")
 	link.PauseMatching(touches(lease))
-	testkit.NextOf[primitives.Suspended](t, events, 20*time.Second)
+	nextOf[primitives.Suspended](t, events, 20*time.Second)
 	// Healed just after a version ask was answered, so that the renewal
 	// the heal lets through is the one observation until Resumed.
-	_, before := margins(t, reg)
-	testkit.Eventually(t, 10*time.Second, "a version ask answered", func() bool {
-		_, n := margins(t, reg)
-		return n > before
-	})
-	sum0, n0 := margins(t, reg)
+	const count, sum = "disco_lease_margin_seconds_count", "disco_lease_margin_seconds_sum"
+	before := series(t, reg)[count]
+	eventually(t, 10*time.Second, "a version ask answered", func() bool { return series(t, reg)[count] > before })
+	s0 := series(t, reg)
 	link.Heal()
-	testkit.NextOf[primitives.Resumed](t, events, 20*time.Second)
-	sum1, n1 := margins(t, reg)
-	if n1-n0 == 1 {
+	nextOf[primitives.Resumed](t, events, 20*time.Second)
+	s1 := series(t, reg)
+	if n := s1[count] - s0[count]; n == 1 {
 		// The Lease went unrenewed for at least SuspendAfter (6 s), so at
 		// most 6 s were left on it; the session had just been confirmed,
 		// with nearly 12 s left.
-		if margin := sum1 - sum0; margin > (ttl / 2).Seconds() {
+		if margin := s1[sum] - s0[sum]; margin > (ttl / 2).Seconds() {
 			t.Errorf("margin of the renewal that resumed the Lease: %.2fs, want at most %v (the Lease's, not the session's)", margin, ttl/2)
 		}
 	} else {
-		t.Errorf("%d renewals acknowledged between the heal and Resumed, want 1", n1-n0)
+		t.Errorf("%v renewals acknowledged between the heal and Resumed, want 1", n)
 	}
 	if err := e.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
 
-	testkit.Eventually(t, 10*time.Second, "a leader change", func() bool {
-		return testkit.Gather(t, reg)["disco_leader_changes_total"] >= 1
+	eventually(t, 10*time.Second, "a leader change", func() bool {
+		return series(t, reg)["disco_leader_changes_total"] >= 1
 	})
-	testkit.WantSeries(t, testkit.Gather(t, reg), map[string]float64{
+	got := series(t, reg)
+	for name, want := range map[string]float64{
 		`disco_acquisitions_total{kind="election"}`:               3,
 		`disco_acquire_wait_seconds_count{kind="election"}`:       3,
 		`disco_handoffs_total{kind="election"}`:                   1,
@@ -116,21 +113,9 @@ func TestMetrics(t *testing.T) {
 		`disco_keepalive_rtt_seconds_count`:                       -1,
 		`disco_lease_margin_seconds_count`:                        -1,
 		`disco_loop_mailbox_depth_count`:                          -1,
-	})
-}
-
-// margins returns the sum and the count of disco_lease_margin_seconds.
-func margins(t *testing.T, reg *prometheus.Registry) (sum float64, n uint64) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "disco_lease_margin_seconds" {
-			h := mf.GetMetric()[0].GetHistogram()
-			return h.GetSampleSum(), h.GetSampleCount()
+	} { // a negative want: at least 1
+		if v := got[name]; (want < 0 && v < 1) || (want >= 0 && v != want) {
+			t.Errorf("%s = %v, want %v", name, v, want)
 		}
 	}
-	return 0, 0
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 )
 
@@ -35,7 +34,7 @@ func TestObserveEndsAtClose(t *testing.T) {
 		return req.Method == http.MethodGet && strings.Contains(req.URL.RawQuery, "fieldSelector") &&
 			!strings.Contains(req.URL.RawQuery, "watch")
 	}
-	testkit.Eventually(t, 10*time.Second, "Observe's read waits at the pause", func() bool { return link.Held(list) > 0 })
+	eventually(t, 10*time.Second, "Observe's read waits at the pause", func() bool { return link.Held(list) > 0 })
 	closed := make(chan error, 1)
 	go func() { closed <- e.Close() }()
 	select {
@@ -73,7 +72,7 @@ func TestResignGivenUpWhileTheLoopWaits(t *testing.T) {
 	}
 	link.Pause()
 	update := func(req *http.Request) bool { return req.Method == http.MethodPut }
-	testkit.Eventually(t, 20*time.Second, "a renewal held at the pause", func() bool { return link.Held(update) > 0 })
+	eventually(t, 20*time.Second, "a renewal held at the pause", func() bool { return link.Held(update) > 0 })
 	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	err = e.Resign(rctx)
 	cancel()

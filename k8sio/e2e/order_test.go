@@ -10,7 +10,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 	"github.com/ahrtr/disco/primitives/election"
 )
@@ -46,12 +45,12 @@ func TestCampaignGivenUpDuringItsTakeLeavesNothing(t *testing.T) {
 		return r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/leases/"+lease)
 	}
 	link.PauseMatching(take)
-	e := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithIdentity("given-up-take")))
+	e := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithIdentity("given-up-take")))
 	cctx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	campaigned := make(chan error, 1)
 	go func() { campaigned <- e.Campaign(cctx, "v") }()
-	testkit.Eventually(t, 10*time.Second, "the take held", func() bool { return link.Held(take) > 0 })
+	eventually(t, 10*time.Second, "the take held", func() bool { return link.Held(take) > 0 })
 	giveUp()
 	select {
 	case err := <-campaigned:
@@ -62,7 +61,7 @@ func TestCampaignGivenUpDuringItsTakeLeavesNothing(t *testing.T) {
 		t.Fatalf("Campaign given up during its take did not return within %v", prompt)
 	}
 	link.Heal() // the take goes through now, then the resign of its term
-	testkit.Eventually(t, 10*time.Second, "the Lease taken once, then free", func() bool {
+	eventually(t, 10*time.Second, "the Lease taken once, then free", func() bool {
 		h, tr := leaseState(t, lease)
 		return tr == 1 && h == ""
 	})

@@ -12,7 +12,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 	"github.com/ahrtr/disco/primitives/election"
 )
@@ -91,7 +90,7 @@ func TestLateTakeAfterCampaignGaveUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithIdentity("late-take"))) // the default TTL, 10 s
+	e := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithIdentity("late-take"))) // the default TTL, 10 s
 	campaigned := giveUpAtTake(t, ctx, e, lt.arrived)
 	close(lt.abandon)
 	if err := <-campaigned; !errors.Is(err, context.Canceled) {
@@ -102,7 +101,7 @@ func TestLateTakeAfterCampaignGaveUp(t *testing.T) {
 	if *lt.status != http.StatusOK {
 		t.Fatalf("the late take was answered %d, not applied: the test shows nothing", *lt.status)
 	}
-	testkit.Eventually(t, 5*time.Second, "the late take's term resigned (half the lease duration)", func() bool {
+	eventually(t, 5*time.Second, "the late take's term resigned (half the lease duration)", func() bool {
 		l, err := leases.Get(ctx, lease, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -153,7 +152,7 @@ func TestGaveUpTakeResignFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 30 * time.Second // the lease duration a leaderless term blocks others for
-	e := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithTTL(ttl), k8sio.WithIdentity("gave-up-resign-fails")))
+	e := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lease, k8sio.WithTTL(ttl), k8sio.WithIdentity("gave-up-resign-fails")))
 	campaigned := giveUpAtTake(t, ctx, e, held.arrived)
 	// The caller leaves once its grace has passed, the loop still busy
 	// with the held take; its withdrawal goes on without it.
@@ -161,8 +160,8 @@ func TestGaveUpTakeResignFails(t *testing.T) {
 		t.Fatalf("Campaign given up: %v, want context.Canceled", err)
 	}
 	close(held.release) // the take lands, and its resign fails
-	testkit.Eventually(t, 10*time.Second, "the take and its resign sent", func() bool { return puts.Load() >= 2 })
-	testkit.Eventually(t, 10*time.Second, "the term resigned, well within its lease duration of "+ttl.String(), func() bool {
+	eventually(t, 10*time.Second, "the take and its resign sent", func() bool { return puts.Load() >= 2 })
+	eventually(t, 10*time.Second, "the term resigned, well within its lease duration of "+ttl.String(), func() bool {
 		l, err := leases.Get(ctx, lease, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ahrtr/disco/fencing"
 	"github.com/ahrtr/disco/fencing/guard"
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
@@ -119,7 +118,7 @@ func TestCampaignRaceHeldTakeLoses(t *testing.T) {
 	within(t, held.arrived, 10*time.Second, "a's take held at its client")
 	lb := mustLead(t, ctx, b, "b")
 	close(held.release) // a's take, conditioned on the version b's take was, reaches the server
-	testkit.Eventually(t, 10*time.Second, "a waiting (its record written)", func() bool { return len(records(t, "race-a")) == 1 })
+	eventually(t, 10*time.Second, "a waiting (its record written)", func() bool { return len(records(t, "race-a")) == 1 })
 	select {
 	case err := <-aWon:
 		t.Fatalf("a's Campaign returned %v while b leads with token %d", err, lb.Token())

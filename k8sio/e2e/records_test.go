@@ -11,7 +11,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/election"
@@ -62,14 +61,14 @@ func TestCandidateRecords(t *testing.T) {
 	}
 	won := make(chan error, 1)
 	go func() { won <- waiter.Campaign(ctx, "w") }()
-	testkit.Eventually(t, 10*time.Second, "a record while the candidate waits", func() bool { return len(records(t, "records-waiter")) == 1 })
+	eventually(t, 10*time.Second, "a record while the candidate waits", func() bool { return len(records(t, "records-waiter")) == 1 })
 	if err := leader.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-won; err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 10*time.Second, "no record left after the candidate won", func() bool { return len(records(t, "records-waiter")) == 0 })
+	eventually(t, 10*time.Second, "no record left after the candidate won", func() bool { return len(records(t, "records-waiter")) == 0 })
 	leader.Close()
 	waiter.Close()
 }
@@ -129,7 +128,7 @@ func TestWaitingCandidateRenewsItsRecord(t *testing.T) {
 	won := make(chan error, 1)
 	go func() { won <- waiter.Campaign(ctx, "w") }()
 	var first time.Time
-	testkit.Eventually(t, 10*time.Second, "a record with a renewTime", func() bool {
+	eventually(t, 10*time.Second, "a record with a renewTime", func() bool {
 		r := recordOf(t, "renew-waiter")
 		if r == nil || r.Spec.RenewTime == nil {
 			return false
@@ -140,7 +139,7 @@ func TestWaitingCandidateRenewsItsRecord(t *testing.T) {
 		first = r.Spec.RenewTime.Time
 		return true
 	})
-	testkit.Eventually(t, 3*interopTTL, "the record renewed", func() bool {
+	eventually(t, 3*interopTTL, "the record renewed", func() bool {
 		r := recordOf(t, "renew-waiter")
 		return r != nil && r.Spec.RenewTime != nil && r.Spec.RenewTime.After(first)
 	})
@@ -192,7 +191,7 @@ func TestCrashedCandidateRecordSwept(t *testing.T) {
 		return w.e
 	}
 	for _, id := range []string{"swept-crashed", "swept-a", "swept-b"} {
-		testkit.Eventually(t, 10*time.Second, "record of "+id, func() bool { return recordOf(t, id) != nil })
+		eventually(t, 10*time.Second, "record of "+id, func() bool { return recordOf(t, id) != nil })
 	}
 	link.Cut()
 	if err := <-crashedDone; err == nil {
@@ -204,7 +203,7 @@ func TestCrashedCandidateRecordSwept(t *testing.T) {
 	}
 	// Until its record is stale by this process's clock, which its
 	// sweeper shares, and a margin.
-	testkit.Eventually(t, 20*interopTTL, "the crashed record stale", func() bool {
+	eventually(t, 20*interopTTL, "the crashed record stale", func() bool {
 		r := recordOf(t, "swept-crashed")
 		return r.Spec.RenewTime != nil && time.Since(r.Spec.RenewTime.Time) > 3*interopTTL+interopTTL/4
 	})
@@ -212,7 +211,7 @@ func TestCrashedCandidateRecordSwept(t *testing.T) {
 		t.Fatal(err)
 	}
 	winner := win()
-	testkit.Eventually(t, 10*time.Second, "the crashed candidate's record deleted", func() bool { return recordOf(t, "swept-crashed") == nil })
+	eventually(t, 10*time.Second, "the crashed candidate's record deleted", func() bool { return recordOf(t, "swept-crashed") == nil })
 	loser := "swept-a"
 	if winner == a {
 		loser = "swept-b"
@@ -267,7 +266,7 @@ func TestStalledRecordRenewalKeepsTheSession(t *testing.T) {
 	defer waiter.Close()
 	won := make(chan error, 1)
 	go func() { won <- waiter.Campaign(ctx, "w") }()
-	testkit.Eventually(t, 10*time.Second, "the waiter's record", func() bool { return recordOf(t, "stalled-waiter") != nil })
+	eventually(t, 10*time.Second, "the waiter's record", func() bool { return recordOf(t, "stalled-waiter") != nil })
 	// Four TTLs: a renewal due every other round, each stalled.
 	select {
 	case err := <-won:
@@ -311,7 +310,7 @@ func TestCloseOnSharedSessionDeletesRecord(t *testing.T) {
 	}
 	campaigned := make(chan error, 1)
 	go func() { campaigned <- w.Campaign(ctx, "w") }()
-	testkit.Eventually(t, 10*time.Second, "a record while the candidate waits", func() bool {
+	eventually(t, 10*time.Second, "a record while the candidate waits", func() bool {
 		return len(records(t, "close-shared-waiter")) == 1
 	})
 	if err := w.Close(); err != nil {

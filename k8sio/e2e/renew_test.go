@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 )
 
@@ -26,7 +25,7 @@ func TestHealthySessionNeverSuspended(t *testing.T) {
 	if err := e.Campaign(ctx, "v"); err != nil {
 		t.Fatal(err)
 	}
-	testkit.NeverSuspended(t, events, 2*ttl) // two TTLs: several rounds
+	neverSuspended(t, events, 2*ttl) // two TTLs: several rounds
 	if err := e.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}

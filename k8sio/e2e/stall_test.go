@@ -10,7 +10,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/k8sio"
 	"github.com/ahrtr/disco/k8sio/e2e/faults"
 	"github.com/ahrtr/disco/primitives"
@@ -94,8 +93,8 @@ func stalledPair(t *testing.T, id string, ttl time.Duration, bLeads bool) stalle
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	a := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, la, k8sio.WithSession(s)))
-	b := testkit.ClosedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lb, k8sio.WithSession(s)))
+	a := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, la, k8sio.WithSession(s)))
+	b := closedAtEnd[election.Service](t)(k8sio.NewElection(cs, namespace, lb, k8sio.WithSession(s)))
 	mustLead(t, ctx, a, "a")
 	if bLeads {
 		mustLead(t, ctx, b, "b")
@@ -111,7 +110,7 @@ func stalledPair(t *testing.T, id string, ttl time.Duration, bLeads bool) stalle
 		_ = a.Proclaim(ctx, "a2")
 	}()
 	t.Cleanup(func() { <-proclaimed })
-	testkit.Eventually(t, 10*time.Second, "a request about a's Lease held", func() bool { return link.Held(touchesA) > 0 })
+	eventually(t, 10*time.Second, "a request about a's Lease held", func() bool { return link.Held(touchesA) > 0 })
 	return st
 }
 
@@ -138,7 +137,7 @@ func TestStalledElectionHoldsUpNoOther(t *testing.T) {
 	eventWithin(t, events, "b's Acquired", func(ev primitives.Event) bool { _, ok := ev.(primitives.Acquired); return ok })
 
 	// Well past the 5 s bound of a's requests and past b's suspension point.
-	testkit.NeverSuspended(t, events, time.Until(stalled.Add(8*time.Second)))
+	neverSuspended(t, events, time.Until(stalled.Add(8*time.Second)))
 	if l, ok := b.Term(); !ok || l.Value != "b3" {
 		t.Fatalf("b's term after a's requests stalled for 8 s: %+v, %v; want leading with b3", l, ok)
 	}
@@ -208,7 +207,7 @@ func TestStalledLeaseLosesItsTermAlone(t *testing.T) {
 		t.Fatalf("a's election done after its term was Lost at its deadline: %v", err)
 	}
 	withinPrompt(t, ctx, "b's Campaign once a's term is Lost", func(ctx context.Context) error { return st.b.Campaign(ctx, "b") })
-	testkit.NeverSuspended(t, st.bEvents, 2*ttl)
+	neverSuspended(t, st.bEvents, 2*ttl)
 	if err := st.s.Err(); err != nil {
 		t.Fatalf("the session ended, its only Lease's requests stalled, the API server answering it otherwise: %v", err)
 	}

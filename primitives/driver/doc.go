@@ -18,6 +18,11 @@
 //   - Config is the option set every backend offers, with one meaning and
 //     one default: WithTTL, WithSuspendAfter, WithCancelOnSuspend,
 //     WithMetrics, WithLogger, WithContext (WithSession is each backend's).
+//   - QuoteName, IsNil, Inflight, Backoff, Sleep and WithDone are what the
+//     backends share beyond the engine: how a name shows in an error, how
+//     a constructor tells a typed nil client, how Close waits for requests
+//     left under way, how retries are paced. A backend outside this module
+//     (k8sio is one) needs nothing but this package.
 //
 // A driver speaks only its store: how to enqueue a key, wait for its turn,
 // derive a token, delete the key, renew the lease. Its session runs one
