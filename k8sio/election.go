@@ -770,7 +770,7 @@ func (v *service) renew() {
 		cur := v.Held()
 		same := cur != nil && cur.Created == h.Created
 		switch {
-		case err == nil && same && v.termClocked():
+		case err == nil && same: // v.clock is the term's
 			v.s.confirmed(sent, now, v.clock.Deadline()) // the margin left on the Lease
 		case err == nil || errors.Is(err, errGone):
 			v.s.confirmed(sent, now, time.Time{}) // the server answered

@@ -23,13 +23,13 @@ func TestMetrics(t *testing.T) {
 	t.Cleanup(func() { noneLeft(t) })
 	ctx := background(t)
 	reg, m := newMetrics(t)
-	// Suspended after 6 s unrenewed, Lost after 12; renewals and version
-	// asks every 4 s.
-	const ttl = 12 * time.Second
+	// Suspended after 3 s unrenewed, Lost after 12; renewals and version
+	// asks every 2 s.
+	const ttl, suspendAfter = 12 * time.Second, 3 * time.Second
 	lease := leaseName(t.Name())
 	cs, link := client(t)
 	t.Cleanup(link.Heal)
-	s, err := k8sio.NewSession(cs, k8sio.WithIdentity("metrics"), k8sio.WithTTL(ttl), k8sio.WithMetrics(m))
+	s, err := k8sio.NewSession(cs, k8sio.WithIdentity("metrics"), k8sio.WithTTL(ttl), k8sio.WithSuspendAfter(0.25), k8sio.WithMetrics(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +85,11 @@ func TestMetrics(t *testing.T) {
 	nextOf[primitives.Resumed](t, events, 20*time.Second)
 	s1 := series(t, reg)
 	if n := s1[count] - s0[count]; n == 1 {
-		// The Lease went unrenewed for at least SuspendAfter (6 s), so at
-		// most 6 s were left on it; the session had just been confirmed,
-		// with nearly 12 s left.
-		if margin := s1[sum] - s0[sum]; margin > (ttl / 2).Seconds() {
-			t.Errorf("margin of the renewal that resumed the Lease: %.2fs, want at most %v (the Lease's, not the session's)", margin, ttl/2)
+		// The Lease went unrenewed for at least suspendAfter, so at most
+		// 9 s were left on it; the session had just been confirmed, with
+		// nearly 12 s left.
+		if margin := s1[sum] - s0[sum]; margin > (ttl - suspendAfter).Seconds() {
+			t.Errorf("margin of the renewal that resumed the Lease: %.2fs, want at most %v (the Lease's, not the session's)", margin, ttl-suspendAfter)
 		}
 	} else {
 		t.Errorf("%v renewals acknowledged between the heal and Resumed, want 1", n)
