@@ -41,6 +41,8 @@ type SemaphoreBackend struct {
 //     is not told of a mismatch); MaxPermits permits work.
 //   - CancelledAcquireLeavesNothing: an Acquire past its deadline returns
 //     ctx.Err() and blocks nobody.
+//   - CancelledAtAnyMoment: Acquires of one permit whose contexts end at
+//     any step return ctx.Err() itself, and leave nothing.
 //   - Events: Acquired and Released for the grant; the Service, a
 //     primitives.GrantScoper, names the grant's slot scope while it is
 //     held and none once it is released.
@@ -68,6 +70,7 @@ func TestSemaphore(t *testing.T, b SemaphoreBackend) {
 	law(t, "PermitMismatch", func(t *testing.T) { semMismatch(t, b) })
 	law(t, "BadPermits", func(t *testing.T) { semBadPermits(t, b) })
 	law(t, "CancelledAcquireLeavesNothing", func(t *testing.T) { semCancelled(t, b) })
+	law(t, "CancelledAtAnyMoment", func(t *testing.T) { semCancelledAnyMoment(t, b) })
 	law(t, "Events", func(t *testing.T) { semEvents(t, b) })
 	law(t, "CloseReleasesPromptly", func(t *testing.T) { semClose(t, b) })
 	law(t, "KillSession", func(t *testing.T) { semKillSession(t, b) })
@@ -75,6 +78,23 @@ func TestSemaphore(t *testing.T, b SemaphoreBackend) {
 	law(t, "GrantTokenNow", func(t *testing.T) { semGrantTokenNow(t, b) })
 	law(t, "EndedContextKeepsHold", func(t *testing.T) { semEndedContext(t, b) })
 	law(t, "NilContext", func(t *testing.T) { semNilContext(t, b) })
+}
+
+func semCancelledAnyMoment(t *testing.T, b SemaphoreBackend) {
+	cancelledAnyMoment(t, b.Backend, func() owner {
+		s := b.sem(t, 1)
+		var held semaphore.Grant // an owner takes and lets go on one goroutine
+		return owner{
+			take: func(ctx context.Context) error {
+				g, err := s.Acquire(ctx)
+				if err == nil {
+					held = g
+				}
+				return err
+			},
+			letGo: func(ctx context.Context) error { return s.Release(ctx, held) },
+		}
+	})
 }
 
 func (b SemaphoreBackend) sem(t *testing.T, n int) semaphore.Service {
