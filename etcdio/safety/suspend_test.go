@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ahrtr/disco/etcdio"
+	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
 )
@@ -21,27 +22,6 @@ func partition(t *testing.T, i int) (heal func()) {
 	return func() {
 		px.UnpauseTx()
 		px.UnpauseRx()
-	}
-}
-
-// waitEvent returns the next event of type E on events, skipping others.
-func waitEvent[E primitives.Event](t *testing.T, events <-chan primitives.Event, d time.Duration) E {
-	t.Helper()
-	timeout := time.After(d)
-	for {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				var zero E
-				t.Fatalf("events closed while waiting for %T", zero)
-			}
-			if e, ok := ev.(E); ok {
-				return e
-			}
-		case <-timeout:
-			var zero E
-			t.Fatalf("no %T within %v", zero, d)
-		}
 	}
 }
 
@@ -64,12 +44,12 @@ func TestSuspendedThenResumed(t *testing.T) {
 		t.Fatal(err)
 	}
 	heal := partition(t, 0)
-	sus := waitEvent[primitives.Suspended](t, events, 6*time.Second)
+	sus := testkit.NextOf[primitives.Suspended](t, events, 6*time.Second)
 	heal()
 	if sus.Created != g.Created || sus.Token != g.Token() {
 		t.Fatalf("Suspended %+v for another grant than %+v", sus, g)
 	}
-	res := waitEvent[primitives.Resumed](t, events, time.Until(sus.Deadline))
+	res := testkit.NextOf[primitives.Resumed](t, events, time.Until(sus.Deadline))
 	if res.Created != g.Created {
 		t.Fatalf("Resumed %+v for another grant", res)
 	}
@@ -114,8 +94,8 @@ func TestSuspendedThenLost(t *testing.T) {
 	}()
 	heal := partition(t, 0)
 	defer heal()
-	sus := waitEvent[primitives.Suspended](t, events, 5*time.Second)
-	lost := waitEvent[primitives.Lost](t, events, 10*time.Second)
+	sus := testkit.NextOf[primitives.Suspended](t, events, 5*time.Second)
+	lost := testkit.NextOf[primitives.Lost](t, events, 10*time.Second)
 	if lost.Created != g.Created || !errors.Is(lost.Err, primitives.ErrLost) {
 		t.Fatalf("Lost %+v, want the grant's loss", lost)
 	}
