@@ -247,24 +247,60 @@ func (g *globals) closeBounded(closePrimitive func(), b backend) {
 type etcdBackend struct {
 	g   *globals
 	cli *clientv3.Client
+	s   *etcdio.Session // the lease of the primitive made on b; nil before
 }
 
 func (b *etcdBackend) name() string { return "etcd" }
 
-func (b *etcdBackend) opts(ctx context.Context, cancelOnSuspend bool) []etcdio.Option {
-	o := b.g.options(ctx)
+// session grants the lease of the primitive disco makes on b, with --ttl,
+// the grant bounded by ctx. etcd raises a TTL below its minimum (one and a
+// half election timeouts, in whole seconds) to that minimum, and the hold
+// lives by the TTL granted: a crashed disco's hold outlives it by that, and
+// CMD is stopped before that may run out, not --ttl. disco says so on
+// stderr, once per lease, as it does of ZooKeeper's session timeout.
+func (b *etcdBackend) session(ctx context.Context) (*etcdio.Session, error) {
+	s, err := etcdio.NewSession(b.cli, b.g.options(ctx)...)
+	if err != nil {
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner // etcdio's words, without its "NewSession" (the primitive's name goes there)
+		}
+		return nil, err
+	}
+	b.s = s
+	if granted := s.TTL(); granted != b.g.ttl {
+		fmt.Fprintf(b.g.stderr, "disco: warning: etcd granted a lease TTL of %v, not the --ttl %v asked for (etcd raises a TTL to at least one and a half election timeouts): a hold outlives a crashed disco by %v\n",
+			granted, b.g.ttl, granted)
+	}
+	return s, nil
+}
+
+// opts returns the options of a primitive on b's lease, made within ctx.
+func (b *etcdBackend) opts(ctx context.Context, cancelOnSuspend bool) ([]etcdio.Option, error) {
+	s, err := b.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	o := []etcdio.Option{etcdio.WithSession(s), etcdio.WithContext(ctx)}
 	if cancelOnSuspend {
 		o = append(o, etcdio.WithCancelOnSuspend())
 	}
-	return o
+	return o, nil
 }
 
 func (b *etcdBackend) newLock(ctx context.Context, name, value string, cos bool) (lock.Service, error) {
-	return etcdio.NewLock(b.cli, name, append(b.opts(ctx, cos), etcdio.WithValue(value))...)
+	o, err := b.opts(ctx, cos)
+	if err != nil {
+		return nil, fmt.Errorf("etcdio: new lock %s: %w", quote.Name(name), err)
+	}
+	return etcdio.NewLock(b.cli, name, append(o, etcdio.WithValue(value))...)
 }
 
 func (b *etcdBackend) newElection(ctx context.Context, name string, cos bool) (election.Service, error) {
-	return etcdio.NewElection(b.cli, name, b.opts(ctx, cos)...)
+	o, err := b.opts(ctx, cos)
+	if err != nil {
+		return nil, fmt.Errorf("etcdio: new election %s: %w", quote.Name(name), err)
+	}
+	return etcdio.NewElection(b.cli, name, o...)
 }
 
 func (b *etcdBackend) status(ctx context.Context, name, kind string) (*report, error) {
@@ -275,7 +311,27 @@ func (b *etcdBackend) where(name string) string {
 	return fmt.Sprintf("keys under etcd prefix %q", keyPrefix(name))
 }
 
-func (b *etcdBackend) close() { b.cli.Close() }
+// close revokes b's lease, if it has one, waiting for etcd at most the
+// command timeout, and closes the client, which ends the revoke then.
+func (b *etcdBackend) close() {
+	if b.s == nil {
+		b.cli.Close()
+		return
+	}
+	revoked := make(chan struct{})
+	go func() {
+		defer close(revoked)
+		b.s.Close()
+	}()
+	bound := time.NewTimer(b.g.commandTimeout)
+	defer bound.Stop()
+	select {
+	case <-revoked:
+	case <-bound.C:
+	}
+	b.cli.Close()
+	<-revoked
+}
 
 // zkBackend is ZooKeeper, through one session that its primitives share.
 type zkBackend struct {

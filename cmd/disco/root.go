@@ -146,7 +146,7 @@ of NAME/sub are not NAME's.`,
 	}
 	f := root.PersistentFlags()
 	f.StringSliceVar(&g.endpoints, "endpoints", def, "the service, comma-separated: etcd host:port (or etcd://, http://), zk://host:port,..., or redis://host:port/db; "+envEndpoints+" or "+embedded.EnvEndpoints+" sets the default")
-	f.DurationVar(&g.ttl, "ttl", 10*time.Second, "TTL of lock and election sessions (the lease, at most 2500000h on etcd; on ZooKeeper the session timeout, at most 596h, which the server keeps between its minSessionTimeout and maxSessionTimeout: disco warns when it grants another), whole seconds: how long a hold outlives a crashed disco")
+	f.DurationVar(&g.ttl, "ttl", 10*time.Second, "TTL of lock and election sessions (the lease, at most 2500000h on etcd, which raises it to at least 1.5 election timeouts; on ZooKeeper the session timeout, at most 596h, which the server keeps between its minSessionTimeout and maxSessionTimeout: disco warns when either grants another), whole seconds: how long a hold outlives a crashed disco")
 	f.BoolVar(&g.json, "json", false, "machine-readable output of status, observe and elect without CMD: one JSON object per line")
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "report progress (waiting, acquired, released) on stderr")
 	f.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "give up when the service does not answer within this")
