@@ -66,8 +66,11 @@ func WithValue(value string) Option {
 
 // WithTTL sets the lease's time to live: whole seconds, at least one. After
 // the owner stops sending keepalives (it crashed, paused or was cut off), its
-// holds end at most TTL later. Not allowed together with WithSession, whose
-// session already has its TTL.
+// holds end at most TTL later. etcd raises a TTL below its minimum (one and
+// a half election timeouts, rounded up to whole seconds: 2s with etcd's
+// default election timeout of 1s) to that minimum; Session.TTL and a
+// grant's TTL are the TTL granted. Not allowed together with WithSession,
+// whose session already has its TTL.
 func WithTTL(d time.Duration) Option {
 	return func(o *options) { o.TTL, o.TTLSet = d, true }
 }
