@@ -131,6 +131,9 @@ func TestDoubleBarrierLeaveKeepsNextRoundsReady(t *testing.T) {
 	left := make(chan error, 1)
 	go func() { left <- b.Leave(ctx) }() // b waits for a, the lowest
 	testkit.Eventually(t, 10*time.Second, "b's key deleted", func() bool { return countKeys(t, cli, key+"/waiters") == 1 })
+	t.Cleanup(func() { // the keys the test writes have no lease: a rerun (-count) would find them
+		_, _ = cli.Delete(context.Background(), key+"/", clientv3.WithPrefix())
+	})
 	if _, err := cli.Put(ctx, key+"/waiters/next-round", ""); err != nil {
 		t.Fatal(err)
 	}
