@@ -226,8 +226,8 @@ func (g *globals) connect(ctx context.Context, endpoints []string) (*clientv3.Cl
 	return cli, nil
 }
 
-// options returns the etcdio options of a primitive disco holds: its TTL,
-// and construction (the lease grant) bounded by the command timeout.
+// options returns the etcdio options of the session disco's primitive
+// holds by: its TTL, and the lease grant bounded by ctx.
 func (g *globals) options(ctx context.Context) []etcdio.Option {
 	return []etcdio.Option{etcdio.WithTTL(g.ttl), etcdio.WithContext(ctx)}
 }
