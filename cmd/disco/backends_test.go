@@ -473,6 +473,23 @@ func testTTLWarned(t *testing.T, store []string, ttls []time.Duration, warning f
 	}
 }
 
+// A --ttl over the longest lease etcd grants (9e9 seconds, 2500000h) is
+// bad usage, said as such before disco connects, as ZooKeeper's limit is;
+// the longest works.
+func TestEtcdTTLOverServerLimit(t *testing.T) {
+	name := nameOf(t)
+	for _, args := range [][]string{{"lock", name, "--", "true"}, {"elect", name, "v"}, {"observe", name}} {
+		code, stdout, stderr := runDisco(t, 15*time.Second, append([]string{"--ttl", "2500001h"}, args...)...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, "2500001h0m0s") || !strings.Contains(stderr, "invalid argument") {
+			t.Errorf("--ttl 2500001h %s: exit status %d, stdout %q, stderr %q; want %d naming the TTL as invalid", args[0], code, stdout, stderr, exitUsage)
+		}
+	}
+	code, stdout, stderr := runDisco(t, 15*time.Second, "--ttl", "2500000h", "lock", name, "--", "echo", "ran")
+	if code != 0 || stdout != "ran\n" {
+		t.Errorf("--ttl 2500000h: exit status %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
 // Under nohup (SIGHUP ignored when disco starts), a closed terminal's
 // SIGHUP neither ends disco nor reaches CMD: disco stays deaf to it, as
 // nohup asks; SIGTERM still ends it.
