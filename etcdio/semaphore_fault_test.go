@@ -21,20 +21,7 @@ import (
 // lostWithin waits for the Lost of the grant created at created on events.
 func lostWithin(t *testing.T, events <-chan primitives.Event, created int64, d time.Duration) primitives.Lost {
 	t.Helper()
-	timeout := time.After(d)
-	for {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				t.Fatal("events closed before Lost")
-			}
-			if lost, ok := ev.(primitives.Lost); ok && lost.Created == created {
-				return lost
-			}
-		case <-timeout:
-			t.Fatalf("no Lost within %v", d)
-		}
-	}
+	return testkit.NextWhere(t, events, d, func(l primitives.Lost) bool { return l.Created == created })
 }
 
 // notHeld fails t unless s says g is no longer held: s was told its hold

@@ -208,6 +208,14 @@ func SilentEndpoint(t testing.TB) (addr string, accepted <-chan struct{}) {
 // and fails t if events closes or none comes within d.
 func NextOf[E primitives.Event](t testing.TB, events <-chan primitives.Event, d time.Duration) E {
 	t.Helper()
+	return NextWhere(t, events, d, func(E) bool { return true })
+}
+
+// NextWhere returns the next event of type E on events for which match is
+// true, skipping any other, and fails t if events closes or none comes
+// within d.
+func NextWhere[E primitives.Event](t testing.TB, events <-chan primitives.Event, d time.Duration, match func(E) bool) E {
+	t.Helper()
 	deadline := time.After(d)
 	for {
 		select {
@@ -216,7 +224,7 @@ func NextOf[E primitives.Event](t testing.TB, events <-chan primitives.Event, d 
 				var zero E
 				t.Fatalf("events closed before a %T", zero)
 			}
-			if e, ok := e.(E); ok {
+			if e, ok := e.(E); ok && match(e) {
 				return e
 			}
 		case <-deadline:
