@@ -121,7 +121,7 @@ func TestTrailingSlash(t *testing.T) {
 // up when WithContext's context ends.
 func TestUnreachable(t *testing.T) {
 	t.Parallel()
-	port, err := testserver.FreePort()
+	port, err := testserver.ReservePort()
 	if err != nil {
 		t.Fatal(err)
 	}

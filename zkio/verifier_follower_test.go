@@ -38,7 +38,7 @@ func startPeerEnsemble(t *testing.T) *peerEnsemble {
 	if java == "" || cp == "" {
 		testserver.Missing(t, "ZooKeeper (with a Java runtime)", testserver.ZooKeeperInstall)
 	}
-	ports, err := testserver.FreePorts(9)
+	ports, err := testserver.ReservePorts(9)
 	if err != nil {
 		t.Fatal(err)
 	}

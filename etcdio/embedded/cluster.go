@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/ahrtr/disco/internal/faultproxy"
+	"github.com/ahrtr/disco/internal/ports"
 )
 
 // DefaultClusterSize is the number of members StartCluster starts when asked
@@ -42,6 +43,7 @@ type Cluster struct {
 	o       options
 	root    string
 	members []*Member
+	ports   *ports.Reservation // every member's, held until Close
 
 	mu     sync.Mutex
 	closed bool
@@ -80,9 +82,10 @@ type Member struct {
 type Proxy = faultproxy.Proxy
 
 // StartCluster starts a cluster of size members (DefaultClusterSize when
-// size is 0) on free loopback ports, with data in a new temporary directory,
-// and returns once every member is ready to serve (normally about a second
-// for three members; at most the start timeout). On error nothing is left
+// size is 0) on reserved loopback ports (see the package documentation),
+// with data in a new temporary directory, and returns once every member is
+// ready to serve (normally about a second for three members; at most the
+// start timeout). On error nothing is left
 // running and the directory has been removed. Call Close when done.
 func StartCluster(size int, opts ...Option) (*Cluster, error) {
 	if size == 0 {
@@ -105,7 +108,8 @@ func StartCluster(size int, opts ...Option) (*Cluster, error) {
 			_ = os.RemoveAll(root)
 			return nil, err
 		}
-		// A port was taken between picking and binding it: start afresh.
+		// A port was taken, by a process that does not reserve ports,
+		// between picking and binding it: start afresh.
 		if rerr := removeChildren(root); rerr != nil {
 			_ = os.RemoveAll(root)
 			return nil, errors.Join(err, rerr)
@@ -128,15 +132,17 @@ func removeChildren(dir string) error {
 
 func startCluster(o options, root string, size int) (*Cluster, error) {
 	const perMember = 5 // client, peer, metrics, client proxy, peer proxy
-	ports, err := freePorts(perMember * size)
+	// Reserved, not merely free: a member restarts on the same ports.
+	reserved, err := ports.Reserve(perMember * size)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("embedded: %w", err)
 	}
-	c := &Cluster{o: o, root: root}
+	picked := reserved.Ports()
+	c := &Cluster{o: o, root: root, ports: reserved}
 	peers := make([]string, size)
 	for i := range size {
 		m := &Member{c: c, index: i}
-		p := ports[perMember*i:]
+		p := picked[perMember*i:]
 		m.spec = memberSpec{
 			name:    fmt.Sprintf("m%d", i),
 			dir:     filepath.Join(root, fmt.Sprintf("m%d", i)),
@@ -159,7 +165,9 @@ func startCluster(o options, root string, size int) (*Cluster, error) {
 	}
 
 	fail := func(err error) (*Cluster, error) {
-		return nil, errors.Join(err, c.stopAll())
+		err = errors.Join(err, c.stopAll())
+		reserved.Release()
+		return nil, err
 	}
 	for _, m := range c.members {
 		if err := m.start(); err != nil {
@@ -269,6 +277,7 @@ func (c *Cluster) Close() error {
 	}
 	c.closed = true
 	err := c.stopAll()
+	c.ports.Release()
 	if rerr := os.RemoveAll(c.root); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("embedded: removing data directory: %w", rerr))
 	}

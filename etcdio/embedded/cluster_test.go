@@ -3,11 +3,15 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ahrtr/disco/internal/ports"
 )
 
 func newTestCluster(t *testing.T) *Cluster {
@@ -296,4 +300,38 @@ func TestClusterPeerProxies(t *testing.T) {
 	if m := c.Member(0); (&Member{}).PeerProxy() != nil || m.Proxy() == m.PeerProxy() {
 		t.Error("PeerProxy of a member without one, or the client proxy")
 	}
+}
+
+// A stopped member's ports must stay its own until it restarts: any
+// connection made on the machine may take a port of the kernel's ephemeral
+// range as its local end, so none of a member's ports may come from there.
+// (The old ports, kernel-picked, failed this, and a member once could not
+// restart: "faultproxy: listen on 127.0.0.1:37895: ... address already in
+// use".)
+func TestClusterPortsOutsideKernelRange(t *testing.T) {
+	c, err := StartCluster(1, WithPeerProxies())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("cluster Close: %v", err)
+		}
+	})
+	m := c.Member(0)
+	kernel := ports.EphemeralStart()
+	for _, u := range []url.URL{m.spec.client, m.spec.peer, m.spec.metrics, m.proxyURL, m.peerProxyURL} {
+		p, err := strconv.Atoi(u.Port())
+		if err != nil || p >= kernel {
+			t.Errorf("member port %s is in the kernel's ephemeral range (from %d)", u.Host, kernel)
+		}
+	}
+	stop(t, m)
+	restart(t, m)
+	cli, err := c.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient(t, cli)
+	putEventually(t, cli, "k", "v")
 }

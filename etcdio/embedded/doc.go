@@ -26,9 +26,12 @@
 // [NewClient] and the NewClient methods log nothing. (gRPC's process-wide
 // logger is left alone; by default it only prints errors.)
 //
-// Ports are chosen by asking the kernel for free loopback ports just before
-// the servers bind them; should another process take one in between, the
-// start is retried with fresh ports.
+// Ports are loopback ports below the kernel's ephemeral range, reserved for
+// the server or cluster until Close: the kernel never gives them to another
+// socket, and other servers started by this package in any process never
+// pick them, so a stopped member restarts on its own ports. Should a process
+// that picks ports otherwise take one before a start binds it, the start is
+// retried with fresh ports.
 //
 // etcd registers its Prometheus metrics in the process-wide default registry,
 // so the metrics endpoint of any embedded member reports the totals of every

@@ -17,28 +17,6 @@ import (
 // a port picked as free was taken before etcd could bind it.
 const maxPortAttempts = 5
 
-// freePorts asks the kernel for n distinct free TCP ports on 127.0.0.1. The
-// listeners are held open together (so the ports are distinct) and closed
-// before returning, leaving the ports for the caller to bind.
-func freePorts(n int) ([]int, error) {
-	lns := make([]net.Listener, 0, n)
-	defer func() {
-		for _, ln := range lns {
-			_ = ln.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("embedded: reserving a free port: %w", err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // isAddrInUse reports whether err says that a port was already taken.
 func isAddrInUse(err error) bool {
 	return errors.Is(err, syscall.EADDRINUSE) || (err != nil && strings.Contains(err.Error(), "address already in use"))

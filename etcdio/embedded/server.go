@@ -9,6 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/ahrtr/disco/internal/ports"
 )
 
 // Server is a running single-member etcd cluster. Its methods are safe for
@@ -17,14 +19,16 @@ type Server struct {
 	root    string
 	spec    memberSpec
 	etcd    *embed.Etcd
+	ports   *ports.Reservation
 	closeMu sync.Mutex
 	closed  bool
 	err     error
 }
 
-// Start starts a single-member etcd cluster on free loopback ports, with its
-// data in a new temporary directory, and returns once the member is ready to
-// serve requests (normally well under a second; at most the start timeout).
+// Start starts a single-member etcd cluster on reserved loopback ports (see
+// the package documentation), with its data in a new temporary directory,
+// and returns once the member is ready to serve requests (normally well
+// under a second; at most the start timeout).
 // On error nothing is left running and the directory has been removed.
 // Call Close when done.
 func Start(opts ...Option) (*Server, error) {
@@ -52,30 +56,33 @@ func Start(opts ...Option) (*Server, error) {
 }
 
 func startServer(o *options, root string) (*Server, error) {
-	ports, err := freePorts(3)
+	reserved, err := ports.Reserve(3)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("embedded: %w", err)
 	}
+	p := reserved.Ports()
 	spec := memberSpec{
 		name:    "embedded",
 		dir:     filepath.Join(root, "member"),
-		client:  loopbackURL(ports[0]),
-		peer:    loopbackURL(ports[1]),
-		metrics: loopbackURL(ports[2]),
+		client:  loopbackURL(p[0]),
+		peer:    loopbackURL(p[1]),
+		metrics: loopbackURL(p[2]),
 		token:   filepath.Base(root),
 	}
 	spec.initialCluster = spec.name + "=" + spec.peer.String()
 	e, err := o.startEtcd(spec)
 	if err != nil {
+		reserved.Release()
 		return nil, err
 	}
 	ctx, cancel := o.startTimeoutContext()
 	defer cancel()
 	if err := waitReady(ctx, spec.name, e); err != nil {
 		e.Close()
+		reserved.Release()
 		return nil, err
 	}
-	return &Server{root: root, spec: spec, etcd: e}, nil
+	return &Server{root: root, spec: spec, etcd: e, ports: reserved}, nil
 }
 
 // Endpoints returns the client URLs to pass to clientv3.Config.Endpoints.
@@ -115,6 +122,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	s.etcd.Close()
+	s.ports.Release()
 	if err := os.RemoveAll(s.root); err != nil {
 		s.err = fmt.Errorf("embedded: removing data directory: %w", err)
 	}

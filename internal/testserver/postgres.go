@@ -120,11 +120,11 @@ func LaunchPostgres() (*PostgresServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A port free when picked may be taken by another process (tests of
-	// other packages run at the same time) before the server binds it: try
+	// The port is reserved (no other test server or kernel-picked port
+	// takes it), but a process that binds ports by number may hold it: try
 	// again with a fresh one.
 	for attempt := 1; ; attempt++ {
-		port, err := FreePort()
+		port, err := ReservePort()
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err

@@ -37,9 +37,9 @@ type redisConfig struct{ aof bool }
 // snapshots): a restart forgets every key.
 func WithoutAOF() RedisOption { return func(c *redisConfig) { c.aof = false } }
 
-// StartRedis starts redis-server on a free loopback port with a fresh
-// directory, by default with appendonly yes, appendfsync always and no
-// snapshots, and waits until it answers PING. It skips t (or fails it under
+// StartRedis starts redis-server on a reserved loopback port (ReservePorts)
+// with a fresh directory, by default with appendonly yes, appendfsync always
+// and no snapshots, and waits until it answers PING. It skips t (or fails it under
 // DISCO_REQUIRE_SERVERS=1) when redis-server is not installed, and stops the
 // server when t ends.
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
@@ -71,13 +71,13 @@ func LaunchRedis(dir string, opts ...RedisOption) (*Redis, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	// A port free when picked may be taken by another process (tests of
-	// other packages run at the same time) before redis-server binds it:
-	// try again with a fresh one.
+	// The port is reserved (no other test server or kernel-picked port
+	// takes it), but a process that binds ports by number may hold it: try
+	// again with a fresh one.
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
 		var port int
-		if port, err = FreePort(); err != nil {
+		if port, err = ReservePort(); err != nil {
 			return nil, fmt.Errorf("redis: free port: %w", err)
 		}
 		r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, bin: bin}

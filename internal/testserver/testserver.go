@@ -1,6 +1,6 @@
 // Package testserver holds what the tests' helpers for real servers
 // (PostgreSQL, ZooKeeper, Redis) share: where to find a binary, the rule for
-// a server that is not installed, free loopback ports, and an unprivileged
+// a server that is not installed, reserved loopback ports, and an unprivileged
 // user to run a server as when the tests run as root.
 //
 // The rule: a test that needs a server that is not installed is skipped with
@@ -11,10 +11,12 @@ package testserver
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
+
+	"github.com/ahrtr/disco/internal/ports"
 )
 
 // RequireEnv, set to 1, makes a missing server fail its tests instead of
@@ -56,29 +58,30 @@ func LookPath(names ...string) string {
 	return ""
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1: the listeners
-// are held open together, so no port is handed out twice, and closed
-// before returning. Another process may still take one before its user
-// binds it; a caller that starts a server retries with fresh ports.
-func FreePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+// ReservePorts returns n distinct loopback TCP ports reserved for the rest
+// of the process (see package ports): a server stopped on one can start on
+// it again, for no other socket takes it meanwhile.
+func ReservePorts(n int) ([]int, error) {
+	r, err := ports.Reserve(n)
+	if err != nil {
+		return nil, err
 	}
-	return ports, nil
+	reservedMu.Lock()
+	defer reservedMu.Unlock()
+	reserved = append(reserved, r) // keeps the locks' files from being collected
+	return r.Ports(), nil
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+var (
+	reservedMu sync.Mutex
+	reserved   []*ports.Reservation
+)
+
+// ReservePort is ReservePorts for one port.
+func ReservePort() (int, error) {
+	p, err := ReservePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p[0], nil
 }

@@ -116,9 +116,9 @@ func LaunchZooKeeperOn(root string, n int, jvm ZooKeeperJVM) ([]*ZooKeeper, erro
 	if java == "" || cp == "" {
 		return nil, fmt.Errorf("ZooKeeper (with a Java runtime): %w", ErrNotInstalled)
 	}
-	// A port free when picked may be taken by another process (tests of
-	// other packages run at the same time) before ZooKeeper binds it: try
-	// again with fresh ports.
+	// The port is reserved (no other test server or kernel-picked port
+	// takes it), but a process that binds ports by number may hold one: try
+	// again with fresh ones.
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
 		var zks []*ZooKeeper
@@ -132,7 +132,7 @@ func LaunchZooKeeperOn(root string, n int, jvm ZooKeeperJVM) ([]*ZooKeeper, erro
 func launchZooKeeper(root string, n int, java, cp string, jvm ZooKeeperJVM) ([]*ZooKeeper, error) {
 	type ports struct{ client, peer, election int }
 	ps := make([]ports, n)
-	free, err := FreePorts(3 * n)
+	free, err := ReservePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
