@@ -11,7 +11,6 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
-	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/lock"
@@ -81,7 +80,7 @@ func revokeWithCheckFailing(t *testing.T, held func(l lock.Service), then func(c
 	}
 	resume := make(chan struct{})
 	defer close(resume)
-	testhook.PauseRenewal(s, resume) // the keepalive must not be the one that finds the lease gone
+	stopKeepalive(ctx, t, s, resume)
 	if _, err := admin.Revoke(ctx, s.lease); err != nil {
 		t.Fatal(err)
 	}

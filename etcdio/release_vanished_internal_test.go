@@ -92,6 +92,18 @@ func came(ctx context.Context, ch <-chan struct{}) bool {
 	}
 }
 
+// stopKeepalive stops s's keepalive until resume closes, and returns once
+// no keepalive is under way: the keepalive must not be the one that finds
+// the lease gone. (One sent before the pause and answered after a revoke
+// ended the session with no lease check, and a test waiting for the check
+// failed, under load.) On the test's goroutine only.
+func stopKeepalive(ctx context.Context, t *testing.T, s *Session, resume <-chan struct{}) {
+	t.Helper()
+	parked := testhook.PauseRenewal(s, resume)
+	s.probeLease() // to its pause now, not after the renewal interval
+	wait(ctx, t, parked, "keepalive stopped at its pause")
+}
+
 // wait waits for ch or fails t. On the test's goroutine only.
 func wait(ctx context.Context, t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
@@ -184,10 +196,9 @@ func unlockVanished(t *testing.T, fault func(ctx context.Context, admin *clientv
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The keepalive must not be the one that finds the lease gone.
 	resume := make(chan struct{})
 	defer close(resume)
-	testhook.PauseRenewal(s, resume)
+	stopKeepalive(ctx, t, s, resume)
 	if err := fault(ctx, admin, s, g.Key); err != nil {
 		t.Fatal(err)
 	}

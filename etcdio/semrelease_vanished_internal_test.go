@@ -13,7 +13,6 @@ import (
 
 	"github.com/ahrtr/disco/actor"
 	"github.com/ahrtr/disco/etcdio/etcdtest"
-	"github.com/ahrtr/disco/internal/testhook"
 	"github.com/ahrtr/disco/internal/testkit"
 	"github.com/ahrtr/disco/primitives"
 	"github.com/ahrtr/disco/primitives/semaphore"
@@ -117,10 +116,9 @@ func releaseVanished(t *testing.T, fault func(ctx context.Context, admin *client
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The keepalive must not be the one that finds the lease gone.
 	resume := make(chan struct{})
 	defer close(resume)
-	testhook.PauseRenewal(s, resume)
+	stopKeepalive(ctx, t, s, resume)
 	if err := fault(ctx, admin, s, g.Key); err != nil {
 		t.Fatal(err)
 	}

@@ -16,26 +16,43 @@ import (
 )
 
 var (
-	paused        sync.Map // session (any) -> <-chan struct{}: loop and renewal
-	pausedRenewal sync.Map // session (any) -> <-chan struct{}: renewal only
+	paused        sync.Map // session (any) -> *pause: loop and renewal
+	pausedRenewal sync.Map // session (any) -> *pause: renewal only
 	// ever is set by the first pause: until then (always, in production) a
 	// lookup costs one atomic load, not a map lookup per wake-up.
 	ever atomic.Bool
 )
+
+// pause is one pause of a session: until resume is closed. parked closes as
+// a goroutine first stops at it.
+type pause struct {
+	resume     <-chan struct{}
+	parked     chan struct{}
+	parkedOnce sync.Once
+}
+
+func newPause(resume <-chan struct{}) *pause {
+	return &pause{resume: resume, parked: make(chan struct{})}
+}
 
 // PauseSession freezes session: its event loop and its renewal stop at
 // their next step until resume is closed. Calls made meanwhile wait; the
 // session is lost if the pause outlasts its TTL.
 func PauseSession(session any, resume <-chan struct{}) {
 	ever.Store(true)
-	paused.Store(session, resume)
+	paused.Store(session, newPause(resume))
 }
 
 // PauseRenewal stops only session's renewal until resume is closed, as when
-// renewals cannot reach the server: the loop goes on.
-func PauseRenewal(session any, resume <-chan struct{}) {
+// renewals cannot reach the server: the loop goes on. The channel it
+// returns closes once the renewal has stopped at the pause: from then on no
+// renewal is under way, none answered later can tell the session anything.
+// (It never closes for a session with no goroutine that calls WaitRenewal.)
+func PauseRenewal(session any, resume <-chan struct{}) (parked <-chan struct{}) {
 	ever.Store(true)
-	pausedRenewal.Store(session, resume)
+	p := newPause(resume)
+	pausedRenewal.Store(session, p)
+	return p.parked
 }
 
 // Wait blocks while session is paused, or until stop is closed.
@@ -59,9 +76,10 @@ func wait(m *sync.Map, session any, stop <-chan struct{}) {
 	if !ok {
 		return
 	}
-	resume := v.(<-chan struct{})
+	p := v.(*pause)
+	p.parkedOnce.Do(func() { close(p.parked) })
 	select {
-	case <-resume:
+	case <-p.resume:
 		m.CompareAndDelete(session, v)
 	case <-stop:
 	}
