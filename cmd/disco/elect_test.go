@@ -179,9 +179,9 @@ func TestElectWithoutCommandLostOnlyAfterLeading(t *testing.T) {
 	}
 	waiter.stderr.await(t, "before it led", 10*time.Second)
 	awaitKeys(t, cli, name, 2) // it campaigns again
-	waiter.signal(t, syscall.SIGINT)
-	leader.signal(t, syscall.SIGINT)
+	// The waiter exits before the leader resigns: it would lead otherwise.
 	for _, p := range []*proc{waiter, leader} {
+		p.signal(t, syscall.SIGINT)
 		if code := p.wait(t, 5*time.Second); code != 0 {
 			t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr)
 		}
