@@ -95,8 +95,8 @@ func came(ctx context.Context, ch <-chan struct{}) bool {
 // stopKeepalive stops s's keepalive until resume closes, and returns once
 // no keepalive is under way: the keepalive must not be the one that finds
 // the lease gone. (One sent before the pause and answered after a revoke
-// ended the session with no lease check, and a test waiting for the check
-// failed, under load.) On the test's goroutine only.
+// would end the session at once, with no lease check.) On the test's
+// goroutine only.
 func stopKeepalive(ctx context.Context, t *testing.T, s *Session, resume <-chan struct{}) {
 	t.Helper()
 	parked := testhook.PauseRenewal(s, resume)

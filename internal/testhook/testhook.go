@@ -45,9 +45,10 @@ func PauseSession(session any, resume <-chan struct{}) {
 
 // PauseRenewal stops only session's renewal until resume is closed, as when
 // renewals cannot reach the server: the loop goes on. The channel it
-// returns closes once the renewal has stopped at the pause: from then on no
-// renewal is under way, none answered later can tell the session anything.
-// (It never closes for a session with no goroutine that calls WaitRenewal.)
+// returns closes once a goroutine that calls WaitRenewal has stopped at the
+// pause (never, if none does). Where one goroutine renews and has each
+// renewal's answer before it sends the next (etcdio's keepalive), no renewal
+// is under way from then on.
 func PauseRenewal(session any, resume <-chan struct{}) (parked <-chan struct{}) {
 	ever.Store(true)
 	p := newPause(resume)
