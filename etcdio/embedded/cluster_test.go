@@ -14,10 +14,12 @@ import (
 	"github.com/ahrtr/disco/internal/ports"
 )
 
-func newTestCluster(t *testing.T) *Cluster {
+// newTestCluster starts a cluster of size members (0: the default size)
+// that is closed when t ends.
+func newTestCluster(t *testing.T, size int, opts ...Option) *Cluster {
 	t.Helper()
 	start := time.Now()
-	c, err := StartCluster(0)
+	c, err := StartCluster(size, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +109,7 @@ func checkLocal(t *testing.T, m *Member, k, want string) {
 }
 
 func TestClusterStopRestart(t *testing.T) {
-	c := newTestCluster(t)
+	c := newTestCluster(t, 0)
 	cli, err := c.NewClient()
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +157,7 @@ func TestClusterStopRestart(t *testing.T) {
 }
 
 func TestClusterBlackhole(t *testing.T) {
-	c := newTestCluster(t)
+	c := newTestCluster(t, 0)
 	m := c.Member(0)
 	mc, err := m.NewClient()
 	if err != nil {
@@ -196,7 +198,7 @@ func TestClusterBlackhole(t *testing.T) {
 }
 
 func TestClusterDelay(t *testing.T) {
-	c := newTestCluster(t)
+	c := newTestCluster(t, 0)
 	m := c.Member(2)
 	mc, err := m.NewClient()
 	if err != nil {
@@ -242,15 +244,7 @@ func TestClusterClose(t *testing.T) {
 // of them paused no write can commit, and once they resume one does.
 // (Without peer proxies the members would commit directly.)
 func TestClusterPeerProxies(t *testing.T) {
-	c, err := StartCluster(3, WithPeerProxies())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("cluster Close: %v", err)
-		}
-	})
+	c := newTestCluster(t, 3, WithPeerProxies())
 	cli, err := c.NewClient()
 	if err != nil {
 		t.Fatal(err)
@@ -309,15 +303,7 @@ func TestClusterPeerProxies(t *testing.T) {
 // restart: "faultproxy: listen on 127.0.0.1:37895: ... address already in
 // use".)
 func TestClusterPortsOutsideKernelRange(t *testing.T) {
-	c, err := StartCluster(1, WithPeerProxies())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("cluster Close: %v", err)
-		}
-	})
+	c := newTestCluster(t, 1, WithPeerProxies())
 	m := c.Member(0)
 	kernel := ports.EphemeralStart()
 	for _, u := range []url.URL{m.spec.client, m.spec.peer, m.spec.metrics, m.proxyURL, m.peerProxyURL} {
