@@ -39,9 +39,9 @@ func WithoutAOF() RedisOption { return func(c *redisConfig) { c.aof = false } }
 
 // StartRedis starts redis-server on a reserved loopback port (ReservePorts)
 // with a fresh directory, by default with appendonly yes, appendfsync always
-// and no snapshots, and waits until it answers PING. It skips t (or fails it under
-// DISCO_REQUIRE_SERVERS=1) when redis-server is not installed, and stops the
-// server when t ends.
+// and no snapshots, and waits until it answers PING. It skips t (or fails it
+// under DISCO_REQUIRE_SERVERS=1) when redis-server is not installed, and
+// stops the server when t ends.
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
 	if RedisBinary() == "" {
@@ -78,7 +78,7 @@ func LaunchRedis(dir string, opts ...RedisOption) (*Redis, error) {
 	for attempt := 1; attempt <= 3; attempt++ {
 		var port int
 		if port, err = ReservePort(); err != nil {
-			return nil, fmt.Errorf("redis: free port: %w", err)
+			return nil, fmt.Errorf("redis: reserving a port: %w", err)
 		}
 		r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, bin: bin}
 		r.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", r.Dir,

@@ -116,8 +116,8 @@ func LaunchZooKeeperOn(root string, n int, jvm ZooKeeperJVM) ([]*ZooKeeper, erro
 	if java == "" || cp == "" {
 		return nil, fmt.Errorf("ZooKeeper (with a Java runtime): %w", ErrNotInstalled)
 	}
-	// The port is reserved (no other test server or kernel-picked port
-	// takes it), but a process that binds ports by number may hold one: try
+	// The ports are reserved (no other test server or kernel-picked port
+	// takes one), but a process that binds ports by number may hold one: try
 	// again with fresh ones.
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
@@ -132,12 +132,12 @@ func LaunchZooKeeperOn(root string, n int, jvm ZooKeeperJVM) ([]*ZooKeeper, erro
 func launchZooKeeper(root string, n int, java, cp string, jvm ZooKeeperJVM) ([]*ZooKeeper, error) {
 	type ports struct{ client, peer, election int }
 	ps := make([]ports, n)
-	free, err := ReservePorts(3 * n)
+	picked, err := ReservePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
 	for i := range ps {
-		ps[i] = ports{free[3*i], free[3*i+1], free[3*i+2]}
+		ps[i] = ports{picked[3*i], picked[3*i+1], picked[3*i+2]}
 	}
 	zks := make([]*ZooKeeper, n)
 	for i := range zks {
